@@ -7,7 +7,8 @@ a head can carry several. Over many texts the statistics are averaged first, the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -15,10 +16,36 @@ from torch import Tensor
 from . import metrics
 from .result import AttentionResult
 
-# column name → (function of a result, one-line description)
-STATISTICS: dict[str, tuple[Callable[[AttentionResult], Tensor], str]] = {
-    "entropy": (lambda r: metrics.entropy(r.attentions), "mean row entropy, nats (Clark et al.)"),
-    "entropy_norm": (lambda r: metrics.entropy_normalized(r.attentions, causal=r.causal),
+
+@dataclass
+class HeadInputs:
+    """What a statistic reads: one or more layers' attentions ``[layers, heads, q, k]`` and the tokens.
+
+    Duck-types the fields of :class:`AttentionResult` the statistics use, and computes what several
+    statistics share (each row's entropy) once.
+    """
+
+    attentions: Tensor
+    tokens: list[str]
+    token_ids: list[int]
+    special: list[bool]
+    causal: bool
+
+    @classmethod
+    def of(cls, result: AttentionResult, attentions: Tensor | None = None) -> HeadInputs:
+        return cls(result.attentions if attentions is None else attentions, list(result.tokens),
+                   list(result.token_ids), list(result.special), result.causal)
+
+    @cached_property
+    def row_entropy(self) -> Tensor:
+        """``[layers, heads, q]``: each query row's smoothed entropy (Clark et al.), shared by two columns."""
+        return metrics.row_entropy(self.attentions)
+
+
+# column name → (function of a result's HeadInputs, one-line description); each returns [layers, heads]
+STATISTICS: dict[str, tuple[Callable[[HeadInputs], Tensor], str]] = {
+    "entropy": (lambda r: r.row_entropy.mean(-1), "mean row entropy, nats (Clark et al.)"),
+    "entropy_norm": (lambda r: metrics.entropy_normalized(r.attentions, causal=r.causal, rows=r.row_entropy),
                      "entropy / ln(keys a row can see): 1 = uniform"),
     "self": (lambda r: metrics.self_score(r.attentions), "mean weight on itself (Clark et al.)"),
     "prev_mean": (lambda r: metrics.previous_token_mean(r.attentions), "mean weight on the previous token (Clark et al.)"),
@@ -97,20 +124,76 @@ class HeadTable:
         return out
 
 
+def layer_statistics(result: AttentionResult, attentions: Tensor | None = None) -> dict[str, Tensor]:
+    """Every statistic of :data:`STATISTICS`, ``{name: [layers, heads]}`` float64, for ``result``'s
+    tokens and ``attentions`` (default: the result's own; any number of layers, e.g. one at a time)."""
+    inputs = HeadInputs.of(result, attentions)
+    return {name: fn(inputs).to(torch.float64) for name, (fn, _) in STATISTICS.items()}
+
+
+@dataclass
+class HeadTableBuilder:
+    """A :class:`HeadTable` built as attentions arrive: one layer of one text at a time, so a long
+    input never needs every layer in memory. ``add_layer`` for each (text, layer), then ``table()``."""
+
+    model_name: str = ""
+    _sums: dict[int, dict[str, Tensor]] = field(default_factory=dict)  # layer position → statistic → [heads]
+    _counts: dict[int, int] = field(default_factory=dict)
+    _texts: set[int] = field(default_factory=set)
+    _shortest: int | None = None
+
+    def add_layer(self, result: AttentionResult, position: int, attentions: Tensor, *, text: int = 0) -> None:
+        """Add layer ``position`` (its index among the layers tabled) of text number ``text``:
+        ``attentions`` ``[heads, q, k]`` over ``result``'s tokens."""
+        stats = layer_statistics(result, attentions[None])
+        sums = self._sums.setdefault(position, {})
+        for name, value in stats.items():
+            sums[name] = sums[name] + value[0] if name in sums else value[0]
+        self._counts[position] = self._counts.get(position, 0) + 1
+        self._texts.add(text)
+        self.model_name = self.model_name or result.model_name
+        n = len(result.tokens)
+        self._shortest = n if self._shortest is None else min(self._shortest, n)
+
+    def add(self, result: AttentionResult, *, text: int | None = None) -> None:
+        """Add every layer of one whole result."""
+        number = len(self._texts) if text is None else text
+        for position in range(result.n_layers):
+            self.add_layer(result, position, result.attentions[position], text=number)
+
+    def table(self) -> HeadTable:
+        """The statistics averaged over the texts added."""
+        if not self._sums:
+            raise ValueError("head_table needs at least one result")
+        counts = set(self._counts.values())
+        if len(counts) != 1:
+            raise ValueError(f"layers were added for different numbers of texts: {self._counts}")
+        if self._shortest is not None and self._shortest < MIN_TOKENS:
+            import warnings
+
+            from .errors import AttnvizWarning
+
+            warnings.warn(f"a text of {self._shortest} token(s) says little about a head; the statistics and labels "
+                          "of such texts are near-meaningless (use a longer text or --file)", AttnvizWarning,
+                          stacklevel=3)
+        positions = sorted(self._sums)
+        n = counts.pop()
+        stats = {name: torch.stack([self._sums[p][name] for p in positions]) / n for name in STATISTICS}
+        return HeadTable(model_name=self.model_name, stats=stats, n_texts=len(self._texts))
+
+
 def head_table(results: Sequence[AttentionResult]) -> HeadTable:
-    """Every statistic of :data:`STATISTICS` for each head, averaged over ``results`` (one per text)."""
+    """Every statistic of :data:`STATISTICS` for each head, averaged over ``results`` (one per text).
+
+    Computed one layer at a time (see :class:`HeadTableBuilder`), so the statistics of a long input
+    cost little memory beyond the result itself.
+    """
     if not results:
         raise ValueError("head_table needs at least one result")
     shapes = {r.attentions.shape[:2] for r in results}
     if len(shapes) != 1:
         raise ValueError(f"results come from models of different shapes: {sorted(shapes)}")
-    short = min(len(r.tokens) for r in results)
-    if short < MIN_TOKENS:
-        import warnings
-
-        from .errors import AttnvizWarning
-
-        warnings.warn(f"a text of {short} token(s) says little about a head; the statistics and labels of such "
-                      "texts are near-meaningless (use a longer text or --file)", AttnvizWarning, stacklevel=2)
-    stats = {name: torch.stack([fn(r) for r in results]).mean(0) for name, (fn, _) in STATISTICS.items()}
-    return HeadTable(model_name=results[0].model_name, stats=stats, n_texts=len(results))
+    builder = HeadTableBuilder()
+    for number, result in enumerate(results):
+        builder.add(result, text=number)
+    return builder.table()

@@ -19,7 +19,7 @@ to n; ``exclude_bos`` and ``exclude_current_token`` make the second differ.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -36,6 +36,46 @@ def _check(attn: Tensor) -> Tensor:
     return attn.to(torch.float64)
 
 
+def _read(attn: Tensor) -> Tensor:
+    """The attentions as they are (float32 or float64; half precision is widened to float32).
+
+    The per-head statistics read them in place: a row (at most a few thousand keys) is summed in
+    the input's precision with torch's cascade summation, and rows are accumulated in float64. So
+    a long input ([12, 12, 4096, 4096] is 9.7 GB in float64) is never copied whole into float64,
+    and the result agrees with a float64 computation to about 1e-6 relative.
+    """
+    if attn.dim() != 4:
+        raise ValueError(f"attentions must be [layers, heads, q, k], got shape {tuple(attn.shape)}")
+    return attn.float() if attn.dtype in (torch.float16, torch.bfloat16) else attn
+
+
+_CHUNK = 1 << 22  # elements per temporary (16 MB in float32): long inputs are reduced a few heads at a time
+
+
+def _by_heads(a: Tensor, reduce: Callable[[Tensor], Tensor]) -> Tensor:
+    """``reduce`` applied to ``[n, q, k]`` slices of the ``[L, H, q, k]`` attentions, a few heads at a
+    time, so its temporaries stay small; the results are put back as ``[L, H, ...]``."""
+    layers, heads, q, k = a.shape
+    flat = a.reshape(layers * heads, q, k)
+    step = max(1, _CHUNK // max(1, q * k))
+    parts = [reduce(flat[i : i + step]) for i in range(0, flat.shape[0], step)]
+    out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+    return out.reshape(layers, heads, *out.shape[1:])
+
+
+def row_entropy(attn: Tensor) -> Tensor:
+    """Each query row's entropy in nats, ``[layers, heads, q]`` float64, after Clark et al.'s smoothing
+    ``0.9999·A + 0.0001/n`` (the rows that :func:`entropy` and :func:`entropy_normalized` average)."""
+    a = _read(attn)
+    n = a.shape[-1]
+
+    def rows(chunk: Tensor) -> Tensor:
+        p = chunk * (1 - ENTROPY_SMOOTHING) + ENTROPY_SMOOTHING / n
+        return torch.special.entr(p).sum(-1).double()
+
+    return _by_heads(a, rows)
+
+
 # --- Clark et al. 2019 -----------------------------------------------------------------------
 
 
@@ -45,13 +85,10 @@ def entropy(attn: Tensor) -> Tensor:
     Each row is smoothed first, ``0.9999·A + 0.0001/n`` (n keys), so log 0 never occurs. A head
     that spreads evenly over n keys scores ln n; one that looks at a single key scores about 0.
     """
-    a = _check(attn)
-    n = a.shape[-1]
-    p = (1 - ENTROPY_SMOOTHING) * a + ENTROPY_SMOOTHING / n
-    return -(p * p.log()).sum(-1).mean(-1)
+    return row_entropy(attn).mean(-1)
 
 
-def entropy_normalized(attn: Tensor, *, causal: bool = False) -> Tensor:
+def entropy_normalized(attn: Tensor, *, causal: bool = False, rows: Tensor | None = None) -> Tensor:
     """Each row's smoothed entropy divided by ln of the keys it can see, averaged: 1 is uniform, 0 one key.
 
     Without ``causal`` every row sees all n keys, so this is :func:`entropy` / ln n. With
@@ -59,21 +96,20 @@ def entropy_normalized(attn: Tensor, *, causal: bool = False) -> Tensor:
     (dividing by ln n would cap it far below 1). Rows that see one key have no spread to
     measure and are left out; 0 when no row sees two keys.
     """
-    a = _check(attn)
+    a = _read(attn)
     n = a.shape[-1]
     visible = torch.arange(1, a.shape[-2] + 1, dtype=torch.float64).clamp(max=n) if causal else torch.full((a.shape[-2],), float(n), dtype=torch.float64)
     keep = visible > 1
     if not keep.any():
         return torch.zeros(a.shape[:2], dtype=torch.float64)
-    p = (1 - ENTROPY_SMOOTHING) * a + ENTROPY_SMOOTHING / n
-    rows = -(p * p.log()).sum(-1)  # (L, H, q)
+    rows = row_entropy(a) if rows is None else rows  # (L, H, q); given when already computed
     return (rows[..., keep] / visible[keep].log()).mean(-1)
 
 
 def self_score(attn: Tensor) -> Tensor:
     """Mean weight a query gives to itself, ``mean_i A[i, i]`` (Clark et al. 2019)."""
-    a = _check(attn)
-    return a.diagonal(dim1=-2, dim2=-1).mean(-1)
+    a = _read(attn)
+    return a.diagonal(dim1=-2, dim2=-1).sum(-1).double() / min(a.shape[-2:])
 
 
 def previous_token_mean(attn: Tensor) -> Tensor:
@@ -82,23 +118,24 @@ def previous_token_mean(attn: Tensor) -> Tensor:
     Row 0, which has no previous token, counts as 0. Beside TransformerLens's
     :func:`previous_token_score`: equal to it without exclusions, different with them.
     """
-    a = _check(attn)
-    return a.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / a.shape[-2]
+    a = _read(attn)
+    return a.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1).double() / a.shape[-2]
 
 
 def next_token_score(attn: Tensor) -> Tensor:
     """Weight on the token after, ``Σ_{i<n−1} A[i, i+1] / n`` over the n query rows (Clark et al. 2019)."""
-    a = _check(attn)
-    return a.diagonal(offset=1, dim1=-2, dim2=-1).sum(-1) / a.shape[-2]
+    a = _read(attn)
+    return a.diagonal(offset=1, dim1=-2, dim2=-1).sum(-1).double() / a.shape[-2]
 
 
 def attention_to(attn: Tensor, keys: Sequence[bool]) -> Tensor:
     """Mean over queries of the total weight on the chosen keys, ``mean_i Σ_{j∈keys} A[i, j]``."""
-    a = _check(attn)
-    mask = torch.tensor(list(keys), dtype=torch.float64)
-    if mask.numel() != a.shape[-1]:
-        raise ValueError(f"{mask.numel()} key flags for {a.shape[-1]} keys")
-    return (a * mask).sum(-1).mean(-1)
+    a = _read(attn)
+    flags = torch.tensor(list(keys), dtype=torch.bool)
+    if flags.numel() != a.shape[-1]:
+        raise ValueError(f"{flags.numel()} key flags for {a.shape[-1]} keys")
+    chosen = a.index_select(-1, flags.nonzero().flatten())  # (L, H, q, |keys|): only those columns
+    return chosen.sum(-1).double().mean(-1)
 
 
 def is_punctuation(token: str) -> bool:
@@ -131,20 +168,20 @@ def punctuation_attention(attn: Tensor, tokens: Sequence[str]) -> Tensor:
 
 def max_weight(attn: Tensor) -> Tensor:
     """Mean over queries of the largest weight in the row: how sharply a head focuses (1 = one key)."""
-    return _check(attn).amax(-1).mean(-1)
+    return _read(attn).amax(-1).to(torch.float64).mean(-1)
 
 
 def mean_distance(attn: Tensor) -> Tensor:
     """Expected distance |i − j| between a query and the keys it attends to, averaged over queries."""
-    a = _check(attn)
+    a = _read(attn)
     q, k = a.shape[-2:]
-    dist = (torch.arange(q, dtype=torch.float64)[:, None] - torch.arange(k, dtype=torch.float64)[None, :]).abs()
-    return (a * dist).sum(-1).mean(-1)
+    dist = (torch.arange(q, dtype=a.dtype)[:, None] - torch.arange(k, dtype=a.dtype)[None, :]).abs()
+    return _by_heads(a, lambda chunk: (chunk * dist).sum(-1).double()).mean(-1)
 
 
 def first_token_score(attn: Tensor) -> Tensor:
     """Mean weight on the first token, ``mean_i A[i, 0]``: attention sinks (Xiao et al. 2023) and [CLS]/BOS heads."""
-    return _check(attn)[..., 0].mean(-1)
+    return _read(attn)[..., 0].to(torch.float64).mean(-1)
 
 
 # --- TransformerLens detect_head, error_measure="mul" ------------------------------------------
@@ -181,13 +218,28 @@ def pattern_score(attn: Tensor, pattern: Tensor, *, exclude_bos: bool = False, e
     ``exclude_bos`` zeroes attention to the first token, ``exclude_current_token`` the diagonal,
     in both the numerator and the denominator, as TransformerLens does.
     """
-    a = _check(attn).clone()
+    a = _read(attn)
+    q, k = a.shape[-2:]
+    if pattern.shape != (q, k):
+        raise ValueError(f"the pattern is {tuple(pattern.shape)} but the attentions are {q}x{k}")
+    # Only the pattern's nonzero cells are read (a few per row in text), not a product of two full matrices.
+    rows, cols = pattern.nonzero(as_tuple=True)
+    keep = torch.ones_like(rows, dtype=torch.bool)
     if exclude_bos:
-        a[..., 0] = 0
+        keep &= cols != 0
     if exclude_current_token:
-        a.diagonal(dim1=-2, dim2=-1).zero_()
-    total = a.sum((-2, -1))
-    hits = (a * pattern.to(torch.float64)).sum((-2, -1))
+        keep &= rows != cols
+    rows, cols = rows[keep], cols[keep]
+    weights = pattern[rows, cols].to(torch.float64)
+    hits = (a[..., rows, cols].to(torch.float64) * weights).sum(-1)
+    total = a.sum(-1).double().sum(-1)
+    diagonal = a.diagonal(dim1=-2, dim2=-1)
+    if exclude_bos:
+        total = total - a[..., 0].sum(-1).double()
+    if exclude_current_token:
+        total = total - diagonal.sum(-1).double()
+    if exclude_bos and exclude_current_token:
+        total = total + a[..., 0, 0].to(torch.float64)  # subtracted twice above
     return torch.where(total > 0, hits / total.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(total))
 
 

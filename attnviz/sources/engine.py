@@ -7,7 +7,8 @@ equal those of the item run by itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -18,20 +19,95 @@ from ..result import AttentionResult
 from .tokens import TokenInfo, encode, label_from_piece
 
 
-@dataclass
-class Forward:
-    """Per-layer outputs of one padded batch (lists indexed by layer)."""
+@dataclass(frozen=True)
+class Capture:
+    """What one run builds: which layers' attention matrices (``None``: every layer), and whether it
+    keeps their pre-softmax scores and value vectors (``details``). Passed to every run, so a
+    result depends on its arguments alone, never on what an earlier call set."""
 
-    attentions: list[Tensor]  # [B, H, T, T], for each captured layer
-    layers: list[int] | None = None  # which model layers those are; None: every layer, in order
-    stacked: Tensor | None = None  # [B, L, H, T, T]: the same attentions in one tensor, when the engine has it
-    scores: list[Tensor] | None = None  # [B, H, T, T]
-    values: list[Tensor] | None = None  # [B, H, T, d]
-    value_norms: list[Tensor] | None = None  # [B, H, T]
+    layers: frozenset[int] | None = None
+    details: bool = False
+
+    def wants(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
+
+
+@dataclass
+class LayerOut:
+    """One layer of one padded batch, as an engine computed it."""
+
+    layer: int  # the model's number for it
+    weights: Tensor  # [B, H, T, T]
+    scores: Tensor | None = None  # [B, H, T, T], with details
+    values: Tensor | None = None  # [B, H, T, d], with details
+    value_norms: Tensor | None = None  # [B, H, T]: ‖f(x_j)‖ for norm-based attention (native engine)
+
+
+@dataclass
+class ItemLayer:
+    """One layer of one text, cut out of its padded batch (views of the batch's tensors, no copies)."""
+
+    layer: int
+    attentions: Tensor  # [H, n, n]
+    scores: Tensor | None = None  # [H, n, n]
+    values: Tensor | None = None  # [H, n, d]
+    value_norms: Tensor | None = None  # [H, n]
+
+
+class LayerStream:
+    """The captured layers of one padded batch, computed one at a time as they are iterated.
+
+    ``results`` describe each text (tokens, ids, flags, metadata) and hold no attentions yet
+    (``[0, 0, n, n]``); each step yields one :class:`ItemLayer` per text. A consumer that keeps
+    only what it needs of each layer (statistics, an image, a file) never holds every layer's
+    ``[H, T, T]`` matrices at once: that is how long inputs fit in memory. A stream is iterated once.
+    """
+
+    def __init__(self, results: list[AttentionResult], layers: list[int], outs: Iterator[LayerOut]) -> None:
+        self.results, self.layers, self._outs = results, layers, outs
+
+    def __iter__(self) -> Iterator[list[ItemLayer]]:
+        lengths = [len(r.tokens) for r in self.results]
+        for out in self._outs:
+            yield [_cut(out, b, n) for b, n in enumerate(lengths)]
+            del out  # before the next layer is computed: one layer's matrices at a time
+
+
+def _cut(out: LayerOut, b: int, n: int) -> ItemLayer:
+    def square(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t[b, :, :n, :n]
+
+    def rows(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t[b, :, :n]
+
+    return ItemLayer(out.layer, out.weights[b, :, :n, :n], square(out.scores), rows(out.values), rows(out.value_norms))
+
+
+def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResult]:
+    """Every layer of a stream, stored per text as it arrives (float16 halves the memory of long inputs)."""
+    dtype = torch.float16 if float16 else torch.float32
+    count = len(stream.layers)
+    stores: list[Tensor | None] = [None] * len(stream.results)
+    extras: list[dict[str, list[Tensor]]] = [{"scores": [], "values": [], "value_norms": []} for _ in stream.results]
+    for position, parts in enumerate(stream):
+        for b, part in enumerate(parts):
+            if stores[b] is None:
+                stores[b] = torch.empty((count, *part.attentions.shape), dtype=dtype)
+            stores[b][position] = part.attentions  # cast on the way in
+            for name, kept in extras[b].items():
+                value = getattr(part, name)
+                if value is not None:
+                    kept.append(value.float().clone())
+        del parts  # drop this layer before the stream computes the next
+    return [
+        replace(result, attentions=store,
+                **{name: torch.stack(kept) if kept else None for name, kept in extra.items()})
+        for result, store, extra in zip(stream.results, stores, extras, strict=True)
+    ]
 
 
 class ModelSource:
-    """An engine on a tokenizer: subclasses set ``engine`` and implement ``forward`` and ``n_layers``."""
+    """An engine on a tokenizer: subclasses set ``engine`` and implement ``forward_layers`` and ``n_layers``."""
 
     engine = "?"
 
@@ -49,7 +125,6 @@ class ModelSource:
     ) -> None:
         self.name, self.tokenizer, self.causal, self.family = name, tokenizer, causal, family
         self.bos_id = bos_id if isinstance(bos_id, int) else None
-        self.store_float16 = False
         self.max_positions = max_positions
         self.device = device
         self.pad_id = pad_id if pad_id is not None else _tokenizer_pad_id(tokenizer)
@@ -58,11 +133,9 @@ class ModelSource:
     def n_layers(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def forward(
-        self, ids: Tensor, mask: Tensor, types: Tensor, layers: list[int] | None = None, details: bool = False
-    ) -> Forward:  # pragma: no cover - abstract
-        """One padded batch; ``layers`` limits which layers' attention matrices are built and kept."""
-        raise NotImplementedError
+    def forward_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
+        """One padded batch: each layer ``capture`` wants, in order, as soon as it is computed."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def check_layers(self, layers: list[int] | None) -> list[int] | None:
         if layers is None:
@@ -111,20 +184,38 @@ class ModelSource:
     ) -> list[AttentionResult]:
         """One result per text, from a single padded forward pass.
 
-        ``float16`` stores the attentions in half precision, each layer as soon as it is computed
-        (the native engine): for long inputs, half the memory.
+        ``float16`` stores the attentions in half precision, each layer as soon as it is computed:
+        for long inputs, half the memory.
 
         With ``layers``, only those layers' attention matrices are built (the native engine runs
         the others through a fused kernel and stops after the last one asked for); each result
         then holds those layers, listed in its ``metadata["layers"]``.
         """
-        layers = self.check_layers(layers)
         if not texts:
             return []
+        return collect(self.stream_batch(texts, pairs=pairs, truncate=truncate, details=details, layers=layers),
+                       float16=float16)
+
+    def stream_batch(
+        self,
+        texts: list[str],
+        *,
+        pairs: list[str | None] | None = None,
+        truncate: bool = False,
+        details: bool = False,
+        layers: list[int] | None = None,
+    ) -> LayerStream:
+        """Like :meth:`extract_batch`, but the layers come one at a time (see :class:`LayerStream`)."""
+        layers = self.check_layers(layers)
+        if not texts:
+            raise InputError("no texts given")
         pairs = pairs or [None] * len(texts)
         if len(pairs) != len(texts):
             raise UsageError(f"{len(texts)} texts but {len(pairs)} pairs; give one pair (or None) per text")
         infos = [self.encode(t, p, truncate=truncate) for t, p in zip(texts, pairs, strict=True)]
+        return self._stream(infos, layers, details)
+
+    def _stream(self, infos: list[TokenInfo], layers: list[int] | None, details: bool) -> LayerStream:
         width = max(len(info.ids) for info in infos)
         ids = torch.full((len(infos), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(infos), width), dtype=torch.long)
@@ -135,9 +226,18 @@ class ModelSource:
             mask[b, :n] = 1
             types[b, :n] = torch.tensor(info.segment_ids)
         dev = torch.device(self.device)
-        self.store_float16 = float16
-        out = self.forward(ids.to(dev), mask.to(dev), types.to(dev), layers, details)
-        return [self._result(b, info, out, details, float16) for b, info in enumerate(infos)]
+        capture = Capture(None if layers is None else frozenset(layers), details)
+        kept = list(range(self.n_layers)) if layers is None else list(layers)
+        metadata = {"engine": self.engine, "family": self.family, "device": self.device,
+                    **({"layers": kept} if layers is not None else {})}
+        results = [
+            AttentionResult(tokens=info.labels, token_ids=info.ids, special=info.special, word_ids=info.word_ids,
+                            segment_ids=info.segment_ids, attentions=torch.zeros(0, 0, len(info.ids), len(info.ids)),
+                            causal=self.causal, model_name=self.name, metadata=dict(metadata))
+            for info in infos
+        ]
+        outs = self.forward_layers(ids.to(dev), mask.to(dev), types.to(dev), capture)
+        return LayerStream(results, kept, outs)
 
     def special_ids(self) -> set[int]:
         """Ids of the tokenizer's special tokens ([CLS], <s>, <|endoftext|>, …), not the unknown token:
@@ -160,56 +260,7 @@ class ModelSource:
             word_ids=[-1 if i in specials else n for n, i in enumerate(ids)],
             segment_ids=[0] * len(ids),
         )
-        dev = torch.device(self.device)
-        ids_t = torch.tensor([ids], device=dev)
-        ones = torch.ones_like(ids_t)
-        self.store_float16 = float16
-        out = self.forward(ids_t, ones, torch.zeros_like(ids_t), None, details)
-        return self._result(0, info, out, details, float16)
-
-    def _result(self, b: int, info: TokenInfo, out: Forward, details: bool, float16: bool = False) -> AttentionResult:
-        n = len(info.ids)
-
-        last = b == out.attentions[0].shape[0] - 1 if out.attentions else True
-
-        if out.stacked is not None and out.stacked.shape[0] == 1 and n == out.stacked.shape[-1]:
-            # One unpadded item: its attentions are the buffer itself, no copy at all.
-            attentions = out.stacked[0] if out.stacked.dtype == (torch.float16 if float16 else torch.float32) else None
-        else:
-            attentions = None
-
-        def cut(per_layer: list[Tensor] | None, square: bool) -> Tensor | None:
-            """This item's rows (and columns) of each layer, copied into one tensor layer by layer.
-
-            The last item of a batch releases each layer as soon as it is copied, so a long input
-            never holds its attentions twice.
-            """
-            if per_layer is None:
-                return None
-            first = per_layer[0][b, :, :n, :n] if square else per_layer[0][b, :, :n]
-            dtype = torch.float16 if float16 else torch.float32
-            stacked = torch.empty((len(per_layer), *first.shape), dtype=dtype)
-            for i in range(len(per_layer)):
-                stacked[i] = per_layer[i][b, :, :n, :n] if square else per_layer[i][b, :, :n]
-                if last:
-                    per_layer[i] = per_layer[i][:0]  # drop the batch's tensor now
-            return stacked
-
-        return AttentionResult(
-            tokens=info.labels,
-            token_ids=info.ids,
-            special=info.special,
-            word_ids=info.word_ids,
-            segment_ids=info.segment_ids,
-            attentions=attentions if attentions is not None else cut(out.attentions, True),
-            causal=self.causal,
-            model_name=self.name,
-            scores=cut(out.scores, True) if details else None,
-            values=cut(out.values, False) if details else None,
-            value_norms=cut(out.value_norms, False),
-            metadata={"engine": self.engine, "family": self.family, "device": self.device,
-                      **({"layers": out.layers} if out.layers is not None else {})},
-        )
+        return collect(self._stream([info], None, details), float16=float16)[0]
 
 
 def _tokenizer_pad_id(tokenizer: Any) -> int:

@@ -8,6 +8,7 @@ attention: the encoder's, the decoder's and the decoder's cross-attention over t
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from torch import Tensor
 
 from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
-from .engine import Forward, ModelSource
+from .engine import Capture, LayerOut, ModelSource
 from .tokens import TokenInfo
 
 
@@ -108,9 +109,8 @@ class HFSource(ModelSource):
             bos_id=getattr(config, "bos_token_id", None),
         )
         self._types = getattr(config, "type_vocab_size", 0) > 1
-        if not self.encoder_decoder:  # causal or not, read off a three-token forward pass
-            ids = torch.arange(3, device=self.model.device)[None] % self.model.get_input_embeddings().num_embeddings
-            self.forward(ids, torch.ones_like(ids), torch.zeros_like(ids))
+        if not self.encoder_decoder:
+            self.causal = self._reads_causal()
 
     @property
     def n_layers(self) -> int:
@@ -118,22 +118,28 @@ class HFSource(ModelSource):
         return getattr(config, "num_hidden_layers", None) or config.num_layers
 
     @torch.no_grad()
-    def forward(
-        self, ids: Tensor, mask: Tensor, types: Tensor, layers: list[int] | None = None, details: bool = False
-    ) -> Forward:
-        """transformers builds every layer's attention; ``layers`` only chooses which are kept."""
+    def _attentions(self, ids: Tensor, mask: Tensor, types: Tensor) -> list[Tensor]:
         kwargs = {"input_ids": ids, "attention_mask": mask, "output_attentions": True}
         if self._types:
             kwargs["token_type_ids"] = types
-        out = self.model(**kwargs)
-        attentions = list(out.attentions)
-        # Causal or not is read off the weights themselves: every layer's upper triangle is 0.
-        t = ids.shape[1]
-        upper = torch.ones(t, t, dtype=torch.bool, device=ids.device).triu(1)
-        self.causal = t > 1 and all(bool((a[..., upper] == 0).all()) for a in attentions)
-        if layers is None:
-            return Forward(attentions=attentions)
-        return Forward(attentions=[attentions[i] for i in layers], layers=list(layers))
+        return list(self.model(**kwargs).attentions)
+
+    def _reads_causal(self) -> bool:
+        """Causal or not, read off the weights of a three-token forward pass: every upper triangle is 0."""
+        ids = torch.arange(3, device=self.model.device)[None] % self.model.get_input_embeddings().num_embeddings
+        attentions = self._attentions(ids, torch.ones_like(ids), torch.zeros_like(ids))
+        upper = torch.ones(3, 3, dtype=torch.bool, device=ids.device).triu(1)
+        return all(bool((a[..., upper] == 0).all()) for a in attentions)
+
+    def forward_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
+        """transformers builds every layer's attention at once; they are handed on one at a time and
+        each is released once passed on."""
+        attentions: list[Tensor | None] = list(self._attentions(ids, mask, types))
+        for i in range(len(attentions)):
+            weights, attentions[i] = attentions[i], None
+            if capture.wants(i):
+                yield LayerOut(layer=i, weights=weights)
+            del weights
 
     def extract(
         self,

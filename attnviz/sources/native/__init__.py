@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ...errors import ModelNotFoundError
-from ..engine import Forward, ModelSource
+from ..engine import Capture, LayerOut, ModelSource
 from ..files import read_config, weight_files
 from . import gpt2, llama
 from .bert import Bert
@@ -102,32 +102,18 @@ class NativeSource(ModelSource):
     def n_layers(self) -> int:
         return self.model.n_layers
 
-    def forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor, layers: list[int] | None = None,
-        details: bool = False,
-    ) -> Forward:
+    def forward_layers(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor,
+                       capture: Capture) -> Iterator[LayerOut]:
+        """Each captured layer as soon as it is computed; the run stops after the last one wanted."""
         from ...attention import head_value_norms
 
-        self.model.capture = None if layers is None else set(layers)
-        self.model.keep_scores = details
-        n_layers = self.n_layers if layers is None else max(layers) + 1  # later layers are never needed
-        kept = [i for i in range(n_layers) if layers is None or i in layers]
-        b, t = ids.shape
-        heads = self.model.layers[0]["attn"].n_heads
-        # Every captured layer is written into one buffer as it is computed (in the storage dtype),
-        # so a long input holds its attentions once, never a per-layer list and a stacked copy.
-        self.model.buffer = torch.empty((b, len(kept), heads, t, t), device=ids.device,
-                                        dtype=torch.float16 if self.store_float16 else torch.float32)
-        self.model.slots = {layer: j for j, layer in enumerate(kept)}
-        try:
-            outs = self.model.run(ids, mask, types, n_layers)
-        finally:
-            buffer, self.model.buffer = self.model.buffer, None
-        return Forward(
-            attentions=[outs[i].weights for i in kept],
-            stacked=buffer,
-            layers=None if layers is None else kept,
-            scores=[outs[i].scores for i in kept] if details else None,
-            values=[outs[i].values for i in kept],
-            value_norms=[head_value_norms(outs[i].values, self.model.o_weight(i)) for i in kept],
-        )
+        n_layers = self.n_layers if capture.layers is None else max(capture.layers) + 1
+        for i, out in enumerate(self.model.run(ids, mask, types, n_layers, capture)):
+            if capture.wants(i):
+                yield LayerOut(
+                    layer=i, weights=out.weights,
+                    scores=out.scores if capture.details else None,
+                    values=out.values if capture.details else None,
+                    value_norms=head_value_norms(out.values, self.model.o_weight(i)),
+                )
+            del out  # one layer's matrices at a time

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention, padding_mask
+from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, load_layer_norm, load_linear
 from .weights import take
 
@@ -40,18 +42,19 @@ class Bert(NativeModel):
             }))
 
     @torch.no_grad()
-    def run(self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int) -> list[AttentionOutput]:
+    def run(
+        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
+    ) -> Iterator[AttentionOutput]:
         t = ids.shape[1]
         x = self.word[ids] + self.pos[:t]  # (B, T, d)
         if self.types is not None:
             x = x + self.types[token_type_ids if token_type_ids is not None else torch.zeros_like(ids)]
         x = self.ln_embed(x)
         mask = padding_mask(attention_mask)
-        captured = []
         for i, layer in enumerate(self.layers[:n_layers]):
-            out = self.attend(i, layer["attn"], x, mask=mask)
-            captured.append(out)
+            out = self.attend(i, layer["attn"], x, capture, mask=mask)
+            yield out
             x = layer["ln_attn"](x + out.output)
+            del out  # the consumer has this layer's weights: never two layers' matrices held here
             x = layer["ln_out"](x + layer["down"](self.act(layer["up"](x))))
-        return captured
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput
+from ..engine import Capture
 from .weights import take
 
 
@@ -56,7 +58,8 @@ def load_layer_norm(weights: dict[str, Tensor], prefix: str, d: int, eps: float)
 
 
 class NativeModel:
-    """A family's forward pass on our attention; subclasses implement :meth:`run`."""
+    """A family's forward pass on our attention; subclasses implement :meth:`run`, a generator that
+    yields each layer's :class:`AttentionOutput` as soon as it is computed."""
 
     prefixes: ClassVar[tuple[str, ...]] = ()
     causal: ClassVar[bool] = False
@@ -64,20 +67,12 @@ class NativeModel:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.layers: list[nn.Module] = []
-        self.capture: set[int] | None = None  # layers whose weights are built; None: all
-        self.keep_scores = True
-        self.store_dtype = torch.float32  # captured weights are cast to this as soon as each layer is done
-        self.buffer: Tensor | None = None  # [B, L_captured, H, T, T]: captured weights are written here
-        self.slots: dict[int, int] = {}  # model layer → index in buffer
 
-    def attend(self, i: int, attn: nn.Module, x: Tensor, **kwargs: Any) -> AttentionOutput:
-        """Run layer ``i``'s attention, building its weights only if that layer is to be captured."""
-        wanted = self.capture is None or i in self.capture
-        out = attn(x, need_weights=wanted, keep_scores=wanted and self.keep_scores, **kwargs)
-        if out.weights is not None and self.buffer is not None and i in self.slots:
-            self.buffer[:, self.slots[i]] = out.weights  # cast on the way in; the float32 copy is freed here
-            out = out._replace(weights=self.buffer[:, self.slots[i]])
-        return out
+    def attend(self, i: int, attn: nn.Module, x: Tensor, capture: Capture, **kwargs: Any) -> AttentionOutput:
+        """Run layer ``i``'s attention, building its weights only if ``capture`` wants that layer
+        (the others go through torch's fused kernel and never build a ``[T, T]`` matrix)."""
+        wanted = capture.wants(i)
+        return attn(x, need_weights=wanted, keep_scores=wanted and capture.details, **kwargs)
 
     @property
     def n_layers(self) -> int:
@@ -91,8 +86,9 @@ class NativeModel:
         return self
 
     def run(
-        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int
-    ) -> list[AttentionOutput]:  # pragma: no cover - abstract
+        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
+    ) -> Iterator[AttentionOutput]:  # pragma: no cover - abstract
+        """The first ``n_layers`` layers' attention outputs, one at a time."""
         raise NotImplementedError
 
     def o_weight(self, layer: int) -> Tensor | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention, causal_mask, combine_masks, padding_mask
+from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, load_layer_norm, load_linear
 from .weights import take
 
@@ -52,15 +54,16 @@ class GPT2(NativeModel):
             }))
 
     @torch.no_grad()
-    def run(self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int) -> list[AttentionOutput]:
+    def run(
+        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
+    ) -> Iterator[AttentionOutput]:
         t = ids.shape[1]
         x = self.wte[ids] + self.wpe[:t]  # (B, T, d)
         mask = combine_masks(padding_mask(attention_mask), causal_mask(t, device=ids.device))
-        captured = []
         for i, layer in enumerate(self.layers[:n_layers]):
-            out = self.attend(i, layer["attn"], layer["ln_1"](x), mask=mask)
-            captured.append(out)
+            out = self.attend(i, layer["attn"], layer["ln_1"](x), capture, mask=mask)
+            yield out
             x = x + out.output
+            del out  # the consumer has this layer's weights: never two layers' matrices held here
             x = x + layer["proj"](self.act(layer["fc"](layer["ln_2"](x))))
-        return captured
 

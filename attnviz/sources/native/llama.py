@@ -6,6 +6,7 @@ attention and the default rotary embedding (no ``rope_scaling``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from ...attention import (
     rotary_tables,
     sliding_window_mask,
 )
+from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, load_linear
 from .weights import take
 
@@ -95,17 +97,18 @@ class Llama(NativeModel):
             }))
 
     @torch.no_grad()
-    def run(self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int) -> list[AttentionOutput]:
+    def run(
+        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
+    ) -> Iterator[AttentionOutput]:
         t = ids.shape[1]
         x = self.embed[ids]  # (B, T, d)
         rotary = rotary_tables(torch.arange(t, device=ids.device), self.d_head, self.theta)
         future = sliding_window_mask(t, self.window, device=ids.device) if self.window else causal_mask(t, device=ids.device)
         mask = combine_masks(padding_mask(attention_mask), future)
-        captured = []
         for i, layer in enumerate(self.layers[:n_layers]):
-            out = self.attend(i, layer["attn"], layer["norm_attn"](x), mask=mask, rotary=rotary)
-            captured.append(out)
+            out = self.attend(i, layer["attn"], layer["norm_attn"](x), capture, mask=mask, rotary=rotary)
+            yield out
             x = x + out.output
+            del out  # the consumer has this layer's weights: never two layers' matrices held here
             h = layer["norm_mlp"](x)
             x = x + layer["down"](self.act(layer["gate"](h)) * layer["up"](h))
-        return captured
