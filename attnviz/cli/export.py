@@ -15,7 +15,10 @@ _NOT_GIVEN = None  # every option defaults to None so that --config values show 
 
 @cli_command
 def export(
-    input: str | None = typer.Argument(None, metavar="INPUT", help="Texts: a text file (one per line), .jsonl, .csv, or - for stdin.", show_default=False),
+    inputs: list[str] | None = typer.Argument(
+        None, metavar="INPUT|SHARD_DIR",
+        help="Texts: a text file (one per line), .jsonl, .csv, or - for stdin. With --merge: the shard folders to join.",
+        show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the results and manifest.jsonl.", show_default=False),
     model: str | None = typer.Option(_NOT_GIVEN, "--model", "-m", help="Model (default: the embedded all-MiniLM-L6-v2).", show_default=False),
     layers: str | None = typer.Option(_NOT_GIVEN, "--layers", help="Layers to export: 0,2,4-6 or all (default).", show_default=False),
@@ -24,7 +27,7 @@ def export(
     formats: str | None = typer.Option(_NOT_GIVEN, "--formats", help="Some of png,svg,pdf,npz,json (default png,npz,json).", show_default=False),
     batch_size: int | None = typer.Option(_NOT_GIVEN, "--batch-size", help="Texts per forward pass (default 8).", show_default=False),
     jobs: int | None = typer.Option(_NOT_GIVEN, "--jobs", "-j", help="Processes drawing images (default 2).", show_default=False),
-    config: Path | None = typer.Option(None, "--config", help="A TOML file with an [export] table; flags override it.", show_default=False),
+    config: str | None = typer.Option(None, "--config", help="A TOML file with an [export] table; flags override it. sample_configs/batch.toml works from any folder.", show_default=False),
     shard: str | None = typer.Option(_NOT_GIVEN, "--shard", help="K/N: export only shard K of N (e.g. one task of a Slurm array).", show_default=False),
     input_format: str | None = typer.Option(_NOT_GIVEN, "--input-format", help="auto (by extension), lines, jsonl or csv.", show_default=False),
     field: str | None = typer.Option(_NOT_GIVEN, "--field", help="JSONL: the field holding the text (default text; implies JSONL).", show_default=False),
@@ -35,31 +38,42 @@ def export(
     device: str | None = typer.Option(_NOT_GIVEN, "--device", help="cpu, cuda or mps.", show_default=False),
     style: str | None = typer.Option(_NOT_GIVEN, "--style", help="figure (labelled, as attnviz heatmap) or tiles (bare colours, PNG, far faster).", show_default=False),
     quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress bar (it is off anyway when stdout is not a terminal).", show_default=False),
-    merge: list[Path] | None = typer.Option(None, "--merge", help="Instead of exporting: join these shard folders' manifests into --out.", show_default=False),
+    merge: bool = typer.Option(False, "--merge", help="Instead of exporting: join the shard folders given as arguments into --out (--merge shards/*, or --merge a --merge b).", show_default=False),
 ) -> None:
     """Export attention for every text of INPUT: image grids per layer, .npz arrays and head statistics as JSON.
 
     A rerun skips finished items; --shard K/N splits the work; --merge joins the shards.
     Example: attnviz export texts.txt --out results/ --layers 0,5 --formats png,npz
+
+    With --merge, every argument is a shard folder and nothing is exported:
+    attnviz export --merge shards/* --out results/ (the older --merge a --merge b means the same).
     """
     from ..export import build_settings, run_export
     from ..export import merge as merge_dirs
 
     console = stdout_console()
-    if merge:
-        if input is not None:
-            raise UsageError("give INPUT or --merge DIR…, not both")
-        manifest, count = merge_dirs(merge, out)
-        console.print(f"merged {count} items from {len(merge)} folders into {manifest}")
-        return
-    if input is None:
-        raise UsageError("give INPUT (a file of texts, or - for stdin), or --merge DIR…")
-    settings = build_settings(config, {
+    export_options = {
         "model": model, "layers": layers, "heads": heads, "grid": grid, "formats": formats, "batch_size": batch_size,
         "input_format": input_format, "style": style,
         "jobs": jobs, "shard": shard, "field": field, "column": column, "float16": float16,
         "truncate": truncate, "engine": engine, "device": device, "quiet": quiet,
-    })
+    }
+    inputs = inputs or []
+    if merge:
+        _check_merge_options(inputs, config, export_options)
+        manifest, count = merge_dirs([Path(folder) for folder in inputs], out)
+        if not quiet:
+            console.print(f"merged {count} items from {len(inputs)} folders into {manifest}")
+        return
+    if not inputs:
+        raise UsageError("give INPUT (a file of texts, or - for stdin), or --merge SHARD_DIR…")
+    if len(inputs) > 1:
+        raise UsageError(
+            f"give one INPUT, not {len(inputs)} ({' '.join(inputs[:3])}{' …' if len(inputs) > 3 else ''}); "
+            "to join shard folders add --merge"
+        )
+    input = inputs[0]
+    settings = build_settings(config, export_options)
     show = console.is_terminal and not settings.quiet
     from ..render.progress import export_progress
 
@@ -80,3 +94,15 @@ def export(
         raise typer.Exit(1)
     if not settings.quiet:
         console.print(f"{summary.items} items: {done}; manifest {summary.manifest}")
+
+
+def _check_merge_options(folders: list[str], config: str | None, options: dict[str, object]) -> None:
+    """--merge only joins folders: an export option beside it would be silently ignored, so refuse it."""
+    if not folders:
+        raise UsageError("--merge needs the shard folders to join, e.g. attnviz export --merge shards/* --out results/")
+    given = [name for name, value in options.items() if value is not None and name != "quiet"]
+    if config is not None:
+        given.insert(0, "config")
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(f"{flag} applies to exporting; --merge only joins shard folders made with their own settings")

@@ -110,11 +110,16 @@ _KINDS = {"batch_size": int, "jobs": int, "trust_remote_code": bool, "float16": 
 _INPUT_FORMATS = ("auto", "lines", "jsonl", "csv")
 
 
-def build_settings(config: Path | None, overrides: dict[str, Any]) -> ExportSettings:
-    """Defaults, updated by the TOML file's ``[export]`` table, updated by flags that were given (not None)."""
+def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> ExportSettings:
+    """Defaults, updated by the TOML file's ``[export]`` table, updated by flags that were given (not None).
+
+    ``config`` is found as ``--model`` configs are: ``sample_configs/batch.toml`` works from any folder.
+    """
+    from ..sources.resolve import sample_config
+
     values: dict[str, Any] = {}
     if config is not None:
-        values.update(_read_toml(config))
+        values.update(_read_toml(sample_config(config)))
     values.update({k: v for k, v in overrides.items() if v is not None})
     known = {f.name for f in fields(ExportSettings)}
     settings = ExportSettings()
@@ -152,6 +157,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; check --config") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--config {path} is a folder; give a .toml file with an [export] table") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML ({exc}); fix it or leave out --config") from None
     unknown = set(data) - {"export"}

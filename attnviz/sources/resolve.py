@@ -24,17 +24,25 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Engine = Literal["auto", "native", "hf"]
 ENGINES = ("auto", "native", "hf")
-BUILTIN_CONFIGS = ("tiny.toml", "seed_example.toml")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 Source = Union["ConfigSource", "ModelSource"]
 
 
-def builtin_config(name: str) -> Path | None:
-    """The installed copy of a sample config (``tiny.toml``, ``seed_example.toml``), if ``name`` is one."""
-    if name not in BUILTIN_CONFIGS:
-        return None
-    with as_file(files("attnviz.sample_configs") / name) as path:
-        return Path(path)
+def sample_config(path: str | Path) -> Path:
+    """``path`` itself if it exists; else, for ``sample_configs/NAME.toml`` (or a bare ``NAME.toml``), the copy
+    installed with attnviz, so the README's ``--model sample_configs/tiny.toml`` and
+    ``--config sample_configs/batch.toml`` work from any folder. Anything else comes back unchanged, for the
+    caller to report as missing: a mistyped path elsewhere never silently becomes a sample."""
+    path = Path(path)
+    if path.exists() or path.suffix.lower() != ".toml":
+        return path
+    if len(path.parts) > 1 and path.parent.name != "sample_configs":
+        return path
+    installed = files("attnviz.sample_configs") / path.name
+    if not installed.is_file():
+        return path
+    with as_file(installed) as found:  # a real file for any normal install (not a zip)
+        return Path(found)
 
 
 def default_model_folder() -> Path:
@@ -89,10 +97,7 @@ def load_source(
             raise UsageError(f"{model} is a small config model; it runs on the CPU (drop --device/--device-map)")
         from ..config import load_config
 
-        path = Path(model)
-        if not path.exists() and (builtin := builtin_config(path.name)) is not None:
-            path = builtin
-        config = load_config(path)  # checked before torch is imported
+        config = load_config(sample_config(model))  # checked before torch is imported
         from .own import ConfigSource
 
         return ConfigSource(config, causal=causal)
