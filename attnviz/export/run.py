@@ -90,21 +90,11 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
     with _workers(settings) as pool:
         for batch in todo:
             # The whole block runs again, so its numbers match an uninterrupted run; finished items keep their files.
-            layers = None if settings.layers is None else list(settings.layers)
-            outcomes = _extract(source, batch, settings.truncate, layers, settings.float16)
-            for item, outcome in zip(batch, outcomes, strict=True):
-                if journal.finished(item):
-                    continue
+            for item, outcome in _run_block(source, batch, out_dir, settings, journal):
                 if isinstance(outcome, str):
                     _fail(journal, summary, item, outcome, on_item)
                     continue
-                try:
-                    files, stats, tasks = _write_item(item, outcome, out_dir, settings)
-                except UsageError:
-                    raise  # a bad --layers/--heads fails every item alike: stop the run
-                except AttnvizError as exc:
-                    _fail(journal, summary, item, exc.message, on_item)
-                    continue
+                files, stats, tasks = outcome
                 futures = [_submit(pool, view, path, settings.style) for view, path in tasks]
                 pending.append((item, files, stats, futures))
             # Images of the previous batch render while this one ran through the model.
@@ -112,6 +102,157 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
                 _settle(pending.popleft(), journal, summary, on_item)
         while pending:
             _settle(pending.popleft(), journal, summary, on_item)
+
+
+Outcome = tuple[list[str], dict[str, Any], list[tuple[Any, Path]]]
+
+
+def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSettings,
+               journal: Journal) -> list[tuple[Item, Outcome | str]]:
+    """One padded batch, its layers written out as they are computed; if a text cannot be encoded
+    (too long, say), each text alone, so only the bad ones fail."""
+    layers = None if settings.layers is None else list(settings.layers)
+    texts = [item.text for item in batch]
+    try:
+        feed = _open_feed(source, texts, settings.truncate, layers, settings.float16)
+    except UsageError:
+        raise  # a bad --layers is wrong for every item alike
+    except AttnvizError as exc:
+        if len(batch) == 1:
+            return [(batch[0], exc.message)]
+        return [pair for item in batch for pair in _run_block(source, [item], out_dir, settings, journal)]
+    headers, count, steps, full = feed
+    exports = [None if journal.finished(item) else ItemExport(item, header, out_dir, settings, count)
+               for item, header in zip(batch, headers, strict=True)]
+    try:
+        for position, parts in enumerate(steps):
+            for export, part in zip(exports, parts, strict=True):
+                if export is not None:
+                    export.add(position, part)
+            del parts  # this layer is written: drop it before the next is computed
+        outcomes: list[tuple[Item, Outcome | str]] = []
+        for i, (item, export) in enumerate(zip(batch, exports, strict=True)):
+            if export is not None:
+                outcomes.append((item, export.finish(full[i] if full is not None else None)))
+        return outcomes
+    except AttnvizError as exc:
+        for export in exports:
+            if export is not None:
+                export.abort()
+        if isinstance(exc, UsageError):
+            raise  # e.g. --heads beyond the model's heads: wrong for every item alike
+        return [(item, exc.message) for item, export in zip(batch, exports, strict=True) if export is not None]
+    except BaseException:
+        for export in exports:
+            if export is not None:
+                export.abort()
+        raise
+
+
+def _open_feed(source: Any, texts: list[str], truncate: bool, layers: list[int] | None, float16: bool):
+    """(headers, layer count, per-layer parts, whole results or None) for a batch.
+
+    Engines that stream give each layer as it is computed; config models and encoder-decoder
+    models give whole results, fed to the same writers layer by layer (and saved whole, with
+    their cross-attentions).
+    """
+    from ..sources.engine import ItemLayer
+
+    if hasattr(source, "stream_batch") and not getattr(source, "encoder_decoder", False):
+        stream = source.stream_batch(texts, truncate=truncate, layers=layers)
+        return stream.results, len(stream.layers), iter(stream), None
+    results = source.extract_batch(texts, truncate=truncate, layers=layers, float16=float16)
+    count = results[0].n_layers
+
+    def steps():
+        for position in range(count):
+            yield [ItemLayer(layer=(r.metadata.get("layers") or list(range(count)))[position],
+                             attentions=r.attentions[position],
+                             value_norms=None if r.value_norms is None else r.value_norms[position])
+                   for r in results]
+
+    return results, count, steps(), results
+
+
+class ItemExport:
+    """One text's outputs, written as its layers arrive: the npz streamed to disk, the head
+    statistics accumulated, one image job per layer (and head) drawn by the workers later."""
+
+    def __init__(self, item: Item, header: AttentionResult, out_dir: Path, settings: ExportSettings,
+                 n_layers: int) -> None:
+        from ..heads import HeadTableBuilder
+
+        self.item, self.header, self.out_dir, self.settings = item, header, out_dir, settings
+        self.stats = HeadTableBuilder()
+        self.layers: list[int] = []
+        self.images: list[tuple[Any, Path]] = []
+        self.npz = None
+        if "npz" in settings.formats and not header.attentions.numel() and header.cross_attentions is None:
+            from ..result import ResultWriter
+
+            self.npz = ResultWriter(out_dir / f"{item.stem}.npz", header, n_layers, float16=settings.float16)
+
+    def add(self, position: int, part: Any) -> None:
+        """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``."""
+        heads = part.attentions.shape[0]
+        if self.settings.heads is not None and max(self.settings.heads) >= heads:
+            raise UsageError(f"--heads {max(self.settings.heads)} is out of range; {self.header.model_name} has "
+                             f"heads 0 to {heads - 1}")
+        self.layers.append(part.layer)
+        if self.npz is not None:
+            self.npz.add(part.attentions, part.value_norms)
+        self.stats.add_layer(self.header, position, part.attentions)
+        if self.settings.image_formats:
+            self._views(part)
+
+    def _views(self, part: Any) -> None:
+        from dataclasses import replace
+
+        from ..render.view import FIGURE_CELLS, heatmap_view, max_pool
+
+        one = replace(self.header, attentions=part.attentions[None], cross_attentions=None, decoder_attentions=None,
+                      scores=None, values=None, value_norms=None, metadata={**self.header.metadata, "layers": [part.layer]})
+        drawn: list[int | str] = (["all"] if self.settings.grid else []) + list(self.settings.heads or [])
+        for head in drawn:
+            view = heatmap_view(one, layer=part.layer, head=head, cmap=self.settings.cmap)
+            n = max(view.panels.shape[1:])
+            if self.settings.style == "figure" and n > FIGURE_CELLS:
+                # The figure pools to this size anyway; pooled here, a long input's views stay small in the queue.
+                view = max_pool(view, -(-n // FIGURE_CELLS))
+            name = f"L{part.layer}" if head == "all" else f"L{part.layer}H{head}"
+            for fmt in self.settings.image_formats:
+                self.images.append((view, self.out_dir / f"{self.item.stem}.{name}.{fmt}"))
+
+    def finish(self, full: AttentionResult | None = None) -> Outcome:
+        """Close the npz, write the statistics JSON; return the files, a summary and the image jobs."""
+        files: list[str] = []
+        if "npz" in self.settings.formats:
+            if self.npz is not None:
+                files.append(self.npz.close().name)
+            elif full is not None:
+                files.append(full.save(self.out_dir / f"{self.item.stem}.npz", float16=self.settings.float16).name)
+        rows = self.stats.table().rows()
+        for row in rows:
+            row["layer"] = self.layers[int(row["layer"])]  # numbered as in the model
+        if "json" in self.settings.formats:
+            import json
+
+            doc = {"index": self.item.index, "hash": self.item.hash, "text": self.item.text,
+                   "model": self.header.model_name, "tokens": self.header.tokens, "heads": rows}
+            path = self.out_dir / f"{self.item.stem}.stats.json"
+            text = json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
+            atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+            files.append(path.name)
+        # Images are listed by layer, then head, then format, as they were queued.
+        files.extend(path.name for _, path in self.images)
+        labels = Counter(label for row in rows for label in row["labels"])  # type: ignore[union-attr]
+        stats = {"tokens": len(self.header.tokens), "labels": dict(sorted(labels.items())),
+                 "entropy_norm_mean": round(sum(float(r["entropy_norm"]) for r in rows) / len(rows), 6)}
+        return files, stats, self.images
+
+    def abort(self) -> None:
+        if self.npz is not None:
+            self.npz.abort()
 
 
 @contextmanager
@@ -175,65 +316,6 @@ def _done(value: str) -> Future[str]:
     future: Future[str] = Future()
     future.set_result(value)
     return future
-
-
-def _extract(
-    source: Any, batch: list[Item], truncate: bool, layers: list[int] | None, float16: bool = False
-) -> list[AttentionResult | str]:
-    """One padded batch; if any text fails, each text alone, so only the bad ones fail."""
-    try:
-        return list(source.extract_batch([item.text for item in batch], truncate=truncate, layers=layers,
-                                         float16=float16))
-    except UsageError:
-        raise  # a bad --layers is wrong for every item alike
-    except AttnvizError:
-        pass
-    outcomes: list[AttentionResult | str] = []
-    for item in batch:
-        try:
-            outcomes.append(source.extract(item.text, truncate=truncate, layers=layers, float16=float16))
-        except AttnvizError as exc:
-            outcomes.append(exc.message)
-    return outcomes
-
-
-def _write_item(item: Item, result: AttentionResult, out_dir: Path, settings: ExportSettings):
-    """Write the npz and JSON now; return the image jobs for the workers."""
-    from ..heads import head_table
-    from ..render.view import heatmap_view
-
-    layers = result.metadata.get("layers") or list(range(result.n_layers))  # model numbers of the layers held
-    if settings.heads is not None and max(settings.heads) >= result.n_heads:
-        raise UsageError(f"--heads {max(settings.heads)} is out of range; {result.model_name} has heads 0 to {result.n_heads - 1}")
-    files: list[str] = []
-    rows = head_table([result]).rows()
-    for row in rows:
-        row["layer"] = layers[int(row["layer"])]  # numbered as in the model
-    if "npz" in settings.formats:
-        files.append(result.save(out_dir / f"{item.stem}.npz", float16=settings.float16).name)
-    if "json" in settings.formats:
-        import json
-
-        doc = {"index": item.index, "hash": item.hash, "text": item.text, "model": result.model_name,
-               "tokens": result.tokens, "heads": rows}
-        path = out_dir / f"{item.stem}.stats.json"
-        text = json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
-        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-        files.append(path.name)
-    tasks = []
-    drawn: list[int | str] = (["all"] if settings.grid else []) + list(settings.heads or [])
-    for layer in layers:
-        for head in drawn:
-            view = heatmap_view(result, layer=layer, head=head, cmap=settings.cmap)
-            name = f"L{layer}" if head == "all" else f"L{layer}H{head}"
-            for fmt in settings.image_formats:
-                path = out_dir / f"{item.stem}.{name}.{fmt}"
-                tasks.append((view, path))
-                files.append(path.name)
-    labels = Counter(label for row in rows for label in row["labels"])  # type: ignore[union-attr]
-    stats = {"tokens": len(result.tokens), "labels": dict(sorted(labels.items())),
-             "entropy_norm_mean": round(sum(float(r["entropy_norm"]) for r in rows) / len(rows), 6)}
-    return files, stats, tasks
 
 
 def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[str]]], journal: Journal,

@@ -16,10 +16,9 @@ import numpy as np
 from ..errors import AttnvizWarning
 from ..fileio import atomic_write, check_output_path
 from .fonts import clean_label, font_chain
-from .view import HeatmapView, max_pool
+from .view import FIGURE_CELLS, HeatmapView, max_pool
 
 DPI = 150
-_MAX_CELLS = 1024  # per axis; more is pooled (max) before drawing
 _MAX_TICKS = 64  # labels per axis; beyond, every n-th label is drawn
 _MAX_VALUE_CELLS = 400  # numbers are written into cells only up to this many per panel
 # The same figure gives the same bytes: no creation dates, fixed SVG ids, glyphs as paths.
@@ -60,8 +59,8 @@ def render_image(view: HeatmapView, path: str | os.PathLike[str], *, values: boo
 
     path = check_output_path(path)
     _, q, k = view.panels.shape
-    if max(q, k) > _MAX_CELLS:
-        view = max_pool(view, math.ceil(max(q, k) / _MAX_CELLS))
+    if max(q, k) > FIGURE_CELLS:
+        view = max_pool(view, math.ceil(max(q, k) / FIGURE_CELLS))
     rows_l = [clean_label(s) for s in view.row_labels]
     cols_l = [clean_label(s) for s in view.col_labels]
     families, missing = font_chain([*rows_l, *cols_l, view.title])

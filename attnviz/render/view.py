@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 HeadChoice = int | Literal["all", "mean"]
 Kind = Literal["self", "encoder", "decoder", "cross"]
 KINDS = ("self", "encoder", "decoder", "cross")
+FIGURE_CELLS = 1024  # cells per axis an image file draws; a longer input is max-pooled to this first
 
 
 @dataclass(frozen=True)
