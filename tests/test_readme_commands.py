@@ -1,14 +1,367 @@
-"""The README's export commands: `--merge shards/*` and `--config sample_configs/batch.toml` as written."""
+"""Every command line in the README runs as written, so the README cannot drift from the tool.
+
+Each ```bash block of README.md is read line by line; every ``attnviz …`` line is run in-process
+(click's CliRunner) from a fresh working folder holding the files the README names, with the
+shell's part done here: ``cat FILE | attnviz … -`` feeds FILE on stdin, ``> FILE`` captures stdout,
+``$SLURM_ARRAY_TASK_ID`` takes each value of the block's ``#SBATCH --array``, and ``shards/*`` is
+expanded as a shell would. A line this parser does not understand fails the test (teach the
+parser, or write the line differently): nothing in a bash block is skipped silently.
+
+Hub ids (``gpt2``, ``t5-small``) resolve against a local Hugging Face cache of tiny random models
+saved here under those ids; conftest sets ``HF_HUB_OFFLINE=1``, so nothing is downloaded.
+The top block (install, then the test command) is checked against pyproject.toml and ``.ci/run``.
+"""
 
 from __future__ import annotations
 
+import csv
+import glob
+import io
 import json
+import os
+import re
+import shlex
+import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BLOCK = re.compile(r"^([ \t]*)```bash\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+ARRAY = re.compile(r"^#SBATCH\s+--array=(\d+)-(\d+)\s*$")
+
+# The files the README's commands read, as a user would have them.
+TEXTS = ["The cat sat."]  # one short text: each labelled grid figure costs about a second
+FILES = {
+    "texts.txt": "\n".join(TEXTS) + "\n",
+    "corpus.txt": "\n".join(TEXTS) + "\n",
+    "corpus.jsonl": "".join(json.dumps({"id": i, "sentence": t}) + "\n" for i, t in enumerate(TEXTS)),
+    "data.csv": "id,text\n" + "".join(f'{i},"{t}"\n' for i, t in enumerate(TEXTS)),
+}
+HUB_IDS = ("gpt2", "t5-small")
+IMAGE_MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<", ".pdf": b"%PDF"}
+
+
+# --- reading the README ------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """One ``attnviz`` command line of the README, with the shell's part of it taken apart."""
+
+    line: str
+    argv: list[str]  # after "attnviz"; $VARIABLES and globs are expanded when it runs
+    stdin: str | None = None  # `cat FILE | attnviz …`
+    stdout: str | None = None  # `attnviz … > FILE`
+
+
+@dataclass
+class Block:
+    heading: str
+    steps: list[Step] = field(default_factory=list)
+    arrays: dict[str, list[str]] = field(default_factory=dict)  # from `#SBATCH --array=A-B`
+
+
+def bash_blocks(text: str = README) -> list[tuple[str, list[str]]]:
+    """(heading above it, lines) of every ```bash block, indented ones included."""
+    found = []
+    for match in BLOCK.finditer(text):
+        headings = re.findall(r"^#+ (.+)$", text[: match.start()], re.MULTILINE)
+        indent = len(match.group(1))
+        lines = [line[indent:] if line[:indent].strip() == "" else line for line in match.group(2).splitlines()]
+        found.append((headings[-1] if headings else "", lines))
+    return found
+
+
+def shell_words(line: str) -> list[str]:
+    """The words of one shell line, with `|`, `>`, `&&`, `;` and `<` as words of their own; comments dropped."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars="|&;<>")
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+def parse_step(line: str) -> Step:
+    """A README line → Step. Anything but `[cat FILE |] attnviz ARGS [> FILE]` is refused."""
+    words = shell_words(line)
+    stdin = None
+    if "|" in words:
+        cut = words.index("|")
+        head, words = words[:cut], words[cut + 1 :]
+        if len(head) != 2 or head[0] != "cat":
+            raise ValueError(f"only `cat FILE | attnviz …` pipes are understood: {line!r}")
+        stdin = head[1]
+    stdout = None
+    if ">" in words:
+        cut = words.index(">")
+        if cut != len(words) - 2:
+            raise ValueError(f"only a final `> FILE` redirection is understood: {line!r}")
+        words, stdout = words[:cut], words[-1]
+    bad = [w for w in words if w in {"|", "&&", "&", ";", "<", ">", "||", ">>"}]
+    if bad or not words or words[0] != "attnviz":
+        raise ValueError(f"not an attnviz command this test can run: {line!r}")
+    return Step(line=line.strip(), argv=words[1:], stdin=stdin, stdout=stdout)
+
+
+def readme_blocks() -> list[Block]:
+    """Every bash block after the first (the install block, checked on its own), parsed."""
+    blocks = []
+    for heading, lines in bash_blocks()[1:]:
+        block = Block(heading)
+        for line in lines:
+            if array := ARRAY.match(line.strip()):
+                lo, hi = int(array.group(1)), int(array.group(2))
+                block.arrays["SLURM_ARRAY_TASK_ID"] = [str(k) for k in range(lo, hi + 1)]
+            if shell_words(line):  # not blank, not only a comment
+                block.steps.append(parse_step(line))
+        blocks.append(block)
+    return blocks
+
+
+def install_block() -> list[list[str]]:
+    """The README's first block: its commands, each line split at `&&`."""
+    commands = []
+    for line in bash_blocks()[0][1]:
+        words = shell_words(line)
+        while words:
+            cut = words.index("&&") if "&&" in words else len(words)
+            commands.append(words[:cut])
+            words = words[cut + 1 :]
+    return commands
+
+
+def install_steps() -> list[Step]:
+    return [Step(line=shlex.join(c), argv=c[1:]) for c in install_block() if c[0] == "attnviz"]
+
+
+BLOCKS = readme_blocks()
+INSTALL_STEPS = install_steps()
+SINGLE = [s for b in BLOCKS if not b.arrays for s in b.steps] + INSTALL_STEPS  # each from a fresh folder
+SEQUENCES = [b for b in BLOCKS if b.arrays]  # a Slurm array and what follows it: run in order, as one test
+ALL_STEPS = [s for b in BLOCKS for s in b.steps] + INSTALL_STEPS
+
+
+def _id(step: Step) -> str:
+    return step.line if len(step.line) <= 90 else step.line[:87] + "…"
+
+
+# --- the working folder and the hub cache --------------------------------------------------------
+
+
+def _hub_models(root: Path) -> dict[str, Path]:
+    """Tiny random models to stand in for the hub's gpt2 and t5-small (positions enough for the induction probe)."""
+    import torch
+    from tiny_models import _byte_bpe, _save, build_t5
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(11)
+    tok = _byte_bpe()
+    end = tok.token_to_id("<|endoftext|>")
+    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=128,
+                     bos_token_id=end, eos_token_id=end)
+    gpt2 = _save(root / "gpt2", GPT2Model(cfg), tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                 unk_token="<|endoftext|>")
+    return {"gpt2": gpt2, "t5-small": build_t5(root / "t5-small")}
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory) -> Path:
+    """A Hugging Face cache (models--ID/refs/main, snapshots/COMMIT/…) holding the README's hub ids."""
+    root = tmp_path_factory.mktemp("readme_hub")
+    cache = root / "cache"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    for repo, folder in _hub_models(root / "built").items():
+        entry = cache / ("models--" + repo.replace("/", "--"))
+        (entry / "refs").mkdir(parents=True)
+        (entry / "refs" / "main").write_text(commit)
+        shutil.copytree(folder, entry / "snapshots" / commit)
+    return cache
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, hub_cache) -> Path:
+    """A folder outside the repository with the README's input files and ./my-finetuned-minilm.
+
+    There is no sample_configs/ here: `--model sample_configs/tiny.toml` and `--config
+    sample_configs/batch.toml` must find the copies installed with attnviz, as for a user.
+    """
+    from huggingface_hub import constants
+
+    from attnviz.sources.resolve import default_model_folder
+
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    (tmp_path / "my-finetuned-minilm").symlink_to(default_model_folder(), target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    # Read by huggingface_hub and transformers at call time; HF_HUB_OFFLINE=1 comes from conftest.
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache))
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    return tmp_path
+
+
+def run_step(step: Step, variables: dict[str, str] | None = None):
+    """Run one README step as the shell would: variables, globs, stdin and stdout redirection."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    def expand(word: str) -> list[str]:
+        word = VARIABLE.sub(lambda m: (variables or {})[m.group(1) or m.group(2)], word)
+        if glob.has_magic(word):
+            return sorted(glob.glob(word)) or [word]  # bash keeps an unmatched pattern as it is
+        return [word]
+
+    argv = [w for word in step.argv for w in expand(word)]
+    stdin = Path(step.stdin).read_bytes() if step.stdin else None
+    result = CliRunner().invoke(app, argv, input=stdin)
+    assert result.exit_code == 0, f"{step.line}\nexit {result.exit_code}\n{result.stderr}{result.exception!r}"
+    assert "attnviz: error" not in result.stderr
+    if step.stdout:
+        Path(step.stdout).write_text(result.stdout, encoding="utf-8")
+    return argv, result
+
+
+# --- what each command promises ------------------------------------------------------------------
+
+
+def _option(argv: list[str], *names: str) -> str | None:
+    for i, word in enumerate(argv[:-1]):
+        if word in names:
+            return argv[i + 1]
+    return None
+
+
+def check_export(step: Step, argv: list[str]) -> None:
+    import numpy as np
+
+    out = Path(_option(argv, "--out", "-o"))
+    entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sorted(e["index"] for e in entries) == list(range(len(TEXTS)))  # every input file holds TEXTS, step.line
+    assert all(e["status"] == "ok" for e in entries), entries
+    formats = (_option(argv, "--formats") or "png,npz,json").split(",")
+    layers = _option(argv, "--layers")
+    heads = _option(argv, "--heads")
+    for entry in entries:
+        files = entry["files"]
+        assert all((out / name).is_file() for name in files), files
+        suffixes = {Path(name).suffix.lstrip(".") for name in files}
+        assert suffixes == set(formats), (formats, files)
+        images = [n for n in files if n.endswith(".png")]
+        if layers:  # one grid per layer asked for, no other layer
+            assert sorted(n.split(".")[-2] for n in images) == sorted(f"L{la}" for la in layers.split(","))
+        if heads:  # --heads: one image per head and layer, and no grid (README: "--no-grid for those alone" is implied)
+            assert images and all(re.fullmatch(r"L\d+H\d+", n.split(".")[-2]) for n in images), images
+            assert {n.split(".")[-2].split("H")[1] for n in images} == set(heads.split(","))
+        for name in images:
+            assert (out / name).read_bytes().startswith(IMAGE_MAGIC[".png"]), name
+        npz = [n for n in files if n.endswith(".npz")]
+        if "--float16" in argv:
+            with np.load(out / npz[0]) as arrays:
+                assert arrays["attentions"].dtype == np.float16
+
+
+def check_step(step: Step, argv: list[str], result) -> None:
+    command = argv[0]
+    out = _option(argv, "--out", "-o")
+    if command == "export":
+        check_export(step, argv)
+    elif out is not None:
+        path = Path(out)
+        assert path.is_file() and path.read_bytes().startswith(IMAGE_MAGIC[path.suffix]), step.line
+    elif step.stdout is None:
+        assert result.stdout.strip(), f"{step.line} printed nothing"
+    if step.stdout is not None and _option(argv, "--format") == "csv":  # "> heads.csv": a CSV with a header
+        rows = list(csv.DictReader(io.StringIO(Path(step.stdout).read_text(encoding="utf-8"))))
+        assert rows and {"layer", "head"} <= set(rows[0]), Path(step.stdout).read_text()[:300]
+    if "--json" in argv or _option(argv, "--format") == "json":
+        doc = json.loads(result.stdout)
+        if command == "explain":
+            assert "heads" in doc and "output" in doc
+    if "--verbose" in argv:
+        assert "attnviz: engine" in result.stderr
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", SINGLE, ids=_id)
+def test_readme_command_runs_as_written(step, workdir):
+    argv, result = run_step(step)
+    check_step(step, argv, result)
+
+
+@pytest.mark.parametrize("block", SEQUENCES, ids=lambda b: b.heading)
+def test_readme_slurm_array_then_merge(block, workdir):
+    """Each task of the array (its $SLURM_ARRAY_TASK_ID from `#SBATCH --array`), then the lines after it."""
+    (name, values), = block.arrays.items()
+    for step in block.steps:
+        if any(VARIABLE.search(w) for w in step.argv):
+            for value in values:
+                run_step(step, {name: value})
+        else:
+            argv, result = run_step(step)
+            check_step(step, argv, result)
+
+
+def test_readme_commands_are_found():
+    """The parser found the README's commands: enough of them, and every registered command among them."""
+    from attnviz.cli import app
+
+    assert len(ALL_STEPS) >= 25, [s.line for s in ALL_STEPS]
+    commands = {c.name for c in app.registered_commands}
+    assert commands <= {s.argv[0] for s in ALL_STEPS}, commands - {s.argv[0] for s in ALL_STEPS}
+    assert any(s.stdin for s in ALL_STEPS) and any(s.stdout for s in ALL_STEPS) and SEQUENCES
+    ran = {id(s) for s in SINGLE} | {id(s) for b in SEQUENCES for s in b.steps}
+    assert all(id(s) in ran for s in ALL_STEPS), "a README command would not run"
+
+
+def test_parser_handles_the_shell_parts():
+    step = parse_step('cat texts.txt | attnviz export - --out "my results/" > log.txt  # comment')
+    assert (step.stdin, step.stdout, step.argv) == ("texts.txt", "log.txt", ["export", "-", "--out", "my results/"])
+    for line in ("attnviz heatmap x && rm -rf /", "echo hi", "attnviz heads x | sort", "attnviz heatmap x; ls"):
+        with pytest.raises(ValueError):
+            parse_step(line)
+
+
+def test_install_block_matches_ci_and_pyproject():
+    """The top block: the pip installs name what pyproject offers, and CI runs the README's test command."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    commands = install_block()
+    pips = [c for c in commands if c[:2] == ["pip", "install"]]
+    tests = [c for c in commands if "pytest" in c]
+    assert pips and len(tests) == 1, commands
+    assert "attnviz" in project["scripts"]
+    for pip in pips:
+        for word in pip[2:]:
+            if extra := re.fullmatch(r"\.\[(\w+)\]", word):
+                assert extra.group(1) in project["optional-dependencies"]
+            elif pin := re.fullmatch(r"torch==([\d.]+)", word):
+                floor = next(d for d in project["dependencies"] if d.startswith("torch"))
+                assert floor.startswith("torch>="), floor
+                as_tuple = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
+                assert as_tuple(pin.group(1)) >= as_tuple(floor.split(">=")[1])
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    ci_commands = [shell_words(line) for line in ci.splitlines()]
+    ci_tests = [c for c in ci_commands if "pytest" in c]
+    readme_test = tests[0]
+    assert ci_tests, ".ci/run runs no pytest"
+    last = ci_tests[-1]
+    # CI may add reporting options (--durations), nothing that changes which tests run or how.
+    assert last[: len(readme_test)] == readme_test, (last, readme_test)
+    assert all(w.startswith("--durations") for w in last[len(readme_test) :]), last
+    for pip in pips:
+        pins = [w for w in pip[2:] if "==" in w]
+        for pinned in pins:
+            assert any(pinned in c for c in ci_commands), f".ci/run does not install {pinned} as the README does"
 
 
 # --- the two fixes the README commands needed ----------------------------------------------------
