@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
 from .result import AttentionResult
 from .sources.resolve import Engine, load_source
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .heads import HeadTable
 
 
 def extract(
@@ -71,3 +80,48 @@ def extract_batch(
     """
     source = load_source(model, engine=engine, revision=revision, device=device, trust_remote_code=trust_remote_code)
     return source.extract_batch(texts, pairs=pairs, truncate=truncate, details=details, layers=layers)
+
+
+def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = False, batch_size: int = 16) -> HeadTable:
+    """The head table (:mod:`attnviz.heads`) of ``texts`` run through a loaded ``source``, averaged over them.
+
+    Texts run in padded batches of ``batch_size``, and each layer's statistics are taken as soon
+    as the engine computes it, so a long text never holds every layer's matrices at once.
+    """
+    from .heads import HeadTableBuilder
+    from .sources.engine import layer_stream
+
+    builder = HeadTableBuilder()
+    for start in range(0, len(texts), batch_size):
+        stream = layer_stream(source, list(texts[start : start + batch_size]), truncate=truncate)
+        for position, parts in enumerate(stream):
+            for number, (result, part) in enumerate(zip(stream.results, parts, strict=True)):
+                builder.add_layer(result, position, part.attentions, text=start + number)
+            del parts
+    return builder.table()
+
+
+def rollout_of_text(source: Any, text: str, *, layer: int | None = None, head_fusion: str = "mean",
+                    truncate: bool = False) -> tuple[torch.Tensor, AttentionResult]:
+    """Attention rollout (:func:`attnviz.metrics.rollout`) of ``text`` through ``layer`` (default: the
+    last): ``[q, k]`` float64, and the result describing the tokens. Layers are fused as the engine
+    computes them, so memory holds one layer's matrices and one ``[q, k]`` product at a time."""
+    from . import metrics
+    from .errors import UsageError
+    from .sources.engine import layer_stream
+
+    n_layers = source.n_layers if hasattr(source, "n_layers") else None
+    if layer is not None and n_layers is not None and not 0 <= layer < n_layers:
+        raise UsageError(f"--layer {layer} is out of range; {source.name} has layers 0 to {n_layers - 1}")
+    wanted = None if layer is None else list(range(layer + 1))
+    stream = layer_stream(source, [text], truncate=truncate, layers=wanted)
+
+    def layers() -> Iterator[torch.Tensor]:
+        for parts in stream:
+            attentions = parts[0].attentions
+            del parts
+            yield attentions
+            del attentions  # before the next layer is computed
+
+    last = deque(metrics.rollout_steps(layers(), head_fusion=head_fusion), maxlen=1)  # type: ignore[arg-type]
+    return last[0], stream.results[0]

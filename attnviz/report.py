@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 from rich.console import Console
 
 from . import metrics
@@ -84,8 +83,3 @@ def comparison_report(
         flat = [(f"L{li}H{h}", float(matrix[i, h])) for i, li in enumerate(layers) for h in range(n_heads)]
         flat.sort(key=lambda item: item[1], reverse=True)
         console.print(ranking_table(f"heads that change most vs {other_name}", flat[:top], "change"))
-
-
-def rollout_tensor(result: AttentionResult, fusion: str) -> torch.Tensor:
-    """``[layers, 1, q, k]``: rollout as a one-head tensor, so the heatmap views can show any layer of it."""
-    return metrics.rollout(result.attentions, head_fusion=fusion)[:, None]

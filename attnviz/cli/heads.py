@@ -75,18 +75,16 @@ def heads(
     source = open_source(model, engine=engine, causal=None, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
     if probe is not None:
+        from ..heads import head_table
         from ..probes import induction_probe
 
-        results = [induction_probe(source)]
-    elif texts is not None:
-        results = []
-        for start in range(0, len(texts), BATCH):  # padded batches of modest size keep memory flat
-            results += source.extract_batch(texts[start : start + BATCH], truncate=truncate)
+        table = head_table([induction_probe(source)])
     else:
-        results = [source.extract(text, truncate=truncate)]
-    from ..heads import head_table
+        from ..api import head_table_of_texts
 
-    table = head_table(results)
+        # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
+        table = head_table_of_texts(source, texts if texts is not None else [text], truncate=truncate,
+                                    batch_size=BATCH)
     rows = table.rows()
     if sort is not None:
         rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))

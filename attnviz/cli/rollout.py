@@ -70,24 +70,26 @@ def rollout(
         check_output_path(out)
     source = open_source(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
                          trust_remote_code=trust_remote_code, verbose=verbose)
-    result = source.extract(text, truncate=truncate)
-    last = result.n_layers - 1 if layer is None else layer
+    last = source.n_layers - 1 if layer is None else layer
     from ..render.view import matrix_view, select_panels
 
     if norm:
+        # Only the layer shown is built.
+        result = source.extract(text, truncate=truncate, layers=[last])
         if result.value_norms is None:
             raise UsageError(f"--norm needs each head's value vectors; the {source.engine} engine does not give them. "
                              "Use --engine native (BERT, GPT-2, LLaMA families) or a .toml config model")
         from ..metrics import norm_attention
 
         tensor = norm_attention(result.attentions, result.value_norms)
-        panels, titles, what = select_panels(tensor, last, head_choice, result.model_name)
+        panels, titles, what = select_panels(tensor, 0, head_choice, result.model_name)
         title = f"{result.model_name} · norm-based attention ‖α f(x)‖ · layer {last} · {what}"
     else:
-        from ..report import rollout_tensor
+        from ..api import rollout_of_text
 
-        panels, _, _ = select_panels(rollout_tensor(result, fusion.value), last, 0, result.model_name)
-        titles = [f"rollout to layer {last}"]
+        # Layers are fused as they are computed, up to the one shown: one layer's matrices at a time.
+        rolled, result = rollout_of_text(source, text, layer=last, head_fusion=fusion.value, truncate=truncate)
+        panels, titles = rolled[None].numpy(), [f"rollout to layer {last}"]
         title = f"{result.model_name} · attention rollout ({fusion.value} of heads) through layers 0–{last}"
     view = matrix_view(
         panels, result.tokens, result.tokens, title=title, panel_titles=titles, cmap=cmap.value,

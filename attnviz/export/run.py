@@ -113,19 +113,20 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
     (too long, say), each text alone, so only the bad ones fail."""
     layers = None if settings.layers is None else list(settings.layers)
     texts = [item.text for item in batch]
+    from ..sources.engine import layer_stream
+
     try:
-        feed = _open_feed(source, texts, settings.truncate, layers, settings.float16)
+        stream = layer_stream(source, texts, truncate=settings.truncate, layers=layers, float16=settings.float16)
     except UsageError:
         raise  # a bad --layers is wrong for every item alike
     except AttnvizError as exc:
         if len(batch) == 1:
             return [(batch[0], exc.message)]
         return [pair for item in batch for pair in _run_block(source, [item], out_dir, settings, journal)]
-    headers, count, steps, full = feed
-    exports = [None if journal.finished(item) else ItemExport(item, header, out_dir, settings, count)
-               for item, header in zip(batch, headers, strict=True)]
+    exports = [None if journal.finished(item) else ItemExport(item, header, out_dir, settings, len(stream.layers))
+               for item, header in zip(batch, stream.results, strict=True)]
     try:
-        for position, parts in enumerate(steps):
+        for position, parts in enumerate(stream):
             for export, part in zip(exports, parts, strict=True):
                 if export is not None:
                     export.add(position, part)
@@ -133,7 +134,7 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
         outcomes: list[tuple[Item, Outcome | str]] = []
         for i, (item, export) in enumerate(zip(batch, exports, strict=True)):
             if export is not None:
-                outcomes.append((item, export.finish(full[i] if full is not None else None)))
+                outcomes.append((item, export.finish(stream.results[i] if stream.whole else None)))
         return outcomes
     except AttnvizError as exc:
         for export in exports:
@@ -147,31 +148,6 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
             if export is not None:
                 export.abort()
         raise
-
-
-def _open_feed(source: Any, texts: list[str], truncate: bool, layers: list[int] | None, float16: bool):
-    """(headers, layer count, per-layer parts, whole results or None) for a batch.
-
-    Engines that stream give each layer as it is computed; config models and encoder-decoder
-    models give whole results, fed to the same writers layer by layer (and saved whole, with
-    their cross-attentions).
-    """
-    from ..sources.engine import ItemLayer
-
-    if hasattr(source, "stream_batch") and not getattr(source, "encoder_decoder", False):
-        stream = source.stream_batch(texts, truncate=truncate, layers=layers)
-        return stream.results, len(stream.layers), iter(stream), None
-    results = source.extract_batch(texts, truncate=truncate, layers=layers, float16=float16)
-    count = results[0].n_layers
-
-    def steps():
-        for position in range(count):
-            yield [ItemLayer(layer=(r.metadata.get("layers") or list(range(count)))[position],
-                             attentions=r.attentions[position],
-                             value_norms=None if r.value_norms is None else r.value_norms[position])
-                   for r in results]
-
-    return results, count, steps(), results
 
 
 class ItemExport:

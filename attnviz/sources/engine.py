@@ -65,12 +65,45 @@ class LayerStream:
 
     def __init__(self, results: list[AttentionResult], layers: list[int], outs: Iterator[LayerOut]) -> None:
         self.results, self.layers, self._outs = results, layers, outs
+        self.whole = False  # True when ``results`` already hold every layer (see :meth:`of_results`)
 
     def __iter__(self) -> Iterator[list[ItemLayer]]:
         lengths = [len(r.tokens) for r in self.results]
         for out in self._outs:
             yield [_cut(out, b, n) for b, n in enumerate(lengths)]
             del out  # before the next layer is computed: one layer's matrices at a time
+
+    @classmethod
+    def of_results(cls, results: list[AttentionResult]) -> LayerStream:
+        """A stream over results computed whole (config models, encoder-decoder models): the same
+        consumers work on them; ``results`` keep everything (cross-attentions too), ``whole`` is True."""
+        layers = results[0].metadata.get("layers") or list(range(results[0].n_layers))
+        same = all(r.attentions.shape[-1] == results[0].attentions.shape[-1] for r in results)
+        width = results[0].attentions.shape[-1] if same else max(r.attentions.shape[-1] for r in results)
+
+        def outs() -> Iterator[LayerOut]:
+            for position, layer in enumerate(layers):
+                padded = torch.zeros(len(results), results[0].n_heads, width, width)
+                norms = None if any(r.value_norms is None for r in results) else torch.zeros(len(results), results[0].n_heads, width)
+                for b, r in enumerate(results):
+                    n = r.attentions.shape[-1]
+                    padded[b, :, :n, :n] = r.attentions[position]
+                    if norms is not None:
+                        norms[b, :, :n] = r.value_norms[position]
+                yield LayerOut(layer=layer, weights=padded, value_norms=norms)
+
+        stream = cls(results, list(layers), outs())
+        stream.whole = True
+        return stream
+
+
+def layer_stream(source: Any, texts: list[str], *, truncate: bool = False, layers: list[int] | None = None,
+                 float16: bool = False) -> LayerStream:
+    """The layers of ``texts`` one at a time, from any source: engines stream them as computed;
+    config models and encoder-decoder models compute whole results, which are then handed on layer by layer."""
+    if isinstance(source, ModelSource) and not getattr(source, "encoder_decoder", False):
+        return source.stream_batch(texts, truncate=truncate, layers=layers)
+    return LayerStream.of_results(source.extract_batch(texts, truncate=truncate, layers=layers, float16=float16))
 
 
 def _cut(out: LayerOut, b: int, n: int) -> ItemLayer:

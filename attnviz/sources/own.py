@@ -24,6 +24,10 @@ class ConfigSource:
 
     engine = "config"
 
+    @property
+    def n_layers(self) -> int:
+        return 1 if self._model is None else self.cfg.n_layers
+
     def describe(self) -> str:
         return f"engine config ({type(self.cfg).__name__}), model {self.name}"
 
