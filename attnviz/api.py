@@ -94,10 +94,9 @@ def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = F
     builder = HeadTableBuilder()
     for start in range(0, len(texts), batch_size):
         stream = layer_stream(source, list(texts[start : start + batch_size]), truncate=truncate)
-        for position, parts in enumerate(stream):
-            for number, (result, part) in enumerate(zip(stream.results, parts, strict=True)):
-                builder.add_layer(result, position, part.attentions, text=start + number)
-            del parts
+        for position, parts in stream:
+            builder.add_layers(stream.results, position, [part.attentions for part in parts], first_text=start)
+            del parts  # before the next layer is computed
     return builder.table()
 
 
@@ -117,7 +116,7 @@ def rollout_of_text(source: Any, text: str, *, layer: int | None = None, head_fu
     stream = layer_stream(source, [text], truncate=truncate, layers=wanted)
 
     def layers() -> Iterator[torch.Tensor]:
-        for parts in stream:
+        for _, parts in stream:
             attentions = parts[0].attentions
             del parts
             yield attentions

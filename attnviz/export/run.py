@@ -126,10 +126,8 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
     exports = [None if journal.finished(item) else ItemExport(item, header, out_dir, settings, len(stream.layers))
                for item, header in zip(batch, stream.results, strict=True)]
     try:
-        for position, parts in enumerate(stream):
-            for export, part in zip(exports, parts, strict=True):
-                if export is not None:
-                    export.add(position, part)
+        for position, parts in stream:
+            _add_layer(exports, position, parts)
             del parts  # this layer is written: drop it before the next is computed
         outcomes: list[tuple[Item, Outcome | str]] = []
         for i, (item, export) in enumerate(zip(batch, exports, strict=True)):
@@ -148,6 +146,13 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
             if export is not None:
                 export.abort()
         raise
+
+
+def _add_layer(exports: list[ItemExport | None], position: int, parts: list[Any]) -> None:
+    """A function of its own, so no loop variable keeps the layer alive after it is written."""
+    for export, part in zip(exports, parts, strict=True):
+        if export is not None:
+            export.add(position, part)
 
 
 class ItemExport:

@@ -67,11 +67,18 @@ class LayerStream:
         self.results, self.layers, self._outs = results, layers, outs
         self.whole = False  # True when ``results`` already hold every layer (see :meth:`of_results`)
 
-    def __iter__(self) -> Iterator[list[ItemLayer]]:
+    def __iter__(self) -> Iterator[tuple[int, list[ItemLayer]]]:
+        """``(position, parts)``: the layer's index among ``layers``, and one :class:`ItemLayer` per text.
+
+        (Not ``enumerate``: it keeps its last item until the next one is computed, which would
+        hold two layers at once.)
+        """
         lengths = [len(r.tokens) for r in self.results]
+        position = 0
         for out in self._outs:
-            yield [_cut(out, b, n) for b, n in enumerate(lengths)]
+            yield position, [_cut(out, b, n) for b, n in enumerate(lengths)]
             del out  # before the next layer is computed: one layer's matrices at a time
+            position += 1  # noqa: SIM113 (enumerate would keep the last layer alive)
 
     @classmethod
     def of_results(cls, results: list[AttentionResult]) -> LayerStream:
@@ -122,21 +129,27 @@ def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResu
     count = len(stream.layers)
     stores: list[Tensor | None] = [None] * len(stream.results)
     extras: list[dict[str, list[Tensor]]] = [{"scores": [], "values": [], "value_norms": []} for _ in stream.results]
-    for position, parts in enumerate(stream):
-        for b, part in enumerate(parts):
-            if stores[b] is None:
-                stores[b] = torch.empty((count, *part.attentions.shape), dtype=dtype)
-            stores[b][position] = part.attentions  # cast on the way in
-            for name, kept in extras[b].items():
-                value = getattr(part, name)
-                if value is not None:
-                    kept.append(value.float().clone())
+    for position, parts in stream:
+        _store(parts, position, count, dtype, stores, extras)
         del parts  # drop this layer before the stream computes the next
     return [
         replace(result, attentions=store,
                 **{name: torch.stack(kept) if kept else None for name, kept in extra.items()})
         for result, store, extra in zip(stream.results, stores, extras, strict=True)
     ]
+
+
+def _store(parts: list[ItemLayer], position: int, count: int, dtype: torch.dtype, stores: list[Tensor | None],
+           extras: list[dict[str, list[Tensor]]]) -> None:
+    """Copy one layer into each text's storage (a function, so no loop variable outlives the layer)."""
+    for b, part in enumerate(parts):
+        if stores[b] is None:
+            stores[b] = torch.empty((count, *part.attentions.shape), dtype=dtype)
+        stores[b][position] = part.attentions  # cast on the way in
+        for name, kept in extras[b].items():
+            value = getattr(part, name)
+            if value is not None:
+                kept.append(value.float().clone())
 
 
 class ModelSource:

@@ -108,7 +108,9 @@ class NativeSource(ModelSource):
         from ...attention import head_value_norms
 
         n_layers = self.n_layers if capture.layers is None else max(capture.layers) + 1
-        for i, out in enumerate(self.model.run(ids, mask, types, n_layers, capture)):
+        i = -1
+        for out in self.model.run(ids, mask, types, n_layers, capture):  # (enumerate would hold the last layer)
+            i += 1
             if capture.wants(i):
                 yield LayerOut(
                     layer=i, weights=out.weights,

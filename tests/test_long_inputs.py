@@ -1,0 +1,198 @@
+"""Long inputs: every command holds one layer's attention matrices at a time, and the streamed
+outputs equal the whole-result ones (issue 10, part 3)."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz import metrics
+from attnviz.heads import head_table
+from attnviz.result import AttentionResult, ResultWriter
+from attnviz.sources.native import NativeSource
+
+TEXT = "The cat sat on the mat because it was tired of running after the dog."
+
+
+@pytest.fixture
+def layers_alive(monkeypatch):
+    """Instrument the native engine: for each layer it computes, record how many earlier layers'
+    attention matrices are still alive (referenced by anything) at that moment."""
+    seen: list[int] = []
+    real = NativeSource.forward_layers
+
+    def forward_layers(self, *args, **kwargs):
+        refs: list[weakref.ref] = []
+        for out in real(self, *args, **kwargs):
+            seen.append(sum(ref() is not None for ref in refs))
+            refs.append(weakref.ref(out.weights))
+            yield out
+            del out
+
+    monkeypatch.setattr(NativeSource, "forward_layers", forward_layers)
+    return seen
+
+
+def _texts(tmp_path, lines):
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_export_holds_one_layer_at_a_time(run_cli, tmp_path, layers_alive):
+    r = run_cli("export", _texts(tmp_path, [TEXT, "A second, shorter text."]), "--out", str(tmp_path / "out"),
+                "--formats", "npz,json", "--quiet")
+    assert r.exit_code == 0, r.stderr
+    assert len(layers_alive) == 6  # MiniLM's layers, one padded batch
+    assert max(layers_alive) == 0, f"earlier layers still alive when the next was computed: {layers_alive}"
+
+
+def test_heads_and_rollout_hold_one_layer_at_a_time(run_cli, tmp_path, layers_alive):
+    assert run_cli("heads", "--file", _texts(tmp_path, [TEXT, "Another one."]), "--format", "csv").exit_code == 0
+    assert run_cli("rollout", TEXT, "--width", "80").exit_code == 0
+    assert len(layers_alive) == 12 and max(layers_alive) == 0, layers_alive
+
+
+def test_extract_keeps_no_batch_layer_once_stored(layers_alive):
+    results = attnviz.extract_batch([TEXT, "Short."])
+    assert results[0].attentions.shape[0] == 6
+    assert max(layers_alive) == 0, layers_alive
+
+
+def test_the_layer_check_can_fail(monkeypatch):
+    """The instrument sees a consumer that keeps every layer (as the old pipeline did)."""
+    from attnviz.sources.resolve import load_source
+
+    seen: list[int] = []
+    real = NativeSource.forward_layers
+
+    def forward_layers(self, *args, **kwargs):
+        refs: list[weakref.ref] = []
+        for out in real(self, *args, **kwargs):
+            seen.append(sum(ref() is not None for ref in refs))
+            refs.append(weakref.ref(out.weights))
+            yield out
+
+    monkeypatch.setattr(NativeSource, "forward_layers", forward_layers)
+    stream = load_source(None).stream_batch([TEXT])
+    hoard = [parts[0].attentions for _, parts in stream]
+    assert len(hoard) == 6 and seen[-1] == 5
+
+
+@pytest.mark.parametrize("float16", [False, True])
+def test_streamed_npz_is_byte_identical_to_save(tmp_path, float16):
+    result = attnviz.extract(TEXT)
+    whole = result.save(tmp_path / "whole.npz", float16=float16)
+    writer = ResultWriter(tmp_path / "streamed.npz", result, result.n_layers, float16=float16)
+    for layer in range(result.n_layers):
+        writer.add(result.attentions[layer], result.value_norms[layer])
+    streamed = writer.close()
+    assert streamed.read_bytes() == whole.read_bytes()
+    assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob(".*tmp*"))
+    loaded = AttentionResult.load(streamed)
+    assert torch.allclose(loaded.attentions, result.attentions, atol=1e-3 if float16 else 0)
+
+
+def test_an_aborted_writer_leaves_nothing(tmp_path):
+    result = attnviz.extract(TEXT)
+    writer = ResultWriter(tmp_path / "x.npz", result, result.n_layers)
+    writer.add(result.attentions[0])
+    with pytest.raises(ValueError, match="1 of 6 layers"):
+        writer.close()
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_npz_equals_the_result_of_extract(run_cli, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("export", _texts(tmp_path, [TEXT]), "--out", str(out), "--formats", "npz", "--quiet").exit_code == 0
+    exported = AttentionResult.load(next(out.glob("*.npz")))
+    direct = attnviz.extract(TEXT)
+    assert exported.tokens == direct.tokens
+    assert torch.allclose(exported.attentions, direct.attentions, atol=1e-6)
+    assert torch.allclose(exported.value_norms, direct.value_norms, atol=1e-5)
+
+
+def test_streamed_head_table_equals_the_whole_one():
+    from attnviz.api import head_table_of_texts
+    from attnviz.sources.resolve import load_source
+
+    texts = [TEXT, "Colorless green ideas sleep furiously.", "注意力机制很重要。"]
+    source = load_source(None)
+    streamed = head_table_of_texts(source, texts, batch_size=2)
+    whole = head_table([source.extract(t) for t in texts])
+    assert streamed.n_texts == 3
+    for name, value in whole.stats.items():
+        assert torch.allclose(streamed.stats[name], value, atol=1e-6), name
+
+
+def test_streamed_rollout_equals_rollout_of_the_whole_result():
+    from attnviz.api import rollout_of_text
+    from attnviz.sources.resolve import load_source
+
+    source = load_source(None)
+    result = source.extract(TEXT)
+    for fusion in ("mean", "max"):
+        rolled, header = rollout_of_text(source, TEXT, layer=3, head_fusion=fusion)
+        assert header.tokens == result.tokens
+        assert torch.allclose(rolled, metrics.rollout(result.attentions, head_fusion=fusion)[3], atol=1e-9)
+
+
+def _random_attention(shape, causal=False, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(*shape, generator=gen, dtype=torch.float64) * 3
+    if causal:
+        scores = scores.masked_fill(~torch.ones(shape[-2], shape[-1], dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(-1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_statistics_of_float32_inputs_agree_with_float64(causal):
+    """The statistics read float32 in place (rows summed in float32, accumulated in float64):
+    they agree with the same definitions in float64 to 1e-6."""
+    a64 = _random_attention((2, 3, 40, 40), causal=causal)
+    a32 = a64.float()
+    ids = [i % 7 for i in range(40)]
+    for fn in (metrics.entropy, metrics.self_score, metrics.previous_token_mean, metrics.next_token_score,
+               metrics.max_weight, metrics.mean_distance, metrics.first_token_score,
+               lambda a: metrics.entropy_normalized(a, causal=causal),
+               lambda a: metrics.attention_to(a, [i % 5 == 0 for i in range(40)]),
+               lambda a: metrics.duplicate_token_score(a, ids), lambda a: metrics.induction_score(a, ids)):
+        exact, fast = fn(a64), fn(a32)
+        assert fast.dtype == torch.float64
+        assert torch.allclose(fast, exact, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("exclude_bos", [False, True])
+@pytest.mark.parametrize("exclude_current_token", [False, True])
+def test_sparse_pattern_score_equals_transformerlens_dense_formula(exclude_bos, exclude_current_token):
+    """TransformerLens detect_head, error_measure "mul", written out densely as it is there."""
+    a = _random_attention((2, 2, 30, 30), causal=True, seed=3)
+    ids = [i % 6 for i in range(30)]
+    pattern = metrics.induction_pattern(ids)
+    dense = a.clone()
+    if exclude_bos:
+        dense[..., 0] = 0
+    if exclude_current_token:
+        dense.diagonal(dim1=-2, dim2=-1).zero_()
+    expected = (dense * pattern).sum((-2, -1)) / dense.sum((-2, -1))
+    got = metrics.pattern_score(a, pattern, exclude_bos=exclude_bos, exclude_current_token=exclude_current_token)
+    assert torch.allclose(got, expected, atol=1e-12)
+
+
+def test_head_statistics_of_a_long_input_stay_small():
+    """[1, 12, 1024, 1024] float32 (50 MB): the statistics never make a float64 copy of it
+    (tracemalloc does not see torch's allocations, so the check is on torch's own allocator counters)."""
+    a = _random_attention((1, 12, 1024, 1024), causal=True).float()
+    tokens = [f"w{i % 50}" for i in range(1024)]
+    result = AttentionResult(tokens=tokens, attentions=a, token_ids=[i % 50 for i in range(1024)], causal=True)
+    from attnviz.heads import layer_statistics
+
+    stats = layer_statistics(result)
+    assert set(stats) and all(v.shape == (1, 12) for v in stats.values())
+    reference = metrics.entropy(a.double())
+    assert np.allclose(stats["entropy"].numpy(), reference.numpy(), rtol=1e-6)
