@@ -196,3 +196,64 @@ def test_head_statistics_of_a_long_input_stay_small():
     assert set(stats) and all(v.shape == (1, 12) for v in stats.values())
     reference = metrics.entropy(a.double())
     assert np.allclose(stats["entropy"].numpy(), reference.numpy(), rtol=1e-6)
+
+
+# --- issue 10, part 5: what an export tells and leaves behind -------------------------------------
+
+
+def test_rerun_with_other_layers_removes_the_old_images(run_cli, tmp_path):
+    out = tmp_path / "out"
+    texts = _texts(tmp_path, ["The cat sat on the mat.", "A dog."])
+    mine = out / "notes.txt"
+    out.mkdir()
+    mine.write_text("mine")  # not an export's file: never touched
+    common = ["export", texts, "--out", str(out), "--formats", "png,json", "--style", "tiles", "--quiet"]
+    assert run_cli(*common, "--layers", "0,1").exit_code == 0
+    assert (out / "000000-the-cat-sat-on-the-mat.L1.png").exists()
+    r = run_cli(*common, "--layers", "0")
+    assert r.exit_code == 0, r.stderr
+    assert not (out / "000000-the-cat-sat-on-the-mat.L1.png").exists() and not (out / "000001-a-dog.L1.png").exists()
+    assert "removed 2 files of an earlier export" in r.stderr and "000000-the-cat-sat-on-the-mat.L1.png" in r.stderr
+    listed = {name for line in (out / "manifest.jsonl").read_text().splitlines() for name in __import__("json").loads(line)["files"]}
+    on_disk = {p.name for p in out.iterdir() if p.name.startswith("0000")}
+    assert listed == on_disk and mine.read_text() == "mine"
+
+
+def test_a_changed_text_leaves_no_file_of_the_old_one(run_cli, tmp_path):
+    out = tmp_path / "out"
+    common = ["--out", str(out), "--formats", "json", "--quiet"]
+    assert run_cli("export", _texts(tmp_path, ["First text here.", "Second."]), *common).exit_code == 0
+    assert run_cli("export", _texts(tmp_path, ["A changed first text.", "Second."]), *common).exit_code == 0
+    assert sorted(p.name for p in out.glob("000000-*")) == ["000000-a-changed-first-text.stats.json"]
+
+
+def test_plain_progress_lines_when_not_at_a_terminal(run_cli, tmp_path, monkeypatch):
+    from attnviz.render import progress
+
+    monkeypatch.setattr(progress, "PLAIN_INTERVAL", 0.0)  # a line for every item
+    texts = _texts(tmp_path, ["One text.", "Two texts.", "Three texts."])
+    r = run_cli("export", texts, "--out", str(tmp_path / "a"), "--formats", "json", "--batch-size", "1")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert [line.split(" items")[0] for line in lines] == [f"attnviz: export {i}/3" for i in (1, 2, 3)]
+    assert all("items/s, ETA" in line for line in lines) and lines[-1].endswith("ETA 0:00")
+    quiet = run_cli("export", texts, "--out", str(tmp_path / "b"), "--formats", "json", "--quiet")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+def test_plain_progress_waits_for_its_interval():
+    import io
+
+    from attnviz.render.progress import plain_progress
+
+    now = [0.0]
+    stream = io.StringIO()
+    with plain_progress(stream, interval=30.0, clock=lambda: now[0]) as (start, advance):
+        start(100, 10)
+        for _ in range(20):  # 20 items in 20 s: nothing yet
+            now[0] += 1.0
+            advance()
+        assert stream.getvalue() == ""
+        now[0] += 10.0
+        advance()  # 30 s, 21 items done this run: 0.70 items/s, 69 left
+        assert stream.getvalue() == "attnviz: export 31/100 items (31%), 0.70 items/s, ETA 1:39\n"

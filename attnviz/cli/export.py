@@ -37,7 +37,7 @@ def export(
     engine: str | None = typer.Option(_NOT_GIVEN, "--engine", help="auto, native or hf.", show_default=False),
     device: str | None = typer.Option(_NOT_GIVEN, "--device", help="cpu, cuda or mps.", show_default=False),
     style: str | None = typer.Option(_NOT_GIVEN, "--style", help="figure (labelled, as attnviz heatmap) or tiles (bare colours, PNG, far faster).", show_default=False),
-    quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress bar (it is off anyway when stdout is not a terminal).", show_default=False),
+    quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress: no bar at a terminal, and no progress lines on stderr elsewhere.", show_default=False),
     merge: bool = typer.Option(False, "--merge", help="Instead of exporting: join the shard folders given as arguments into --out (--merge shards/*, or --merge a --merge b).", show_default=False),
 ) -> None:
     """Export attention for every text of INPUT: image grids per layer, .npz arrays and head statistics as JSON.
@@ -74,16 +74,20 @@ def export(
         )
     input = inputs[0]
     settings = build_settings(config, export_options)
-    show = console.is_terminal and not settings.quiet
     from ..render.progress import export_progress
 
-    with export_progress(console, enabled=show) as (start, advance):
+    # A bar at a terminal; otherwise a plain line on stderr now and then (a log, a cluster job).
+    with export_progress(console, enabled=not settings.quiet) as (start, advance):
         try:
             summary = run_export(input, out, settings, on_start=start, on_item=advance)
         except KeyboardInterrupt:
             sys.stderr.write(f"attnviz: interrupted; finished items are kept in {out}. Rerun the same command to resume\n")
             raise typer.Exit(130) from None
     done = f"{summary.exported} exported, {summary.skipped} already done"
+    if summary.removed:
+        shown = ", ".join(summary.removed[:3]) + (f" and {len(summary.removed) - 3} more" if len(summary.removed) > 3 else "")
+        sys.stderr.write(f"attnviz: removed {len(summary.removed)} files of an earlier export with other settings "
+                         f"or texts, which this run does not make: {shown}\n")
     if summary.failed:
         first = "; ".join(f"item {i}: {msg}" for i, msg in summary.failed[:3])
         more = f" (and {len(summary.failed) - 3} more)" if len(summary.failed) > 3 else ""

@@ -88,6 +88,17 @@ class Journal:
         self.journal.unlink(missing_ok=True)
         return self.final
 
+    def stale_files(self, items: list[Item]) -> list[Path]:
+        """Files an earlier export of these items wrote that this run's manifest does not list: made with
+        other settings (other layers, heads, formats) or from an earlier text. Only names of the form
+        an export writes for these items' indices are considered, so other files (and other shards'
+        items in a shared folder) are never touched."""
+        listed = {name for item in items for name in self.entries.get(item.index, {}).get("files", [])}
+        indices = {f"{item.index:06d}" for item in items}
+        return sorted(path for path in self.out_dir.iterdir()
+                      if path.is_file() and path.name not in listed and (m := _OUTPUT.fullmatch(path.name))
+                      and m.group(1) in indices)
+
 
 def safe_name(name: object) -> bool:
     """A file name an export could have written: no folders, no leading dot, nothing else."""
@@ -95,6 +106,8 @@ def safe_name(name: object) -> bool:
 
 
 _SAFE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
+# What an export writes for an item: {index:06d}-{slug}.npz, .stats.json, .L{layer}[H{head}].{png,svg,pdf}
+_OUTPUT = re.compile(r"(\d{6})-[a-z0-9-]+\.(?:npz|stats\.json|L\d+(?:H\d+)?\.(?:png|svg|pdf))")
 _REQUIRED = ("index", "hash", "status", "settings", "of")
 
 

@@ -35,6 +35,7 @@ class ExportSummary:
     skipped: int = 0
     failed: list[tuple[int, str]] = field(default_factory=list)
     manifest: Path | None = None
+    removed: list[str] = field(default_factory=list)  # files of an earlier run with other settings
 
 
 def render_task(view: Any, path: str, style: str = "figure") -> str:
@@ -76,6 +77,9 @@ def run_export(
     if todo:
         _export(todo, out_dir, settings, journal, summary, on_item or (lambda: None))
     summary.manifest = journal.finish(items)
+    for path in journal.stale_files(items):  # an earlier run's outputs that these settings no longer make
+        path.unlink(missing_ok=True)
+        summary.removed.append(path.name)
     remove_stale_temporaries(out_dir)  # again: workers of a killed run may have outlived it by a moment
     return summary
 
