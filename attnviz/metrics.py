@@ -49,18 +49,40 @@ def _read(attn: Tensor) -> Tensor:
     return attn.float() if attn.dtype in (torch.float16, torch.bfloat16) else attn
 
 
-_CHUNK = 1 << 22  # elements per temporary (16 MB in float32): long inputs are reduced a few heads at a time
+_ROWS = 256  # query rows per block: long inputs are reduced a block at a time, one head at a time
 
 
-def _by_heads(a: Tensor, reduce: Callable[[Tensor], Tensor]) -> Tensor:
-    """``reduce`` applied to ``[n, q, k]`` slices of the ``[L, H, q, k]`` attentions, a few heads at a
-    time, so its temporaries stay small; the results are put back as ``[L, H, ...]``."""
+# A block of one head's rows: (block [rows, width], first row, width) → [rows] float64.
+RowReducer = Callable[[Tensor, int, int], Tensor]
+
+
+def _by_rows(a: Tensor, reduce: RowReducer, zeros: Callable[[int], Tensor | float] | None = None) -> Tensor:
+    """Per query row, ``[L, H, q]`` float64: ``reduce`` applied to blocks of rows of one head at a
+    time, so temporaries stay small (and contiguous) however long the input.
+
+    Where every column right of a block is exactly 0 for all its rows (causal attention's upper
+    triangle; checked, not assumed), ``reduce`` sees only the columns left of it, and
+    ``zeros(count)`` adds what the ``count`` zero columns contribute per row (default nothing):
+    a causal head costs about half the work of a bidirectional one.
+    """
     layers, heads, q, k = a.shape
     flat = a.reshape(layers * heads, q, k)
-    step = max(1, _CHUNK // max(1, q * k))
-    parts = [reduce(flat[i : i + step]) for i in range(0, flat.shape[0], step)]
-    out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-    return out.reshape(layers, heads, *out.shape[1:])
+    out = torch.empty(layers * heads, q, dtype=torch.float64)
+    for h in range(flat.shape[0]):
+        for r0 in range(0, q, _ROWS):
+            r1 = min(q, r0 + _ROWS)
+            block = flat[h, r0:r1]
+            width = r1 if r1 < k and not bool(block[:, r1:].any()) else k
+            value = reduce(block[:, :width], r0, width)
+            if width < k and zeros is not None:
+                value = value + zeros(k - width)
+            out[h, r0:r1] = value
+    return out.reshape(layers, heads, q)
+
+
+def _buffer(a: Tensor) -> Tensor:
+    """Scratch space for one block, reused by every block (a fresh one each time costs page faults)."""
+    return torch.empty(min(_ROWS, a.shape[-2]) * a.shape[-1], dtype=a.dtype)
 
 
 def row_entropy(attn: Tensor) -> Tensor:
@@ -68,12 +90,19 @@ def row_entropy(attn: Tensor) -> Tensor:
     ``0.9999·A + 0.0001/n`` (the rows that :func:`entropy` and :func:`entropy_normalized` average)."""
     a = _read(attn)
     n = a.shape[-1]
+    alpha, beta = 1 - ENTROPY_SMOOTHING, ENTROPY_SMOOTHING / n
+    buffer = _buffer(a)
+    # A zero weight smoothed is beta: each such column adds entr(beta) = -beta·ln(beta).
+    per_zero = float(torch.special.entr(torch.tensor(beta, dtype=a.dtype)))
 
-    def rows(chunk: Tensor) -> Tensor:
-        p = chunk * (1 - ENTROPY_SMOOTHING) + ENTROPY_SMOOTHING / n
-        return torch.special.entr(p).sum(-1).double()
+    def rows(block: Tensor, r0: int, width: int) -> Tensor:
+        p = buffer[: block.numel()].view(block.shape)
+        torch.mul(block, alpha, out=p)
+        p.add_(beta)
+        torch.special.entr(p, out=p)
+        return p.sum(-1).double()
 
-    return _by_heads(a, rows)
+    return _by_rows(a, rows, lambda count: count * per_zero)
 
 
 # --- Clark et al. 2019 -----------------------------------------------------------------------
@@ -176,7 +205,14 @@ def mean_distance(attn: Tensor) -> Tensor:
     a = _read(attn)
     q, k = a.shape[-2:]
     dist = (torch.arange(q, dtype=a.dtype)[:, None] - torch.arange(k, dtype=a.dtype)[None, :]).abs()
-    return _by_heads(a, lambda chunk: (chunk * dist).sum(-1).double()).mean(-1)
+    buffer = _buffer(a)
+
+    def rows(block: Tensor, r0: int, width: int) -> Tensor:
+        weighted = buffer[: block.numel()].view(block.shape)
+        torch.mul(block, dist[r0 : r0 + block.shape[0], :width], out=weighted)
+        return weighted.sum(-1).double()
+
+    return _by_rows(a, rows).mean(-1)
 
 
 def first_token_score(attn: Tensor) -> Tensor:
