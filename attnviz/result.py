@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .errors import ResultFileError
-from .fileio import _umask, atomic_write
+from .fileio import atomic_write
 
 FORMAT_VERSION = 1
 _OPTIONAL_TENSORS = ("cross_attentions", "decoder_attentions", "scores", "values", "value_norms")
@@ -103,6 +103,14 @@ class AttentionResult:
     @property
     def n_heads(self) -> int:
         return self.attentions.shape[1]
+
+    @property
+    def unknown(self) -> list[bool]:
+        """True where the tokenizer replaced text it has no token for by its unknown token (``[UNK]``,
+        labelled ``[UNK:🍕]``), one per position: where ``token_ids`` is ``metadata["unk_token_id"]``,
+        which sources record (so it survives :meth:`save`, :meth:`load` and every transform)."""
+        unk = self.metadata.get("unk_token_id")
+        return [unk is not None and i == unk for i in self.token_ids]
 
     def save(self, path: str | os.PathLike[str], *, layers: list[int] | None = None, float16: bool = False) -> Path:
         """Write the result to ``path`` as ``.npz``, atomically, and byte-for-byte the same for the same result.
@@ -228,82 +236,3 @@ class AttentionResult:
         except (KeyError, ValueError, zipfile.BadZipFile, EOFError, json.JSONDecodeError) as exc:
             raise ResultFileError(f"{path} is not an attnviz result file ({exc}); re-create it with AttentionResult.save") from None
 
-
-class ResultWriter:
-    """Writes a result's ``.npz`` layer by layer, as a long input's layers arrive, to the same bytes
-    :meth:`AttentionResult.save` writes for the whole result; so no layer needs to stay in memory.
-
-    ``header`` gives the tokens and metadata (its attentions are not read); call :meth:`add` once per
-    layer, in order, with ``[heads, q, k]`` and optionally the value norms ``[heads, k]``, then
-    :meth:`close` to rename the file into place (or :meth:`abort` to remove it).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], header: AttentionResult, n_layers: int, *,
-                 float16: bool = False) -> None:
-        import tempfile
-
-        self.path = Path(path)
-        self.header, self.n_layers, self.dtype = header, n_layers, np.float16 if float16 else np.float32
-        self.done = 0
-        self.norms: list[np.ndarray] = []
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name[:80]}.{os.getpid()}.", suffix=".tmp.npz",
-                                        dir=self.path.parent)
-        os.close(fd)
-        try:
-            self.archive = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_STORED)
-            for name, array in header._token_arrays().items():
-                self._entry(name, lambda fh, a=array: np.lib.format.write_array(fh, a, allow_pickle=False))
-            self._open = self.archive.open(zipfile.ZipInfo("attentions.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w",
-                                           force_zip64=True)
-        except OSError as exc:
-            self.abort()
-            raise ResultFileError(f"cannot write {self.path}: {exc.strerror or exc}; check free space") from None
-        self._shape: tuple[int, ...] | None = None
-
-    def _entry(self, name: str, write: Any) -> None:
-        with self.archive.open(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w",
-                               force_zip64=True) as fh:
-            write(fh)
-
-    def add(self, attentions: torch.Tensor, value_norms: torch.Tensor | None = None) -> None:
-        """The next layer: ``[heads, q, k]`` (and ``[heads, k]`` value norms, or None)."""
-        block = attentions.detach().to("cpu").numpy().astype(self.dtype, copy=False)
-        if self._shape is None:
-            self._shape = block.shape
-            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(self.dtype)), "fortran_order": False,
-                      "shape": (self.n_layers, *block.shape)}
-            np.lib.format.write_array_header_1_0(self._open, header)
-        elif block.shape != self._shape:
-            raise ValueError(f"layer {self.done} is {block.shape}, earlier layers {self._shape}")
-        self._open.write(np.ascontiguousarray(block).tobytes())
-        if value_norms is not None:
-            self.norms.append(value_norms.detach().to("cpu", torch.float32).numpy())
-        self.done += 1
-
-    def close(self) -> Path:
-        if self.done != self.n_layers:
-            raise ValueError(f"{self.done} of {self.n_layers} layers were written")
-        try:
-            self._open.close()
-            self._entry("meta", lambda fh: np.lib.format.write_array(fh, self.header._meta_array(), allow_pickle=False))
-            if self.norms and len(self.norms) == self.n_layers:
-                norms = np.stack(self.norms).astype(self.dtype)
-                self._entry("value_norms", lambda fh: np.lib.format.write_array(fh, norms, allow_pickle=False))
-            self.archive.close()
-            os.chmod(self.tmp, 0o666 & ~_umask())
-            os.replace(self.tmp, self.path)
-        except OSError as exc:
-            self.abort()
-            raise ResultFileError(f"cannot write {self.path}: {exc.strerror or exc}; check free space") from None
-        return self.path
-
-    def abort(self) -> None:
-        """Remove the partial file."""
-        for closing in (getattr(self, "_open", None), getattr(self, "archive", None)):
-            try:
-                if closing is not None:
-                    closing.close()
-            except (OSError, ValueError, zipfile.BadZipFile):
-                pass
-        if os.path.exists(self.tmp):
-            os.unlink(self.tmp)

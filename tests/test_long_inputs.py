@@ -12,7 +12,8 @@ import torch
 import attnviz
 from attnviz import metrics
 from attnviz.heads import head_table
-from attnviz.result import AttentionResult, ResultWriter
+from attnviz.result import AttentionResult
+from attnviz.result_writer import ResultWriter
 from attnviz.sources.native import NativeSource
 
 TEXT = "The cat sat on the mat because it was tired of running after the dog."
@@ -105,6 +106,32 @@ def test_an_aborted_writer_leaves_nothing(tmp_path):
         writer.close()
     writer.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_is_one_named_error_and_leaves_nothing(tmp_path):
+    """A full disk met by the writer thread surfaces in the caller as ResultFileError; no file stays."""
+    from attnviz.errors import ResultFileError
+
+    result = attnviz.extract(TEXT)
+    writer = ResultWriter(tmp_path / "x.npz", result, result.n_layers)
+    real, calls = writer._open, []
+
+    class FullDisk:
+        def write(self, data):
+            calls.append(len(data))
+            if len(calls) > 1:  # the array header goes through; the first layer does not
+                raise OSError(28, "No space left on device")
+            return real.write(data)
+
+        def close(self):
+            real.close()
+
+    writer._open = FullDisk()
+    with pytest.raises(ResultFileError, match="No space left on device"):
+        for layer in range(result.n_layers):
+            writer.add(result.attentions[layer])
+        writer.close()
+    assert list(tmp_path.iterdir()) == [] and len(calls) == 2
 
 
 def test_export_npz_equals_the_result_of_extract(run_cli, tmp_path):

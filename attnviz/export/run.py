@@ -173,7 +173,7 @@ class ItemExport:
         self.images: list[tuple[Any, Path]] = []
         self.npz = None
         if "npz" in settings.formats and not header.attentions.numel() and header.cross_attentions is None:
-            from ..result import ResultWriter
+            from ..result_writer import ResultWriter
 
             self.npz = ResultWriter(out_dir / f"{item.stem}.npz", header, n_layers, float16=settings.float16)
 

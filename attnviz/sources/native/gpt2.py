@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention, causal_mask, combine_masks, padding_mask
 from ..engine import Capture
-from .common import ACTIVATIONS, NativeModel, load_layer_norm, load_linear
+from .common import ACTIVATIONS, NativeModel, load_layer_norm, load_linear, set_parameter
 from .weights import take
 
 
@@ -40,10 +40,10 @@ class GPT2(NativeModel):
             p = f"h.{i}."
             attn = MultiHeadAttention(d, h)
             c_attn_w, c_attn_b = take(weights, p + "attn.c_attn.weight"), take(weights, p + "attn.c_attn.bias")
-            with torch.no_grad():  # Conv1D: one [d, 3d] matrix for Q, K and V, stored [in, out]
-                for j, proj in enumerate((attn.q_proj, attn.k_proj, attn.v_proj)):
-                    proj.weight.copy_(c_attn_w[:, j * d : (j + 1) * d].T)
-                    proj.bias.copy_(c_attn_b[j * d : (j + 1) * d])
+            # Conv1D: one [d, 3d] matrix for Q, K and V, stored [in, out]; each projection is a view of it.
+            for j, proj in enumerate((attn.q_proj, attn.k_proj, attn.v_proj)):
+                set_parameter(proj, "weight", c_attn_w[:, j * d : (j + 1) * d].T, p + "attn.c_attn.weight")
+                set_parameter(proj, "bias", c_attn_b[j * d : (j + 1) * d], p + "attn.c_attn.bias")
             load_linear(attn.o_proj, weights, p + "attn.c_proj", transpose=True)
             self.layers.append(nn.ModuleDict({
                 "ln_1": load_layer_norm(weights, p + "ln_1", d, eps),
