@@ -88,7 +88,9 @@ def test_sentencepiece_style_tokenizer_without_pre_tokenizer(tiny_hf):
     """Such tokenizers put the whole text in one 'word'; the offsets and ▁ still separate the words."""
     r = attnviz.extract("The cat sat on the mat. Unbelievably", model=tiny_hf["sentencepiece"])
     assert r.tokens[:5] == ["<s>", "The", "cat", "s", "##at"]  # pieces inside a word are continuations
-    assert to_words(r).tokens == ["<s>", "The", "cat", "sat", "on", "the", "mat.", "␣Unbelievably"]
+    # The tiny vocabulary has no "U": the tokenizer made it <unk>, and the label says so.
+    assert to_words(r).tokens == ["<s>", "The", "cat", "sat", "on", "the", "mat.", "␣[UNK:U]nbelievably"]
+    assert [t for t, unknown in zip(r.tokens, r.unknown, strict=True) if unknown] == ["[UNK:U]"]
 
 
 def test_special_tokens_typed_in_the_text_are_flagged():
@@ -106,3 +108,47 @@ def test_words_and_hide_special_on_an_encoder_decoder(tiny_hf):
     assert "<s>" not in d.tokens and "<s>" not in d.target_tokens and "</s>" not in d.target_tokens
     assert d.cross_attentions.shape[-2:] == (len(d.target_tokens), len(d.tokens))
     assert d.decoder_attentions.shape[-1] == len(d.target_tokens)
+
+
+def test_text_the_vocabulary_lacks_is_labelled_and_flagged_unknown(tmp_path):
+    r = attnviz.extract("I love 🍕")  # MiniLM's WordPiece has no token for the emoji
+    assert r.tokens == ["[CLS]", "I", "love", "[UNK:🍕]", "[SEP]"]
+    assert r.unknown == [False, False, False, True, False]
+    back = AttentionResult.load(r.save(tmp_path / "pizza.npz"))
+    assert back.tokens == r.tokens and back.unknown == r.unknown and back.model_name == "all-MiniLM-L6-v2"
+    assert drop_special(r).unknown == [False, False, True]  # transforms keep the flags in step
+    assert attnviz.extract("I love pizza").unknown == [False] * 5
+
+
+def _word_level():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1, "cat": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["[UNK]"])  # as BERT's tokenizer has it: typed in a text, it stays one token
+    return tok
+
+
+def test_unknown_words_with_a_tiny_tokenizer():
+    from attnviz.sources.tokens import encode, unknown_token_id
+
+    tok = _word_level()
+    assert unknown_token_id(tok) == 0
+    info = encode(tok, "the dog cat [UNK]")
+    assert info.labels == ["the", "[UNK:dog]", "cat", "[UNK]"]  # a literal [UNK] is not wrapped again
+    assert info.ids == [1, 0, 2, 0] and not any(info.special)
+
+
+def test_unknown_token_id_of_each_tokenizer_model():
+    from tokenizers import Tokenizer, models
+
+    from attnviz.sources.tokens import unknown_token_id
+
+    unigram = Tokenizer(models.Unigram([("<pad>", 0.0), ("<unk>", 0.0), ("a", -1.0)], unk_id=1))
+    assert unknown_token_id(unigram) == 1  # Unigram names it only in its JSON form
+    assert unknown_token_id(Tokenizer(models.BPE())) is None  # byte-level BPE needs none
+
+
+def test_old_results_without_an_unknown_id_flag_nothing():
+    r = AttentionResult(tokens=["a", "b"], attentions=torch.full((1, 1, 2, 2), 0.5), token_ids=[0, 1])
+    assert r.unknown == [False, False]

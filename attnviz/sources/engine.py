@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..errors import InputError, UsageError
 from ..result import AttentionResult
-from .tokens import TokenInfo, encode, label_from_piece
+from .tokens import TokenInfo, encode, label_from_piece, unknown_token_id
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,9 @@ class ModelSource:
         dev = torch.device(self.device)
         capture = Capture(None if layers is None else frozenset(layers), details)
         kept = list(range(self.n_layers)) if layers is None else list(layers)
+        unk = unknown_token_id(self.tokenizer)  # recorded, so result.unknown can say which tokens it replaced
         metadata = {"engine": self.engine, "family": self.family, "device": self.device,
+                    **({"unk_token_id": unk} if unk is not None else {}),
                     **({"layers": kept} if layers is not None else {})}
         results = [
             AttentionResult(tokens=info.labels, token_ids=info.ids, special=info.special, word_ids=info.word_ids,

@@ -5,7 +5,9 @@ so byte-level ``Ġ``, SentencePiece ``▁`` and BERT's lowercasing all disappear
 
 - a piece that continues a word is marked ``##`` (BERT's convention, for every tokenizer);
 - a token that is only whitespace shows it: ``␣`` for a space, ``⏎`` for a newline, ``⇥`` for a tab;
-- special tokens ([CLS], [SEP], ``<s>``, BOS, …) keep their names and are flagged.
+- special tokens ([CLS], [SEP], ``<s>``, BOS, …) keep their names and are flagged;
+- text the vocabulary has no token for, which the tokenizer maps to its unknown token, shows
+  both: ``[UNK:🍕]`` (the token the model saw, and the text it stands for).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..errors import InputError
 from ..labels import printable
 
 CONTINUATION = "##"
+UNKNOWN = "[UNK:{}]"  # the label of text the tokenizer replaced by its unknown token
 
 
 @dataclass
@@ -41,14 +44,43 @@ def label_from_piece(piece: str) -> str:
     return printable(stripped) if stripped.strip() == "" else stripped.strip()
 
 
-def token_info(encoding: Any, texts: tuple[str, str | None], special_ids: frozenset[int] = frozenset()) -> TokenInfo:
+_UNK_IDS: dict[int, tuple[Any, int | None]] = {}  # id(tokenizer) → (tokenizer, its unknown id), for Unigram models
+
+
+def unknown_token_id(tokenizer: Any) -> int | None:
+    """The id a ``tokenizers.Tokenizer`` gives text its vocabulary lacks (``[UNK]``, ``<unk>``); None
+    when it has none (byte-level BPE never needs one)."""
+    model = getattr(tokenizer, "model", None)
+    token = getattr(model, "unk_token", None)
+    if token is not None:
+        return tokenizer.token_to_id(token)
+    if type(model).__name__ != "Unigram":
+        return None
+    # A Unigram model (T5, ALBERT, XLM-R) names its unknown token only in its serialised form.
+    cached = _UNK_IDS.get(id(tokenizer))
+    if cached is None or cached[0] is not tokenizer:
+        import json
+
+        unk = json.loads(tokenizer.to_str()).get("model", {}).get("unk_id")
+        cached = _UNK_IDS[id(tokenizer)] = (tokenizer, None if unk is None else int(unk))
+    return cached[1]
+
+
+def unknown_label(label: str, unk_token: str | None = None) -> str:
+    """``[UNK:🍕]`` for text that became the unknown token; a literal ``[UNK]`` in the text stays as it is."""
+    return label if label in ("", unk_token) else UNKNOWN.format(label)
+
+
+def token_info(encoding: Any, texts: tuple[str, str | None], special_ids: frozenset[int] = frozenset(),
+               unk_id: int | None = None) -> TokenInfo:
     """Labels, flags and word ids from a ``tokenizers.Encoding`` of ``texts`` (text, optional pair).
 
     A piece continues the previous word only when the tokenizer puts both in one word and the
     piece starts exactly where the previous one ended, with no space or ``▁``/``Ġ`` before it.
     Tokenizers without a pre-tokenizer (older LLaMA/Mistral files) call the whole text one
     "word"; the offsets still tell the words apart. Ids in ``special_ids`` (special tokens typed
-    into the text, such as a literal ``[SEP]``) are flagged as special too.
+    into the text, such as a literal ``[SEP]``) are flagged as special too. A token ``unk_id``
+    (the unknown token) is labelled ``[UNK:text]``, the text it replaced.
     """
     labels: list[str] = []
     word_ids: list[int] = []
@@ -86,6 +118,8 @@ def token_info(encoding: Any, texts: tuple[str, str | None], special_ids: frozen
             label = CONTINUATION + surface.strip() if continues else surface.strip()
         else:
             label = surface
+        if tid == unk_id and unk_id is not None:
+            label = unknown_label(label, piece)
         labels.append(printable(label))
         word_ids.append(word)
         special.append(False)
@@ -127,4 +161,4 @@ def encode(
             tokenizer.no_truncation()
     if not encoding.ids:
         raise InputError("the tokenizer produced no tokens for this text; give a sentence")
-    return token_info(encoding, (text, pair), special_ids)
+    return token_info(encoding, (text, pair), special_ids, unknown_token_id(tokenizer))
