@@ -42,24 +42,38 @@ class HeadInputs:
         return metrics.row_entropy(self.attentions)
 
 
-# column name → (function of a result's HeadInputs, one-line description); each returns [layers, heads]
+# column name → (function of a result's HeadInputs, one-line description); each returns [layers, heads].
+# Only statistics that can tell heads apart: Clark's mean weight on the previous token is left out, since
+# it equals ``prev_score`` whenever rows sum to 1 (always), and Clark's [CLS] weight since it equals
+# ``first`` whenever a text starts with [CLS] or BOS (and is 0 otherwise). metrics.py keeps both functions.
 STATISTICS: dict[str, tuple[Callable[[HeadInputs], Tensor], str]] = {
-    "entropy": (lambda r: r.row_entropy.mean(-1), "mean row entropy, nats (Clark et al.)"),
+    "entropy": (lambda r: r.row_entropy.mean(-1), "mean row entropy in nats (Clark et al.)"),
     "entropy_norm": (lambda r: metrics.entropy_normalized(r.attentions, causal=r.causal, rows=r.row_entropy),
-                     "entropy / ln(keys a row can see): 1 = uniform"),
-    "self": (lambda r: metrics.self_score(r.attentions), "mean weight on itself (Clark et al.)"),
-    "prev_mean": (lambda r: metrics.previous_token_mean(r.attentions), "mean weight on the previous token (Clark et al.)"),
-    "prev_score": (lambda r: metrics.previous_token_score(r.attentions), "share of mass on the previous token (TransformerLens)"),
+                     "entropy / ln(keys a row sees): 1 uniform, 0 one key"),
+    "self": (lambda r: metrics.self_score(r.attentions), "mean weight on the token itself (Clark et al.)"),
+    "prev_score": (lambda r: metrics.previous_token_score(r.attentions),
+                   "weight on the previous token (Clark; TransformerLens)"),
     "next": (lambda r: metrics.next_token_score(r.attentions), "mean weight on the next token (Clark et al.)"),
-    "first": (lambda r: metrics.first_token_score(r.attentions), "mean weight on the first token (sinks)"),
-    "cls": (lambda r: metrics.attention_to(r.attentions, cls_keys(r)), "mean weight on [CLS] or BOS (Clark et al.)"),
+    "first": (lambda r: metrics.first_token_score(r.attentions), "weight on the first token: [CLS]/BOS, or a sink"),
     "sep": (lambda r: metrics.attention_to(r.attentions, sep_keys(r)), "mean weight on [SEP] or EOS (Clark et al.)"),
     "punct": (lambda r: metrics.punctuation_attention(r.attentions, r.tokens), "mean weight on punctuation (Clark et al.)"),
-    "max": (lambda r: metrics.max_weight(r.attentions), "mean of each row's largest weight"),
-    "distance": (lambda r: metrics.mean_distance(r.attentions), "expected |i − j|"),
-    "duplicate": (lambda r: metrics.duplicate_token_score(r.attentions, token_ids(r)), "share on earlier copies (TransformerLens)"),
-    "induction": (lambda r: metrics.induction_score(r.attentions, token_ids(r)), "share on what followed an earlier copy (TransformerLens)"),
+    "max": (lambda r: metrics.max_weight(r.attentions), "mean of each row's largest weight: 1 = one key"),
+    "distance": (lambda r: metrics.mean_distance(r.attentions), "expected |i − j| from a query, in tokens"),
+    "duplicate": (lambda r: metrics.duplicate_token_score(r.attentions, token_ids(r)),
+                  "share on earlier copies of the token (TransformerLens)"),
+    "induction": (lambda r: metrics.induction_score(r.attentions, token_ids(r)),
+                  "share on what followed an earlier copy (TransformerLens)"),
 }
+
+# The table's column headers: at most 4 characters, so 12 columns fit 80 to 120 terminal columns.
+# A statistic missing here shows its full name. ``--sort`` and ``--columns`` take either name.
+SHORT_NAMES: dict[str, str] = {
+    "entropy": "ent", "entropy_norm": "entN", "self": "self", "prev_score": "prev", "next": "next",
+    "first": "1st", "sep": "sep", "punct": "punc", "max": "max", "distance": "dist", "duplicate": "dup",
+    "induction": "ind",
+}
+# Names a statistic had before (JSON and CSV columns), for a message that says what replaced them.
+RETIRED: dict[str, str] = {"prev_mean": "prev_score", "cls": "first"}
 
 # label → (statistic, threshold): a head gets the label when statistic ≥ threshold.
 LABELS: dict[str, tuple[str, float]] = {
@@ -67,14 +81,28 @@ LABELS: dict[str, tuple[str, float]] = {
     "next-token": ("next", 0.5),
     "self": ("self", 0.5),
     "broad": ("entropy_norm", 0.8),
-    "sink/first-token": ("first", 0.5),
-    "[CLS]": ("cls", 0.5),
+    "first-token": ("first", 0.5),
     "[SEP]": ("sep", 0.5),
     "punctuation": ("punct", 0.5),
+    # Only a query with an earlier copy of its token can score, so on the induction probe (random
+    # tokens, then the same again) the first copy's rows score nothing: 0.5 is the most a head can
+    # reach, and 0.3 means about 60% of the second copy's attention on the pattern.
     "duplicate-token": ("duplicate", 0.3),
-    "induction": ("induction", 0.3),  # on the probe the first copy has nothing to find: 0.5 is the most
+    "induction": ("induction", 0.3),
 }
 MIN_TOKENS = 4  # fewer tokens than this say little about a head; the commands warn
+
+
+def short_name(statistic: str) -> str:
+    """The table header of ``statistic`` (:data:`SHORT_NAMES`, else the name itself)."""
+    return SHORT_NAMES.get(statistic, statistic)
+
+
+def statistic_named(name: str) -> str | None:
+    """The statistic a full or short name stands for (``prev`` and ``prev_score`` → ``prev_score``); None if none."""
+    if name in STATISTICS:
+        return name
+    return next((full for full in STATISTICS if short_name(full) == name), None)
 
 
 def token_ids(result: AttentionResult) -> list[int]:
@@ -83,11 +111,6 @@ def token_ids(result: AttentionResult) -> list[int]:
         return list(result.token_ids)
     seen: dict[str, int] = {}
     return [seen.setdefault(t, len(seen)) for t in result.tokens]
-
-
-def cls_keys(result: AttentionResult) -> list[bool]:
-    """[CLS], or the special token a text starts with (``<s>``, BOS): Clark's [CLS] in any vocabulary."""
-    return [t == "[CLS]" or (s and i == 0) for i, (t, s) in enumerate(zip(result.tokens, result.special, strict=True))]
 
 
 def sep_keys(result: AttentionResult) -> list[bool]:
@@ -102,6 +125,7 @@ class HeadTable:
     model_name: str
     stats: dict[str, Tensor]
     n_texts: int
+    tokens: list[str] | None = None  # the token labels, when the table is of one text
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -141,6 +165,7 @@ class HeadTableBuilder:
     _counts: dict[int, int] = field(default_factory=dict)
     _texts: set[int] = field(default_factory=set)
     _shortest: int | None = None
+    _first_tokens: list[str] | None = None  # the tokens of the first text added (kept for a one-text table)
 
     def add_layer(self, result: AttentionResult, position: int, attentions: Tensor, *, text: int = 0) -> None:
         """Add layer ``position`` (its index among the layers tabled) of text number ``text``:
@@ -152,6 +177,8 @@ class HeadTableBuilder:
         self._counts[position] = self._counts.get(position, 0) + 1
         self._texts.add(text)
         self.model_name = self.model_name or result.model_name
+        if self._first_tokens is None:
+            self._first_tokens = list(result.tokens)
         n = len(result.tokens)
         self._shortest = n if self._shortest is None else min(self._shortest, n)
 
@@ -185,7 +212,8 @@ class HeadTableBuilder:
         positions = sorted(self._sums)
         n = counts.pop()
         stats = {name: torch.stack([self._sums[p][name] for p in positions]) / n for name in STATISTICS}
-        return HeadTable(model_name=self.model_name, stats=stats, n_texts=len(self._texts))
+        return HeadTable(model_name=self.model_name, stats=stats, n_texts=len(self._texts),
+                         tokens=self._first_tokens if len(self._texts) == 1 else None)
 
 
 def head_table(results: Sequence[AttentionResult]) -> HeadTable:

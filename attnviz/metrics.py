@@ -12,8 +12,10 @@ Rows are queries and sum to 1. Two families of definitions sit side by side, nam
 
 So ``previous_token_mean`` is Clark's average weight on the previous token (summed over the
 rows and divided by the n rows, as his code does), and ``previous_token_score`` is
-TransformerLens's share of mass on it. With no exclusions they coincide, because the rows sum
-to n; ``exclude_bos`` and ``exclude_current_token`` make the second differ.
+TransformerLens's share of mass on it. With no exclusions they coincide, because each of the n
+rows sums to 1 (sum(A) = n); ``exclude_bos`` and ``exclude_current_token`` make the second
+differ. ``attnviz heads`` shows the one number once, as ``prev_score``; likewise ``cls_attention``
+is ``first_token_score`` whenever a text starts with [CLS] or BOS, so the table has ``first`` only.
 """
 
 from __future__ import annotations
@@ -144,8 +146,8 @@ def self_score(attn: Tensor) -> Tensor:
 def previous_token_mean(attn: Tensor) -> Tensor:
     """Weight on the token before, ``Σ_{i≥1} A[i, i−1] / n`` over the n query rows (Clark et al. 2019, as in their code).
 
-    Row 0, which has no previous token, counts as 0. Beside TransformerLens's
-    :func:`previous_token_score`: equal to it without exclusions, different with them.
+    Row 0, which has no previous token, counts as 0. Equal to TransformerLens's
+    :func:`previous_token_score` without exclusions (rows sum to 1), different with them.
     """
     a = _read(attn)
     return a.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1).double() / a.shape[-2]

@@ -20,11 +20,14 @@ TEXT = "The cat sat on the mat."
 def test_heads_json_lists_every_head(run_cli):
     r = run_cli("heads", TEXT, "--format", "json")
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    result = attnviz.extract(TEXT)
+    assert doc["model"] == "all-MiniLM-L6-v2" and doc["text"] == TEXT and doc["n_texts"] == 1
+    assert doc["tokens"] == result.tokens
+    rows = doc["heads"]
     assert len(rows) == 6 * 12
     assert [(row["layer"], row["head"]) for row in rows] == [(la, h) for la in range(6) for h in range(12)]
     assert set(rows[0]) == {"layer", "head", *STATISTICS, "labels"}
-    result = attnviz.extract(TEXT)
     expected = metrics.entropy(result.attentions)
     assert rows[17]["entropy"] == pytest.approx(float(expected[1, 5]), abs=1e-6)
     assert rows[17]["prev_score"] == pytest.approx(float(metrics.previous_token_score(result.attentions)[1, 5]), abs=1e-6)
@@ -47,7 +50,9 @@ def test_heads_file_averages_over_texts(run_cli, tmp_path):
     path.write_text("\n".join(texts) + "\n\n", encoding="utf-8")
     r = run_cli("heads", "--file", str(path), "--format", "json")
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    assert doc["file"] == str(path) and doc["n_texts"] == 3 and "tokens" not in doc and "text" not in doc
+    rows = doc["heads"]
     each = [metrics.self_score(attnviz.extract(t).attentions) for t in texts]
     mean = torch.stack(each).mean(0)
     assert rows[30]["self"] == pytest.approx(float(mean[2, 6]), abs=1e-5)
@@ -58,9 +63,10 @@ def test_heads_file_averages_over_texts(run_cli, tmp_path):
 def test_heads_table_labels(run_cli):
     r = run_cli("heads", TEXT, "--width", "200")
     assert r.exit_code == 0, r.stderr
-    table, legend = r.stdout.split("labels: ", 1)
+    table, legend = r.stdout.split("\nlabels: ", 1)
     assert "previous-token" in table  # MiniLM's L0H2 looks at the previous token
-    assert legend.startswith("previous-token = prev_score ≥ 0.5")
+    assert legend.startswith("previous-token = prev ≥ 0.5")
+    assert "left out" not in r.stdout  # every statistic fits 200 columns
 
 
 def _result(attn, tokens, special=None):
@@ -89,10 +95,9 @@ def test_every_label_on_a_head_built_for_it():
     heads = torch.stack([eye, prev, nxt, first, last, punct, uniform])  # (7, n, n)
     tokens = ["[CLS]", "a", "b", ",", "c", "[SEP]"]
     table = head_table([_result(heads, tokens, [True, False, False, False, False, True])])
-    expect = ["self", "previous-token", "next-token", "[CLS]", "[SEP]", "punctuation", "broad"]
+    expect = ["self", "previous-token", "next-token", "first-token", "[SEP]", "punctuation", "broad"]
     for h, label in enumerate(expect):
         assert label in table.labels(0, h), (h, table.labels(0, h))
-    assert "sink/first-token" in table.labels(0, 3)
     assert table.labels(0, 6) == ["broad"]
 
 
@@ -101,13 +106,16 @@ def test_bos_and_eos_count_as_cls_and_sep():
     attn[0, :, 0] = 1
     r = _result(attn[0][None], ["<s>", "x", "y", "</s>"], [True, False, False, True])
     table = head_table([r])
-    assert float(table.stats["cls"][0, 0]) == pytest.approx(1.0) and float(table.stats["sep"][0, 0]) == 0.0
+    assert float(table.stats["first"][0, 0]) == pytest.approx(1.0) and float(table.stats["sep"][0, 0]) == 0.0
 
 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["heads", TEXT, "--sort", "nonsense"], "--sort 'nonsense' is not a column"),
+        (["heads", TEXT, "--sort", "nonsense"], "--sort 'nonsense' is not a column; use layer, head or one of"),
+        (["heads", TEXT, "--sort", "prev_mean"], "(prev_mean is now prev_score: they were always equal)"),
+        (["heads", TEXT, "--columns", "prev,nonsense"], "--columns: 'nonsense' is not a statistic"),
+        (["heads", TEXT, "--columns", ","], "--columns is empty"),
         (["heads"], "give exactly one of TEXT, --file FILE or --probe induction"),
         (["heads", TEXT, "--probe", "induction"], "give exactly one of TEXT"),
         (["heads", "--probe", "induction"], "--probe induction needs a causal (decoder) model"),

@@ -18,7 +18,7 @@ def circuit(tmp_path_factory):
 def test_heads_labels_the_induction_head_and_its_previous_token_head(run_cli, circuit, engine):
     r = run_cli("heads", "--probe", "induction", "--model", circuit, "--engine", engine, "--format", "json")
     assert r.exit_code == 0, r.stderr
-    labels = {(row["layer"], row["head"]): row["labels"] for row in json.loads(r.stdout)}
+    labels = {(row["layer"], row["head"]): row["labels"] for row in json.loads(r.stdout)["heads"]}
     assert "previous-token" in labels[(0, 0)]
     assert "induction" in labels[(1, 0)]
     assert not any("induction" in labels[key] for key in labels if key != (1, 0))
@@ -39,4 +39,4 @@ def test_without_the_previous_token_head_there_is_no_induction(run_cli, circuit,
     save_file(weights, str(broken / "model.safetensors"), metadata={"format": "pt"})
     r = run_cli("heads", "--probe", "induction", "--model", str(broken), "--format", "json")
     assert r.exit_code == 0, r.stderr
-    assert not any("induction" in row["labels"] for row in json.loads(r.stdout))
+    assert not any("induction" in row["labels"] for row in json.loads(r.stdout)["heads"])

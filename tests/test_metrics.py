@@ -175,3 +175,8 @@ def test_every_statistic_has_layer_head_shape():
         metrics.previous_token_score(attn), metrics.duplicate_token_score(attn, ids), metrics.induction_score(attn, ids),
     ):
         assert value.shape == (3, 4)
+
+
+def test_clark_cls_attention_is_the_first_token_score_when_a_text_starts_with_cls():
+    """Why `heads` has one column for both: with [CLS] (or BOS) first they are the same number."""
+    assert torch.equal(metrics.cls_attention(A, ["[CLS]", "a", "b"]), metrics.first_token_score(A))

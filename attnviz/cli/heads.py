@@ -43,9 +43,10 @@ def heads(
     model: str | None = Model,
     file: Path | None = typer.Option(None, "--file", "-f", help="A UTF-8 file of texts, one per line: statistics are averaged over them.", show_default=False),
     probe: Probe | None = typer.Option(None, "--probe", help="induction: random tokens repeated twice (causal models).", show_default=False),
-    sort: str | None = typer.Option(None, "--sort", help="Sort by this column, largest first (e.g. entropy, prev_score, induction).", show_default=False),
+    sort: str | None = typer.Option(None, "--sort", help="Sort by this statistic, largest first (full or short name: prev_score or prev, induction or ind), or by layer or head.", show_default=False),
     top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (after --sort).", show_default=False),
-    fmt: Format = typer.Option(Format.table, "--format", help="table, json (one object per head) or csv."),
+    columns: str | None = typer.Option(None, "--columns", help="The statistics the table shows, in this order, e.g. prev,ind,dup (full or short names; 'all' for every one). JSON and CSV always have every statistic.", show_default=False),
+    fmt: Format = typer.Option(Format.table, "--format", help="table, json (one object: model, text, tokens, heads) or csv (one row per head)."),
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -55,15 +56,14 @@ def heads(
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
-    """One row per head: entropy, self/previous/next-token, [CLS]/[SEP]/punctuation, sinks, distance, induction, labels.
+    """One row per head: entropy, self/previous/next-token, first token/[SEP]/punctuation, distance, induction, labels.
 
-    Example: attnviz heads "The cat sat on the mat." --sort prev_score --top 10
+    Example: attnviz heads "The cat sat on the mat." --sort prev --top 10
     """
-    from ..heads import LABELS, STATISTICS
+    from ..heads import STATISTICS
 
-    columns = ["layer", "head", *STATISTICS]
-    if sort is not None and sort not in columns:
-        raise UsageError(f"--sort {sort!r} is not a column; use one of {', '.join(columns)}")
+    sort = _sort_column(sort)
+    chosen = _chosen_columns(columns)
     given = sum(x is not None for x in (text, file, probe))
     if given != 1:
         raise UsageError("give exactly one of TEXT, --file FILE or --probe induction")
@@ -92,26 +92,91 @@ def heads(
     if fmt is Format.json:
         import json
 
-        typer.echo(json.dumps(rows, ensure_ascii=False, indent=1))
+        what: dict[str, object] = ({"probe": probe.value} if probe is not None else
+                                   {"file": str(file)} if file is not None else {"text": text})
+        doc = {"model": table.model_name, **what, "n_texts": table.n_texts,
+               **({"tokens": table.tokens} if table.tokens is not None else {}), "heads": rows}
+        typer.echo(json.dumps(doc, ensure_ascii=False, indent=1))
     elif fmt is Format.csv:
         import csv
         import sys
 
+        names = ["layer", "head", *STATISTICS]
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow([*columns, "labels"])
+        writer.writerow([*names, "labels"])
         for row in rows:
-            writer.writerow([row[c] for c in columns] + [";".join(row["labels"])])
+            writer.writerow([row[c] for c in names] + [";".join(row["labels"])])
     else:
-        from ..render.tables import fitting_columns, head_stats_table
+        title = f"{table.model_name} · " + ("the induction probe" if probe else
+                                             f"{table.n_texts} texts (averaged)" if texts else "one text")
+        print_table(rows, title=title, width=width, sort=sort, chosen=chosen)
 
-        console = stdout_console(width)
-        what = "the induction probe" if probe else (f"{table.n_texts} texts (averaged)" if texts else "one text")
-        shown = fitting_columns(list(STATISTICS), console.width, keep_first=sort)
-        console.print(head_stats_table(rows, shown, title=f"{table.model_name} · {what}"))
-        hidden = [c for c in STATISTICS if c not in shown]
-        if hidden:
-            console.print(f"not shown at this width: {', '.join(hidden)} (widen with --width, or use --format csv/json)",
-                          style="dim")
-        console.print(
-            "labels: " + "; ".join(f"{name} = {stat} ≥ {thr}" for name, (stat, thr) in LABELS.items()), style="dim"
-        )
+
+def _sort_column(sort: str | None) -> str | None:
+    """The statistic ``--sort`` names (full or short name), ``layer``, ``head``, or None."""
+    from ..heads import RETIRED, STATISTICS, short_name, statistic_named
+
+    if sort is None or sort in ("layer", "head"):
+        return sort
+    found = statistic_named(sort)
+    if found is None:
+        hint = f" ({sort} is now {RETIRED[sort]}: they were always equal)" if sort in RETIRED else ""
+        names = ", ".join(f"{s} ({short_name(s)})" if short_name(s) != s else s for s in STATISTICS)
+        raise UsageError(f"--sort {sort!r} is not a column{hint}; use layer, head or one of {names}")
+    return found
+
+
+def _chosen_columns(columns: str | None) -> list[str] | None:
+    """The statistics ``--columns`` names, in its order (full or short names, or ``all``); None if not given."""
+    from ..heads import RETIRED, STATISTICS, short_name, statistic_named
+
+    if columns is None:
+        return None
+    names = [c.strip() for c in columns.split(",") if c.strip()]
+    if names == ["all"]:
+        return list(STATISTICS)
+    chosen: list[str] = []
+    for name in names:
+        found = statistic_named(name)
+        if found is None:
+            hint = f" ({name} is now {RETIRED[name]}: they were always equal)" if name in RETIRED else ""
+            known = ", ".join(short_name(s) for s in STATISTICS)
+            raise UsageError(f"--columns: {name!r} is not a statistic{hint}; use 'all' or some of {known} "
+                             "(or their full names), e.g. --columns prev,ind,dup")
+        if found not in chosen:
+            chosen.append(found)
+    if not chosen:
+        raise UsageError("--columns is empty; name some statistics, e.g. --columns prev,ind,dup")
+    return chosen
+
+
+def print_table(rows: list[dict[str, object]], *, title: str, width: int | None, sort: str | None,
+                chosen: list[str] | None) -> None:
+    """The table at the console's width, a legend of its columns, what was left out and how to see it,
+    and the label rules."""
+    from ..heads import LABELS, STATISTICS, short_name
+    from ..render.tables import choose_columns, head_stats_table, legend_table
+
+    console = stdout_console(width)
+    stats = chosen if chosen is not None else list(STATISTICS)
+    keep_first = sort if sort in STATISTICS else None
+    layout = choose_columns(rows, stats, console.width, header=short_name, keep_first=keep_first,
+                            chosen=chosen is not None)
+    console.print(head_stats_table(rows, layout.shown, title=title, header=short_name))
+    console.print(legend_table([(short_name(s), s, STATISTICS[s][1]) for s in layout.shown]), style="dim")
+    if layout.all_zero:
+        console.print(f"0.000 for every head, so not shown: {', '.join(short_name(s) for s in layout.all_zero)}",
+                      style="dim")
+    if layout.left_out:
+        missing = ",".join(short_name(s) for s in layout.left_out)
+        them = "them" if len(layout.left_out) > 1 else "it"
+        console.print(f"left out at {console.width} columns: {', '.join(_both(s) for s in layout.left_out)}; "
+                      f"show {them} with --columns {missing} (or a wider --width, or --format csv/json)", style="dim")
+    console.print("labels: " + "; ".join(f"{name} = {short_name(stat)} ≥ {thr}" for name, (stat, thr) in LABELS.items()),
+                  style="dim")
+
+
+def _both(statistic: str) -> str:
+    from ..heads import short_name
+
+    return statistic if short_name(statistic) == statistic else f"{short_name(statistic)} ({statistic})"

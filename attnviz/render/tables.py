@@ -2,42 +2,111 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich import box
 from rich.table import Table
 
 # The order in which statistics give way when the terminal is narrow: the first ones stay longest.
-PRIORITY = ("prev_score", "next", "self", "first", "entropy_norm", "sep", "punct", "cls", "induction",
-            "duplicate", "max", "distance", "prev_mean", "entropy")
-_COLUMN = 8  # cells per numeric column, borders included
-_FIXED = 7 + 24  # layer, head and a labels column
+PRIORITY = ("prev_score", "next", "self", "first", "entropy_norm", "sep", "punct", "induction", "duplicate",
+            "max", "distance", "entropy")
+GAP = 2  # cells between two columns (a blank divider and one cell of padding)
+ZERO = 0.0005  # below this a value prints as 0.000
 
 
-def fitting_columns(stats: list[str], width: int, *, keep_first: str | None = None) -> list[str]:
-    """The statistics that fit in ``width`` cells, in their original order; the rest give way by PRIORITY
-    (``keep_first``, e.g. the sort column, gives way last)."""
-    room = max(1, (width - _FIXED) // _COLUMN)
-    ranked = [s for s in PRIORITY if s in stats] + [s for s in stats if s not in PRIORITY]
+def format_value(value: float) -> str:
+    """Three decimals; one when the integer part is wide (a long input's distance), so a cell stays 5 wide."""
+    return f"{value:.3f}" if abs(value) < 9.9995 else f"{value:.1f}"
+
+
+@dataclass
+class HeadColumns:
+    """Which statistics a head table shows at a width, and why the others are not there."""
+
+    shown: list[str]  # in the order asked for
+    left_out: list[str]  # did not fit the width
+    all_zero: list[str]  # 0.000 in every row (e.g. ``next`` in a causal model): left out, and said so
+
+
+def _labels_text(row: dict[str, object]) -> str:
+    return ", ".join(row["labels"])  # type: ignore[arg-type]
+
+
+def _widths(rows: Sequence[dict[str, object]], stats: Sequence[str], header: Callable[[str], str]) -> tuple[int, dict[str, int]]:
+    """The fixed part of the table (L, H and labels columns with their gaps), and each statistic's column."""
+    layer = max([1, *(len(str(r["layer"])) for r in rows)])
+    head = max([1, *(len(str(r["head"])) for r in rows)])
+    labels = label_column_width(rows)
+    fixed = layer + GAP + head + GAP + labels
+    return fixed, {s: max([len(header(s)), *(len(format_value(float(r[s]))) for r in rows)]) + GAP for s in stats}  # type: ignore[arg-type]
+
+
+def label_column_width(rows: Sequence[dict[str, object]]) -> int:
+    """Wide enough for the longest label and its comma: labels wrap between them, never inside one."""
+    return max([len("labels"), *(len(label) + 1 for r in rows for label in r["labels"])])  # type: ignore[attr-defined]
+
+
+def choose_columns(rows: Sequence[dict[str, object]], stats: Sequence[str], width: int, *,
+                   header: Callable[[str], str] = str, keep_first: str | None = None,
+                   chosen: bool = False) -> HeadColumns:
+    """The statistics of ``stats`` that fit ``width`` cells, in the order given.
+
+    The rest give way by :data:`PRIORITY` (``keep_first``, e.g. the sort column, gives way last),
+    and a statistic that is 0.000 in every row gives way first. Statistics a user ``chosen`` by
+    name keep their places instead: they give way from the end, and none for being 0.
+    """
+    all_zero = [] if chosen else [s for s in stats if s != keep_first and rows
+                                  and all(abs(float(r[s])) < ZERO for r in rows)]  # type: ignore[arg-type]
+    candidates = [s for s in stats if s not in all_zero]
+    fixed, cost = _widths(rows, candidates, header)
+    ranked = list(candidates) if chosen else [s for s in PRIORITY if s in candidates] + [s for s in candidates if s not in PRIORITY]
     if keep_first in ranked:
         ranked.remove(keep_first)
         ranked.insert(0, keep_first)
-    keep = set(ranked[:room])
-    return [s for s in stats if s in keep]
+    keep: set[str] = set()
+    used = fixed
+    for s in ranked:
+        if used + cost[s] > width and keep:
+            continue
+        keep.add(s)  # the first one always shows, however narrow the terminal
+        used += cost[s]
+    return HeadColumns(shown=[s for s in candidates if s in keep], left_out=[s for s in candidates if s not in keep],
+                       all_zero=all_zero)
 
 
-def head_stats_table(rows: list[dict[str, object]], stats: list[str], *, title: str) -> Table:
-    """One row per head, a column per statistic (3 decimals), labels last."""
-    table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    table.add_column("L", justify="right")
-    table.add_column("H", justify="right")
+def head_stats_table(rows: list[dict[str, object]], stats: list[str], *, title: str,
+                     header: Callable[[str], str] = str) -> Table:
+    """One row per head, a column per statistic (3 decimals, headed ``header(name)``), labels last.
+
+    Columns are never cut: headers and labels keep their width (see :func:`choose_columns` for
+    what fits), and a head's labels wrap between labels.
+    """
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, collapse_padding=True)
+    table.add_column("L", justify="right", no_wrap=True)
+    table.add_column("H", justify="right", no_wrap=True)
     for name in stats:
-        table.add_column(name, justify="right")
-    table.add_column("labels")
-    for row in rows:
-        table.add_row(
-            str(row["layer"]), str(row["head"]),
-            *(f"{float(row[name]):.3f}" for name in stats),
-            ", ".join(row["labels"]),  # type: ignore[arg-type]
-        )
+        table.add_column(header(name), justify="right", no_wrap=True, min_width=len(header(name)))
+    table.add_column("labels", min_width=label_column_width(rows), overflow="fold")
+    in_order = [(r["layer"], r["head"]) for r in rows] == sorted((r["layer"], r["head"]) for r in rows)  # type: ignore[type-var]
+    for i, row in enumerate(rows):
+        # In model order, a blank line after each layer's last head.
+        last_of_layer = in_order and i + 1 < len(rows) and rows[i + 1]["layer"] != row["layer"]
+        table.add_row(str(row["layer"]), str(row["head"]), *(format_value(float(row[name])) for name in stats),  # type: ignore[arg-type]
+                      _labels_text(row), end_section=last_of_layer)
     return table
+
+
+def legend_table(entries: Sequence[tuple[str, str, str]]) -> Table:
+    """``(header, full name, description)`` per column, one line each, printed under a table."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for short, full, description in entries:
+        grid.add_row(short, "" if full == short else full, description)
+    return grid
 
 
 def pairs_table(title: str, pairs: list[tuple[str, str, float]], value_name: str) -> Table:
