@@ -12,6 +12,7 @@ from .sources.resolve import Engine, load_source
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from .compare import HeadsOverview
     from .heads import HeadTable
 
 
@@ -124,3 +125,31 @@ def rollout_of_text(source: Any, text: str, *, layer: int | None = None, head_fu
 
     last = deque(metrics.rollout_steps(layers(), head_fusion=head_fusion), maxlen=1)  # type: ignore[arg-type]
     return last[0], stream.results[0]
+
+
+def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, truncate: bool = False,
+                          all_rows: bool = False) -> HeadsOverview:
+    """Every head of ``layer`` (default: every layer) on ``text``, for comparing them
+    (:class:`attnviz.compare.HeadsOverview`): display matrices and the head-distance matrix,
+    built as the engine computes each layer. The distances are exact unless their cost passes
+    :data:`attnviz.compare.DISTANCE_BUDGET` (long inputs): then summed over evenly spaced query
+    rows and scaled, which the overview's notes say; ``all_rows`` computes every row."""
+    from .compare import OverviewBuilder
+    from .errors import UsageError
+    from .sources.engine import layer_stream
+
+    n_layers = source.n_layers
+    if layer is not None and not 0 <= layer < n_layers:
+        raise UsageError(f"--layer {layer} is out of range; {source.name} has layers 0 to {n_layers - 1}")
+    wanted = list(range(n_layers)) if layer is None else [layer]
+    stream = layer_stream(source, [text], truncate=truncate, layers=None if layer is None else wanted)
+    builder: OverviewBuilder | None = None
+    for _, parts in stream:
+        attentions = parts[0].attentions
+        del parts
+        if builder is None:
+            builder = OverviewBuilder(stream.results[0], wanted, n_heads=attentions.shape[0], all_rows=all_rows)
+        builder.add(attentions)
+        del attentions  # before the next layer is computed
+    assert builder is not None  # a model has at least one layer
+    return builder.finish()

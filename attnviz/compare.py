@@ -80,3 +80,86 @@ def compare_runs(a: AttentionResult, b: AttentionResult) -> tuple[torch.Tensor, 
     unit = [name for name in ta.stats if name not in ("entropy", "distance")]  # statistics in [0, 1]
     diff = torch.stack([(ta.stats[n] - tb.stats[n]).abs() for n in unit]).mean(0)
     return diff, "mean absolute difference of the head statistics (the token counts differ)"
+
+
+THUMBNAIL_CELLS = 128  # cells per axis kept of each head for display (thumbnails and the image pool further)
+DISTANCE_BUDGET = 1_000_000_000  # element terms of the pairwise Jensen–Shannon sums computed exactly
+MIN_DISTANCE_ROWS = 32  # fewest query rows an estimate sums over
+
+
+def distance_rows(n_heads: int, q: int, k: int, *, all_rows: bool = False) -> list[int] | None:
+    """Query rows the head distances are summed over: None (every row) while the pairwise sums
+    ``n²/2 · q · k`` stay within :data:`DISTANCE_BUDGET` (or with ``all_rows``); else evenly spaced
+    rows, as many as the budget allows (at least :data:`MIN_DISTANCE_ROWS`), and the sums are scaled to all ``q`` rows."""
+    pairs = n_heads * n_heads / 2
+    if all_rows or pairs * q * k <= DISTANCE_BUDGET:
+        return None
+    count = max(MIN_DISTANCE_ROWS, int(DISTANCE_BUDGET / (pairs * k)))
+    if count >= q:
+        return None
+    return sorted({round(i * (q - 1) / max(1, count - 1)) for i in range(count)})
+
+
+@dataclass
+class HeadsOverview:
+    """Every head of some layers, for comparing them: each head's matrix for display (max-pooled to
+    at most :data:`THUMBNAIL_CELLS` per axis), and the Jensen–Shannon distance between every pair."""
+
+    model_name: str
+    layers: list[int]  # the model's numbers of the layers compared
+    n_heads: int
+    display: torch.Tensor  # [layers, heads, P, P]
+    labels: list[str]  # P labels: the first token of each pooled block
+    distance: np.ndarray  # [N, N], N = layers × heads, head (l, h) at l·H + h
+    notes: list[str]
+
+    @property
+    def names(self) -> list[str]:
+        return [f"L{layer}H{head}" for layer in self.layers for head in range(self.n_heads)]
+
+
+class OverviewBuilder:
+    """A :class:`HeadsOverview` built one layer at a time: each layer's display copy is pooled and
+    its distance rows kept as it arrives, so a long input never holds every layer's matrices."""
+
+    def __init__(self, header: AttentionResult, layers: list[int], *, n_heads: int, all_rows: bool = False) -> None:
+        self.header, self.layers = header, layers
+        n = len(header.tokens)
+        self.rows = distance_rows(len(layers) * n_heads, n, n, all_rows=all_rows)
+        self.factor = max(1, -(-n // THUMBNAIL_CELLS))
+        self.display: list[torch.Tensor] = []
+        self.kept: list[torch.Tensor] = []
+
+    def add(self, attentions: torch.Tensor) -> None:
+        """The next layer, ``[heads, q, k]``."""
+        a = attentions.float()
+        pooled = a if self.factor == 1 else torch.nn.functional.max_pool2d(a[None], self.factor, ceil_mode=True)[0]
+        self.display.append(pooled.clone())
+        self.kept.append(a.clone() if self.rows is None else a[:, self.rows].clone())
+
+    def finish(self) -> HeadsOverview:
+        n = len(self.header.tokens)
+        kept = torch.stack(self.kept)  # (L', H, R, k)
+        self.kept = []
+        distance = metrics.head_distance(kept)
+        notes = []
+        if self.rows is not None:
+            distance = distance * (n / len(self.rows))
+            notes.append(f"head distances estimated from {len(self.rows)} of {n} query rows (evenly spaced), "
+                         "scaled to all rows")
+        if self.factor > 1:
+            side = -(-n // self.factor)
+            notes.append(f"each head shown max-pooled {n}×{n} → {side}×{side} (blocks of {self.factor} tokens)")
+        return HeadsOverview(
+            model_name=self.header.model_name, layers=list(self.layers), n_heads=kept.shape[1],
+            display=torch.stack(self.display), labels=list(self.header.tokens[:: self.factor]),
+            distance=distance.numpy(), notes=notes,
+        )
+
+
+def overview_of_result(result: AttentionResult, layers: list[int], *, all_rows: bool = False) -> HeadsOverview:
+    """:class:`HeadsOverview` of a whole result's ``layers`` (positions in ``result.attentions``)."""
+    builder = OverviewBuilder(result, layers, n_heads=result.n_heads, all_rows=all_rows)
+    for layer in layers:
+        builder.add(result.attentions[layer])
+    return builder.finish()

@@ -284,3 +284,57 @@ def test_plain_progress_waits_for_its_interval():
         now[0] += 10.0
         advance()  # 30 s, 21 items done this run: 0.70 items/s, 69 left
         assert stream.getvalue() == "attnviz: export 31/100 items (31%), 0.70 items/s, ETA 1:39\n"
+
+
+# --- compare-heads on long inputs -------------------------------------------------------------------
+
+
+def test_compare_heads_holds_one_layer_at_a_time(run_cli, layers_alive):
+    assert run_cli("compare-heads", TEXT, "--width", "100").exit_code == 0
+    assert len(layers_alive) == 6 and max(layers_alive) == 0, layers_alive
+
+
+def test_head_distances_are_exact_within_the_budget():
+    from attnviz.api import compare_heads_of_text
+    from attnviz.sources.resolve import load_source
+
+    source = load_source(None)
+    overview = compare_heads_of_text(source, TEXT)
+    exact = metrics.head_distance(source.extract(TEXT).attentions).numpy()
+    assert np.allclose(overview.distance, exact, atol=1e-9)
+    assert not any("estimated" in note for note in overview.notes)
+    assert overview.display.shape[:2] == (6, 12) and overview.names[13] == "L1H1"
+
+
+def test_past_the_budget_head_distances_use_evenly_spaced_rows_and_say_so(run_cli, monkeypatch):
+    from attnviz import compare
+    from attnviz.api import compare_heads_of_text
+    from attnviz.sources.resolve import load_source
+
+    monkeypatch.setattr(compare, "DISTANCE_BUDGET", 1000)
+    monkeypatch.setattr(compare, "MIN_DISTANCE_ROWS", 6)
+    source = load_source(None)
+    attn = source.extract(TEXT).attentions[2:3]
+    n = attn.shape[-1]
+    rows = compare.distance_rows(12, n, n)
+    assert rows is not None and rows[0] == 0 and rows[-1] == n - 1 and len(rows) < n
+    overview = compare_heads_of_text(source, TEXT, layer=2)
+    expected = metrics.head_distance(attn[:, :, rows]).numpy() * n / len(rows)
+    assert np.allclose(overview.distance, expected, atol=1e-9)
+    assert any(f"estimated from {len(rows)} of {n} query rows" in note for note in overview.notes)
+    exact = compare_heads_of_text(source, TEXT, layer=2, all_rows=True)
+    assert np.allclose(exact.distance, metrics.head_distance(attn).numpy(), atol=1e-9)
+    r = run_cli("compare-heads", TEXT, "--layer", "2", "--width", "120")
+    assert r.exit_code == 0 and "--all-rows for the exact sums" in r.stdout
+
+
+def test_display_copies_are_max_pooled_for_long_inputs(monkeypatch):
+    from attnviz import compare
+
+    monkeypatch.setattr(compare, "THUMBNAIL_CELLS", 4)
+    result = attnviz.extract(TEXT)  # 17 tokens: blocks of 5, 4 cells per axis
+    overview = compare.overview_of_result(result, [0])
+    n = len(result.tokens)
+    assert overview.display.shape[-1] == -(-n // 5) == 4
+    assert float(overview.display[0, 3, 0, 0]) == float(result.attentions[0, 3, :5, :5].max())
+    assert overview.labels == result.tokens[::5] and any("max-pooled" in note for note in overview.notes)

@@ -36,6 +36,7 @@ def compare_heads(
     vs: str | None = typer.Option(None, "--vs", help="A second text: how does each head change between the two?", show_default=False),
     vs_model: str | None = typer.Option(None, "--vs-model", help="A second model of the same shape, on the same text.", show_default=False),
     top: int = typer.Option(5, "--top", min=1, help="How many most similar / most different pairs to list."),
+    all_rows: bool = typer.Option(False, "--all-rows", help="Long inputs: sum head distances over every query row, however long it takes (default: evenly spaced rows past a fixed budget, said in the output)."),
     out: Path | None = Out,
     cmap: Cmap = typer.Option(Cmap.viridis, "--cmap", help="Colormap."),
     width: int | None = Width,
@@ -64,15 +65,37 @@ def compare_heads(
     kwargs = dict(engine=engine, causal=None, revision=revision, device=device, device_map=None,
                   trust_remote_code=trust_remote_code, verbose=verbose)
     source = open_source(model, **kwargs)
-    result = source.extract(text, truncate=truncate)
-    other = None
-    if vs is not None:
-        other = source.extract(vs, truncate=truncate)
-    elif vs_model is not None:
-        other = open_source(vs_model, **kwargs).extract(text, truncate=truncate)
     from ..report import comparison_report
 
-    comparison_report(result, other, layers_choice, console=console, out=out, top=top, cmap=cmap.value,
+    if vs is None and vs_model is None:
+        from ..api import compare_heads_of_text
+
+        # Layers are taken as they are computed: a long input never holds every layer's matrices.
+        overview = compare_heads_of_text(source, text, layer=layers_choice, truncate=truncate, all_rows=all_rows)
+        if any(note.startswith("head distances") for note in overview.notes):
+            overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
+                                 for n in overview.notes]
+        comparison_report(overview, console=console, out=out, top=top, cmap=cmap.value)
+        return
+    from ..compare import compare_runs, overview_of_result
+
+    result = source.extract(text, truncate=truncate)
+    other = source.extract(vs, truncate=truncate) if vs is not None else \
+        open_source(vs_model, **kwargs).extract(text, truncate=truncate)
+    if layers_choice is not None and layers_choice >= result.n_layers:
+        raise UsageError(f"--layer {layers_choice} is out of range; {result.model_name} has layers 0 to "
+                         f"{result.n_layers - 1}")
+    change = compare_runs(result, other)
+    if other.tokens != result.tokens and other.attentions.shape == result.attentions.shape:
+        import warnings
+
+        from ..errors import AttnvizWarning
+
+        warnings.warn("the two runs have the same number of tokens but different tokens; heads are compared "
+                      "position by position", AttnvizWarning, stacklevel=1)
+    layers = list(range(result.n_layers)) if layers_choice is None else [layers_choice]
+    comparison_report(overview_of_result(result, layers), console=console, out=out, top=top, cmap=cmap.value,
+                      other=overview_of_result(other, layers), change=change,
                       other_name=vs_model or (repr(vs) if vs else None))
 
 
