@@ -338,3 +338,19 @@ def test_display_copies_are_max_pooled_for_long_inputs(monkeypatch):
     assert overview.display.shape[-1] == -(-n // 5) == 4
     assert float(overview.display[0, 3, 0, 0]) == float(result.attentions[0, 3, :5, :5].max())
     assert overview.labels == result.tokens[::5] and any("max-pooled" in note for note in overview.notes)
+
+
+def test_workers_never_outnumber_cpus_or_items():
+    from attnviz.export.run import worker_count
+
+    assert worker_count(200, 3, cpus=2) == 2
+    assert worker_count(200, 1, cpus=16) == 1
+    assert worker_count(4, 100, cpus=16) == 4
+    assert worker_count(1, 0, cpus=2) == 1
+
+
+def test_export_says_when_it_starts_fewer_workers(run_cli, tmp_path):
+    r = run_cli("export", _texts(tmp_path, ["One text only."]), "--out", str(tmp_path / "out"), "--layers", "0",
+                "--formats", "png", "--jobs", "8", "--quiet")
+    assert r.exit_code == 0, r.stderr
+    assert "attnviz: warning: jobs = 8: drawing with 1 processes" in r.stderr and "1 items to draw" in r.stderr

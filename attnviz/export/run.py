@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, AttnvizWarning, UsageError
 from ..fileio import atomic_write, remove_stale_temporaries
 from ..result import AttentionResult
 from .items import Item, blocks, read_items
@@ -91,7 +91,7 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
     source = load_source(settings.model, engine=settings.engine, revision=settings.revision,  # type: ignore[arg-type]
                          device=settings.device, trust_remote_code=settings.trust_remote_code)
     pending: deque[tuple[Item, list[str], dict[str, Any], list[Future[str]]]] = deque()
-    with _workers(settings) as pool:
+    with _workers(settings, sum(len(batch) for batch in todo)) as pool:
         for batch in todo:
             # The whole block runs again, so its numbers match an uninterrupted run; finished items keep their files.
             for item, outcome in _run_block(source, batch, out_dir, settings, journal):
@@ -240,18 +240,33 @@ class ItemExport:
             self.npz.abort()
 
 
+def worker_count(jobs: int, items: int, cpus: int | None = None) -> int:
+    """Processes worth starting to draw images: no more than asked, than CPUs, or than items to draw
+    (each costs a second or more to start, and memory for its own matplotlib)."""
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(jobs, cpus, items))
+
+
 @contextmanager
-def _workers(settings: ExportSettings) -> Iterator[ProcessPoolExecutor | None]:
+def _workers(settings: ExportSettings, items: int) -> Iterator[ProcessPoolExecutor | None]:
     if settings.jobs < 2 or not settings.image_formats or settings.style == "tiles":
         yield None
         return
-    pool = ProcessPoolExecutor(settings.jobs, mp_context=multiprocessing.get_context("spawn"),
+    count = worker_count(settings.jobs, items)
+    if count < settings.jobs:
+        warnings.warn(f"jobs = {settings.jobs}: drawing with {count} processes (this machine has "
+                      f"{worker_count(settings.jobs, settings.jobs)} CPUs for it, and {items} items to draw)",
+                      AttnvizWarning, stacklevel=3)
+    if count < 2:
+        yield None
+        return
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_ignore_interrupts)
     try:
         # Start every worker now, with Ctrl-C ignored for that moment only: they inherit it and so
         # cannot print a traceback while still importing; later Ctrl-C reaches the parent at once.
         with _no_interrupts():
-            starting = [pool.submit(os.getpid) for _ in range(settings.jobs)]
+            starting = [pool.submit(os.getpid) for _ in range(count)]
         for future in starting:
             future.result()
         yield pool

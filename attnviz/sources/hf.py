@@ -17,7 +17,7 @@ from torch import Tensor
 from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .engine import Capture, LayerOut, ModelSource
-from .tokens import TokenInfo
+from .tokens import TokenInfo, unknown_token_id
 
 
 def _load(
@@ -195,5 +195,6 @@ class HFSource(ModelSource):
             segment_ids=src.segment_ids, attentions=stack(out.encoder_attentions), causal=False,
             model_name=self.name, decoder_attentions=stack(out.decoder_attentions),
             cross_attentions=stack(out.cross_attentions), target_tokens=tgt.labels, target_special=tgt.special,
-            metadata={"engine": self.engine, "family": self.family, "device": self.device, "target_ids": tgt.ids},
+            metadata={"engine": self.engine, "family": self.family, "device": self.device, "target_ids": tgt.ids,
+                      **({"unk_token_id": unk} if (unk := unknown_token_id(self.tokenizer)) is not None else {})},
         )
