@@ -90,11 +90,10 @@ def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = F
     as the engine computes it, so a long text never holds every layer's matrices at once.
     """
     from .heads import HeadTableBuilder
-    from .sources.engine import layer_stream
 
     builder = HeadTableBuilder()
     for start in range(0, len(texts), batch_size):
-        stream = layer_stream(source, list(texts[start : start + batch_size]), truncate=truncate)
+        stream = source.stream_batch(list(texts[start : start + batch_size]), truncate=truncate)
         for position, parts in stream:
             builder.add_layers(stream.results, position, [part.attentions for part in parts], first_text=start)
             del parts  # before the next layer is computed
@@ -108,13 +107,12 @@ def rollout_of_text(source: Any, text: str, *, layer: int | None = None, head_fu
     computes them, so memory holds one layer's matrices and one ``[q, k]`` product at a time."""
     from . import metrics
     from .errors import UsageError
-    from .sources.engine import layer_stream
 
-    n_layers = source.n_layers if hasattr(source, "n_layers") else None
-    if layer is not None and n_layers is not None and not 0 <= layer < n_layers:
+    n_layers = source.n_layers
+    if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"--layer {layer} is out of range; {source.name} has layers 0 to {n_layers - 1}")
     wanted = None if layer is None else list(range(layer + 1))
-    stream = layer_stream(source, [text], truncate=truncate, layers=wanted)
+    stream = source.stream_batch([text], truncate=truncate, layers=wanted)
 
     def layers() -> Iterator[torch.Tensor]:
         for _, parts in stream:
@@ -136,13 +134,12 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
     rows and scaled, which the overview's notes say; ``all_rows`` computes every row."""
     from .compare import OverviewBuilder
     from .errors import UsageError
-    from .sources.engine import layer_stream
 
     n_layers = source.n_layers
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"--layer {layer} is out of range; {source.name} has layers 0 to {n_layers - 1}")
     wanted = list(range(n_layers)) if layer is None else [layer]
-    stream = layer_stream(source, [text], truncate=truncate, layers=None if layer is None else wanted)
+    stream = source.stream_batch([text], truncate=truncate, layers=None if layer is None else wanted)
     builder: OverviewBuilder | None = None
     for _, parts in stream:
         attentions = parts[0].attentions

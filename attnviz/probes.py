@@ -23,7 +23,7 @@ def induction_probe(source, *, length: int = PROBE_LENGTH, seed: int = 0) -> Att
             "so every head could look ahead at the second copy"
         )
     gen = torch.Generator().manual_seed(seed)
-    if hasattr(source, "extract_ids"):
+    if source.capabilities.token_ids:
         limit = source.max_positions or 2 * length + 1
         length = max(2, min(length, (limit - 1) // 2))
         specials = source.special_ids()

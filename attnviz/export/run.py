@@ -117,10 +117,8 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
     (too long, say), each text alone, so only the bad ones fail."""
     layers = None if settings.layers is None else list(settings.layers)
     texts = [item.text for item in batch]
-    from ..sources.engine import layer_stream
-
     try:
-        stream = layer_stream(source, texts, truncate=settings.truncate, layers=layers, float16=settings.float16)
+        stream = source.stream_batch(texts, truncate=settings.truncate, layers=layers, float16=settings.float16)
     except UsageError:
         raise  # a bad --layers is wrong for every item alike
     except AttnvizError as exc:

@@ -8,154 +8,23 @@ equal those of the item run by itself.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..errors import InputError, UsageError
+from ..errors import InputError
 from ..result import AttentionResult
+from .base import Capabilities, ExtractOptions, Source
+from .stream import Capture, LayerOut, LayerStream, collect
 from .tokens import TokenInfo, encode, label_from_piece, unknown_token_id
 
 
-@dataclass(frozen=True)
-class Capture:
-    """What one run builds: which layers' attention matrices (``None``: every layer), and whether it
-    keeps their pre-softmax scores and value vectors (``details``). Passed to every run, so a
-    result depends on its arguments alone, never on what an earlier call set."""
-
-    layers: frozenset[int] | None = None
-    details: bool = False
-
-    def wants(self, layer: int) -> bool:
-        return self.layers is None or layer in self.layers
-
-
-@dataclass
-class LayerOut:
-    """One layer of one padded batch, as an engine computed it."""
-
-    layer: int  # the model's number for it
-    weights: Tensor  # [B, H, T, T]
-    scores: Tensor | None = None  # [B, H, T, T], with details
-    values: Tensor | None = None  # [B, H, T, d], with details
-    value_norms: Tensor | None = None  # [B, H, T]: ‖f(x_j)‖ for norm-based attention (native engine)
-
-
-@dataclass
-class ItemLayer:
-    """One layer of one text, cut out of its padded batch (views of the batch's tensors, no copies)."""
-
-    layer: int
-    attentions: Tensor  # [H, n, n]
-    scores: Tensor | None = None  # [H, n, n]
-    values: Tensor | None = None  # [H, n, d]
-    value_norms: Tensor | None = None  # [H, n]
-
-
-class LayerStream:
-    """The captured layers of one padded batch, computed one at a time as they are iterated.
-
-    ``results`` describe each text (tokens, ids, flags, metadata) and hold no attentions yet
-    (``[0, 0, n, n]``); each step yields one :class:`ItemLayer` per text. A consumer that keeps
-    only what it needs of each layer (statistics, an image, a file) never holds every layer's
-    ``[H, T, T]`` matrices at once: that is how long inputs fit in memory. A stream is iterated once.
-    """
-
-    def __init__(self, results: list[AttentionResult], layers: list[int], outs: Iterator[LayerOut]) -> None:
-        self.results, self.layers, self._outs = results, layers, outs
-        self.whole = False  # True when ``results`` already hold every layer (see :meth:`of_results`)
-
-    def __iter__(self) -> Iterator[tuple[int, list[ItemLayer]]]:
-        """``(position, parts)``: the layer's index among ``layers``, and one :class:`ItemLayer` per text.
-
-        (Not ``enumerate``: it keeps its last item until the next one is computed, which would
-        hold two layers at once.)
-        """
-        lengths = [len(r.tokens) for r in self.results]
-        position = 0
-        for out in self._outs:
-            yield position, [_cut(out, b, n) for b, n in enumerate(lengths)]
-            del out  # before the next layer is computed: one layer's matrices at a time
-            position += 1  # noqa: SIM113 (enumerate would keep the last layer alive)
-
-    @classmethod
-    def of_results(cls, results: list[AttentionResult]) -> LayerStream:
-        """A stream over results computed whole (config models, encoder-decoder models): the same
-        consumers work on them; ``results`` keep everything (cross-attentions too), ``whole`` is True."""
-        layers = results[0].metadata.get("layers") or list(range(results[0].n_layers))
-        same = all(r.attentions.shape[-1] == results[0].attentions.shape[-1] for r in results)
-        width = results[0].attentions.shape[-1] if same else max(r.attentions.shape[-1] for r in results)
-
-        def outs() -> Iterator[LayerOut]:
-            for position, layer in enumerate(layers):
-                padded = torch.zeros(len(results), results[0].n_heads, width, width)
-                norms = None if any(r.value_norms is None for r in results) else torch.zeros(len(results), results[0].n_heads, width)
-                for b, r in enumerate(results):
-                    n = r.attentions.shape[-1]
-                    padded[b, :, :n, :n] = r.attentions[position]
-                    if norms is not None:
-                        norms[b, :, :n] = r.value_norms[position]
-                yield LayerOut(layer=layer, weights=padded, value_norms=norms)
-
-        stream = cls(results, list(layers), outs())
-        stream.whole = True
-        return stream
-
-
-def layer_stream(source: Any, texts: list[str], *, truncate: bool = False, layers: list[int] | None = None,
-                 float16: bool = False) -> LayerStream:
-    """The layers of ``texts`` one at a time, from any source: engines stream them as computed;
-    config models and encoder-decoder models compute whole results, which are then handed on layer by layer."""
-    if isinstance(source, ModelSource) and not getattr(source, "encoder_decoder", False):
-        return source.stream_batch(texts, truncate=truncate, layers=layers)
-    return LayerStream.of_results(source.extract_batch(texts, truncate=truncate, layers=layers, float16=float16))
-
-
-def _cut(out: LayerOut, b: int, n: int) -> ItemLayer:
-    def square(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t[b, :, :n, :n]
-
-    def rows(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t[b, :, :n]
-
-    return ItemLayer(out.layer, out.weights[b, :, :n, :n], square(out.scores), rows(out.values), rows(out.value_norms))
-
-
-def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResult]:
-    """Every layer of a stream, stored per text as it arrives (float16 halves the memory of long inputs)."""
-    dtype = torch.float16 if float16 else torch.float32
-    count = len(stream.layers)
-    stores: list[Tensor | None] = [None] * len(stream.results)
-    extras: list[dict[str, list[Tensor]]] = [{"scores": [], "values": [], "value_norms": []} for _ in stream.results]
-    for position, parts in stream:
-        _store(parts, position, count, dtype, stores, extras)
-        del parts  # drop this layer before the stream computes the next
-    return [
-        replace(result, attentions=store,
-                **{name: torch.stack(kept) if kept else None for name, kept in extra.items()})
-        for result, store, extra in zip(stream.results, stores, extras, strict=True)
-    ]
-
-
-def _store(parts: list[ItemLayer], position: int, count: int, dtype: torch.dtype, stores: list[Tensor | None],
-           extras: list[dict[str, list[Tensor]]]) -> None:
-    """Copy one layer into each text's storage (a function, so no loop variable outlives the layer)."""
-    for b, part in enumerate(parts):
-        if stores[b] is None:
-            stores[b] = torch.empty((count, *part.attentions.shape), dtype=dtype)
-        stores[b][position] = part.attentions  # cast on the way in
-        for name, kept in extras[b].items():
-            value = getattr(part, name)
-            if value is not None:
-                kept.append(value.float().clone())
-
-
-class ModelSource:
+class ModelSource(Source):
     """An engine on a tokenizer: subclasses set ``engine`` and implement ``forward_layers`` and ``n_layers``."""
 
     engine = "?"
+    capabilities = Capabilities(pairs=True, streaming=True, token_ids=True)
 
     def __init__(
         self,
@@ -183,15 +52,6 @@ class ModelSource:
         """One padded batch: each layer ``capture`` wants, in order, as soon as it is computed."""
         raise NotImplementedError  # pragma: no cover - abstract
 
-    def check_layers(self, layers: list[int] | None) -> list[int] | None:
-        if layers is None:
-            return None
-        bad = [la for la in layers if not 0 <= la < self.n_layers]
-        if bad or not layers:
-            raise UsageError(f"--layer {bad[0] if bad else '(none)'} is out of range; {self.name} has layers 0 to "
-                             f"{self.n_layers - 1}")
-        return sorted(set(layers))
-
     def describe(self) -> str:
         return f"engine {self.engine} ({self.family}) on {self.device}, model {self.name}"
 
@@ -199,67 +59,17 @@ class ModelSource:
         return encode(self.tokenizer, text, pair, max_length=self.max_positions, truncate=truncate,
                       model_name=self.name, special_ids=frozenset(self.special_ids()))
 
-    def extract(
-        self,
-        text: str | None,
-        *,
-        pair: str | None = None,
-        target: str | None = None,
-        truncate: bool = False,
-        details: bool = False,
-        layers: list[int] | None = None,
-        float16: bool = False,
-    ) -> AttentionResult:
-        """Attention of every head for one text (a batch of one); ``layers`` keeps only those layers."""
-        if target is not None:
-            raise UsageError(f"--target is for encoder-decoder models; {self.name} is {self.family}")
-        if text is None:
-            raise InputError("no text given; pass the text to inspect")
-        return self.extract_batch([text], pairs=[pair], truncate=truncate, details=details, layers=layers,
-                                  float16=float16)[0]
+    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
+        """One padded forward pass; each layer stored per text as it is computed (in float16 with
+        ``options.float16``). With ``options.layers`` only those layers' matrices are built (the
+        native engine runs the others through a fused kernel and stops after the last one asked
+        for); each result then lists them in ``metadata["layers"]``."""
+        return collect(self._stream_batch(texts, pairs, options), float16=options.float16)
 
-    def extract_batch(
-        self,
-        texts: list[str],
-        *,
-        pairs: list[str | None] | None = None,
-        truncate: bool = False,
-        details: bool = False,
-        layers: list[int] | None = None,
-        float16: bool = False,
-    ) -> list[AttentionResult]:
-        """One result per text, from a single padded forward pass.
-
-        ``float16`` stores the attentions in half precision, each layer as soon as it is computed:
-        for long inputs, half the memory.
-
-        With ``layers``, only those layers' attention matrices are built (the native engine runs
-        the others through a fused kernel and stops after the last one asked for); each result
-        then holds those layers, listed in its ``metadata["layers"]``.
-        """
-        if not texts:
-            return []
-        return collect(self.stream_batch(texts, pairs=pairs, truncate=truncate, details=details, layers=layers),
-                       float16=float16)
-
-    def stream_batch(
-        self,
-        texts: list[str],
-        *,
-        pairs: list[str | None] | None = None,
-        truncate: bool = False,
-        details: bool = False,
-        layers: list[int] | None = None,
-    ) -> LayerStream:
-        """Like :meth:`extract_batch`, but the layers come one at a time (see :class:`LayerStream`)."""
-        layers = self.check_layers(layers)
-        if not texts:
-            raise InputError("no texts given")
-        pairs = pairs or [None] * len(texts)
-        if len(pairs) != len(texts):
-            raise UsageError(f"{len(texts)} texts but {len(pairs)} pairs; give one pair (or None) per text")
-        infos = [self.encode(t, p, truncate=truncate) for t, p in zip(texts, pairs, strict=True)]
-        return self._stream(infos, layers, details)
+    def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
+        infos = [self.encode(t, p, truncate=options.truncate) for t, p in zip(texts, pairs, strict=True)]
+        layers = None if options.layers is None else self.check_layers(options.layers)
+        return self._stream(infos, layers, options.details)
 
     def _stream(self, infos: list[TokenInfo], layers: list[int] | None, details: bool) -> LayerStream:
         width = max(len(info.ids) for info in infos)

@@ -14,9 +14,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import InputError, ModelNotFoundError, UsageError
+from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
+from .base import Capabilities, ExtractOptions
 from .engine import Capture, LayerOut, ModelSource
+from .stream import LayerStream
 from .tokens import TokenInfo, unknown_token_id
 
 
@@ -98,6 +100,9 @@ class HFSource(ModelSource):
             self.model.to(device)
         config = self.model.config
         self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        # transformers returns every layer at once: handed on one at a time, but not computed so.
+        self.capabilities = Capabilities(pairs=True, cross=self.encoder_decoder, token_ids=not self.encoder_decoder,
+                                         streaming=False)
         self.hf_tokenizer = hf_tokenizer
         limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         pad = hf_tokenizer.pad_token_id
@@ -141,32 +146,18 @@ class HFSource(ModelSource):
                 yield LayerOut(layer=i, weights=weights)
             del weights
 
-    def extract(
-        self,
-        text: str | None,
-        *,
-        pair: str | None = None,
-        target: str | None = None,
-        truncate: bool = False,
-        details: bool = False,
-        layers: list[int] | None = None,
-        float16: bool = False,
-    ) -> AttentionResult:
-        if not self.encoder_decoder:
-            return super().extract(text, pair=pair, target=target, truncate=truncate, details=details, layers=layers,
-                                   float16=float16)
-        if text is None:
-            raise InputError("no text given; pass the source text to inspect")
-        layers = self.check_layers(layers)
-        result = self._seq2seq(self.encode(text, pair, truncate=truncate), target, truncate)
-        return result.narrowed(layers, float16=float16)
-
-    def extract_batch(self, texts: list[str], **kwargs: Any) -> list[AttentionResult]:
+    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         """One padded forward pass; encoder-decoder models run one text at a time (results are the same)."""
         if not self.encoder_decoder:
-            return super().extract_batch(texts, **kwargs)
-        pairs = kwargs.pop("pairs", None) or [None] * len(texts)
-        return [self.extract(t, pair=p, **kwargs) for t, p in zip(texts, pairs, strict=True)]
+            return super()._extract_batch(texts, pairs, options)
+        layers = None if options.layers is None else self.check_layers(options.layers)
+        return [self._seq2seq(self.encode(text, pair, truncate=options.truncate), options.target, options.truncate)
+                .narrowed(layers, float16=options.float16) for text, pair in zip(texts, pairs, strict=True)]
+
+    def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
+        if not self.encoder_decoder:
+            return super()._stream_batch(texts, pairs, options)
+        return LayerStream.of_results(self._extract_batch(texts, pairs, options))  # with their cross-attentions
 
     @torch.no_grad()
     def _seq2seq(self, src: TokenInfo, target: str | None, truncate: bool) -> AttentionResult:

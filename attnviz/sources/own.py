@@ -9,20 +9,22 @@ from ..config import MatrixConfig, ModelConfig, TransformerConfig
 from ..errors import InputError, UsageError
 from ..explain import ExplainInputs
 from ..result import AttentionResult
+from .base import Capabilities, ExtractOptions, Source
 from .own_model import OwnTransformer, matrix_attention
 from .words import word_id, word_tokens
 
 
-class ConfigSource:
+class ConfigSource(Source):
     """A source built from a TOML config: ``extract`` gives every head, ``explain_inputs`` one layer."""
+
+    engine = "config"
 
     def __init__(self, cfg: ModelConfig, *, causal: bool | None = None) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.causal = cfg.causal if causal is None else causal
         self._model = OwnTransformer(cfg).eval() if isinstance(cfg, TransformerConfig) else None
-
-    engine = "config"
+        self.capabilities = Capabilities(details=True, value_norms=True, fixed_input=self._model is None)
 
     @property
     def n_layers(self) -> int:
@@ -54,23 +56,13 @@ class ConfigSource:
             )
         return tokens, [word_id(t, self.cfg.vocab_size) for t in tokens]
 
-    def extract(
-        self,
-        text: str | None,
-        *,
-        pair: str | None = None,
-        target: str | None = None,
-        truncate: bool = False,
-        details: bool = False,
-        layers: list[int] | None = None,
-        float16: bool = False,
-    ) -> AttentionResult:
-        """Every head's attention; ``details`` adds the pre-softmax scores and the value vectors.
+    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
+        """Each text alone (config models are small). Every layer is computed; ``options.layers``
+        keeps only those; ``options.details`` adds the pre-softmax scores and the value vectors."""
+        return [self._one(text, options) for text in texts]
 
-        ``layers`` keeps only those layers (config models are small: all are computed).
-        """
-        if pair is not None or target is not None:
-            raise UsageError(f"--pair and --target need a model with a real tokenizer; {self.name} is a config model")
+    def _one(self, text: str | None, options: ExtractOptions) -> AttentionResult:
+        truncate, details = options.truncate, options.details
         tokens, ids = self.tokenize(text, truncate=truncate)
         if self._model is None:
             inputs = self.explain_inputs(None)
@@ -91,12 +83,8 @@ class ConfigSource:
             value_norms=torch.stack([n[0] for n in norms]).detach(),
             metadata={"engine": "config", "config_type": type(self.cfg).__name__},
         )
-        return result.narrowed(layers, float16=float16)
+        return result.narrowed(None if options.layers is None else list(options.layers), float16=options.float16)
 
-    def extract_batch(self, texts: list[str], **kwargs: object) -> list[AttentionResult]:
-        """One result per text (config models are small; each text runs alone)."""
-        pairs = kwargs.pop("pairs", None) or [None] * len(texts)
-        return [self.extract(t, pair=p, **kwargs) for t, p in zip(texts, pairs, strict=True)]  # type: ignore[arg-type]
 
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
         tokens, ids = self.tokenize(text)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ...errors import ModelNotFoundError
+from ..base import Capabilities
 from ..engine import Capture, LayerOut, ModelSource
 from ..files import read_config, weight_files
 from . import gpt2, llama
@@ -69,6 +70,8 @@ class NativeSource(ModelSource):
     """A Hugging Face folder run by attnviz's own attention."""
 
     engine = "native"
+    capabilities = Capabilities(details=True, value_norms=True, pairs=True, streaming=True, token_ids=True,
+                                generation=False)
 
     def __init__(self, folder: Path, *, name: str, device: str = "cpu") -> None:
         from tokenizers import Tokenizer

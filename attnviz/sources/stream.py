@@ -1,0 +1,142 @@
+"""Layers one at a time: what an engine computes per layer, cut per text, and collected when wanted.
+
+An engine yields each layer of a padded batch as soon as it is computed (:class:`LayerOut`);
+a :class:`LayerStream` cuts it per text (:class:`ItemLayer`, views, no copies) and hands it on.
+A consumer that keeps only what it needs of each layer (statistics, an image, a file) never holds
+every layer's ``[H, T, T]`` matrices at once: that is how long inputs fit in memory.
+:func:`collect` stores every layer instead, for a whole :class:`AttentionResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from ..result import AttentionResult
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What one run builds: which layers' attention matrices (``None``: every layer), and whether it
+    keeps their pre-softmax scores and value vectors (``details``). Passed to every run, so a
+    result depends on its arguments alone, never on what an earlier call set."""
+
+    layers: frozenset[int] | None = None
+    details: bool = False
+
+    def wants(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
+
+
+@dataclass
+class LayerOut:
+    """One layer of one padded batch, as an engine computed it."""
+
+    layer: int  # the model's number for it
+    weights: Tensor  # [B, H, T, T]
+    scores: Tensor | None = None  # [B, H, T, T], with details
+    values: Tensor | None = None  # [B, H, T, d], with details
+    value_norms: Tensor | None = None  # [B, H, T]: ‖f(x_j)‖ for norm-based attention (native engine)
+
+
+@dataclass
+class ItemLayer:
+    """One layer of one text, cut out of its padded batch (views of the batch's tensors, no copies)."""
+
+    layer: int
+    attentions: Tensor  # [H, n, n]
+    scores: Tensor | None = None  # [H, n, n]
+    values: Tensor | None = None  # [H, n, d]
+    value_norms: Tensor | None = None  # [H, n]
+
+
+class LayerStream:
+    """The captured layers of one padded batch, computed one at a time as they are iterated.
+
+    ``results`` describe each text (tokens, ids, flags, metadata) and hold no attentions yet
+    (``[0, 0, n, n]``); each step yields one :class:`ItemLayer` per text. A consumer that keeps
+    only what it needs of each layer (statistics, an image, a file) never holds every layer's
+    ``[H, T, T]`` matrices at once: that is how long inputs fit in memory. A stream is iterated once.
+    """
+
+    def __init__(self, results: list[AttentionResult], layers: list[int], outs: Iterator[LayerOut]) -> None:
+        self.results, self.layers, self._outs = results, layers, outs
+        self.whole = False  # True when ``results`` already hold every layer (see :meth:`of_results`)
+
+    def __iter__(self) -> Iterator[tuple[int, list[ItemLayer]]]:
+        """``(position, parts)``: the layer's index among ``layers``, and one :class:`ItemLayer` per text.
+
+        (Not ``enumerate``: it keeps its last item until the next one is computed, which would
+        hold two layers at once.)
+        """
+        lengths = [len(r.tokens) for r in self.results]
+        position = 0
+        for out in self._outs:
+            yield position, [_cut(out, b, n) for b, n in enumerate(lengths)]
+            del out  # before the next layer is computed: one layer's matrices at a time
+            position += 1  # noqa: SIM113 (enumerate would keep the last layer alive)
+
+    @classmethod
+    def of_results(cls, results: list[AttentionResult]) -> LayerStream:
+        """A stream over results computed whole (config models, encoder-decoder models): the same
+        consumers work on them; ``results`` keep everything (cross-attentions too), ``whole`` is True."""
+        layers = results[0].metadata.get("layers") or list(range(results[0].n_layers))
+        same = all(r.attentions.shape[-1] == results[0].attentions.shape[-1] for r in results)
+        width = results[0].attentions.shape[-1] if same else max(r.attentions.shape[-1] for r in results)
+
+        def outs() -> Iterator[LayerOut]:
+            for position, layer in enumerate(layers):
+                padded = torch.zeros(len(results), results[0].n_heads, width, width)
+                norms = None if any(r.value_norms is None for r in results) else torch.zeros(len(results), results[0].n_heads, width)
+                for b, r in enumerate(results):
+                    n = r.attentions.shape[-1]
+                    padded[b, :, :n, :n] = r.attentions[position]
+                    if norms is not None:
+                        norms[b, :, :n] = r.value_norms[position]
+                yield LayerOut(layer=layer, weights=padded, value_norms=norms)
+
+        stream = cls(results, list(layers), outs())
+        stream.whole = True
+        return stream
+
+
+def _cut(out: LayerOut, b: int, n: int) -> ItemLayer:
+    def square(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t[b, :, :n, :n]
+
+    def rows(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t[b, :, :n]
+
+    return ItemLayer(out.layer, out.weights[b, :, :n, :n], square(out.scores), rows(out.values), rows(out.value_norms))
+
+
+def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResult]:
+    """Every layer of a stream, stored per text as it arrives (float16 halves the memory of long inputs)."""
+    dtype = torch.float16 if float16 else torch.float32
+    count = len(stream.layers)
+    stores: list[Tensor | None] = [None] * len(stream.results)
+    extras: list[dict[str, list[Tensor]]] = [{"scores": [], "values": [], "value_norms": []} for _ in stream.results]
+    for position, parts in stream:
+        _store(parts, position, count, dtype, stores, extras)
+        del parts  # drop this layer before the stream computes the next
+    return [
+        replace(result, attentions=store,
+                **{name: torch.stack(kept) if kept else None for name, kept in extra.items()})
+        for result, store, extra in zip(stream.results, stores, extras, strict=True)
+    ]
+
+
+def _store(parts: list[ItemLayer], position: int, count: int, dtype: torch.dtype, stores: list[Tensor | None],
+           extras: list[dict[str, list[Tensor]]]) -> None:
+    """Copy one layer into each text's storage (a function, so no loop variable outlives the layer)."""
+    for b, part in enumerate(parts):
+        if stores[b] is None:
+            stores[b] = torch.empty((count, *part.attentions.shape), dtype=dtype)
+        stores[b][position] = part.attentions  # cast on the way in
+        for name, kept in extras[b].items():
+            value = getattr(part, name)
+            if value is not None:
+                kept.append(value.float().clone())
