@@ -1,4 +1,10 @@
-"""The Python API the CLI is a shell over."""
+"""The Python API the CLI is a shell over: each command's data comes from one function here.
+
+``load`` gives a source (a model loaded once); ``extract``/``extract_batch`` give results;
+``attention_view``, ``rollout_view`` and ``norm_view`` give what ``heatmap`` and ``rollout`` draw;
+``heads_of``, ``compare_heads_of_text`` and ``explain`` give what ``heads``, ``compare-heads`` and
+``explain`` show. The CLI only parses, calls one of these, and picks a renderer.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,17 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .result import AttentionResult
 from .sources.resolve import Engine, load_source
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from .compare import HeadsOverview
+    from .explain import Walkthrough
     from .heads import HeadTable
+    from .render.view import HeatmapView
+    from .result import AttentionResult
+    from .sources.base import Source
 
 
 def extract(
@@ -100,7 +109,7 @@ def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = F
     return builder.table()
 
 
-def rollout_of_text(source: Any, text: str, *, layer: int | None = None, head_fusion: str = "mean",
+def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: str = "mean",
                     truncate: bool = False) -> tuple[torch.Tensor, AttentionResult]:
     """Attention rollout (:func:`attnviz.metrics.rollout`) of ``text`` through ``layer`` (default: the
     last): ``[q, k]`` float64, and the result describing the tokens. Layers are fused as the engine
@@ -150,3 +159,134 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
         del attentions  # before the next layer is computed
     assert builder is not None  # a model has at least one layer
     return builder.finish()
+
+
+# --- what each command shows, as data -------------------------------------------------------------
+
+
+def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | None = None, revision: str | None = None,
+         device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False) -> Source:
+    """The :class:`~attnviz.sources.base.Source` for ``model`` (see :func:`extract` for the arguments),
+    to pass to the functions below so a model is loaded once for several calls."""
+    return load_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
+                       trust_remote_code=trust_remote_code)
+
+
+def attention_view(
+    source: Source,
+    text: str | None,
+    *,
+    layer: int | str = 0,
+    head: int | str = 0,
+    kind: str = "self",
+    pair: str | None = None,
+    target: str | None = None,
+    hide_special: bool = False,
+    renormalize: bool = False,
+    words: bool = False,
+    truncate: bool = False,
+    vmax: float | None = None,
+    cmap: str = "viridis",
+) -> HeatmapView:
+    """What ``attnviz heatmap`` draws: one layer's head (a number), every head (``"all"``) or their
+    mean (``"mean"``); or, with ``layer="all"``, one head (or the mean) in every layer.
+
+    ``hide_special`` drops special tokens ([CLS], [SEP], BOS…) from both axes, ``renormalize`` then
+    rescales each row to sum to 1; ``words`` joins word pieces (Clark et al. 2019: attention to a word
+    is the sum over its pieces, from a word the mean). ``kind`` is ``self`` (or ``encoder``),
+    ``decoder`` or ``cross`` for encoder-decoder models.
+    """
+    from .errors import UsageError
+    from .render.view import head_across_layers_view, heatmap_view
+
+    if renormalize and not hide_special:
+        raise UsageError("renormalize=True rescales rows after hide_special; set hide_special=True too")
+    every_layer = layer == "all"
+    if every_layer and head == "all":
+        raise UsageError("layer='all' shows one head (or the mean) in every layer; choose a head number or 'mean'")
+    # Only the layer shown is built: the native engine stops after it and skips the others' matrices.
+    result = source.extract(text, pair=pair, target=target, truncate=truncate,
+                            layers=None if every_layer else [int(layer)])
+    if hide_special:
+        from .transforms import drop_special
+
+        result = drop_special(result, renormalize=renormalize)
+    if words:
+        from .transforms import to_words
+
+        result = to_words(result)
+    if every_layer:
+        return head_across_layers_view(result, head=head, kind=kind, vmax=vmax, cmap=cmap)
+    return heatmap_view(result, layer=int(layer), head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
+
+
+def rollout_view(source: Source, text: str | None, *, layer: int | None = None, fusion: str = "mean", truncate: bool = False,
+                 cmap: str = "viridis") -> HeatmapView:
+    """What ``attnviz rollout`` draws: attention rollout (Abnar & Zuidema 2020) through ``layer``
+    (default: the last), heads fused by ``fusion`` (mean, max or min)."""
+    from .render.view import matrix_view
+
+    last = source.n_layers - 1 if layer is None else layer
+    rolled, result = rollout_of_text(source, text, layer=last, head_fusion=fusion, truncate=truncate)
+    return matrix_view(rolled[None].numpy(), result.tokens, result.tokens, cmap=cmap,
+                       title=f"{result.model_name} · attention rollout ({fusion} of heads) through layers 0–{last}",
+                       panel_titles=[f"rollout to layer {last}"], row_axis="positions (after the layers)",
+                       col_axis="input tokens", value_name="share of the input token")
+
+
+def norm_view(source: Source, text: str | None, *, layer: int | None = None, head: int | str = "mean", truncate: bool = False,
+              cmap: str = "viridis") -> HeatmapView:
+    """Norm-based attention ‖α_ij f(x_j)‖ (Kobayashi et al. 2020) of one layer (default: the last):
+    a head, ``"all"`` or ``"mean"``. Needs each head's value vectors (native engine, config models)."""
+    from .errors import UsageError
+    from .metrics import norm_attention
+    from .render.view import matrix_view, select_panels
+
+    if not source.capabilities.value_norms:
+        raise UsageError(f"--norm needs each head's value vectors; the {source.engine} engine does not "
+                         "give them. Use the native engine (BERT, GPT-2, LLaMA families) or a .toml config model")
+    last = source.n_layers - 1 if layer is None else layer
+    result = source.extract(text, truncate=truncate, layers=[last])  # only the layer shown is built
+    tensor = norm_attention(result.attentions, result.value_norms)
+    panels, titles, what = select_panels(tensor, 0, head, result.model_name)  # type: ignore[arg-type]
+    return matrix_view(panels, result.tokens, result.tokens, cmap=cmap, panel_titles=titles,
+                       title=f"{result.model_name} · norm-based attention ‖α f(x)‖ · layer {last} · {what}",
+                       value_name="‖α f(x)‖")
+
+
+def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str | None = None, truncate: bool = False,
+             batch_size: int = 16) -> HeadTable:
+    """What ``attnviz heads`` shows: every statistic of every head, averaged over ``texts``, or on
+    ``probe="induction"`` (random tokens repeated; causal models)."""
+    from .errors import UsageError
+
+    if (texts is None) == (probe is None):
+        raise UsageError("give texts or probe='induction', one of the two")
+    if probe is not None:
+        from .heads import head_table
+        from .probes import induction_probe
+
+        if probe != "induction":
+            raise UsageError(f"probe={probe!r} is unknown; the probe is 'induction'")
+        return head_table([induction_probe(source)])
+    return head_table_of_texts(source, list(texts or []), truncate=truncate, batch_size=batch_size)
+
+
+def explain(text: str | None = None, model: str | None = None, *, layer: int = 0, causal: bool | None = None) -> Walkthrough:
+    """What ``attnviz explain`` shows: one attention computation of a config model, step by step
+    (default model: the seed tutorial's worked example)."""
+    from .errors import UsageError
+
+    if layer < 0:
+        raise UsageError(f"--layer {layer} is negative; layers are numbered from 0")
+    from .explain import walkthrough
+    from .sources.own import ConfigSource
+
+    source = load_source(model or EXPLAIN_DEFAULT, causal=causal)
+    if not isinstance(source, ConfigSource):
+        raise UsageError(f"explain walks through attnviz's own config models (.toml); {model} is a {source.engine} "
+                         "model. Use attnviz heatmap for it")
+    return walkthrough(source.explain_inputs(text, layer))
+
+
+EXPLAIN_DEFAULT = "sample_configs/seed_example.toml"

@@ -65,7 +65,7 @@ CASES = [
     ("export-out-is-file", ["export", "{tmp}/ok.txt", "--out", "{tmp}/ok.txt"], 2, "is a file"),
     ("layer-out-of-range", ["heatmap", "x", "--model", TINY, "--layer", "9"], 2, "out of range"),
     ("layer-negative", ["heatmap", "x", "--model", TINY, "--layer", "-1"], 2, "numbered from 0"),
-    ("layer-not-a-number", ["heatmap", "x", "--layer", "two"], 2, "Invalid value for '--layer'"),
+    ("layer-not-a-number", ["heatmap", "x", "--layer", "two"], 2, "--layer 'two' is not a layer"),
     ("head-out-of-range", ["heatmap", "x", "--model", TINY, "--head", "4"], 2, "out of range"),
     ("head-negative", ["heatmap", "x", "--model", TINY, "--head", "-3"], 2, "is negative"),
     ("head-not-a-number", ["heatmap", "x", "--head", "first"], 2, "is not a head"),

@@ -115,7 +115,7 @@ def test_unexpected_errors_are_one_line_too(run_cli, monkeypatch):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["heatmap", TEXT, "--layer", "two"], "Invalid value for '--layer'"),
+        (["heatmap", TEXT, "--layer", "two"], "--layer 'two' is not a layer"),
         (["heatmap", TEXT, "--fit", "bogus"], "'bogus' is not one of 'downsample', 'page'"),
         (["heatmap", TEXT, "--width", "5"], "Invalid value for '--width'"),
         (["heatmap", TEXT, "--no-such-flag"], "No such option: --no-such-flag"),

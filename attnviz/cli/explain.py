@@ -25,22 +25,9 @@ def explain(
 
     Example: attnviz explain --model sample_configs/seed_example.toml
     """
-    if layer < 0:
-        from ..errors import UsageError
+    from ..api import explain as explain_steps
 
-        raise UsageError(f"--layer {layer} is negative; layers are numbered from 0")
-    from ..explain import walkthrough
-    from ..sources.resolve import load_source
-
-    source = load_source(model, causal=causal)
-    if not hasattr(source, "explain_inputs"):
-        from ..errors import UsageError
-
-        raise UsageError(
-            f"explain walks through attnviz's own config models (.toml); {model} is a {source.engine} model. "
-            "Use attnviz heatmap for it"
-        )
-    walk = walkthrough(source.explain_inputs(text, layer))
+    walk = explain_steps(text, model, layer=layer, causal=causal)
     if as_json:
         import json
 

@@ -74,17 +74,11 @@ def heads(
         texts = read_lines(file)
     source = open_source(model, engine=engine, causal=None, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
-    if probe is not None:
-        from ..heads import head_table
-        from ..probes import induction_probe
+    from ..api import heads_of
 
-        table = head_table([induction_probe(source)])
-    else:
-        from ..api import head_table_of_texts
-
-        # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
-        table = head_table_of_texts(source, texts if texts is not None else [text], truncate=truncate,
-                                    batch_size=BATCH)
+    # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
+    table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
+                     probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH)
     rows = table.rows()
     if sort is not None:
         rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))

@@ -29,6 +29,7 @@ from .options import (
     Width,
     open_source,
     parse_head,
+    parse_index_or_word,
 )
 
 
@@ -38,7 +39,7 @@ def heatmap(
         None, metavar="[TEXT]", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
     model: str | None = Model,
-    layer: int = typer.Option(0, "--layer", "-l", help="Layer to show, from 0."),
+    layer: str = typer.Option("0", "--layer", "-l", help="Layer to show, from 0; 'all' shows --head in every layer."),
     head: str = typer.Option("0", "--head", help="Head to show: a number from 0, 'all' for a grid, or 'mean'."),
     kind: KindChoice = typer.Option(
         KindChoice.encoder, "--kind", help="Encoder-decoder models: encoder, decoder or cross attention."
@@ -68,28 +69,21 @@ def heatmap(
     Example: attnviz heatmap "The cat sat on the mat." --head all
     """
     head_choice = parse_head(head)
-    if layer < 0:
-        raise UsageError(f"--layer {layer} is out of range; layers are numbered from 0")
+    layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
     if renormalize and not hide_special:
         raise UsageError("--renormalize rescales rows after --hide-special; add --hide-special")
+    if layer_choice == "all" and head_choice == "all":
+        raise UsageError("--layer all shows one head in every layer; give --head N or --head mean (or one --layer)")
     if out is not None:
         from ..fileio import check_output_path
 
         check_output_path(out)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
-    # Only the layer shown is built: the native engine stops after it and skips the others' matrices.
-    result = source.extract(text, pair=pair, target=target, truncate=truncate, layers=[layer])
-    if hide_special:
-        from ..transforms import drop_special
+    from ..api import attention_view
 
-        result = drop_special(result, renormalize=renormalize)
-    if words:
-        from ..transforms import to_words
-
-        result = to_words(result)
-    from ..render.view import heatmap_view
-
-    view_kind = "self" if kind is KindChoice.encoder else kind.value
-    view = heatmap_view(result, layer=layer, head=head_choice, kind=view_kind, vmax=vmax, cmap=cmap.value)
+    view = attention_view(source, text, layer=layer_choice, head=head_choice,
+                          kind="self" if kind is KindChoice.encoder else kind.value, pair=pair, target=target,
+                          hide_special=hide_special, renormalize=renormalize, words=words, truncate=truncate,
+                          vmax=vmax, cmap=cmap.value)
     show_view(view, out, values=values, fit=fit.value, width=width)

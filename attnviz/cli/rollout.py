@@ -36,12 +36,12 @@ class Fusion(str, Enum):
 
 @cli_command
 def rollout(
-    text: str = typer.Argument(..., metavar="TEXT", help="Input text."),
+    text: str | None = typer.Argument(None, metavar="[TEXT]", help="Input text (leave out for configs with a fixed input).", show_default=False),
     model: str | None = Model,
     fusion: Fusion | None = typer.Option(None, "--fusion", help="How a layer's heads are combined before rolling out (default mean).", show_default=False),
     norm: bool = typer.Option(False, "--norm", help="Show norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020) instead."),
     layer: int | None = typer.Option(None, "--layer", "-l", help="Roll out up to this layer (default: the last).", show_default=False),
-    head: str = typer.Option("mean", "--head", help="With --norm: a head number, 'all' or 'mean'."),
+    head: str | None = typer.Option(None, "--head", help="With --norm: a head number, 'all' or 'mean' (default).", show_default=False),
     out: Path | None = Out,
     values: bool = typer.Option(False, "--values", help="Write each value into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
@@ -58,7 +58,9 @@ def rollout(
 
     Example: attnviz rollout "The cat sat on the mat." --fusion max
     """
-    head_choice = parse_head(head)
+    if head is not None and not norm:
+        raise UsageError("--head applies to --norm; rollout fuses every head of a layer (choose how with --fusion)")
+    head_choice = parse_head(head or "mean")
     if norm and fusion is not None:
         raise UsageError("--fusion belongs to rollout; --norm shows one layer's heads (choose them with --head)")
     fusion = fusion or Fusion.mean
@@ -70,31 +72,11 @@ def rollout(
         check_output_path(out)
     source = open_source(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
                          trust_remote_code=trust_remote_code, verbose=verbose)
-    last = source.n_layers - 1 if layer is None else layer
-    from ..render.view import matrix_view, select_panels
+    from ..api import norm_view, rollout_view
 
     if norm:
-        # Only the layer shown is built.
-        result = source.extract(text, truncate=truncate, layers=[last])
-        if result.value_norms is None:
-            raise UsageError(f"--norm needs each head's value vectors; the {source.engine} engine does not give them. "
-                             "Use --engine native (BERT, GPT-2, LLaMA families) or a .toml config model")
-        from ..metrics import norm_attention
-
-        tensor = norm_attention(result.attentions, result.value_norms)
-        panels, titles, what = select_panels(tensor, 0, head_choice, result.model_name)
-        title = f"{result.model_name} · norm-based attention ‖α f(x)‖ · layer {last} · {what}"
+        view = norm_view(source, text, layer=layer, head=head_choice, truncate=truncate, cmap=cmap.value)
     else:
-        from ..api import rollout_of_text
-
         # Layers are fused as they are computed, up to the one shown: one layer's matrices at a time.
-        rolled, result = rollout_of_text(source, text, layer=last, head_fusion=fusion.value, truncate=truncate)
-        panels, titles = rolled[None].numpy(), [f"rollout to layer {last}"]
-        title = f"{result.model_name} · attention rollout ({fusion.value} of heads) through layers 0–{last}"
-    view = matrix_view(
-        panels, result.tokens, result.tokens, title=title, panel_titles=titles, cmap=cmap.value,
-        row_axis="positions (after the layers)" if not norm else "queries (who attends)",
-        col_axis="input tokens" if not norm else "keys (attended to)",
-        value_name="‖α f(x)‖" if norm else "share of the input token",
-    )
+        view = rollout_view(source, text, layer=layer, fusion=fusion.value, truncate=truncate, cmap=cmap.value)
     show_view(view, out, values=values, fit=fit.value, width=width)

@@ -79,6 +79,34 @@ def heatmap_view(
     )
 
 
+def head_across_layers_view(
+    result: AttentionResult,
+    *,
+    head: int | str = 0,
+    kind: Kind = "self",
+    vmax: float | None = None,
+    cmap: str = "viridis",
+) -> HeatmapView:
+    """One head (or the mean of the heads, ``"mean"``) in every layer ``result`` holds: a panel per layer."""
+    tensor, rows, cols = _select_kind(result, kind)
+    layers = result.metadata.get("layers") or list(range(tensor.shape[0]))
+    n_heads = tensor.shape[1]
+    if head == "mean":
+        panels, what = np.asarray(tensor.double().mean(1)), "mean of heads"
+    elif isinstance(head, int) and 0 <= head < n_heads:
+        panels, what = np.asarray(tensor[:, head].double()), f"head {head}"
+    else:
+        raise UsageError(f"--head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
+    where = "" if kind in ("self", "encoder") else f" · {kind}"
+    title = f"{result.model_name}{where} · {what} · every layer" + (" · causal" if result.causal and kind == "self" else "")
+    breaks = [i for i in range(1, len(result.segment_ids)) if result.segment_ids[i] != result.segment_ids[i - 1]]
+    return matrix_view(
+        panels, rows, cols, title=title, panel_titles=[f"layer {layer}" for layer in layers], vmax=vmax, cmap=cmap,
+        row_breaks=breaks if kind in ("self", "encoder") else [],
+        col_breaks=breaks if kind in ("self", "encoder", "cross") else [],
+    )
+
+
 def select_panels(tensor: Any, layer: int, head: HeadChoice, model_name: str) -> tuple[np.ndarray, list[str], str]:
     """Panels ``[P, Q, K]`` of one layer of a ``[layers, heads, q, k]`` tensor: a head, all, or their mean."""
     n_layers, n_heads = tensor.shape[0], tensor.shape[1]

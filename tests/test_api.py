@@ -1,0 +1,82 @@
+"""The API gives what each command shows (issue 11, point 1): a Python user gets the same data
+without copying a command."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz import api, metrics
+from attnviz.errors import UsageError
+from attnviz.transforms import drop_special, to_words
+from conftest import SEED, TINY
+
+TEXT = "Unbelievably, the cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return api.load()
+
+
+def test_attention_view_is_the_heatmap_pipeline(minilm):
+    result = attnviz.extract(TEXT)
+    view = api.attention_view(minilm, TEXT, layer=2, head=5, hide_special=True, renormalize=True, words=True)
+    expected = to_words(drop_special(result, renormalize=True)).attentions[2, 5].numpy()
+    assert np.allclose(view.panels[0], expected, atol=1e-6)
+    assert "[CLS]" not in view.row_labels and "unbelievably" in [label.lower() for label in view.row_labels]
+    with pytest.raises(UsageError, match="hide_special"):
+        api.attention_view(minilm, TEXT, renormalize=True)
+
+
+def test_one_head_across_every_layer(minilm, run_cli):
+    result = attnviz.extract(TEXT)
+    view = api.attention_view(minilm, TEXT, layer="all", head=3)
+    assert view.panels.shape[0] == 6 and view.panel_titles[4] == "layer 4"
+    assert np.allclose(view.panels, result.attentions[:, 3].numpy(), atol=1e-6)
+    mean = api.attention_view(minilm, TEXT, layer="all", head="mean")
+    assert np.allclose(mean.panels, result.attentions.double().mean(1).numpy(), atol=1e-6)
+    r = run_cli("heatmap", TEXT, "--layer", "all", "--head", "3", "--width", "120")
+    assert r.exit_code == 0 and "head 3 · every layer" in r.stdout
+    r = run_cli("heatmap", TEXT, "--layer", "all", "--head", "all")
+    assert r.exit_code == 2 and "--layer all shows one head in every layer" in r.stderr
+
+
+def test_rollout_and_norm_views(minilm):
+    result = minilm.extract(TEXT)
+    view = api.rollout_view(minilm, TEXT, layer=2, fusion="max")
+    assert np.allclose(view.panels[0], metrics.rollout(result.attentions, head_fusion="max")[2].numpy(), atol=1e-9)
+    norm = api.norm_view(minilm, TEXT, layer=1, head=4)
+    expected = metrics.norm_attention(result.attentions, result.value_norms)[1, 4].numpy()
+    assert np.allclose(norm.panels[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_rollout_refuses_what_it_would_ignore(run_cli):
+    r = run_cli("rollout", TEXT, "--head", "3")
+    assert r.exit_code == 2 and "--head applies to --norm" in r.stderr
+    r = run_cli("rollout", "--model", SEED, "--width", "80")  # a fixed input needs no TEXT, as in heatmap
+    assert r.exit_code == 0, r.stderr
+
+
+def test_heads_of_texts_and_probe(tiny_hf):
+    table = api.heads_of(api.load(TINY), ["the cat sat on the mat", "a dog ran after the cat"])
+    assert table.n_texts == 2 and table.shape == (2, 4)
+    gpt2 = api.load(tiny_hf["gpt2"])
+    probe = api.heads_of(gpt2, probe="induction")
+    assert probe.n_texts == 1 and probe.shape[0] == gpt2.n_layers
+    with pytest.raises(UsageError, match="one of the two"):
+        api.heads_of(gpt2)
+
+
+def test_explain_returns_the_walkthrough():
+    walk = api.explain()
+    direct = attnviz.api.explain(None, SEED)
+    assert torch.equal(torch.as_tensor(walk.to_dict()["output"]), torch.as_tensor(direct.to_dict()["output"]))
+    from attnviz.sources.resolve import default_model_folder
+
+    with pytest.raises(UsageError, match="config models"):
+        api.explain("text", str(default_model_folder()))
+    with pytest.raises(UsageError, match="numbered from 0"):
+        api.explain(layer=-1)
