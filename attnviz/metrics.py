@@ -323,19 +323,45 @@ def head_distance(attn: Tensor | Sequence[Tensor]) -> Tensor:
     Rows are smoothed, ``0.999·A + 0.001/n`` (n tokens); the JS divergence of two heads'
     distributions is taken for each query row and summed over rows. Given several texts'
     attentions (a list), the sums add up over the texts. Head (l, h) is index ``l·H + h``.
+
+    Computed as ``JS(x, y) = H(m) − (H(x) + H(y))/2`` with ``m = (x + y)/2`` (H the entropy), each
+    head's row entropies once and each pair once; columns where every head's weight is 0 (a causal
+    upper triangle) hold the same smoothed value in every head, so they add nothing and are
+    skipped. Elementwise work runs in the input's precision (float32 attentions: about 1e-6 per
+    row; float64: equal to the direct definition to rounding) and sums accumulate in float64.
     """
     items = [attn] if isinstance(attn, Tensor) else list(attn)
     if not items:
         raise ValueError("head_distance needs at least one attention tensor")
     total: Tensor | None = None
     for item in items:
-        a = _check(item)
+        a = _read(item)
         layers, heads, q, k = a.shape
-        p = _smoothed(a.reshape(layers * heads, q, k))
-        # One head against all at a time: memory N·q·k, not N²·q·k (BERT-base at 512 tokens fits).
-        dist = torch.stack([_js_rows(p[i : i + 1], p) for i in range(p.shape[0])])  # (N, N)
+        dist = _pairwise_js(a.reshape(layers * heads, q, k))
         total = dist if total is None else total + dist
     return total
+
+
+def _pairwise_js(a: Tensor, rows_per_block: int = 64) -> Tensor:
+    """``[N, N]`` float64: Σ over rows of JS(head i's row, head j's row) for ``a`` ``[N, q, k]``."""
+    n, q, k = a.shape
+    beta = DISTANCE_SMOOTHING / k
+    # Per row, the columns that matter: up to the last one where any head attends at all.
+    nonzero = (a != 0).any(0)  # (q, k)
+    widths = torch.where(nonzero.any(-1), k - nonzero.flip(-1).int().argmax(-1), torch.ones(q, dtype=torch.long))
+    order = torch.argsort(widths)
+    dist = torch.zeros(n, n, dtype=torch.float64)
+    for start in range(0, q, rows_per_block):
+        rows = order[start : start + rows_per_block]
+        width = int(widths[rows].max())
+        p = (1 - DISTANCE_SMOOTHING) * a[:, rows, :width] + beta  # (N, r, w)
+        own = torch.special.entr(p).sum(-1).double().sum(-1)  # (N,): H summed over these rows
+        for i in range(n - 1):
+            m = (p[i : i + 1] + p[i + 1 :]) / 2  # (N-i-1, r, w)
+            mixed = torch.special.entr(m).sum(-1).double().sum(-1)
+            dist[i, i + 1 :] += mixed - (own[i] + own[i + 1 :]) / 2
+    dist = dist + dist.T
+    return dist.clamp_min(0.0)
 
 
 def paired_head_distance(attn_a: Tensor, attn_b: Tensor) -> Tensor:

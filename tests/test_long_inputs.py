@@ -354,3 +354,19 @@ def test_export_says_when_it_starts_fewer_workers(run_cli, tmp_path):
                 "--formats", "png", "--jobs", "8", "--quiet")
     assert r.exit_code == 0, r.stderr
     assert "attnviz: warning: jobs = 8: drawing with 1 processes" in r.stderr and "1 items to draw" in r.stderr
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_distance_equals_the_direct_jensen_shannon_sum(causal):
+    """JS written out as Clark et al. define it (per row, after 0.999·A + 0.001/n, summed over rows),
+    against the entropy form that skips all-zero columns and counts each pair once."""
+    a = _random_attention((2, 3, 30, 30), causal=causal, seed=7)
+    n = a.shape[-1]
+    p = (0.999 * a + 0.001 / n).reshape(6, 30, 30)
+    expected = torch.zeros(6, 6, dtype=torch.float64)
+    for i in range(6):
+        for j in range(6):
+            m = (p[i] + p[j]) / 2
+            expected[i, j] = (0.5 * (p[i] * (p[i] / m).log()).sum(-1) + 0.5 * (p[j] * (p[j] / m).log()).sum(-1)).sum()
+    assert torch.allclose(metrics.head_distance(a), expected, atol=1e-12)
+    assert torch.allclose(metrics.head_distance(a.float()), expected, atol=1e-5)
