@@ -24,8 +24,8 @@ def run_cli():
 
     runner = CliRunner()
 
-    def invoke(*args: str, env: dict[str, str] | None = None):
-        return runner.invoke(app, list(args), env=env)
+    def invoke(*args: str, env: dict[str, str] | None = None, input: str | None = None):
+        return runner.invoke(app, list(args), env=env, input=input)
 
     return invoke
 
