@@ -17,6 +17,20 @@ TINY = str(ROOT / "sample_configs" / "tiny.toml")
 SEED = str(ROOT / "sample_configs" / "seed_example.toml")
 
 
+# Variables of the user's shell that change what rich, click or attnviz print. Tests set what they
+# depend on themselves, so the suite passes whatever the newcomer's environment holds.
+USER_ENVIRONMENT = ("NO_COLOR", "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "COLUMNS", "LINES", "TTY_COMPATIBLE",
+                    "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES", "ATTNVIZ_DEBUG", "TRANSFORMERS_OFFLINE")
+
+
+@pytest.fixture(autouse=True)
+def _independent_of_the_users_environment(monkeypatch):
+    for name in USER_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+
 @pytest.fixture
 def run_cli():
     """Invoke the attnviz CLI in-process; returns click's Result (stdout, stderr, exit_code)."""
