@@ -341,7 +341,7 @@ def test_display_copies_are_max_pooled_for_long_inputs(monkeypatch):
 
 
 def test_workers_never_outnumber_cpus_or_items():
-    from attnviz.export.run import worker_count
+    from attnviz.export.workers import worker_count
 
     assert worker_count(200, 3, cpus=2) == 2
     assert worker_count(200, 1, cpus=16) == 1
@@ -370,3 +370,14 @@ def test_head_distance_equals_the_direct_jensen_shannon_sum(causal):
             expected[i, j] = (0.5 * (p[i] * (p[i] / m).log()).sum(-1) + 0.5 * (p[j] * (p[j] / m).log()).sum(-1)).sum()
     assert torch.allclose(metrics.head_distance(a), expected, atol=1e-12)
     assert torch.allclose(metrics.head_distance(a.float()), expected, atol=1e-5)
+
+
+def test_drawing_processes_never_import_torch():
+    """A drawing process imports only what render_task needs: matplotlib, not torch (faster start, less memory)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pickle\nfrom attnviz.export.workers import render_task\npickle.loads(pickle.dumps(render_task))\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -7,23 +7,19 @@ recorded as failed and the run goes on.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import warnings
 from collections import Counter, deque
-from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizError, AttnvizWarning, UsageError
+from ..errors import AttnvizError, UsageError
 from ..fileio import atomic_write, remove_stale_temporaries
 from ..result import AttentionResult
 from .items import Item, blocks, read_items
 from .manifest import Journal
 from .settings import ExportSettings
+from .workers import render_task, workers
 
 
 @dataclass
@@ -36,19 +32,6 @@ class ExportSummary:
     failed: list[tuple[int, str]] = field(default_factory=list)
     manifest: Path | None = None
     removed: list[str] = field(default_factory=list)  # files of an earlier run with other settings
-
-
-def render_task(view: Any, path: str, style: str = "figure") -> str:
-    """Run in a worker process: draw one image (its missing-glyph warnings were given by the parent)."""
-    if style == "tiles":
-        from ..render.tiles import render_tiles
-
-        return str(render_tiles(view, path))
-    from ..render.image import render_image
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return str(render_image(view, path))
 
 
 def run_export(
@@ -91,7 +74,7 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
     source = load_source(settings.model, engine=settings.engine, revision=settings.revision,  # type: ignore[arg-type]
                          device=settings.device, trust_remote_code=settings.trust_remote_code)
     pending: deque[tuple[Item, list[str], dict[str, Any], list[Future[str]]]] = deque()
-    with _workers(settings, sum(len(batch) for batch in todo)) as pool:
+    with workers(settings, sum(len(batch) for batch in todo)) as pool:
         for batch in todo:
             # The whole block runs again, so its numbers match an uninterrupted run; finished items keep their files.
             for item, outcome in _run_block(source, batch, out_dir, settings, journal):
@@ -236,72 +219,6 @@ class ItemExport:
     def abort(self) -> None:
         if self.npz is not None:
             self.npz.abort()
-
-
-def worker_count(jobs: int, items: int, cpus: int | None = None) -> int:
-    """Processes worth starting to draw images: no more than asked, than CPUs, or than items to draw
-    (each costs a second or more to start, and memory for its own matplotlib)."""
-    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(jobs, cpus, items))
-
-
-@contextmanager
-def _workers(settings: ExportSettings, items: int) -> Iterator[ProcessPoolExecutor | None]:
-    if settings.jobs < 2 or not settings.image_formats or settings.style == "tiles":
-        yield None
-        return
-    count = worker_count(settings.jobs, items)
-    if count < settings.jobs:
-        warnings.warn(f"jobs = {settings.jobs}: drawing with {count} processes (this machine has "
-                      f"{worker_count(settings.jobs, settings.jobs)} CPUs for it, and {items} items to draw)",
-                      AttnvizWarning, stacklevel=3)
-    if count < 2:
-        yield None
-        return
-    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_ignore_interrupts)
-    try:
-        # Start every worker now, with Ctrl-C ignored for that moment only: they inherit it and so
-        # cannot print a traceback while still importing; later Ctrl-C reaches the parent at once.
-        with _no_interrupts():
-            starting = [pool.submit(os.getpid) for _ in range(count)]
-        for future in starting:
-            future.result()
-        yield pool
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-
-
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them cleanly, and die with it if it is killed."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:  # Linux: a SIGKILLed parent takes its workers along
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-@contextmanager
-def _no_interrupts() -> Iterator[None]:
-    """Ctrl-C is ignored for the moment worker processes are started: they inherit that, so none
-    prints a traceback while it is still importing (its initializer has not run yet)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _submit(pool: ProcessPoolExecutor | None, view: Any, path: Path, style: str) -> Future[str]:

@@ -1,0 +1,100 @@
+"""The processes that draw export's images, and what they run.
+
+Kept apart from the pipeline (run.py) and light to import: a drawing process starts by importing
+this module to find :func:`render_task`, so it loads matplotlib but never torch (a second or two,
+and a few hundred MB, less per process).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import AttnvizWarning
+from .settings import ExportSettings
+
+
+def render_task(view: Any, path: str, style: str = "figure") -> str:
+    """Run in a worker process: draw one image (its missing-glyph warnings were given by the parent)."""
+    if style == "tiles":
+        from ..render.tiles import render_tiles
+
+        return str(render_tiles(view, path))
+    from ..render.image import render_image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return str(render_image(view, path))
+
+
+def worker_count(jobs: int, items: int, cpus: int | None = None) -> int:
+    """Processes worth starting to draw images: no more than asked, than CPUs, or than items to draw
+    (each costs a second or more to start, and memory for its own matplotlib)."""
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(jobs, cpus, items))
+
+
+@contextmanager
+def workers(settings: ExportSettings, items: int) -> Iterator[ProcessPoolExecutor | None]:
+    if settings.jobs < 2 or not settings.image_formats or settings.style == "tiles":
+        yield None
+        return
+    count = worker_count(settings.jobs, items)
+    if count < settings.jobs:
+        warnings.warn(f"jobs = {settings.jobs}: drawing with {count} processes (this machine has "
+                      f"{worker_count(settings.jobs, settings.jobs)} CPUs for it, and {items} items to draw)",
+                      AttnvizWarning, stacklevel=3)
+    if count < 2:
+        yield None
+        return
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
+    try:
+        # Start every worker now, with Ctrl-C ignored for that moment only: they inherit it and so
+        # cannot print a traceback while still importing; later Ctrl-C reaches the parent at once.
+        with _no_interrupts():
+            starting = [pool.submit(os.getpid) for _ in range(count)]
+        for future in starting:
+            future.result()
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them cleanly, and die with it if it is killed."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # Linux: a SIGKILLed parent takes its workers along
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Ctrl-C is ignored for the moment worker processes are started: they inherit that, so none
+    prints a traceback while it is still importing (its initializer has not run yet)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
