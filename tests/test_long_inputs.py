@@ -19,8 +19,7 @@ from attnviz.sources.native import NativeSource
 TEXT = "The cat sat on the mat because it was tired of running after the dog."
 
 
-@pytest.fixture
-def layers_alive(monkeypatch):
+def _count_alive_layers(monkeypatch) -> list[int]:
     """Instrument the native engine: for each layer it computes, record how many earlier layers'
     attention matrices are still alive (referenced by anything) at that moment."""
     seen: list[int] = []
@@ -36,6 +35,11 @@ def layers_alive(monkeypatch):
 
     monkeypatch.setattr(NativeSource, "forward_layers", forward_layers)
     return seen
+
+
+@pytest.fixture
+def layers_alive(monkeypatch):
+    return _count_alive_layers(monkeypatch)
 
 
 def _texts(tmp_path, lines):
@@ -68,17 +72,7 @@ def test_the_layer_check_can_fail(monkeypatch):
     """The instrument sees a consumer that keeps every layer (as the old pipeline did)."""
     from attnviz.sources.resolve import load_source
 
-    seen: list[int] = []
-    real = NativeSource.forward_layers
-
-    def forward_layers(self, *args, **kwargs):
-        refs: list[weakref.ref] = []
-        for out in real(self, *args, **kwargs):
-            seen.append(sum(ref() is not None for ref in refs))
-            refs.append(weakref.ref(out.weights))
-            yield out
-
-    monkeypatch.setattr(NativeSource, "forward_layers", forward_layers)
+    seen = _count_alive_layers(monkeypatch)
     stream = load_source(None).stream_batch([TEXT])
     hoard = [parts[0].attentions for _, parts in stream]
     assert len(hoard) == 6 and seen[-1] == 5
