@@ -16,7 +16,6 @@ import torch
 from torch import Tensor
 
 from .attention import (
-    MultiHeadAttention,
     attention_scores,
     attention_weights,
     causal_mask,
@@ -25,6 +24,7 @@ from .attention import (
     split_heads,
 )
 from .config import Reference
+from .explain_inputs import ExplainInputs
 
 WHY_SCALE = (
     "Why 1/√d_k: if the components of a query and a key are independent with mean 0 and variance 1, "
@@ -33,18 +33,6 @@ WHY_SCALE = (
     "(Vaswani et al. 2017, section 3.2.1). It depends on the head width d_k, not on the sequence length."
 )
 _TOLERANCE = 0.011  # a tutorial's rounding to two decimals is not a difference
-
-
-@dataclass
-class ExplainInputs:
-    """What a walkthrough needs: the attention's input X, its module, labels and masking."""
-
-    x: Tensor  # [T, d_in]
-    attention: MultiHeadAttention
-    tokens: list[str]
-    causal: bool
-    title: str
-    reference: Reference | None = None
 
 
 @dataclass

@@ -7,6 +7,8 @@ drive the terminal) and zero-width code points that only shape their neighbours.
 from __future__ import annotations
 
 # Code points that attach to the previous character: variation selectors, joiners, skin tones.
+CONTINUATION = "##"  # marks a word piece that continues the word before it (BERT's convention, for every tokenizer)
+
 JOINERS = "\ufe0e\ufe0f\u200d\u200c" + "".join(map(chr, range(0x1F3FB, 0x1F400)))
 _VISIBLE = {" ": "␣", "\n": "⏎", "\r": "␍", "\t": "⇥", "\u3000": "␣", "\x7f": "␡"}
 

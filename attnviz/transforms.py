@@ -11,8 +11,8 @@ from dataclasses import replace
 import torch
 
 from .errors import UsageError
+from .labels import CONTINUATION
 from .result import AttentionResult
-from .sources.tokens import CONTINUATION
 
 
 def drop_special(result: AttentionResult, *, renormalize: bool = False) -> AttentionResult:

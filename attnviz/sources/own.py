@@ -7,7 +7,7 @@ import torch
 from ..attention import head_value_norms
 from ..config import MatrixConfig, ModelConfig, TransformerConfig
 from ..errors import InputError, UsageError
-from ..explain import ExplainInputs
+from ..explain_inputs import ExplainInputs
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
 from .own_model import OwnTransformer, matrix_attention

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..labels import printable
+from ..labels import CONTINUATION, printable
 
-CONTINUATION = "##"
 UNKNOWN = "[UNK:{}]"  # the label of text the tokenizer replaced by its unknown token
 
 
