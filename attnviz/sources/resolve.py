@@ -11,21 +11,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import ModelNotFoundError, UsageError
 from .hub import fetch_config, fetch_native_files, hub_reachable, looks_like_path
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import ModelSource
-    from .own import ConfigSource
+    from .base import Source
 
 Engine = Literal["auto", "native", "hf"]
 ENGINES = ("auto", "native", "hf")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-Source = Union["ConfigSource", "ModelSource"]
 
 
 def sample_config(path: str | Path) -> Path:
@@ -81,62 +80,99 @@ def load_source(
     trust_remote_code: bool = False,
 ) -> Source:
     """The source for a ``--model`` value, run by the engine ``engine`` asks for."""
+    _check_run_options(engine, device)
+    is_config = model is not None and Path(model).suffix.lower() == ".toml"
+    if revision is not None and (is_config or model is None or Path(model).expanduser().exists()):
+        where = "the embedded default" if model is None else model
+        raise UsageError(f"--revision applies to hub ids; {where} is not one (it is used as it is)")
+    if is_config:
+        return _config_source(model, engine=engine, device=device, device_map=device_map, causal=causal)  # type: ignore[arg-type]
+    if causal is not None:
+        raise UsageError("--causal/--no-causal applies to .toml config models; a trained model's masking is its own")
+    place = locate(model)
+    if engine != "hf" and device_map is None:
+        native = _native_source(place, engine=engine, revision=revision, device=device)
+        if native is not None:
+            return native
+    elif engine == "native":
+        raise UsageError("--device-map is for --engine hf; the native engine runs on one --device")
+    return _hf_source(place, revision=revision, device=device, device_map=device_map,
+                      trust_remote_code=trust_remote_code)
+
+
+@dataclass(frozen=True)
+class ModelPlace:
+    """Where a trained model is: a local ``folder``, or a ``hub_id`` to fetch; ``name`` for titles."""
+
+    folder: Path | None
+    name: str
+    hub_id: str | None
+
+
+def locate(model: str | None) -> ModelPlace:
+    """What a ``--model`` value that is not a config names: the embedded default, a folder, or a hub id."""
+    if model is None:
+        return ModelPlace(default_model_folder(), DEFAULT_MODEL_NAME, None)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return ModelPlace(path, path.resolve().name or model, None)  # titles show the folder's name, not its path
+    if path.exists():
+        raise ModelNotFoundError(f"{model} is a file; give a model folder, a .toml config, or a hub id such as gpt2")
+    if looks_like_path(model):
+        raise ModelNotFoundError(f"folder {model} does not exist; check the path, or give a hub id such as gpt2")
+    return ModelPlace(None, model, model)
+
+
+def _check_run_options(engine: str, device: str) -> None:
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine!r} is unknown; use one of {', '.join(ENGINES)}")
     if device not in ("cpu", "cuda", "mps"):
         raise UsageError(f"--device {device!r} is unknown; use cpu, cuda or mps")
     check_device(device)
-    is_hub_id = model is not None and Path(model).suffix.lower() != ".toml" and not Path(model).expanduser().exists()
-    if revision is not None and not is_hub_id:
-        where = "the embedded default" if model is None else model
-        raise UsageError(f"--revision applies to hub ids; {where} is not one (it is used as it is)")
-    if model is not None and Path(model).suffix.lower() == ".toml":
-        if engine == "hf":
-            raise UsageError(f"{model} is an attnviz config model; it runs on attnviz's own attention, not --engine hf")
-        if device_map is not None or device != "cpu":
-            raise UsageError(f"{model} is a small config model; it runs on the CPU (drop --device/--device-map)")
-        from ..config import load_config
 
-        config = load_config(sample_config(model))  # checked before torch is imported
-        from .own import ConfigSource
 
-        return ConfigSource(config, causal=causal)
-    if causal is not None:
-        raise UsageError("--causal/--no-causal applies to .toml config models; a trained model's masking is its own")
-    if model is None:
-        folder, name, hub_id = default_model_folder(), DEFAULT_MODEL_NAME, None
-    elif Path(model).expanduser().is_dir():
-        folder, hub_id = Path(model).expanduser(), None
-        name = folder.resolve().name or model  # titles show the folder's name, not its whole path
-    elif Path(model).expanduser().exists():
-        raise ModelNotFoundError(f"{model} is a file; give a model folder, a .toml config, or a hub id such as gpt2")
-    elif looks_like_path(model):
-        raise ModelNotFoundError(f"folder {model} does not exist; check the path, or give a hub id such as gpt2")
-    else:
-        folder, name, hub_id = None, model, model
-    kwargs = {"name": name, "device": device}
-    if engine != "hf" and device_map is None:
-        native_folder = folder if hub_id is None else _hub_native_folder(hub_id, revision, engine)
-        if native_folder is not None:
-            from .native import NativeSource, native_unsupported
+def _config_source(model: str, *, engine: str, device: str, device_map: str | None, causal: bool | None) -> Source:
+    if engine == "hf":
+        raise UsageError(f"{model} is an attnviz config model; it runs on attnviz's own attention, not --engine hf")
+    if device_map is not None or device != "cpu":
+        raise UsageError(f"{model} is a small config model; it runs on the CPU (drop --device/--device-map)")
+    from ..config import load_config
 
-            reason = native_unsupported(native_folder)
-            if reason is None:
-                return NativeSource(native_folder, **kwargs)
-            if engine == "native":
-                raise ModelNotFoundError(f"the native engine cannot run {name}: {reason}; use --engine hf or auto")
-    elif engine == "native":
-        raise UsageError("--device-map is for --engine hf; the native engine runs on one --device")
-    if folder is not None and not (folder / "config.json").is_file():
-        raise ModelNotFoundError(f"{folder} has no config.json; point --model at a Hugging Face model folder")
+    config = load_config(sample_config(model))  # checked before torch is imported
+    from .own import ConfigSource
+
+    return ConfigSource(config, causal=causal)
+
+
+def _native_source(place: ModelPlace, *, engine: str, revision: str | None, device: str) -> Source | None:
+    """The native engine's source where it can run the model; None to fall back to transformers
+    (an error instead when ``engine`` is ``native``)."""
+    folder = place.folder if place.hub_id is None else _hub_native_folder(place.hub_id, revision, engine)  # type: ignore[arg-type]
+    if folder is None:
+        return None
+    from .native import NativeSource, native_unsupported
+
+    reason = native_unsupported(folder)
+    if reason is None:
+        return NativeSource(folder, name=place.name, device=device)
+    if engine == "native":
+        raise ModelNotFoundError(f"the native engine cannot run {place.name}: {reason}; use --engine hf or auto")
+    return None
+
+
+def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_map: str | None,
+               trust_remote_code: bool) -> Source:
+    if place.folder is not None and not (place.folder / "config.json").is_file():
+        raise ModelNotFoundError(f"{place.folder} has no config.json; point --model at a Hugging Face model folder")
     local_only = False
-    if hub_id is not None:
-        fetch_config(hub_id, revision)  # a missing or unreachable model fails here, in one clear line
+    if place.hub_id is not None:
+        fetch_config(place.hub_id, revision)  # a missing or unreachable model fails here, in one clear line
         local_only = not hub_reachable()
     from .hf import HFSource
 
-    return HFSource(str(folder) if folder is not None else hub_id, revision=revision,
-                    trust_remote_code=trust_remote_code, device_map=device_map, local_files_only=local_only, **kwargs)
+    return HFSource(str(place.folder) if place.folder is not None else place.hub_id,  # type: ignore[arg-type]
+                    name=place.name, device=device, revision=revision, trust_remote_code=trust_remote_code,
+                    device_map=device_map, local_files_only=local_only)
 
 
 def _hub_native_folder(repo_id: str, revision: str | None, engine: Engine) -> Path | None:
