@@ -119,7 +119,7 @@ def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, 
 
     n_layers = source.n_layers
     if layer is not None and not 0 <= layer < n_layers:
-        raise UsageError(f"--layer {layer} is out of range; {source.name} has layers 0 to {n_layers - 1}")
+        raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
     wanted = None if layer is None else list(range(layer + 1))
     stream = source.stream_batch([text], truncate=truncate, layers=wanted)
 
@@ -146,7 +146,7 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
 
     n_layers = source.n_layers
     if layer is not None and not 0 <= layer < n_layers:
-        raise UsageError(f"--layer {layer} is out of range; {source.name} has layers 0 to {n_layers - 1}")
+        raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
     wanted = list(range(n_layers)) if layer is None else [layer]
     stream = source.stream_batch([text], truncate=truncate, layers=None if layer is None else wanted)
     builder: OverviewBuilder | None = None
@@ -243,7 +243,7 @@ def norm_view(source: Source, text: str | None, *, layer: int | None = None, hea
     from .render.view import matrix_view, select_panels
 
     if not source.capabilities.value_norms:
-        raise UsageError(f"--norm needs each head's value vectors; the {source.engine} engine does not "
+        raise UsageError(f"norm-based attention needs each head's value vectors; the {source.engine} engine does not "
                          "give them. Use the native engine (BERT, GPT-2, LLaMA families) or a .toml config model")
     last = source.n_layers - 1 if layer is None else layer
     result = source.extract(text, truncate=truncate, layers=[last])  # only the layer shown is built
@@ -278,7 +278,7 @@ def explain(text: str | None = None, model: str | None = None, *, layer: int = 0
     from .errors import UsageError
 
     if layer < 0:
-        raise UsageError(f"--layer {layer} is negative; layers are numbered from 0")
+        raise UsageError(f"[[layer={layer}]] is negative; layers are numbered from 0")
     from .explain import walkthrough
     from .sources.own import ConfigSource
 

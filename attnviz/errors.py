@@ -1,7 +1,36 @@
 """Named errors. The message of each is the text a user reads, so it says what went wrong and
-what to do about it. The CLI prints it as one line on stderr and exits with ``exit_code``."""
+what to do about it. The CLI prints it as one line on stderr and exits with ``exit_code``.
+
+The library speaks in its own terms: an option is written in a message as a marker,
+``[[layers=99]]``, ``[[truncate=True]]`` or ``[[pair]]``, which a Python user reads as
+``layers=99``, ``truncate=True`` and ``pair`` (``str(error)``, ``error.message``), and the command
+line as its flag, ``--layer 99``, ``--truncate`` and ``--pair`` (:meth:`AttnvizError.for_cli`, with
+each command's names for its flags).
+"""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+_OPTION = re.compile(r"\[\[([a-z_0-9]+)(?:=([^\]]*))?\]\]")
+
+
+def in_api_terms(text: str) -> str:
+    """``[[layers=99]]`` → ``layers=99``; ``[[truncate=True]]`` → ``truncate=True``; ``[[pair]]`` → ``pair``."""
+    return _OPTION.sub(lambda m: m.group(1) if m.group(2) is None else f"{m.group(1)}={m.group(2)}", text)
+
+
+def in_cli_terms(text: str, flags: Mapping[str, str] | None = None) -> str:
+    """``[[layers=99]]`` → ``--layers 99`` (or the command's own flag for ``layers``, from ``flags``);
+    ``[[truncate=True]]`` and ``[[truncate]]`` → ``--truncate``."""
+    flags = flags or {}
+
+    def flag(m: re.Match[str]) -> str:
+        name = flags.get(m.group(1), "--" + m.group(1).replace("_", "-"))
+        return name if m.group(2) in (None, "True") else f"{name} {m.group(2)}"
+
+    return _OPTION.sub(flag, text)
 
 
 class AttnvizError(Exception):
@@ -10,11 +39,16 @@ class AttnvizError(Exception):
     exit_code: int = 1
 
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+        self.template = message
+        self.message = in_api_terms(message)
+        super().__init__(self.message)
 
     def __str__(self) -> str:
         return self.message
+
+    def for_cli(self, flags: Mapping[str, str] | None = None) -> str:
+        """The message with options written as command-line flags (``flags``: a command's names)."""
+        return in_cli_terms(self.template, flags)
 
 
 class UsageError(AttnvizError):

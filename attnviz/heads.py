@@ -207,7 +207,7 @@ class HeadTableBuilder:
             from .errors import AttnvizWarning
 
             warnings.warn(f"a text of {self._shortest} token(s) says little about a head; the statistics and labels "
-                          "of such texts are near-meaningless (use a longer text or --file)", AttnvizWarning,
+                          "of such texts are near-meaningless (use a longer text, or several)", AttnvizWarning,
                           stacklevel=3)
         positions = sorted(self._sums)
         n = counts.pop()

@@ -19,7 +19,7 @@ def induction_probe(source, *, length: int = PROBE_LENGTH, seed: int = 0) -> Att
     """Run ``source`` on random tokens repeated twice (a leading BOS kept where the tokenizer adds one)."""
     if not getattr(source, "causal", False):
         raise UsageError(
-            f"--probe induction needs a causal (decoder) model; {source.name} attends both ways, "
+            f"[[probe=induction]] needs a causal (decoder) model; {source.name} attends both ways, "
             "so every head could look ahead at the second copy"
         )
     gen = torch.Generator().manual_seed(seed)

@@ -159,7 +159,8 @@ class AttentionResult:
             if bad:
                 from .errors import UsageError
 
-                raise UsageError(f"--layer {bad[0]} is out of range; {self.model_name} has layers 0 to {self.n_layers - 1}")
+                raise UsageError(f"[[layers={bad[0]}]] is out of range; {self.model_name} has layers 0 to "
+                                 f"{self.n_layers - 1}")
             result = result.select_layers(sorted(set(layers)))
         if float16:
             from dataclasses import replace

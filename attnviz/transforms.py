@@ -23,7 +23,7 @@ def drop_special(result: AttentionResult, *, renormalize: bool = False) -> Atten
     """
     keep = [i for i, s in enumerate(result.special) if not s]
     if not keep:
-        raise UsageError("every token is special; nothing is left to show without --hide-special")
+        raise UsageError("every token is special; nothing is left to show with [[hide_special=True]]")
     target_keep = None
     if result.target_tokens is not None:
         flags = result.target_special or [False] * len(result.target_tokens)

@@ -207,7 +207,7 @@ def test_rollout_norm_and_errors(run_cli, tmp_path):
     out = tmp_path / "norm.png"
     assert run_cli("rollout", TEXT, "--norm", "--head", "all", "--out", str(out)).exit_code == 0 and out.exists()
     r = run_cli("rollout", TEXT, "--norm", "--engine", "hf")
-    assert r.exit_code == 2 and "--norm needs each head's value vectors" in r.stderr
+    assert r.exit_code == 2 and "norm-based attention needs each head's value vectors" in r.stderr
     r = run_cli("rollout", TEXT, "--fusion", "median")
     assert r.exit_code == 2
     r = run_cli("rollout", TEXT, "--norm", "--fusion", "max")

@@ -132,7 +132,7 @@ def test_engine_choice_and_errors(tiny_hf, tmp_path):
     empty.mkdir()
     with pytest.raises(ModelNotFoundError, match=r"has no config\.json"):
         load_source(str(empty))
-    with pytest.raises(UsageError, match="--target is for encoder-decoder models"):
+    with pytest.raises(UsageError, match="^target is for encoder-decoder models"):
         attnviz.extract("x", model=tiny_hf["bert"], target="y")
 
 
@@ -161,7 +161,7 @@ def test_truncated_safetensors(tiny_hf, tmp_path):
 
 def test_max_positions_and_truncate(tiny_hf):
     long_text = " ".join(["cat"] * 100)  # 100 words, the model takes 64 positions
-    with pytest.raises(InputError, match=r"102 tokens long but .* takes at most 64; shorten it, or pass --truncate"):
+    with pytest.raises(InputError, match=r"102 tokens long but .* takes at most 64; shorten it, or pass truncate=True"):
         attnviz.extract(long_text, model=tiny_hf["bert"])
     r = attnviz.extract(long_text, model=tiny_hf["bert"], truncate=True)
     assert len(r.tokens) == 64 and r.tokens[-1] == "[SEP]"
@@ -246,7 +246,7 @@ def test_heatmap_of_a_layer_not_captured_is_a_clear_error(minilm):
     assert "· layer 4 ·" in heatmap_view(part, layer=4).title
     with pytest.raises(UsageError, match="layer 2 was not captured; this result holds layers 1, 4"):
         heatmap_view(part, layer=2)
-    with pytest.raises(UsageError, match=r"layer 6 is out of range; .* has layers 0 to 5"):
+    with pytest.raises(UsageError, match=r"layers=6 is out of range; .* has layers 0 to 5"):
         attnviz.extract(TEXTS[0], model=minilm, layers=[6])
 
 

@@ -102,7 +102,8 @@ def test_failed_items_are_recorded_and_the_run_goes_on(run_cli, tmp_path):
     assert "takes at most 512" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert [e["status"] for e in entries] == ["ok", "failed", "ok"]
-    assert "shorten it, or pass --truncate" in entries[1]["error"]
+    assert "shorten it, or pass --truncate" in r.stderr  # the command speaks in flags,
+    assert "shorten it, or pass truncate=True" in entries[1]["error"]  # the manifest in the library's terms
 
 
 def test_sigkill_then_rerun_is_byte_identical(run_cli, tmp_path):
@@ -186,7 +187,7 @@ def test_inputs_jsonl_csv_and_stdin(run_cli, tmp_path):
         ("text\n", "x.txt", ["--shard", "3/2"], "--shard 3/2: K must be between 1 and N"),
         ("text\n", "x.txt", ["--batch-size", "0"], "--batch-size 0 must be at least 1"),
         ("text\n", "x.txt", ["--formats", "gif"], "--formats 'gif': use some of png, svg, pdf, npz, json"),
-        ("text\n", "x.txt", ["--layers", "0,99"], "layer 99 is out of range"),
+        ("text\n", "x.txt", ["--layers", "0,99"], "--layers 99 is out of range"),  # export's own flag
     ],
 )
 def test_export_input_errors(run_cli, tmp_path, content, name, flags, expected):

@@ -16,6 +16,9 @@ from ..errors import AttnvizError, AttnvizWarning
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEBUG_ENV = "ATTNVIZ_DEBUG"
+# The library's names for options, as the commands spell them (a command may override: export's --layers).
+FLAGS = {"layers": "--layer", "heads": "--head", "head": "--head", "layer": "--layer", "pair": "--pair",
+         "target": "--target", "truncate": "--truncate"}
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -24,13 +27,16 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def cli_command(func: F) -> F:
+def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -> Any:
     """Run a command body: named errors become one line on stderr and an exit code, never a traceback.
 
     attnviz's own warnings (e.g. missing glyphs) print as ``attnviz: warning: …`` lines; other
     libraries' warnings are silenced unless ``ATTNVIZ_DEBUG=1``. So is the traceback of a bug,
     which otherwise shows as one line asking for a report.
     """
+
+    if func is None:  # used as @cli_command(flags={...})
+        return functools.partial(cli_command, flags=flags)
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -40,7 +46,7 @@ def cli_command(func: F) -> F:
             try:
                 return func(*args, **kwargs)
             except AttnvizError as exc:
-                raise fail(exc.message, exc.exit_code) from None
+                raise fail(exc.for_cli({**FLAGS, **(flags or {})}), exc.exit_code) from None
             except KeyboardInterrupt:
                 raise fail("interrupted", 130) from None
             except (typer.Exit, typer.Abort, SystemExit):

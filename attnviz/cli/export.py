@@ -7,13 +7,13 @@ from pathlib import Path
 
 import typer
 
-from ..errors import UsageError
-from .common import cli_command, stdout_console
+from ..errors import UsageError, in_cli_terms
+from .common import FLAGS, cli_command, stdout_console
 
 _NOT_GIVEN = None  # every option defaults to None so that --config values show through
 
 
-@cli_command
+@cli_command(flags={"layers": "--layers", "heads": "--heads"})
 def export(
     inputs: list[str] | None = typer.Argument(
         None, metavar="INPUT|SHARD_DIR",
@@ -89,7 +89,8 @@ def export(
         sys.stderr.write(f"attnviz: removed {len(summary.removed)} files of an earlier export with other settings "
                          f"or texts, which this run does not make: {shown}\n")
     if summary.failed:
-        first = "; ".join(f"item {i}: {msg}" for i, msg in summary.failed[:3])
+        words = {**FLAGS, "layers": "--layers", "heads": "--heads"}
+        first = "; ".join(f"item {i}: {in_cli_terms(msg, words)}" for i, msg in summary.failed[:3])
         more = f" (and {len(summary.failed) - 3} more)" if len(summary.failed) > 3 else ""
         sys.stderr.write(
             f"attnviz: error: {len(summary.failed)} of {summary.items} items failed ({done}); see {summary.manifest}: "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError, in_api_terms
 from ..fileio import atomic_write, remove_stale_temporaries
 from ..result import AttentionResult
 from .items import Item, blocks, read_items
@@ -106,7 +106,7 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
         raise  # a bad --layers is wrong for every item alike
     except AttnvizError as exc:
         if len(batch) == 1:
-            return [(batch[0], exc.message)]
+            return [(batch[0], exc.template)]
         return [pair for item in batch for pair in _run_block(source, [item], out_dir, settings, journal)]
     exports = [None if journal.finished(item) else ItemExport(item, header, out_dir, settings, len(stream.layers))
                for item, header in zip(batch, stream.results, strict=True)]
@@ -125,7 +125,7 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
                 export.abort()
         if isinstance(exc, UsageError):
             raise  # e.g. --heads beyond the model's heads: wrong for every item alike
-        return [(item, exc.message) for item, export in zip(batch, exports, strict=True) if export is not None]
+        return [(item, exc.template) for item, export in zip(batch, exports, strict=True) if export is not None]
     except BaseException:
         for export in exports:
             if export is not None:
@@ -240,7 +240,7 @@ def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[str]]], jour
         for future in futures:
             future.result()
     except AttnvizError as exc:
-        _fail(journal, summary, item, exc.message, on_item)
+        _fail(journal, summary, item, exc.template, on_item)
         return
     except Exception as exc:  # a worker died or a renderer broke: this item fails, the run goes on
         _fail(journal, summary, item, f"rendering failed ({type(exc).__name__}: {exc})", on_item)
@@ -251,7 +251,9 @@ def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[str]]], jour
 
 
 def _fail(journal: Journal, summary: ExportSummary, item: Item, message: str, on_item: Any) -> None:
-    journal.record(journal.entry(item, files=[], status="failed", error=message))
+    """``message`` may hold option markers (see attnviz.errors): the manifest gets the library's terms,
+    ``summary.failed`` the message as it is, for the caller to word (the CLI, in its flags)."""
+    journal.record(journal.entry(item, files=[], status="failed", error=in_api_terms(message)))
     summary.failed.append((item.index, message))
     on_item()
 

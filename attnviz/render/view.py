@@ -96,7 +96,7 @@ def head_across_layers_view(
     elif isinstance(head, int) and 0 <= head < n_heads:
         panels, what = np.asarray(tensor[:, head].double()), f"head {head}"
     else:
-        raise UsageError(f"--head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
+        raise UsageError(f"[[head={head}]] is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
     where = "" if kind in ("self", "encoder") else f" · {kind}"
     title = f"{result.model_name}{where} · {what} · every layer" + (" · causal" if result.causal and kind == "self" else "")
     breaks = [i for i in range(1, len(result.segment_ids)) if result.segment_ids[i] != result.segment_ids[i - 1]]
@@ -112,14 +112,14 @@ def select_panels(tensor: Any, layer: int, head: HeadChoice, model_name: str) ->
     n_layers, n_heads = tensor.shape[0], tensor.shape[1]
     if not 0 <= layer < n_layers:
         hint = "layers are numbered from 0" if layer < 0 else f"{model_name} has layers 0 to {n_layers - 1}"
-        raise UsageError(f"--layer {layer} is out of range; {hint}")
+        raise UsageError(f"[[layer={layer}]] is out of range; {hint}")
     attn = np.asarray(tensor[layer], dtype=np.float64)  # (H, Q, K)
     if head == "all":
         return attn, [f"head {h}" for h in range(n_heads)], "all heads"
     if head == "mean":
         return attn.mean(axis=0, keepdims=True), ["mean of heads"], "mean of heads"
     if not 0 <= head < n_heads:
-        raise UsageError(f"--head {head} is out of range; {model_name} has heads 0 to {n_heads - 1}")
+        raise UsageError(f"[[head={head}]] is out of range; {model_name} has heads 0 to {n_heads - 1}")
     return attn[head : head + 1], [f"head {head}"], f"head {head}"
 
 
@@ -161,10 +161,11 @@ def _select_kind(result: AttentionResult, kind: str):
     if kind in ("self", "encoder"):
         return result.attentions, list(result.tokens), list(result.tokens)
     if kind not in KINDS:
-        raise UsageError(f"--kind {kind!r} is unknown; use one of {', '.join(KINDS)}")
+        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
     tensor = result.decoder_attentions if kind == "decoder" else result.cross_attentions
     if tensor is None or result.target_tokens is None:
-        raise UsageError(f"--kind {kind} needs an encoder-decoder model (T5, BART); {result.model_name} has only self-attention")
+        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {result.model_name} has only "
+                         "self-attention")
     cols = result.target_tokens if kind == "decoder" else result.tokens
     return tensor, list(result.target_tokens), list(cols)
 

@@ -126,15 +126,15 @@ class Source(ABC):
         """An option this source cannot honour is an error naming it, never silently ignored."""
         can = self.capabilities
         if any(p is not None for p in pairs) and not can.pairs:
-            raise UsageError(f"--pair and --target need a model with a real tokenizer; {self.name} is {self._kind()}")
+            raise UsageError(f"[[pair]] and [[target]] need a model with a real tokenizer; {self.name} is {self._kind()}")
         if options.target is not None and not can.cross:
             if not can.pairs:
-                raise UsageError(f"--pair and --target need a model with a real tokenizer; {self.name} is {self._kind()}")
-            raise UsageError(f"--target is for encoder-decoder models; {self.name} is {getattr(self, 'family', self.engine)}")
+                raise UsageError(f"[[pair]] and [[target]] need a model with a real tokenizer; {self.name} is {self._kind()}")
+            raise UsageError(f"[[target]] is for encoder-decoder models; {self.name} is {getattr(self, 'family', self.engine)}")
         if options.target is not None and batch:
-            raise UsageError("target: give the decoder's input with one text at a time (extract), not a batch")
+            raise UsageError("[[target]]: give the decoder's input with one text at a time, not a batch")
         if options.details and not can.details:
-            raise UsageError(f"details=True: the {self.engine} engine gives no pre-softmax scores or value vectors; "
+            raise UsageError(f"[[details=True]]: the {self.engine} engine gives no pre-softmax scores or value vectors; "
                              "use the native engine (BERT, GPT-2, LLaMA families) or a config model")
         if options.layers is not None:
             self.check_layers(options.layers)
@@ -144,7 +144,7 @@ class Source(ABC):
         bad = [layer for layer in layers if not 0 <= layer < self.n_layers]
         if bad or not layers:
             shown = bad[0] if bad else "(none)"
-            raise UsageError(f"--layer {shown} is out of range; {self.name} has layers 0 to {self.n_layers - 1}")
+            raise UsageError(f"[[layers={shown}]] is out of range; {self.name} has layers 0 to {self.n_layers - 1}")
         return sorted(set(layers))
 
     def _pairs(self, texts: Sequence[str], pairs: Sequence[str | None] | None) -> list[str | None]:

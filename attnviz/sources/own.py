@@ -52,7 +52,7 @@ class ConfigSource(Source):
         elif len(tokens) > limit:
             raise InputError(
                 f"the text has {len(tokens)} tokens but {self.name} takes at most {limit} "
-                "(max_positions); shorten it, pass --truncate, or raise max_positions in the config"
+                "(max_positions); shorten it, pass [[truncate=True]], or raise max_positions in the config"
             )
         return tokens, [word_id(t, self.cfg.vocab_size) for t in tokens]
 

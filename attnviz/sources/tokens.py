@@ -143,7 +143,7 @@ def encode(
     if not text or not text.strip():
         raise InputError("the text is empty; give a sentence, e.g. \"The cat sat on the mat.\"")
     if pair is not None and not pair.strip():
-        raise InputError("--pair is empty; give a second sentence or leave --pair out")
+        raise InputError("[[pair]] is empty; give a second sentence or leave [[pair]] out")
     tokenizer.no_padding()
     tokenizer.no_truncation()
     encoding = tokenizer.encode(text, pair)
@@ -151,7 +151,7 @@ def encode(
         if not truncate:
             raise InputError(
                 f"the text is {len(encoding.ids)} tokens long but {model_name} takes at most {max_length}; "
-                "shorten it, or pass --truncate to cut it"
+                "shorten it, or pass [[truncate=True]] to cut it"
             )
         tokenizer.enable_truncation(max_length)
         try:
