@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import SEED, TINY
 
 import attnviz
 from attnviz import api, metrics
 from attnviz.errors import UsageError
 from attnviz.transforms import drop_special, to_words
-from conftest import SEED, TINY
 
 TEXT = "Unbelievably, the cat sat on the mat."
 

@@ -132,7 +132,7 @@ def test_engine_choice_and_errors(tiny_hf, tmp_path):
     empty.mkdir()
     with pytest.raises(ModelNotFoundError, match=r"has no config\.json"):
         load_source(str(empty))
-    with pytest.raises(UsageError, match="^target is for encoder-decoder models"):
+    with pytest.raises(UsageError, match=r"^target is for encoder-decoder models"):
         attnviz.extract("x", model=tiny_hf["bert"], target="y")
 
 

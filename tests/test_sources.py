@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import SEED, TINY
 
 from attnviz.errors import UsageError
 from attnviz.sources.base import Capabilities, ExtractOptions, Source
 from attnviz.sources.resolve import load_source
-from conftest import SEED, TINY
 
 TEXT = "The cat sat on the mat."
 
