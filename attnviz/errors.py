@@ -28,6 +28,8 @@ def in_cli_terms(text: str, flags: Mapping[str, str] | None = None) -> str:
 
     def flag(m: re.Match[str]) -> str:
         name = flags.get(m.group(1), "--" + m.group(1).replace("_", "-"))
+        if m.group(2) == "False" and name.startswith("--"):
+            return "--no-" + name[2:]  # [[grid=False]] → --no-grid
         return name if m.group(2) in (None, "True") else f"{name} {m.group(2)}"
 
     return _OPTION.sub(flag, text)

@@ -33,7 +33,7 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
     if not parent.is_dir():
         raise RenderError(f"cannot write {path}: folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK):
-        raise RenderError(f"cannot write {path}: folder {parent} is not writable; choose another --out")
+        raise RenderError(f"cannot write {path}: folder {parent} is not writable; choose another [[out]]")
     return path
 
 

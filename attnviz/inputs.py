@@ -68,7 +68,7 @@ def _jsonl(text: str, field: str, name: str) -> list[str]:
             raise InputError(f"{name} line {number} is not JSON ({exc.msg}); fix that line") from None
         if not isinstance(record, dict) or field not in record:
             keys = ", ".join(sorted(record)) if isinstance(record, dict) else "not an object"
-            raise InputError(f"{name} line {number} has no field {field!r} ({keys}); choose it with --field")
+            raise InputError(f"{name} line {number} has no field {field!r} ({keys}); choose it with [[field]]")
         value = record[field]
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
@@ -83,7 +83,7 @@ def _csv(text: str, column: str, name: str) -> list[str]:
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or column not in reader.fieldnames:
         found = ", ".join(reader.fieldnames or []) or "none"
-        raise InputError(f"{name} has no column {column!r} (columns: {found}); choose it with --column")
+        raise InputError(f"{name} has no column {column!r} (columns: {found}); choose it with [[column]]")
     try:
         return [row[column] for row in reader if (row.get(column) or "").strip()]
     except csv.Error as exc:

@@ -126,7 +126,7 @@ def test_engine_choice_and_errors(tiny_hf, tmp_path):
         load_source(tiny_hf["t5"], engine="native")
     assert load_source(tiny_hf["t5"]).engine == "hf"  # auto falls back
     assert load_source(tiny_hf["gpt2"]).engine == "native"
-    with pytest.raises(UsageError, match=r"--causal/--no-causal applies to \.toml config models"):
+    with pytest.raises(UsageError, match=r"^causal applies to \.toml config models"):
         load_source(tiny_hf["gpt2"], causal=True)
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -67,3 +67,31 @@ def test_the_checker_sees_lazy_and_relative_imports():
     """A negative control: the checker finds what a known module really imports."""
     found = _imports(MODULES["attnviz.api"])
     assert "attnviz.sources.resolve" in found and "attnviz.heads" in found  # relative, one inside a function
+
+
+def _message_strings(path: Path) -> list[tuple[int, str]]:
+    """Every string constant (f-string parts included) inside a raise or a warnings.warn call."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        is_warn = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "warn"
+        if isinstance(node, ast.Raise) or is_warn:
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+                    found.append((inner.lineno, inner.value))
+    return found
+
+
+def test_the_library_never_names_a_command_line_flag():
+    """Outside cli/, errors and warnings name options as markers ([[layers=99]]); the CLI words them as flags."""
+    import re
+
+    flag = re.compile(r"(?<![\w\[-])--[a-z]")
+    offenders = [f"{m}:{line}: {text!r}" for m, path in MODULES.items() if not m.startswith("attnviz.cli")
+                 for line, text in _message_strings(path) if flag.search(text)]
+    assert offenders == []
+
+
+def test_the_flag_check_can_fail(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('def f(x):\n    raise ValueError(f"--layer {x} is out of range")\n')
+    assert [text for _, text in _message_strings(bad)] == ["--layer ", " is out of range"]

@@ -119,13 +119,13 @@ def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
     shards that leaves items out.
     """
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file; give a folder for the merged results")
+        raise InputError(f"[[out={out}]] is a file; give a folder for the merged results")
     out.mkdir(parents=True, exist_ok=True)
     entries: dict[int, dict[str, Any]] = {}
     runs: set[tuple[str, int]] = set()
     for folder in dirs:
         if not folder.is_dir():
-            raise InputError(f"{folder} is not a folder of exported results; check --merge")
+            raise InputError(f"{folder} is not a folder of exported results; check [[merge]]")
         journals = sorted(folder.glob("manifest*.journal"))
         if journals:
             raise InputError(f"{journals[0]} shows an unfinished run; rerun that shard before merging")

@@ -45,11 +45,11 @@ def run_export(
     my_blocks = blocks(all_items, settings.batch_size, *settings.shard)
     items = [item for block in my_blocks for item in block]
     if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir} is a file; give a folder for the exported results")
+        raise UsageError(f"[[out={out_dir}]] is a file; give a folder for the exported results")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create --out {out_dir}: {exc.strerror}") from None
+        raise UsageError(f"cannot create [[out={out_dir}]]: {exc.strerror}") from None
     remove_stale_temporaries(out_dir)
     journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items))
     todo = [block for block in my_blocks if not all(journal.finished(item) for item in block)]
@@ -162,7 +162,7 @@ class ItemExport:
         """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``."""
         heads = part.attentions.shape[0]
         if self.settings.heads is not None and max(self.settings.heads) >= heads:
-            raise UsageError(f"--heads {max(self.settings.heads)} is out of range; {self.header.model_name} has "
+            raise UsageError(f"[[heads={max(self.settings.heads)}]] is out of range; {self.header.model_name} has "
                              f"heads 0 to {heads - 1}")
         self.layers.append(part.layer)
         if self.npz is not None:

@@ -83,7 +83,7 @@ def parse_formats(value: str | list[str]) -> tuple[str, ...]:
     items = value if isinstance(value, list) else [p.strip().lower() for p in value.split(",") if p.strip()]
     bad = [f for f in items if f not in FORMATS]
     if bad or not items:
-        raise UsageError(f"--formats {value!r}: use some of {', '.join(FORMATS)}")
+        raise UsageError(f"[[formats={value!r}]]: use some of {', '.join(FORMATS)}")
     return tuple(dict.fromkeys(items))
 
 
@@ -92,9 +92,9 @@ def parse_shard(value: str) -> tuple[int, int]:
     try:
         k, n = (int(x) for x in str(value).split("/"))
     except ValueError:
-        raise UsageError(f"--shard {value!r} is not K/N; write e.g. 2/8 for the second of eight shards") from None
+        raise UsageError(f"[[shard={value!r}]] is not K/N; write e.g. 2/8 for the second of eight shards") from None
     if not 1 <= k <= n:
-        raise UsageError(f"--shard {value}: K must be between 1 and N (shards are numbered 1 to {max(n, 1)})")
+        raise UsageError(f"[[shard={value}]]: K must be between 1 and N (shards are numbered 1 to {max(n, 1)})")
     return k, n
 
 
@@ -134,21 +134,21 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
     if settings.grid is None:
         settings = replace(settings, grid=settings.heads is None)
     if settings.input_format not in _INPUT_FORMATS:
-        raise UsageError(f"--input-format {settings.input_format!r}: use one of {', '.join(_INPUT_FORMATS)}")
+        raise UsageError(f"[[input_format={settings.input_format!r}]]: use one of {', '.join(_INPUT_FORMATS)}")
     if settings.input_format == "auto" and ("field" in overrides and overrides["field"] is not None):
         settings = replace(settings, input_format="jsonl")
     elif settings.input_format == "auto" and ("column" in overrides and overrides["column"] is not None):
         settings = replace(settings, input_format="csv")
     if not settings.grid and not settings.heads and settings.image_formats:
-        raise UsageError("--no-grid draws nothing without --heads; give heads to draw, or drop image formats")
+        raise UsageError("[[grid=False]] draws nothing without [[heads]]; give heads to draw, or drop image formats")
     if settings.style not in ("figure", "tiles"):
-        raise UsageError(f"--style {settings.style!r}: use figure or tiles")
+        raise UsageError(f"[[style={settings.style!r}]]: use figure or tiles")
     if settings.style == "tiles" and set(settings.image_formats) - {"png"}:
-        raise UsageError("--style tiles writes PNG only; drop svg/pdf from --formats or use --style figure")
+        raise UsageError("[[style=tiles]] writes PNG only; drop svg/pdf from [[formats]] or use [[style=figure]]")
     if settings.batch_size < 1:
-        raise UsageError(f"--batch-size {settings.batch_size} must be at least 1")
+        raise UsageError(f"[[batch_size={settings.batch_size}]] must be at least 1")
     if settings.jobs < 1:
-        raise UsageError(f"--jobs {settings.jobs} must be at least 1")
+        raise UsageError(f"[[jobs={settings.jobs}]] must be at least 1")
     return settings
 
 
@@ -156,11 +156,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; check --config") from None
+        raise ConfigError(f"config file {path} does not exist; check [[config]]") from None
     except IsADirectoryError:
-        raise ConfigError(f"--config {path} is a folder; give a .toml file with an [export] table") from None
+        raise ConfigError(f"[[config={path}]] is a folder; give a .toml file with an [export] table") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid TOML ({exc}); fix it or leave out --config") from None
+        raise ConfigError(f"{path} is not valid TOML ({exc}); fix it or leave out [[config]]") from None
     unknown = set(data) - {"export"}
     if unknown:
         raise ConfigError(f"{path}: unknown table or key {sorted(unknown)[0]!r}; put every option under [export]")

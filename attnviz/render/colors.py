@@ -48,7 +48,7 @@ class ColorScale:
         """From 0 to ``vmax`` (default: the largest value shown, so weak heads still show contrast)."""
         top = float(np.nanmax(values)) if vmax is None else float(vmax)
         if vmax is not None and not (math.isfinite(vmax) and vmax > 0):
-            raise UsageError(f"--vmax {vmax} must be a positive number")
+            raise UsageError(f"[[vmax={vmax}]] must be a positive number")
         return cls(0.0, top if top > 0 else 1.0, cmap)
 
     def normalize(self, values: np.ndarray) -> np.ndarray:

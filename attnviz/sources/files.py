@@ -20,7 +20,7 @@ def read_config(folder: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelNotFoundError(f"{folder} has no config.json; point --model at a Hugging Face model folder") from None
+        raise ModelNotFoundError(f"{folder} has no config.json; point [[model]] at a Hugging Face model folder") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelNotFoundError(f"{path} is not valid JSON ({exc}); re-download the model") from None
     if not isinstance(config, dict):

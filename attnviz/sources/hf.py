@@ -55,12 +55,12 @@ def _load(
     except (ImportError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0]
         if "accelerate" in str(exc):
-            raise UsageError(f"--device-map needs the accelerate package: pip install accelerate ({name})") from None
+            raise UsageError(f"[[device_map]] needs the accelerate package: pip install accelerate ({name})") from None
         if isinstance(exc, ImportError):
             raise UsageError(f"loading {name} needs a package that is missing: {first}") from None
         if "trust_remote_code" in str(exc):
             raise ModelNotFoundError(
-                f"{name} needs its own code from the hub; read it first, then pass --trust-remote-code"
+                f"{name} needs its own code from the hub; read it first, then pass [[trust_remote_code=True]]"
             ) from None
         raise ModelNotFoundError(f"no engine can load {name}: {first}") from None
     except OSError as exc:
@@ -167,7 +167,7 @@ class HFSource(ModelSource):
         else:
             start = self.model.config.decoder_start_token_id
             if start is None:
-                raise UsageError(f"{self.name} needs --target TEXT, the decoder's input")
+                raise UsageError(f"{self.name} needs [[target]], the decoder's input text")
             label = self.hf_tokenizer.convert_ids_to_tokens(start)
             tgt = TokenInfo(ids=[start], labels=[label], special=[True], word_ids=[-1], segment_ids=[0])
         dev = self.model.device

