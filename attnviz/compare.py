@@ -163,3 +163,44 @@ def overview_of_result(result: AttentionResult, layers: list[int], *, all_rows: 
     for layer in layers:
         builder.add(result.attentions[layer])
     return builder.finish()
+
+
+@dataclass
+class Comparison:
+    """What compare-heads shows, computed: the matrix beside the heads (head distances in clustered
+    order, or each head's change against another run) and the pairs or heads to list."""
+
+    overview: HeadsOverview
+    matrix: np.ndarray
+    rows: list[str]
+    cols: list[str]
+    matrix_title: str
+    notes: list[str]  # about the matrix (e.g. distances estimated from some rows)
+    pairs: HeadPairs | None = None  # most similar / most different heads (no other run)
+    ranking: list[tuple[str, float]] | None = None  # heads that change most (against another run)
+    other: HeadsOverview | None = None
+    other_name: str | None = None
+
+
+def comparison(overview: HeadsOverview, *, top: int = 5, other: HeadsOverview | None = None,
+               change: tuple[torch.Tensor, str] | None = None, other_name: str | None = None) -> Comparison:
+    """The heads of ``overview`` compared with each other (the clustered head-distance matrix and the
+    ``top`` closest and farthest pairs), or, with ``change`` (``[layers, heads]`` and how it was
+    measured, from :func:`compare_runs`), how much each head changes against ``other``."""
+    layers, n_heads, names = overview.layers, overview.n_heads, overview.names
+    if change is None:
+        dist = overview.distance
+        order = cluster_order(dist)
+        return Comparison(
+            overview=overview, matrix=dist[np.ix_(order, order)], rows=[names[i] for i in order],
+            cols=[names[i] for i in order], matrix_title="Jensen–Shannon distance between heads (clustered order)",
+            notes=[n for n in overview.notes if n.startswith("head distances")], pairs=extreme_pairs(dist, names, k=top),
+        )
+    matrix = change[0].numpy()[layers]
+    flat = sorted(((f"L{li}H{h}", float(matrix[i, h])) for i, li in enumerate(layers) for h in range(n_heads)),
+                  key=lambda item: item[1], reverse=True)
+    return Comparison(
+        overview=overview, matrix=matrix, rows=[f"L{li}" for li in layers], cols=[f"H{h}" for h in range(n_heads)],
+        matrix_title=f"change per head vs {other_name}: {change[1]}", notes=[], ranking=flat[:top], other=other,
+        other_name=other_name,
+    )

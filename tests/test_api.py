@@ -80,3 +80,16 @@ def test_explain_returns_the_walkthrough():
         api.explain("text", str(default_model_folder()))
     with pytest.raises(UsageError, match="numbered from 0"):
         api.explain(layer=-1)
+
+
+def test_the_comparison_is_data_before_it_is_drawn(minilm):
+    from attnviz.compare import comparison
+
+    overview = api.compare_heads_of_text(minilm, TEXT, layer=1)
+    result = comparison(overview, top=2)
+    d = overview.distance
+    upper = d[np.triu_indices(len(d), 1)]
+    assert result.pairs.most_similar[0][2] == pytest.approx(upper.min())
+    assert result.pairs.most_different[0][2] == pytest.approx(upper.max())
+    assert sorted(result.rows) == sorted(overview.names) and result.matrix.shape == d.shape
+    assert np.allclose(np.sort(result.matrix.ravel()), np.sort(d.ravel()))  # the same numbers, reordered
