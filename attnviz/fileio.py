@@ -13,8 +13,6 @@ from pathlib import Path
 
 from .errors import RenderError
 
-FORMATS = (".png", ".svg", ".pdf")
-
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -24,9 +22,12 @@ def _umask() -> int:
 
 def check_output_path(path: str | os.PathLike[str]) -> Path:
     """Fail early, before any model runs, for an extension or a folder that cannot work."""
+    from .render.registry import output_suffixes
+
     path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise RenderError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of {', '.join(FORMATS)}")
+    suffixes = output_suffixes()
+    if path.suffix.lower() not in suffixes:
+        raise RenderError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of {', '.join(suffixes)}")
     if path.is_dir():
         raise RenderError(f"cannot write {path}: it is a folder; give a file name such as {path / 'heatmap.png'}")
     parent = path.parent if str(path.parent) else Path(".")

@@ -80,9 +80,10 @@ def stdout_console(width: int | None = None):
 def show_view(view, out, *, values: bool, fit: str, width: int | None) -> None:
     """The one line that chooses a renderer: an image file when ``out`` is given, else the terminal."""
     if out is not None:
-        from ..render.image import render_image
+        from ..fileio import check_output_path
+        from ..render.registry import for_path
 
-        typer.echo(f"wrote {render_image(view, out, values=values)}")
+        typer.echo(f"wrote {for_path(check_output_path(out)).render(view, out, values=values)}")
     else:
         from ..render.terminal import render_terminal
 

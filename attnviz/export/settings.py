@@ -14,8 +14,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-IMAGE_FORMATS = ("png", "svg", "pdf")
-FORMATS = (*IMAGE_FORMATS, "npz", "json")
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,10 @@ class ExportSettings:
 
     @property
     def image_formats(self) -> list[str]:
-        return [f for f in self.formats if f in IMAGE_FORMATS]
+        """The formats that draw each layer's view (png, svg, pdf, and any registered since)."""
+        from ..render.registry import view_formats
+
+        return [f for f in self.formats if f in view_formats()]
 
     def fingerprint(self) -> str:
         """What an output depends on. A rerun with other settings redoes the items instead of trusting old files."""
@@ -81,6 +82,8 @@ def parse_int_list(value: str | list[Any] | None, what: str) -> tuple[int, ...] 
 
 def parse_formats(value: str | list[str]) -> tuple[str, ...]:
     items = value if isinstance(value, list) else [p.strip().lower() for p in value.split(",") if p.strip()]
+    from ..render.registry import FORMATS
+
     bad = [f for f in items if f not in FORMATS]
     if bad or not items:
         raise UsageError(f"[[formats={value!r}]]: use some of {', '.join(FORMATS)}")

@@ -21,15 +21,14 @@ from .settings import ExportSettings
 
 def render_task(view: Any, path: str, style: str = "figure") -> str:
     """Run in a worker process: draw one image (its missing-glyph warnings were given by the parent)."""
-    if style == "tiles":
-        from ..render.tiles import render_tiles
+    from ..render.registry import TILES, for_path
 
-        return str(render_tiles(view, path))
-    from ..render.image import render_image
+    if style == "tiles":
+        return str(TILES.render(view, path))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return str(render_image(view, path))
+        return str(for_path(path).render(view, path))
 
 
 def worker_count(jobs: int, items: int, cpus: int | None = None) -> int:

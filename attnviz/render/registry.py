@@ -1,0 +1,70 @@
+"""One registry of output formats: a format's name → what writes it, with one signature.
+
+A view format (``kind="view"``) draws a :class:`~attnviz.render.view.HeatmapView` to a file:
+``render(view, path, **options) -> Path``. A data format (``kind="data"``) is written by the export
+pipeline from the result itself (npz, statistics JSON). ``--out``'s extension check, export's
+``--formats`` and both places that draw (the commands and export's drawing processes) read this
+table, so adding a format is one module plus one :func:`register` line here. Renderers are named
+as ``"module:function"`` and imported only when used, so ``attnviz --help`` loads no matplotlib.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str  # as export's --formats says it
+    kind: Literal["view", "data"]
+    suffix: str  # of the file it writes
+    renderer: str | None = None  # "module:function" drawing a view to a path (view formats)
+    description: str = ""
+
+    def render(self, view: Any, path: str | Path, **options: Any) -> Path:
+        """Draw ``view`` to ``path`` with this format's renderer."""
+        if self.renderer is None:
+            raise ValueError(f"format {self.name!r} is written by the export pipeline, not drawn from a view")
+        module, function = self.renderer.split(":")
+        draw: Callable[..., Path] = getattr(importlib.import_module(module), function)
+        return draw(view, path, **options)
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+register(Format("png", "view", ".png", "attnviz.render.image:render_image", "a labelled figure (matplotlib)"))
+register(Format("svg", "view", ".svg", "attnviz.render.image:render_image", "a labelled figure, vector"))
+register(Format("pdf", "view", ".pdf", "attnviz.render.image:render_image", "a labelled figure, for papers"))
+register(Format("npz", "data", ".npz", None, "tokens, ids and attentions (AttentionResult.load reads it)"))
+register(Format("json", "data", ".stats.json", None, "every head's statistics and labels"))
+
+TILES = Format("tiles", "view", ".png", "attnviz.render.tiles:render_tiles", "bare colour tiles, no labels")
+
+
+def view_formats() -> list[str]:
+    """Names of the formats that draw a view to a file (png, svg, pdf, …)."""
+    return [f.name for f in FORMATS.values() if f.kind == "view"]
+
+
+def output_suffixes() -> list[str]:
+    """The extensions ``--out FILE`` accepts: one per view format."""
+    return list(dict.fromkeys(FORMATS[name].suffix for name in view_formats()))
+
+
+def for_path(path: str | Path) -> Format:
+    """The view format a file name asks for, by its extension (checked by fileio.check_output_path)."""
+    suffix = Path(path).suffix.lower()
+    for name in view_formats():
+        if FORMATS[name].suffix == suffix:
+            return FORMATS[name]
+    raise KeyError(suffix)
