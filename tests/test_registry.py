@@ -31,3 +31,21 @@ def test_a_new_format_is_one_module_and_one_line(run_cli, tmp_path, monkeypatch)
                 "--jobs", "1", "--quiet")
     assert r.exit_code == 0, r.stderr
     assert Path(tmp_path / "o" / "000000-the-cat-sat.L0.shape").read_text() == "(12, 6, 6)"
+
+
+def test_export_takes_the_shared_model_options(run_cli, tmp_path):
+    """export speaks the vocabulary of the other commands: --cmap, --revision, --trust-remote-code, --verbose."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("The cat sat on the mat.\n")
+    common = ["export", str(texts), "--layers", "0", "--formats", "png", "--style", "tiles", "--quiet"]
+    r = run_cli(*common, "--out", str(tmp_path / "v"), "--cmap", "viridis", "--verbose")
+    assert r.exit_code == 0, r.stderr
+    assert "attnviz: engine native (bert)" in r.stderr
+    r = run_cli(*common, "--out", str(tmp_path / "m"), "--cmap", "magma")
+    assert r.exit_code == 0, r.stderr
+    name = "000000-the-cat-sat-on-the-mat.L0.png"
+    assert (tmp_path / "v" / name).read_bytes() != (tmp_path / "m" / name).read_bytes()  # the colormap is used
+    r = run_cli(*common, "--out", str(tmp_path / "x"), "--cmap", "jet")
+    assert r.exit_code == 2 and "--cmap 'jet': use viridis or magma" in r.stderr
+    r = run_cli(*common, "--out", str(tmp_path / "y"), "--revision", "main")
+    assert r.exit_code == 2 and "--revision applies to hub ids" in r.stderr

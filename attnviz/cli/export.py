@@ -36,6 +36,10 @@ def export(
     truncate: bool | None = typer.Option(_NOT_GIVEN, "--truncate/--no-truncate", help="Cut texts longer than the model's maximum.", show_default=False),
     engine: str | None = typer.Option(_NOT_GIVEN, "--engine", help="auto, native or hf.", show_default=False),
     device: str | None = typer.Option(_NOT_GIVEN, "--device", help="cpu, cuda or mps.", show_default=False),
+    revision: str | None = typer.Option(_NOT_GIVEN, "--revision", help="Hub branch, tag or commit of --model.", show_default=False),
+    trust_remote_code: bool | None = typer.Option(_NOT_GIVEN, "--trust-remote-code/--no-trust-remote-code", help="Let a hub model run its own Python code. Read that code first.", show_default=False),
+    cmap: str | None = typer.Option(_NOT_GIVEN, "--cmap", help="Colormap of the images: viridis (default) or magma.", show_default=False),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Say which engine ran, on which device."),
     style: str | None = typer.Option(_NOT_GIVEN, "--style", help="figure (labelled, as attnviz heatmap) or tiles (bare colours, PNG, far faster).", show_default=False),
     quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress: no bar at a terminal, and no progress lines on stderr elsewhere.", show_default=False),
     merge: bool = typer.Option(False, "--merge", help="Instead of exporting: join the shard folders given as arguments into --out (--merge shards/*, or --merge a --merge b).", show_default=False),
@@ -56,7 +60,8 @@ def export(
         "model": model, "layers": layers, "heads": heads, "grid": grid, "formats": formats, "batch_size": batch_size,
         "input_format": input_format, "style": style,
         "jobs": jobs, "shard": shard, "field": field, "column": column, "float16": float16,
-        "truncate": truncate, "engine": engine, "device": device, "quiet": quiet,
+        "truncate": truncate, "engine": engine, "device": device, "quiet": quiet, "revision": revision,
+        "trust_remote_code": trust_remote_code, "cmap": cmap,
     }
     inputs = inputs or []
     if merge:
@@ -79,7 +84,8 @@ def export(
     # A bar at a terminal; otherwise a plain line on stderr now and then (a log, a cluster job).
     with export_progress(console, enabled=not settings.quiet) as (start, advance):
         try:
-            summary = run_export(input, out, settings, on_start=start, on_item=advance)
+            said = (lambda source: sys.stderr.write(f"attnviz: {source.describe()}\n")) if verbose else None
+            summary = run_export(input, out, settings, on_start=start, on_item=advance, on_source=said)
         except KeyboardInterrupt:
             sys.stderr.write(f"attnviz: interrupted; finished items are kept in {out}. Rerun the same command to resume\n")
             raise typer.Exit(130) from None

@@ -35,11 +35,13 @@ class ExportSummary:
 
 
 def run_export(
-    source_path: str, out_dir: Path, settings: ExportSettings, *, on_start: Any = None, on_item: Any = None
+    source_path: str, out_dir: Path, settings: ExportSettings, *, on_start: Any = None, on_item: Any = None,
+    on_source: Any = None,
 ) -> ExportSummary:
     """Export every item of this shard of ``source_path`` into ``out_dir``; resumable, see the module docs.
 
-    ``on_start(total, already_done)`` and ``on_item()`` report progress (the CLI's progress bar).
+    ``on_start(total, already_done)`` and ``on_item()`` report progress (the CLI's progress bar);
+    ``on_source(source)`` is told which source runs, once it is loaded (``--verbose``).
     """
     all_items = read_items(source_path, field=settings.field, column=settings.column, kind=settings.input_format)
     my_blocks = blocks(all_items, settings.batch_size, *settings.shard)
@@ -58,7 +60,7 @@ def run_export(
     if on_start is not None:
         on_start(len(items), done)
     if todo:
-        _export(todo, out_dir, settings, journal, summary, on_item or (lambda: None))
+        _export(todo, out_dir, settings, journal, summary, on_item or (lambda: None), on_source)
     summary.manifest = journal.finish(items)
     for path in journal.stale_files(items):  # an earlier run's outputs that these settings no longer make
         path.unlink(missing_ok=True)
@@ -68,11 +70,13 @@ def run_export(
 
 
 def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, journal: Journal,
-            summary: ExportSummary, on_item: Any) -> None:
+            summary: ExportSummary, on_item: Any, on_source: Any = None) -> None:
     from ..sources.resolve import load_source
 
     source = load_source(settings.model, engine=settings.engine, revision=settings.revision,  # type: ignore[arg-type]
                          device=settings.device, trust_remote_code=settings.trust_remote_code)
+    if on_source is not None:
+        on_source(source)
     pending: deque[tuple[Item, list[str], dict[str, Any], list[Future[str]]]] = deque()
     with workers(settings, sum(len(batch) for batch in todo)) as pool:
         for batch in todo:

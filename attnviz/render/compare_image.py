@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..fileio import check_output_path
+from .colors import ColorScale
 from .fonts import clean_label, font_chain
 from .image import DPI, STABLE_RC, save_figure, warn_missing
 
@@ -42,11 +43,12 @@ def render_comparison(
         left, right = fig.subfigures(1, 2, width_ratios=[n_heads * cell, max(6.0, 0.12 * len(matrix_cols) + 3)])
         axes = left.subplots(n_layers, n_heads, squeeze=False)
         tick = max(1, math.ceil(len(labels) / 24))
-        vmax = float(heads.max()) or 1.0
+        heads_scale = ColorScale.for_values(heads, cmap=cmap)  # as every other renderer scales
         for li in range(n_layers):
             for h in range(n_heads):
                 ax = axes[li, h]
-                ax.imshow(heads[li, h], cmap=colormaps[cmap], vmin=0, vmax=vmax, interpolation="nearest")
+                ax.imshow(heads[li, h], cmap=colormaps[cmap], vmin=heads_scale.vmin, vmax=heads_scale.vmax,
+                          interpolation="nearest")
                 ax.set_title(f"L{layers[li]}H{h}", fontsize=6, pad=2)
                 ax.set_xticks([])
                 ax.set_yticks([])
@@ -57,7 +59,9 @@ def render_comparison(
                 ax.tick_params(length=0, pad=1)
         left.suptitle(title, fontsize=10)
         ax = right.subplots()
-        image = ax.imshow(matrix, cmap=colormaps[cmap], interpolation="nearest", aspect="auto")
+        matrix_scale = ColorScale.for_values(matrix, cmap=cmap)
+        image = ax.imshow(matrix, cmap=colormaps[cmap], vmin=matrix_scale.vmin, vmax=matrix_scale.vmax,
+                          interpolation="nearest", aspect="auto")
         size = 5 if len(matrix_cols) > 40 else 7
         ax.set_xticks(range(len(matrix_cols)), matrix_cols, rotation=90, fontsize=size)
         ax.set_yticks(range(len(matrix_rows)), matrix_rows, fontsize=size)
