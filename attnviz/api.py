@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .sources.resolve import Engine, load_source
@@ -92,25 +93,78 @@ def extract_batch(
     return source.extract_batch(texts, pairs=pairs, truncate=truncate, details=details, layers=layers)
 
 
-def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = False, batch_size: int = 16) -> HeadTable:
+@dataclass(frozen=True)
+class Reading:
+    """How a result is read, the same for every command: without special tokens (``hide_special``,
+    rows rescaled with ``renormalize``), and/or with word pieces joined into words (``words``)."""
+
+    hide_special: bool = False
+    renormalize: bool = False
+    words: bool = False
+
+    def __post_init__(self) -> None:
+        from .errors import UsageError
+
+        if self.renormalize and not self.hide_special:
+            raise UsageError("[[renormalize=True]] rescales rows after [[hide_special=True]]; set that too")
+
+    @property
+    def plain(self) -> bool:
+        return not (self.hide_special or self.words)
+
+    def apply(self, result: AttentionResult) -> AttentionResult:
+        if self.hide_special:
+            from .transforms import drop_special
+
+            result = drop_special(result, renormalize=self.renormalize)
+        if self.words:
+            from .transforms import to_words
+
+            result = to_words(result)
+        return result
+
+    def layer(self, header: AttentionResult, attentions: torch.Tensor) -> AttentionResult:
+        """One layer ``[heads, q, k]`` of ``header``'s tokens as a one-layer result, read this way."""
+        from dataclasses import replace
+
+        one = replace(header, attentions=attentions[None], cross_attentions=None, decoder_attentions=None,
+                      scores=None, values=None, value_norms=None)
+        return self.apply(one)
+
+
+def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = False, batch_size: int = 16,
+                        pair: str | None = None, reading: Reading = Reading()) -> HeadTable:
     """The head table (:mod:`attnviz.heads`) of ``texts`` run through a loaded ``source``, averaged over them.
 
     Texts run in padded batches of ``batch_size``, and each layer's statistics are taken as soon
     as the engine computes it, so a long text never holds every layer's matrices at once.
+    ``pair`` is a second sentence for every text; ``reading`` drops special tokens or joins words first.
     """
     from .heads import HeadTableBuilder
 
     builder = HeadTableBuilder()
     for start in range(0, len(texts), batch_size):
-        stream = source.stream_batch(list(texts[start : start + batch_size]), truncate=truncate)
+        chunk = list(texts[start : start + batch_size])
+        stream = source.stream_batch(chunk, truncate=truncate, pairs=None if pair is None else [pair] * len(chunk))
         for position, parts in stream:
-            builder.add_layers(stream.results, position, [part.attentions for part in parts], first_text=start)
+            _add_read_layer(builder, stream.results, position, parts, start, reading)
             del parts  # before the next layer is computed
     return builder.table()
 
 
+def _add_read_layer(builder: Any, results: list[AttentionResult], position: int, parts: list[Any], first: int,
+                    reading: Reading) -> None:
+    for number, (result, part) in enumerate(zip(results, parts, strict=True)):
+        if reading.plain:
+            builder.add_layer(result, position, part.attentions, text=first + number)
+        else:
+            read = reading.layer(result, part.attentions)
+            builder.add_layer(read, position, read.attentions[0], text=first + number)
+
+
 def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: str = "mean",
-                    truncate: bool = False) -> tuple[torch.Tensor, AttentionResult]:
+                    truncate: bool = False, pair: str | None = None,
+                    reading: Reading = Reading()) -> tuple[torch.Tensor, AttentionResult]:
     """Attention rollout (:func:`attnviz.metrics.rollout`) of ``text`` through ``layer`` (default: the
     last): ``[q, k]`` float64, and the result describing the tokens. Layers are fused as the engine
     computes them, so memory holds one layer's matrices and one ``[q, k]`` product at a time."""
@@ -121,21 +175,25 @@ def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, 
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
     wanted = None if layer is None else list(range(layer + 1))
-    stream = source.stream_batch([text], truncate=truncate, layers=wanted)
+    stream = source.stream_batch([text], truncate=truncate, layers=wanted, pairs=[pair])
+    header = [stream.results[0]]  # as read (fewer tokens without special ones, or words)
 
     def layers() -> Iterator[torch.Tensor]:
         for _, parts in stream:
             attentions = parts[0].attentions
             del parts
+            if not reading.plain:
+                read = reading.layer(stream.results[0], attentions)
+                header[0], attentions = read, read.attentions[0]
             yield attentions
             del attentions  # before the next layer is computed
 
     last = deque(metrics.rollout_steps(layers(), head_fusion=head_fusion), maxlen=1)  # type: ignore[arg-type]
-    return last[0], stream.results[0]
+    return last[0], header[0]
 
 
 def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, truncate: bool = False,
-                          all_rows: bool = False) -> HeadsOverview:
+                          all_rows: bool = False, pair: str | None = None, reading: Reading = Reading()) -> HeadsOverview:
     """Every head of ``layer`` (default: every layer) on ``text``, for comparing them
     (:class:`attnviz.compare.HeadsOverview`): display matrices and the head-distance matrix,
     built as the engine computes each layer. The distances are exact unless their cost passes
@@ -148,13 +206,17 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
     wanted = list(range(n_layers)) if layer is None else [layer]
-    stream = source.stream_batch([text], truncate=truncate, layers=None if layer is None else wanted)
+    stream = source.stream_batch([text], truncate=truncate, layers=None if layer is None else wanted, pairs=[pair])
     builder: OverviewBuilder | None = None
     for _, parts in stream:
         attentions = parts[0].attentions
         del parts
+        header = stream.results[0]
+        if not reading.plain:
+            header = reading.layer(header, attentions)
+            attentions = header.attentions[0]
         if builder is None:
-            builder = OverviewBuilder(stream.results[0], wanted, n_heads=attentions.shape[0], all_rows=all_rows)
+            builder = OverviewBuilder(header, wanted, n_heads=attentions.shape[0], all_rows=all_rows)
         builder.add(attentions)
         del attentions  # before the next layer is computed
     assert builder is not None  # a model has at least one layer
@@ -199,35 +261,28 @@ def attention_view(
     from .errors import UsageError
     from .render.view import head_across_layers_view, heatmap_view
 
-    if renormalize and not hide_special:
-        raise UsageError("renormalize=True rescales rows after hide_special; set hide_special=True too")
+    reading = Reading(hide_special=hide_special, renormalize=renormalize, words=words)
     every_layer = layer == "all"
     if every_layer and head == "all":
         raise UsageError("layer='all' shows one head (or the mean) in every layer; choose a head number or 'mean'")
     # Only the layer shown is built: the native engine stops after it and skips the others' matrices.
     result = source.extract(text, pair=pair, target=target, truncate=truncate,
                             layers=None if every_layer else [int(layer)])
-    if hide_special:
-        from .transforms import drop_special
-
-        result = drop_special(result, renormalize=renormalize)
-    if words:
-        from .transforms import to_words
-
-        result = to_words(result)
+    result = reading.apply(result)
     if every_layer:
         return head_across_layers_view(result, head=head, kind=kind, vmax=vmax, cmap=cmap)
     return heatmap_view(result, layer=int(layer), head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
 
 
 def rollout_view(source: Source, text: str | None, *, layer: int | None = None, fusion: str = "mean", truncate: bool = False,
-                 cmap: str = "viridis") -> HeatmapView:
+                 cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading()) -> HeatmapView:
     """What ``attnviz rollout`` draws: attention rollout (Abnar & Zuidema 2020) through ``layer``
     (default: the last), heads fused by ``fusion`` (mean, max or min)."""
     from .render.view import matrix_view
 
     last = source.n_layers - 1 if layer is None else layer
-    rolled, result = rollout_of_text(source, text, layer=last, head_fusion=fusion, truncate=truncate)
+    rolled, result = rollout_of_text(source, text, layer=last, head_fusion=fusion, truncate=truncate, pair=pair,
+                                     reading=reading)
     return matrix_view(rolled[None].numpy(), result.tokens, result.tokens, cmap=cmap,
                        title=f"{result.model_name} · attention rollout ({fusion} of heads) through layers 0–{last}",
                        panel_titles=[f"rollout to layer {last}"], row_axis="positions (after the layers)",
@@ -235,7 +290,7 @@ def rollout_view(source: Source, text: str | None, *, layer: int | None = None, 
 
 
 def norm_view(source: Source, text: str | None, *, layer: int | None = None, head: int | str = "mean", truncate: bool = False,
-              cmap: str = "viridis") -> HeatmapView:
+              cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading()) -> HeatmapView:
     """Norm-based attention ‖α_ij f(x_j)‖ (Kobayashi et al. 2020) of one layer (default: the last):
     a head, ``"all"`` or ``"mean"``. Needs each head's value vectors (native engine, config models)."""
     from .errors import UsageError
@@ -245,8 +300,10 @@ def norm_view(source: Source, text: str | None, *, layer: int | None = None, hea
     if not source.capabilities.value_norms:
         raise UsageError(f"norm-based attention needs each head's value vectors; the {source.engine} engine does not "
                          "give them. Use the native engine (BERT, GPT-2, LLaMA families) or a .toml config model")
+    if not reading.plain:
+        raise UsageError("norm-based attention is per token: [[hide_special]] and [[words]] do not apply to it")
     last = source.n_layers - 1 if layer is None else layer
-    result = source.extract(text, truncate=truncate, layers=[last])  # only the layer shown is built
+    result = source.extract(text, truncate=truncate, layers=[last], pair=pair)  # only the layer shown is built
     tensor = norm_attention(result.attentions, result.value_norms)
     panels, titles, what = select_panels(tensor, 0, head, result.model_name)  # type: ignore[arg-type]
     return matrix_view(panels, result.tokens, result.tokens, cmap=cmap, panel_titles=titles,
@@ -255,7 +312,7 @@ def norm_view(source: Source, text: str | None, *, layer: int | None = None, hea
 
 
 def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str | None = None, truncate: bool = False,
-             batch_size: int = 16) -> HeadTable:
+             batch_size: int = 16, pair: str | None = None, reading: Reading = Reading()) -> HeadTable:
     """What ``attnviz heads`` shows: every statistic of every head, averaged over ``texts``, or on
     ``probe="induction"`` (random tokens repeated; causal models)."""
     from .errors import UsageError
@@ -267,9 +324,12 @@ def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str |
         from .probes import induction_probe
 
         if probe != "induction":
-            raise UsageError(f"probe={probe!r} is unknown; the probe is 'induction'")
-        return head_table([induction_probe(source)])
-    return head_table_of_texts(source, list(texts or []), truncate=truncate, batch_size=batch_size)
+            raise UsageError(f"[[probe={probe!r}]] is unknown; the probe is 'induction'")
+        if pair is not None:
+            raise UsageError("[[pair]] goes with texts; the probe is random tokens")
+        return head_table([reading.apply(induction_probe(source))])
+    return head_table_of_texts(source, list(texts or []), truncate=truncate, batch_size=batch_size, pair=pair,
+                               reading=reading)
 
 
 def explain(text: str | None = None, model: str | None = None, *, layer: int = 0, causal: bool | None = None) -> Walkthrough:

@@ -9,20 +9,27 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, stdout_console
 from .options import (
+    Causal,
     Cmap,
     Device,
+    DeviceMap,
     DeviceOpt,
     EngineChoice,
     EngineOpt,
+    HideSpecial,
     Model,
     Out,
+    Pair,
+    Renormalize,
     Revision,
     Truncate,
     TrustRemoteCode,
     Verbose,
     Width,
+    Words,
     open_source,
     parse_index_or_word,
+    reading,
 )
 
 EXAMPLE = "The quick brown fox jumps over the lazy dog because it was tired of running."
@@ -44,6 +51,12 @@ def compare_heads(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    device_map: str | None = DeviceMap,
+    pair: str | None = Pair,
+    causal: bool | None = Causal,
+    hide_special: bool = HideSpecial,
+    renormalize: bool = Renormalize,
+    words: bool = Words,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
@@ -62,7 +75,8 @@ def compare_heads(
     if text is None:
         text = EXAMPLE
         console.print(f"no TEXT given; using the example sentence: {EXAMPLE!r}", style="dim")
-    kwargs = dict(engine=engine, causal=None, revision=revision, device=device, device_map=None,
+    view = reading(hide_special, renormalize, words)
+    kwargs = dict(engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                   trust_remote_code=trust_remote_code, verbose=verbose)
     source = open_source(model, **kwargs)
     from ..report import comparison_report
@@ -71,7 +85,8 @@ def compare_heads(
         from ..api import compare_heads_of_text
 
         # Layers are taken as they are computed: a long input never holds every layer's matrices.
-        overview = compare_heads_of_text(source, text, layer=layers_choice, truncate=truncate, all_rows=all_rows)
+        overview = compare_heads_of_text(source, text, layer=layers_choice, truncate=truncate, all_rows=all_rows,
+                                         pair=pair, reading=view)
         if any(note.startswith("head distances") for note in overview.notes):
             overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
                                  for n in overview.notes]
@@ -79,9 +94,9 @@ def compare_heads(
         return
     from ..compare import compare_runs, overview_of_result
 
-    result = source.extract(text, truncate=truncate)
-    other = source.extract(vs, truncate=truncate) if vs is not None else \
-        open_source(vs_model, **kwargs).extract(text, truncate=truncate)
+    result = view.apply(source.extract(text, truncate=truncate, pair=pair))
+    other = view.apply(source.extract(vs, truncate=truncate, pair=pair) if vs is not None else
+                       open_source(vs_model, **kwargs).extract(text, truncate=truncate, pair=pair))
     if layers_choice is not None and layers_choice >= result.n_layers:
         raise UsageError(f"--layer {layers_choice} is out of range; {result.model_name} has layers 0 to "
                          f"{result.n_layers - 1}")

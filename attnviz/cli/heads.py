@@ -10,18 +10,24 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, stdout_console
 from .options import (
+    Causal,
     Device,
     DeviceMap,
     DeviceOpt,
     EngineChoice,
     EngineOpt,
+    HideSpecial,
     Model,
+    Pair,
+    Renormalize,
     Revision,
     Truncate,
     TrustRemoteCode,
     Verbose,
     Width,
+    Words,
     open_source,
+    reading,
 )
 
 BATCH = 16
@@ -53,6 +59,11 @@ def heads(
     revision: str | None = Revision,
     device: Device = DeviceOpt,
     device_map: str | None = DeviceMap,
+    pair: str | None = Pair,
+    causal: bool | None = Causal,
+    hide_special: bool = HideSpecial,
+    renormalize: bool = Renormalize,
+    words: bool = Words,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
@@ -72,13 +83,17 @@ def heads(
         from ..inputs import read_lines
 
         texts = read_lines(file)
-    source = open_source(model, engine=engine, causal=None, revision=revision, device=device,
+    if pair is not None and text is None:
+        raise UsageError("--pair is a second sentence for TEXT; it does not go with --file or --probe")
+    view = reading(hide_special, renormalize, words)
+    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
     from ..api import heads_of
 
     # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
     table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
-                     probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH)
+                     probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH, pair=pair,
+                     reading=view)
     rows = table.rows()
     if sort is not None:
         rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))

@@ -67,10 +67,20 @@ Causal = typer.Option(
     None, "--causal/--no-causal", help="Config models: force a causal mask on or off (default: the config's).",
     show_default=False,
 )
+HideSpecial = typer.Option(False, "--hide-special", help="Drop [CLS], [SEP], BOS and other special tokens.")
+Renormalize = typer.Option(False, "--renormalize", help="With --hide-special: rescale each row to sum to 1.")
+Words = typer.Option(False, "--words", help="Aggregate pieces to words (sum to a word, mean from a word).")
 Width = typer.Option(None, "--width", min=20, help="Terminal width to fit (default: the terminal's).")
 Out = typer.Option(
     None, "--out", "-o", help="Write an image instead: .png, .svg or .pdf.", show_default=False,
 )
+
+
+def reading(hide_special: bool, renormalize: bool, words: bool) -> Any:
+    """The API's Reading for --hide-special, --renormalize and --words (one check, in the API)."""
+    from ..api import Reading
+
+    return Reading(hide_special=hide_special, renormalize=renormalize, words=words)
 
 
 def parse_index_or_word(value: str, option: str, what: str, words: tuple[str, ...]) -> int | str:

@@ -10,21 +10,28 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, show_view
 from .options import (
+    Causal,
     Cmap,
     Device,
+    DeviceMap,
     DeviceOpt,
     EngineChoice,
     EngineOpt,
     Fit,
+    HideSpecial,
     Model,
     Out,
+    Pair,
+    Renormalize,
     Revision,
     Truncate,
     TrustRemoteCode,
     Verbose,
     Width,
+    Words,
     open_source,
     parse_head,
+    reading,
 )
 
 
@@ -51,6 +58,12 @@ def rollout(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    device_map: str | None = DeviceMap,
+    pair: str | None = Pair,
+    causal: bool | None = Causal,
+    hide_special: bool = HideSpecial,
+    renormalize: bool = Renormalize,
+    words: bool = Words,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
@@ -70,13 +83,16 @@ def rollout(
         from ..fileio import check_output_path
 
         check_output_path(out)
-    source = open_source(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
+    view = reading(hide_special, renormalize, words)
+    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                          trust_remote_code=trust_remote_code, verbose=verbose)
     from ..api import norm_view, rollout_view
 
     if norm:
-        view = norm_view(source, text, layer=layer, head=head_choice, truncate=truncate, cmap=cmap.value)
+        shown = norm_view(source, text, layer=layer, head=head_choice, truncate=truncate, cmap=cmap.value, pair=pair,
+                          reading=view)
     else:
         # Layers are fused as they are computed, up to the one shown: one layer's matrices at a time.
-        view = rollout_view(source, text, layer=layer, fusion=fusion.value, truncate=truncate, cmap=cmap.value)
-    show_view(view, out, values=values, fit=fit.value, width=width)
+        shown = rollout_view(source, text, layer=layer, fusion=fusion.value, truncate=truncate, cmap=cmap.value,
+                             pair=pair, reading=view)
+    show_view(shown, out, values=values, fit=fit.value, width=width)
