@@ -84,3 +84,17 @@ def test_causal_on_every_reading_command(run_cli):
     assert r.exit_code == 2 and "--causal applies to .toml config models" in r.stderr
     tiny_causal = attnviz.extract("the cat sat", model=TINY, causal=True)
     assert torch.equal(tiny_causal.attentions.triu(1), torch.zeros_like(tiny_causal.attentions))
+
+
+def test_layer_means_one_thing_on_every_reading_command(run_cli):
+    """--layer takes a number or 'all' on heatmap, heads, compare-heads and rollout."""
+    for command in ("heatmap", "heads", "compare-heads", "rollout"):
+        help_text, _ = _options(command)["--layer"]
+        assert "'all'" in help_text, command
+        r = run_cli(command, TEXT, "--layer", "9", "--width", "100")
+        assert r.exit_code == 2 and "--layer 9 is out of range" in r.stderr, (command, r.stderr)
+    r = run_cli("heads", TEXT, "--layer", "2", "--format", "json")
+    assert r.exit_code == 0 and {row["layer"] for row in json.loads(r.stdout)["heads"]} == {2}
+    all_layers = run_cli("rollout", TEXT, "--layer", "all", "--width", "100")
+    last = run_cli("rollout", TEXT, "--layer", "5", "--width", "100")
+    assert all_layers.exit_code == 0 and all_layers.stdout == last.stdout  # all: through the last layer

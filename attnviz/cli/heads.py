@@ -27,6 +27,7 @@ from .options import (
     Width,
     Words,
     open_source,
+    parse_index_or_word,
     reading,
 )
 
@@ -59,6 +60,7 @@ def heads(
     revision: str | None = Revision,
     device: Device = DeviceOpt,
     device_map: str | None = DeviceMap,
+    layer: str = typer.Option("all", "--layer", "-l", help="A layer number, or 'all'."),
     pair: str | None = Pair,
     causal: bool | None = Causal,
     hide_special: bool = HideSpecial,
@@ -95,6 +97,12 @@ def heads(
                      probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH, pair=pair,
                      reading=view)
     rows = table.rows()
+    layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    if layer_choice != "all":
+        if not 0 <= int(layer_choice) < table.shape[0]:
+            raise UsageError(f"--layer {layer_choice} is out of range; {table.model_name} has layers 0 to "
+                             f"{table.shape[0] - 1}")
+        rows = [row for row in rows if row["layer"] == layer_choice]
     if sort is not None:
         rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))
     rows = rows[:top] if top else rows

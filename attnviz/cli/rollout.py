@@ -31,6 +31,7 @@ from .options import (
     Words,
     open_source,
     parse_head,
+    parse_index_or_word,
     reading,
 )
 
@@ -47,7 +48,7 @@ def rollout(
     model: str | None = Model,
     fusion: Fusion | None = typer.Option(None, "--fusion", help="How a layer's heads are combined before rolling out (default mean).", show_default=False),
     norm: bool = typer.Option(False, "--norm", help="Show norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020) instead."),
-    layer: int | None = typer.Option(None, "--layer", "-l", help="Roll out up to this layer (default: the last).", show_default=False),
+    layer: str = typer.Option("all", "--layer", "-l", help="A layer number, or 'all': roll out through this layer (all: through the last)."),
     head: str | None = typer.Option(None, "--head", help="With --norm: a head number, 'all' or 'mean' (default).", show_default=False),
     out: Path | None = Out,
     values: bool = typer.Option(False, "--values", help="Write each value into its cell."),
@@ -77,8 +78,8 @@ def rollout(
     if norm and fusion is not None:
         raise UsageError("--fusion belongs to rollout; --norm shows one layer's heads (choose them with --head)")
     fusion = fusion or Fusion.mean
-    if layer is not None and layer < 0:
-        raise UsageError(f"--layer {layer} is out of range; layers are numbered from 0")
+    chosen = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    last = None if chosen == "all" else int(chosen)
     if out is not None:
         from ..fileio import check_output_path
 
@@ -89,10 +90,10 @@ def rollout(
     from ..api import norm_view, rollout_view
 
     if norm:
-        shown = norm_view(source, text, layer=layer, head=head_choice, truncate=truncate, cmap=cmap.value, pair=pair,
+        shown = norm_view(source, text, layer=last, head=head_choice, truncate=truncate, cmap=cmap.value, pair=pair,
                           reading=view)
     else:
         # Layers are fused as they are computed, up to the one shown: one layer's matrices at a time.
-        shown = rollout_view(source, text, layer=layer, fusion=fusion.value, truncate=truncate, cmap=cmap.value,
+        shown = rollout_view(source, text, layer=last, fusion=fusion.value, truncate=truncate, cmap=cmap.value,
                              pair=pair, reading=view)
     show_view(shown, out, values=values, fit=fit.value, width=width)
