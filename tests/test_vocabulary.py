@@ -98,3 +98,24 @@ def test_layer_means_one_thing_on_every_reading_command(run_cli):
     all_layers = run_cli("rollout", TEXT, "--layer", "all", "--width", "100")
     last = run_cli("rollout", TEXT, "--layer", "5", "--width", "100")
     assert all_layers.exit_code == 0 and all_layers.stdout == last.stdout  # all: through the last layer
+
+
+def test_heads_shows_one_head_and_export_takes_causal(run_cli, tmp_path):
+    from conftest import TINY
+
+    from attnviz.result import AttentionResult
+
+    r = run_cli("heads", TEXT, "--head", "3", "--format", "json")
+    assert r.exit_code == 0 and {(row["layer"], row["head"]) for row in json.loads(r.stdout)["heads"]} == \
+        {(layer, 3) for layer in range(6)}
+    r = run_cli("heads", TEXT, "--head", "12")
+    assert r.exit_code == 2 and "--head 12 is out of range" in r.stderr
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat on the mat\n")
+    r = run_cli("export", str(texts), "--out", str(tmp_path / "o"), "--model", TINY, "--causal", "--formats", "npz",
+                "--quiet")
+    assert r.exit_code == 0, r.stderr
+    saved = AttentionResult.load(next((tmp_path / "o").glob("*.npz")))
+    assert saved.causal and torch.equal(saved.attentions.triu(1), torch.zeros_like(saved.attentions))
+    r = run_cli("export", str(texts), "--out", str(tmp_path / "p"), "--causal", "--formats", "json")
+    assert r.exit_code == 2 and "--causal applies to .toml config models" in r.stderr

@@ -61,6 +61,7 @@ def heads(
     device: Device = DeviceOpt,
     device_map: str | None = DeviceMap,
     layer: str = typer.Option("all", "--layer", "-l", help="A layer number, or 'all'."),
+    head: str = typer.Option("all", "--head", help="A head number, or 'all': the rows of that head in each layer shown."),
     pair: str | None = Pair,
     causal: bool | None = Causal,
     hide_special: bool = HideSpecial,
@@ -103,6 +104,12 @@ def heads(
             raise UsageError(f"--layer {layer_choice} is out of range; {table.model_name} has layers 0 to "
                              f"{table.shape[0] - 1}")
         rows = [row for row in rows if row["layer"] == layer_choice]
+    head_choice = parse_index_or_word(head, "--head", "head", ("all",))
+    if head_choice != "all":
+        if not 0 <= int(head_choice) < table.shape[1]:
+            raise UsageError(f"--head {head_choice} is out of range; {table.model_name} has heads 0 to "
+                             f"{table.shape[1] - 1}")
+        rows = [row for row in rows if row["head"] == head_choice]
     if sort is not None:
         rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))
     rows = rows[:top] if top else rows

@@ -25,6 +25,7 @@ class ExportSettings:
     revision: str | None = None
     device: str = "cpu"
     trust_remote_code: bool = False
+    causal: bool | None = None  # config models: force a causal mask on or off (None: the config's)
     layers: tuple[int, ...] | None = None  # None: every layer
     heads: tuple[int, ...] | None = None  # heads drawn one by one (besides or instead of the grid)
     grid: bool | None = None  # a grid of every head per layer; default: yes unless --heads is given
@@ -55,7 +56,10 @@ class ExportSettings:
 
         keys = ("model", "revision", "engine", "device", "layers", "heads", "grid", "formats", "batch_size",
                 "float16", "truncate", "cmap", "style")
-        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True, default=list)
+        values = {k: getattr(self, k) for k in keys}
+        if self.causal is not None:  # only when set, so earlier exports keep their fingerprint
+            values["causal"] = self.causal
+        blob = json.dumps(values, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -107,7 +111,7 @@ _PARSERS = {
     "formats": parse_formats,
     "shard": parse_shard,
 }
-_KINDS = {"batch_size": int, "jobs": int, "trust_remote_code": bool, "float16": bool, "truncate": bool, "quiet": bool,
+_KINDS = {"batch_size": int, "jobs": int, "trust_remote_code": bool, "causal": bool, "float16": bool, "truncate": bool, "quiet": bool,
           "grid": bool, "model": str, "revision": str, "engine": str, "device": str, "field": str, "column": str,
           "cmap": str, "input_format": str, "style": str}
 _INPUT_FORMATS = ("auto", "lines", "jsonl", "csv")
