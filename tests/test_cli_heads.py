@@ -159,7 +159,7 @@ def test_compare_heads_image(run_cli, tmp_path):
     from PIL import Image
 
     out = tmp_path / "grid.png"
-    r = run_cli("compare-heads", TEXT, "--out", str(out))
+    r = run_cli("compare-heads", TEXT, "--layer", "1", "--out", str(out))  # every layer: the README's own line
     assert r.exit_code == 0, r.stderr
     with Image.open(out) as im:
         pixels = np.asarray(im.convert("RGB"))

@@ -39,7 +39,9 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 def test_export_writes_images_npz_json_and_manifest(run_cli, tmp_path):
     out = tmp_path / "out"
-    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:3])), "--out", str(out), "--layers", "0,5", "--jobs", "1")
+    # Tiles: the same files, fast (labelled figures are drawn by the SIGKILL, Ctrl-C and README tests).
+    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:3])), "--out", str(out), "--layers", "0,5", "--jobs", "1",
+                "--style", "tiles")
     assert r.exit_code == 0, r.stderr
     entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert [e["index"] for e in entries] == [0, 1, 2] and all(e["status"] == "ok" for e in entries)
@@ -109,8 +111,8 @@ def test_failed_items_are_recorded_and_the_run_goes_on(run_cli, tmp_path):
 def test_sigkill_then_rerun_is_byte_identical(run_cli, tmp_path):
     """Killed with SIGKILL halfway, with drawing processes at work, a rerun ends byte-identical to a
     run that was never interrupted (same batch size, same machine)."""
-    texts = _texts(tmp_path, SENTENCES)
-    args = [str(texts), "--layers", "0", "--formats", "png,npz,json", "--batch-size", "2", "--jobs", "2", "--quiet"]
+    texts = _texts(tmp_path, SENTENCES[:4])
+    args = [str(texts), "--layers", "0", "--formats", "png,npz,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     assert run_cli("export", *args, "--out", str(clean)).exit_code == 0
     proc = subprocess.Popen([sys.executable, "-m", "attnviz", "export", *args, "--out", str(killed)],
