@@ -132,20 +132,57 @@ class Reading:
         return self.apply(one)
 
 
+def layer_stream(source: Any, texts: Sequence[str], *, kind: str = "self", target: str | None = None,
+                 truncate: bool = False, layers: Sequence[int] | None = None, pairs: Sequence[str | None] | None = None,
+                 purpose: str = "this") -> Any:
+    """The layers of ``texts`` one at a time (:class:`attnviz.sources.stream.LayerStream`), of one
+    kind of square self-attention: the input's (``self``/``encoder``), or an encoder-decoder
+    model's ``decoder`` self-attention over ``target`` (its tokens then stand in for the text's).
+    ``purpose`` names the caller in the error for ``cross``, which is not square."""
+    from .errors import UsageError
+    from .transforms import KINDS
+
+    if kind not in KINDS:
+        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
+    if kind in ("self", "encoder"):
+        return source.stream_batch(texts, truncate=truncate, layers=layers, pairs=pairs, target=target)
+    if not source.capabilities.cross:
+        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {source.name} has only "
+                         "self-attention")
+    from .sources.stream import LayerStream
+    from .transforms import refuse_cross, self_attention
+
+    if kind == "cross":
+        refuse_cross(purpose)  # before running the model
+    results = [self_attention(r, kind, purpose=purpose)
+               for r in source.extract_batch(texts, truncate=truncate, pairs=pairs, target=target)]
+    if layers is not None:
+        n = results[0].n_layers
+        bad = [layer for layer in layers if not 0 <= layer < n]
+        if bad or not layers:
+            raise UsageError(f"[[layers={bad[0] if bad else '(none)'}]] is out of range; the decoder of {source.name} "
+                             f"has layers 0 to {n - 1}")
+        results = [r.select_layers(sorted(set(layers))) for r in results]
+    return LayerStream.of_results(results)
+
+
 def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = False, batch_size: int = 16,
-                        pair: str | None = None, reading: Reading = Reading()) -> HeadTable:
+                        pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
+                        target: str | None = None) -> HeadTable:
     """The head table (:mod:`attnviz.heads`) of ``texts`` run through a loaded ``source``, averaged over them.
 
     Texts run in padded batches of ``batch_size``, and each layer's statistics are taken as soon
     as the engine computes it, so a long text never holds every layer's matrices at once.
-    ``pair`` is a second sentence for every text; ``reading`` drops special tokens or joins words first.
+    ``pair`` is a second sentence for every text; ``reading`` drops special tokens or joins words first;
+    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`layer_stream`).
     """
     from .heads import HeadTableBuilder
 
     builder = HeadTableBuilder()
     for start in range(0, len(texts), batch_size):
         chunk = list(texts[start : start + batch_size])
-        stream = source.stream_batch(chunk, truncate=truncate, pairs=None if pair is None else [pair] * len(chunk))
+        stream = layer_stream(source, chunk, kind=kind, target=target, truncate=truncate,
+                              pairs=None if pair is None else [pair] * len(chunk), purpose="head statistics")
         for position, parts in stream:
             _add_read_layer(builder, stream.results, position, parts, start, reading)
             del parts  # before the next layer is computed
@@ -163,19 +200,22 @@ def _add_read_layer(builder: Any, results: list[AttentionResult], position: int,
 
 
 def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: str = "mean",
-                    truncate: bool = False, pair: str | None = None,
-                    reading: Reading = Reading()) -> tuple[torch.Tensor, AttentionResult]:
+                    truncate: bool = False, pair: str | None = None, reading: Reading = Reading(),
+                    kind: str = "self", target: str | None = None) -> tuple[torch.Tensor, AttentionResult]:
     """Attention rollout (:func:`attnviz.metrics.rollout`) of ``text`` through ``layer`` (default: the
-    last): ``[q, k]`` float64, and the result describing the tokens. Layers are fused as the engine
-    computes them, so memory holds one layer's matrices and one ``[q, k]`` product at a time."""
+    last): ``[q, k]`` float64, and the result describing the tokens (``metadata["rolled_through"]``:
+    the layers chained). Layers are fused as the engine computes them, so memory holds one layer's
+    matrices and one ``[q, k]`` product at a time. ``kind="decoder"`` (with ``target``) rolls out an
+    encoder-decoder model's decoder self-attention."""
     from . import metrics
     from .errors import UsageError
 
     n_layers = source.n_layers
-    if layer is not None and not 0 <= layer < n_layers:
+    if (layer is not None and layer < 0) or (kind in ("self", "encoder") and layer is not None and layer >= n_layers):
         raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
     wanted = None if layer is None else list(range(layer + 1))
-    stream = source.stream_batch([text], truncate=truncate, layers=wanted, pairs=[pair])
+    stream = layer_stream(source, [text], kind=kind, target=target, truncate=truncate, layers=wanted, pairs=[pair],
+                          purpose="rollout")
     header = [stream.results[0]]  # as read (fewer tokens without special ones, or words)
 
     def layers() -> Iterator[torch.Tensor]:
@@ -189,11 +229,14 @@ def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, 
             del attentions  # before the next layer is computed
 
     last = deque(metrics.rollout_steps(layers(), head_fusion=head_fusion), maxlen=1)  # type: ignore[arg-type]
-    return last[0], header[0]
+    from dataclasses import replace
+
+    return last[0], replace(header[0], metadata={**header[0].metadata, "rolled_through": list(stream.layers)})
 
 
 def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, truncate: bool = False,
-                          all_rows: bool = False, pair: str | None = None, reading: Reading = Reading()) -> HeadsOverview:
+                          all_rows: bool = False, pair: str | None = None, reading: Reading = Reading(),
+                          kind: str = "self", target: str | None = None) -> HeadsOverview:
     """Every head of ``layer`` (default: every layer) on ``text``, for comparing them
     (:class:`attnviz.compare.HeadsOverview`): display matrices and the head-distance matrix,
     built as the engine computes each layer. The distances are exact unless their cost passes
@@ -203,10 +246,11 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
     from .errors import UsageError
 
     n_layers = source.n_layers
-    if layer is not None and not 0 <= layer < n_layers:
+    if (layer is not None and layer < 0) or (kind in ("self", "encoder") and layer is not None and layer >= n_layers):
         raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
-    wanted = list(range(n_layers)) if layer is None else [layer]
-    stream = source.stream_batch([text], truncate=truncate, layers=None if layer is None else wanted, pairs=[pair])
+    stream = layer_stream(source, [text], kind=kind, target=target, truncate=truncate,
+                          layers=None if layer is None else [layer], pairs=[pair], purpose="comparing heads")
+    wanted = list(stream.layers)
     builder: OverviewBuilder | None = None
     for _, parts in stream:
         attentions = parts[0].attentions
@@ -238,7 +282,7 @@ def attention_view(
     source: Source,
     text: str | None,
     *,
-    layer: int | str = 0,
+    layer: int | str = "all",
     head: int | str = 0,
     kind: str = "self",
     pair: str | None = None,
@@ -250,21 +294,19 @@ def attention_view(
     vmax: float | None = None,
     cmap: str = "viridis",
 ) -> HeatmapView:
-    """What ``attnviz heatmap`` draws: one layer's head (a number), every head (``"all"``) or their
-    mean (``"mean"``); or, with ``layer="all"``, one head (or the mean) in every layer.
+    """What ``attnviz heatmap`` draws: a ``head`` (a number), every head (``"all"``) or their mean
+    (``"mean"``), in one ``layer`` or in every layer (``"all"``, the default: a panel per layer, or
+    with ``head="all"`` every head of every layer, a row per layer).
 
     ``hide_special`` drops special tokens ([CLS], [SEP], BOS…) from both axes, ``renormalize`` then
     rescales each row to sum to 1; ``words`` joins word pieces (Clark et al. 2019: attention to a word
     is the sum over its pieces, from a word the mean). ``kind`` is ``self`` (or ``encoder``),
     ``decoder`` or ``cross`` for encoder-decoder models.
     """
-    from .errors import UsageError
     from .render.view import head_across_layers_view, heatmap_view
 
     reading = Reading(hide_special=hide_special, renormalize=renormalize, words=words)
     every_layer = layer == "all"
-    if every_layer and head == "all":
-        raise UsageError("layer='all' shows one head (or the mean) in every layer; choose a head number or 'mean'")
     # Only the layer shown is built: the native engine stops after it and skips the others' matrices.
     result = source.extract(text, pair=pair, target=target, truncate=truncate,
                             layers=None if every_layer else [int(layer)])
@@ -275,46 +317,59 @@ def attention_view(
 
 
 def rollout_view(source: Source, text: str | None, *, layer: int | None = None, fusion: str = "mean", truncate: bool = False,
-                 cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading()) -> HeatmapView:
+                 cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
+                 target: str | None = None) -> HeatmapView:
     """What ``attnviz rollout`` draws: attention rollout (Abnar & Zuidema 2020) through ``layer``
     (default: the last), heads fused by ``fusion`` (mean, max or min)."""
     from .render.view import matrix_view
 
-    last = source.n_layers - 1 if layer is None else layer
-    rolled, result = rollout_of_text(source, text, layer=last, head_fusion=fusion, truncate=truncate, pair=pair,
-                                     reading=reading)
+    rolled, result = rollout_of_text(source, text, layer=layer, head_fusion=fusion, truncate=truncate, pair=pair,
+                                     reading=reading, kind=kind, target=target)
+    last = result.metadata["rolled_through"][-1]
+    where = " · decoder" if kind == "decoder" else ""
     return matrix_view(rolled[None].numpy(), result.tokens, result.tokens, cmap=cmap,
-                       title=f"{result.model_name} · attention rollout ({fusion} of heads) through layers 0–{last}",
+                       title=f"{result.model_name}{where} · attention rollout ({fusion} of heads) through layers 0–{last}",
                        panel_titles=[f"rollout to layer {last}"], row_axis="positions (after the layers)",
                        col_axis="input tokens", value_name="share of the input token")
 
 
-def norm_view(source: Source, text: str | None, *, layer: int | None = None, head: int | str = "mean", truncate: bool = False,
-              cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading()) -> HeatmapView:
-    """Norm-based attention ‖α_ij f(x_j)‖ (Kobayashi et al. 2020) of one layer (default: the last):
-    a head, ``"all"`` or ``"mean"``. Needs each head's value vectors (native engine, config models)."""
+def norm_view(source: Source, text: str | None, *, layer: int | str = "all", head: int | str = "mean",
+              truncate: bool = False, cmap: str = "viridis", pair: str | None = None,
+              reading: Reading = Reading()) -> HeatmapView:
+    """Norm-based attention ‖α_ij f(x_j)‖ (Kobayashi et al. 2020) of one layer or every layer
+    (``"all"``, the default): a head, ``"all"`` or ``"mean"``. Needs each head's value vectors
+    (native engine, config models)."""
     from .errors import UsageError
     from .metrics import norm_attention
-    from .render.view import matrix_view, select_panels
+    from .render.view import every_layer_panels, matrix_view, select_panels
 
     if not source.capabilities.value_norms:
         raise UsageError(f"norm-based attention needs each head's value vectors; the {source.engine} engine does not "
                          "give them. Use the native engine (BERT, GPT-2, LLaMA families) or a .toml config model")
     if not reading.plain:
         raise UsageError("norm-based attention is per token: [[hide_special]] and [[words]] do not apply to it")
-    last = source.n_layers - 1 if layer is None else layer
-    result = source.extract(text, truncate=truncate, layers=[last], pair=pair)  # only the layer shown is built
+    every_layer = layer == "all"
+    # Only the layer shown is built (or every layer, as each is computed).
+    result = source.extract(text, truncate=truncate, layers=None if every_layer else [int(layer)], pair=pair)
     tensor = norm_attention(result.attentions, result.value_norms)
-    panels, titles, what = select_panels(tensor, 0, head, result.model_name)  # type: ignore[arg-type]
-    return matrix_view(panels, result.tokens, result.tokens, cmap=cmap, panel_titles=titles,
-                       title=f"{result.model_name} · norm-based attention ‖α f(x)‖ · layer {last} · {what}",
+    if every_layer:
+        layers = result.metadata.get("layers") or list(range(result.n_layers))
+        panels, titles, what, columns = every_layer_panels(tensor, layers, head, result.model_name)  # type: ignore[arg-type]
+        where = "every layer"
+    else:
+        panels, titles, what = select_panels(tensor, 0, head, result.model_name)  # type: ignore[arg-type]
+        columns, where = None, f"layer {layer}"
+    return matrix_view(panels, result.tokens, result.tokens, cmap=cmap, panel_titles=titles, columns=columns,
+                       title=f"{result.model_name} · norm-based attention ‖α f(x)‖ · {where} · {what}",
                        value_name="‖α f(x)‖")
 
 
 def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str | None = None, truncate: bool = False,
-             batch_size: int = 16, pair: str | None = None, reading: Reading = Reading()) -> HeadTable:
+             batch_size: int = 16, pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
+             target: str | None = None) -> HeadTable:
     """What ``attnviz heads`` shows: every statistic of every head, averaged over ``texts``, or on
-    ``probe="induction"`` (random tokens repeated; causal models)."""
+    ``probe="induction"`` (random tokens repeated; causal models). ``kind="decoder"`` with
+    ``target``: an encoder-decoder model's decoder self-attention (one text)."""
     from .errors import UsageError
 
     if (texts is None) == (probe is None):
@@ -325,11 +380,12 @@ def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str |
 
         if probe != "induction":
             raise UsageError(f"[[probe={probe!r}]] is unknown; the probe is 'induction'")
-        if pair is not None:
-            raise UsageError("[[pair]] goes with texts; the probe is random tokens")
+        if pair is not None or target is not None or kind not in ("self", "encoder"):
+            raise UsageError("[[pair]], [[target]] and [[kind]] go with texts; the probe is random tokens through a "
+                             "causal model's self-attention")
         return head_table([reading.apply(induction_probe(source))])
     return head_table_of_texts(source, list(texts or []), truncate=truncate, batch_size=batch_size, pair=pair,
-                               reading=reading)
+                               reading=reading, kind=kind, target=target)
 
 
 def explain(text: str | None = None, model: str | None = None, *, layer: int = 0, causal: bool | None = None) -> Walkthrough:

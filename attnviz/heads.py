@@ -147,6 +147,45 @@ class HeadTable:
                 out.append(row)
         return out
 
+    def select(self, *, layer: int | None = None, head: int | None = None, sort: str | None = None,
+               top: int | None = None) -> list[dict[str, object]]:
+        """The :meth:`rows` of one ``layer`` and/or ``head`` (None: every one), sorted by a statistic
+        (largest first) or by ``"layer"``/``"head"``, the first ``top`` of them (what ``heads`` prints)."""
+        from .errors import UsageError
+
+        n_layers, n_heads = self.shape
+        for name, value, count in (("layer", layer, n_layers), ("head", head, n_heads)):
+            if value is not None and not 0 <= value < count:
+                raise UsageError(f"[[{name}={value}]] is out of range; {self.model_name} has {name}s 0 to {count - 1}")
+        if sort is not None and sort not in ("layer", "head") and sort not in self.stats:
+            raise UsageError(f"[[sort={sort!r}]] is not a column; use layer, head or one of {', '.join(self.stats)}")
+        rows = [row for row in self.rows()
+                if (layer is None or row["layer"] == layer) and (head is None or row["head"] == head)]
+        if sort is not None:
+            rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))  # type: ignore[arg-type,return-value]
+        return rows[:top] if top else rows
+
+    def document(self, rows: list[dict[str, object]] | None = None, **what: object) -> dict[str, object]:
+        """The JSON document of ``heads --format json``: model, ``what`` was read (text, file, probe),
+        how many texts, the tokens of a single text, and ``rows`` (default: every head)."""
+        return {"model": self.model_name, **what, "n_texts": self.n_texts,
+                **({"tokens": self.tokens} if self.tokens is not None else {}),
+                "heads": self.rows() if rows is None else rows}
+
+
+def rows_csv(rows: list[dict[str, object]]) -> str:
+    """Head rows as CSV: ``layer``, ``head``, every statistic, and the labels joined by ``;``."""
+    import csv
+    import io
+
+    names = ["layer", "head", *STATISTICS]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*names, "labels"])
+    for row in rows:
+        writer.writerow([row[c] for c in names] + [";".join(row["labels"])])  # type: ignore[arg-type]
+    return buffer.getvalue()
+
 
 def layer_statistics(result: AttentionResult, attentions: Tensor | None = None) -> dict[str, Tensor]:
     """Every statistic of :data:`STATISTICS`, ``{name: [layers, heads]}`` float64, for ``result``'s

@@ -1,6 +1,6 @@
-"""Views of an AttentionResult for reading: without special tokens, or at word level.
+"""Views of an AttentionResult for reading: one kind of attention, without special tokens, or at word level.
 
-Both return a new result and leave the original alone. Scores and value vectors do not survive
+Each returns a new result and leaves the original alone. Scores and value vectors do not survive
 either transform (they have no word-level or renormalised meaning), so they are dropped.
 """
 
@@ -13,6 +13,48 @@ import torch
 from .errors import UsageError
 from .labels import CONTINUATION
 from .result import AttentionResult
+
+KINDS = ("self", "encoder", "decoder", "cross")
+
+
+def kind_tensor(result: AttentionResult, kind: str) -> tuple[torch.Tensor, list[str], list[str]]:
+    """``(tensor [L, H, Q, K], row labels, column labels)`` of one kind of attention: ``self`` (or
+    ``encoder``) over the input; for encoder-decoder models ``decoder`` (target over target) or
+    ``cross`` (target queries over source keys)."""
+    if kind in ("self", "encoder"):
+        return result.attentions, list(result.tokens), list(result.tokens)
+    if kind not in KINDS:
+        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
+    tensor = result.decoder_attentions if kind == "decoder" else result.cross_attentions
+    if tensor is None or result.target_tokens is None:
+        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {result.model_name or 'this model'} "
+                         "has only self-attention")
+    cols = result.target_tokens if kind == "decoder" else result.tokens
+    return tensor, list(result.target_tokens), list(cols)
+
+
+def self_attention(result: AttentionResult, kind: str, *, purpose: str) -> AttentionResult:
+    """One kind of square self-attention as a result of its own, for what reads token over token
+    (head statistics, rollout, head comparisons): the input's (``self``/``encoder``: ``result``
+    itself), or an encoder-decoder model's ``decoder`` self-attention over the target tokens
+    (causal). Cross-attention is target × source, not square: ``purpose`` says what refused it."""
+    tensor, rows, _ = kind_tensor(result, kind)
+    if kind in ("self", "encoder"):
+        return result
+    if kind == "cross":
+        refuse_cross(purpose)
+    special = result.target_special or [False] * len(rows)
+    ids = result.metadata.get("target_ids") or []
+    meta = {k: v for k, v in result.metadata.items() if k != "target_ids"}
+    return AttentionResult(tokens=rows, attentions=tensor, token_ids=list(ids), special=list(special), causal=True,
+                           model_name=result.model_name, metadata={**meta, "kind": "decoder"})
+
+
+def refuse_cross(purpose: str) -> None:
+    """Cross-attention where token-over-token attention is needed: an error saying what to use."""
+    raise UsageError(f"[[kind=cross]] attention is target queries over source keys, not token over token; "
+                     f"{purpose} needs self-attention: [[kind=encoder]] or [[kind=decoder]] "
+                     "(a heatmap draws cross-attention)")
 
 
 def drop_special(result: AttentionResult, *, renormalize: bool = False) -> AttentionResult:

@@ -34,14 +34,17 @@ def test_attention_view_is_the_heatmap_pipeline(minilm):
 def test_one_head_across_every_layer(minilm, run_cli):
     result = attnviz.extract(TEXT)
     view = api.attention_view(minilm, TEXT, layer="all", head=3)
-    assert view.panels.shape[0] == 6 and view.panel_titles[4] == "layer 4"
+    assert view.panels.shape[0] == 6 and view.panel_titles[4] == "L4"
     assert np.allclose(view.panels, result.attentions[:, 3].numpy(), atol=1e-6)
     mean = api.attention_view(minilm, TEXT, layer="all", head="mean")
     assert np.allclose(mean.panels, result.attentions.double().mean(1).numpy(), atol=1e-6)
     r = run_cli("heatmap", TEXT, "--layer", "all", "--head", "3", "--width", "120")
     assert r.exit_code == 0 and "head 3 · every layer" in r.stdout
-    r = run_cli("heatmap", TEXT, "--layer", "all", "--head", "all")
-    assert r.exit_code == 2 and "--layer all shows one head in every layer" in r.stderr
+    grid = api.attention_view(minilm, TEXT, head="all")  # every head of every layer, a row per layer
+    assert grid.panels.shape[0] == 72 and grid.columns == 12 and grid.panel_titles[13] == "L1 H1"
+    assert np.allclose(grid.panels[13], result.attentions[1, 1].numpy(), atol=1e-6)
+    r = run_cli("heatmap", TEXT, "--head", "all", "--width", "200")  # --layer all is the default
+    assert r.exit_code == 0 and "every head · every layer" in r.stdout and "L5 H11" in r.stdout
 
 
 def test_rollout_and_norm_views(minilm):

@@ -129,7 +129,7 @@ def test_at_least_forty_cases():
 )
 def test_strange_but_valid_text_is_drawn(capsys, text, model):
     """Emoji-only and mixed-script texts are real input, not errors: they draw, with no traceback."""
-    args = ["heatmap", text, "--width", "80"] + (["--model", model] if model else [])
+    args = ["heatmap", text, "--width", "80", "--layer", "0"] + (["--model", model] if model else [])
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     captured = capsys.readouterr()

@@ -12,9 +12,12 @@ TEXT = "The cat sat on the mat"
 
 
 def test_heatmap_terminal(run_cli):
-    r = run_cli("heatmap", TEXT, "--model", TINY, "--width", "80")
+    r = run_cli("heatmap", TEXT, "--model", TINY, "--width", "80", "--layer", "0")
     assert r.exit_code == 0, r.stderr
     assert r.stdout.startswith("tiny · layer 0 · head 0") and r.stderr == ""
+    r = run_cli("heatmap", TEXT, "--model", TINY, "--width", "80")  # the default: --head 0 in every layer
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.startswith("tiny · head 0 · every layer") and "L0" in r.stdout and "L1" in r.stdout
 
 
 @pytest.mark.parametrize("head", ["all", "mean", "3"])
@@ -39,7 +42,7 @@ def test_heatmap_of_the_seed_example(run_cli):
 
 
 def test_causal_flag(run_cli):
-    r = run_cli("heatmap", "a b c", "--model", TINY, "--causal", "--values", "--width", "60")
+    r = run_cli("heatmap", "a b c", "--model", TINY, "--causal", "--values", "--width", "60", "--layer", "0")
     assert r.exit_code == 0 and "causal" in r.stdout.splitlines()[0]
     first_row = next(line for line in r.stdout.splitlines() if line.startswith("a "))
     assert first_row.split()[1:] == ["1.0", ".00", ".00"]

@@ -13,7 +13,7 @@ import pytest
 
 
 def test_default_model_heatmap(run_cli):
-    r = run_cli("heatmap", "The cat sat on the mat.", "--width", "80", "--verbose")
+    r = run_cli("heatmap", "The cat sat on the mat.", "--width", "80", "--verbose", "--layer", "0")
     assert r.exit_code == 0, r.stderr
     assert r.stdout.startswith("all-MiniLM-L6-v2 · layer 0 · head 0")
     assert "[CLS]" in r.stdout and "attnviz: engine native (bert) on cpu" in r.stderr
@@ -31,14 +31,14 @@ def test_renormalize_needs_hide_special(run_cli):
 
 
 def test_pair_boundary_is_marked(run_cli):
-    r = run_cli("heatmap", "The cat sat.", "--pair", "It was tired.", "--width", "80")
+    r = run_cli("heatmap", "The cat sat.", "--pair", "It was tired.", "--width", "80", "--layer", "0")
     assert r.exit_code == 0, r.stderr
     assert "│" in r.stdout and "───" in r.stdout
 
 
 def test_t5_cross_attention_renders(run_cli, tiny_hf, tmp_path):
     args = ["heatmap", "Der Hund jagt die Katze.", "--model", tiny_hf["t5"], "--target", "The dog chased the cat."]
-    r = run_cli(*args, "--kind", "cross", "--values", "--width", "120")
+    r = run_cli(*args, "--kind", "cross", "--values", "--width", "120", "--layer", "0")
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert "· cross · layer 0" in lines[0]
@@ -178,7 +178,7 @@ def test_no_network_still_uses_the_cache(tiny_hf, tmp_path):
 def test_bart_kinds_on_the_cli(run_cli, tiny_hf):
     base = ["heatmap", "Der Hund jagt die Katze.", "--model", tiny_hf["bart"], "--target", "The dog chased the cat."]
     for kind, marker in (("encoder", "bart · layer 0"), ("decoder", "bart · decoder · layer 0"), ("cross", "bart · cross")):
-        r = run_cli(*base, "--kind", kind, "--words", "--hide-special", "--width", "100")
+        r = run_cli(*base, "--kind", kind, "--words", "--hide-special", "--width", "100", "--layer", "0")
         assert r.exit_code == 0, r.stderr
         assert r.stdout.startswith(marker)
 

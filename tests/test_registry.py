@@ -22,7 +22,7 @@ def test_a_new_format_is_one_module_and_one_line(run_cli, tmp_path, monkeypatch)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(registry.FORMATS, "shape", Format("shape", "view", ".shape", "shape_renderer:render"))
     out = tmp_path / "x.shape"
-    r = run_cli("heatmap", "The cat sat.", "--out", str(out), "--head", "all")
+    r = run_cli("heatmap", "The cat sat.", "--out", str(out), "--head", "all", "--layer", "0")
     assert r.exit_code == 0, r.stderr
     assert out.read_text() == "(12, 6, 6)"  # every head of layer 0, [CLS] the cat sat . [SEP]
     texts = tmp_path / "texts.txt"

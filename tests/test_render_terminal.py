@@ -50,7 +50,8 @@ def test_golden_known_weights_with_values():
 
 
 def test_golden_tiny_cli(run_cli):
-    result = run_cli("heatmap", "The cat sat on the mat", "--model", TINY, "--width", "60", env={"NO_COLOR": "1"})
+    result = run_cli("heatmap", "The cat sat on the mat", "--model", TINY, "--width", "60", "--layer", "0",
+                     env={"NO_COLOR": "1"})
     assert result.exit_code == 0, result.stderr
     assert result.stdout == (GOLDEN / "tiny_layer0_head0.txt").read_text(encoding="utf-8")
 

@@ -16,7 +16,8 @@ from attnviz.heads import head_table
 from attnviz.transforms import drop_special, to_words
 
 SHARED = ["--model", "--engine", "--revision", "--device", "--device-map", "--trust-remote-code", "--verbose",
-          "--truncate", "--pair", "--causal", "--hide-special", "--renormalize", "--words"]
+          "--truncate", "--pair", "--causal", "--hide-special", "--renormalize", "--words", "--layer", "--kind",
+          "--target"]
 READING_COMMANDS = ["heatmap", "heads", "compare-heads", "rollout"]
 TEXT = "Unbelievably, the cat sat on the mat."
 
@@ -38,8 +39,11 @@ def test_a_shared_option_is_the_same_on_every_command(option):
 def test_export_has_the_model_options_too():
     options = _options("export")
     for option in ("--model", "--engine", "--revision", "--device", "--trust-remote-code", "--verbose", "--truncate",
-                   "--cmap", "--layers", "--heads"):
+                   "--cmap", "--layers", "--heads", "--pair", "--causal", "--hide-special", "--renormalize", "--words"):
         assert option in options, option
+    heatmap = _options("heatmap")
+    for option in ("--pair", "--hide-special", "--renormalize", "--words", "--causal", "--cmap"):
+        assert options[option][0] == heatmap[option][0], option  # the same words as the reading commands
 
 
 def test_heads_reads_the_text_as_asked(run_cli):
@@ -119,3 +123,107 @@ def test_heads_shows_one_head_and_export_takes_causal(run_cli, tmp_path):
     assert saved.causal and torch.equal(saved.attentions.triu(1), torch.zeros_like(saved.attentions))
     r = run_cli("export", str(texts), "--out", str(tmp_path / "p"), "--causal", "--formats", "json")
     assert r.exit_code == 2 and "--causal applies to .toml config models" in r.stderr
+
+
+def _bart_decoder(folder: str, source_text: str, target_text: str) -> tuple[list[str], torch.Tensor]:
+    """The decoder self-attention of a BART folder straight from transformers (the reference)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+    src, tgt = tokenizer(source_text)["input_ids"], tokenizer(target_text)["input_ids"]
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([tgt]), output_attentions=True)
+    return tokenizer.convert_ids_to_tokens(tgt), torch.stack([a[0] for a in out.decoder_attentions])
+
+
+def test_kind_and_target_on_heads_rollout_and_compare_heads(run_cli, tiny_hf):
+    """--kind decoder --target reads an encoder-decoder model's decoder self-attention on every reading command,
+    equal to transformers' own; cross-attention (not square) is refused where token-over-token is needed."""
+    from attnviz.result import AttentionResult
+
+    source_text, target_text = "Der Hund jagt die Katze.", "The dog chased the cat."
+    tokens, decoder = _bart_decoder(tiny_hf["bart"], source_text, target_text)
+    base = [source_text, "--model", tiny_hf["bart"], "--target", target_text, "--kind", "decoder"]
+
+    r = run_cli("heads", *base, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    expected = head_table([AttentionResult(tokens=tokens, attentions=decoder, causal=True)]).rows()
+    assert len(doc["tokens"]) == len(tokens) and len(doc["heads"]) == len(expected)
+    for got, want in zip(doc["heads"], expected, strict=True):
+        assert got["prev_score"] == pytest.approx(want["prev_score"], abs=1e-5)
+        assert got["entropy"] == pytest.approx(want["entropy"], abs=1e-5)
+
+    from attnviz import api
+
+    source = api.load(tiny_hf["bart"])
+    view = api.rollout_view(source, source_text, kind="decoder", target=target_text)
+    assert np.allclose(view.panels[0], metrics.rollout(decoder)[-1].numpy(), atol=1e-5)
+    assert "decoder" in view.title
+    overview = api.compare_heads_of_text(source, source_text, layer=1, kind="decoder", target=target_text)
+    assert np.allclose(overview.distance, metrics.head_distance(decoder[1:2]).numpy(), atol=1e-5)
+    r = run_cli("rollout", *base, "--width", "100")
+    assert r.exit_code == 0 and "decoder · attention rollout" in r.stdout, r.stderr
+    r = run_cli("compare-heads", *base, "--layer", "0", "--width", "100")
+    assert r.exit_code == 0, r.stderr
+
+    for command in ("heads", "rollout", "compare-heads"):
+        r = run_cli(command, source_text, "--model", tiny_hf["bart"], "--target", target_text, "--kind", "cross")
+        assert r.exit_code == 2 and "--kind cross attention is target queries over source keys" in r.stderr, r.stderr
+        r = run_cli(command, TEXT, "--kind", "decoder")  # MiniLM: an encoder only
+        assert r.exit_code == 2 and "--kind decoder needs an encoder-decoder model" in r.stderr, (command, r.stderr)
+    r = run_cli("heads", TEXT, "--target", "x")
+    assert r.exit_code == 2 and "--target is for encoder-decoder models" in r.stderr
+
+
+def test_export_reads_texts_as_the_other_commands_do(run_cli, tmp_path):
+    """export --pair --hide-special --renormalize --words: the npz, the JSON and the images all read the
+    text that way, equal to the API's reading of a plain extraction."""
+    from attnviz.result import AttentionResult
+
+    texts = tmp_path / "t.txt"
+    texts.write_text("Unbelievably, the cat sat.\n", encoding="utf-8")
+    out = tmp_path / "o"
+    r = run_cli("export", str(texts), "--out", str(out), "--pair", "It was tired.", "--hide-special", "--renormalize",
+                "--words", "--formats", "npz,json", "--layers", "0,3", "--quiet")
+    assert r.exit_code == 0, r.stderr
+    want = to_words(drop_special(attnviz.extract("Unbelievably, the cat sat.", pair="It was tired.", layers=[0, 3]),
+                                 renormalize=True))
+    saved = AttentionResult.load(next(out.glob("*.npz")))
+    assert saved.tokens == want.tokens and "[SEP]" not in saved.tokens and "Unbelievably" in saved.tokens
+    assert torch.allclose(saved.attentions, want.attentions, atol=1e-6)
+    doc = json.loads(next(out.glob("*.stats.json")).read_text(encoding="utf-8"))
+    assert doc["tokens"] == want.tokens
+    rows = head_table([want]).rows()
+    assert [row["entropy"] for row in doc["heads"]] == pytest.approx([row["entropy"] for row in rows], abs=1e-5)
+    r = run_cli("export", str(texts), "--out", str(tmp_path / "p"), "--renormalize", "--formats", "json")
+    assert r.exit_code == 2 and "--renormalize rescales rows after --hide-special" in r.stderr
+
+
+def test_the_head_table_selects_and_serialises_in_the_library():
+    from attnviz.errors import UsageError
+    from attnviz.heads import rows_csv
+
+    table = head_table([attnviz.extract(TEXT)])
+    rows = table.select(layer=2, sort="prev_score", top=3)
+    assert [row["layer"] for row in rows] == [2, 2, 2]
+    all_prev = sorted((row["prev_score"] for row in table.rows() if row["layer"] == 2), reverse=True)
+    assert [row["prev_score"] for row in rows] == all_prev[:3]
+    with pytest.raises(UsageError, match=r"head=12 is out of range"):
+        table.select(head=12)
+    lines = rows_csv(rows).splitlines()
+    assert lines[0].startswith("layer,head,entropy") and len(lines) == 4
+    assert table.document(rows, text=TEXT)["heads"] == rows
+
+
+def test_norm_in_every_layer(run_cli):
+    from attnviz import api
+
+    source = api.load()
+    view = api.norm_view(source, TEXT, head=4)  # layer="all", the default
+    result = attnviz.extract(TEXT)
+    norms = metrics.norm_attention(result.attentions, result.value_norms)
+    assert view.panels.shape[0] == 6 and np.allclose(view.panels, norms[:, 4].numpy(), atol=1e-5)
+    r = run_cli("rollout", TEXT, "--norm", "--head", "4", "--width", "200")
+    assert r.exit_code == 0 and "every layer · head 4" in r.stdout and "L5" in r.stdout, r.stderr

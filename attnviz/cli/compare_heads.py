@@ -11,22 +11,28 @@ from .common import cli_command, stdout_console
 from .options import (
     Causal,
     Cmap,
+    CmapOpt,
     Device,
     DeviceMap,
     DeviceOpt,
     EngineChoice,
     EngineOpt,
     HideSpecial,
+    Kind,
+    KindChoice,
+    Layer,
     Model,
     Out,
     Pair,
     Renormalize,
     Revision,
+    Target,
     Truncate,
     TrustRemoteCode,
     Verbose,
     Width,
     Words,
+    kind_name,
     open_source,
     parse_index_or_word,
     reading,
@@ -39,13 +45,15 @@ EXAMPLE = "The quick brown fox jumps over the lazy dog because it was tired of r
 def compare_heads(
     text: str | None = typer.Argument(None, metavar="[TEXT]", help="Input text (default: a built-in example sentence).", show_default=False),
     model: str | None = Model,
-    layer: str = typer.Option("all", "--layer", "-l", help="A layer number, or 'all'."),
+    layer: str = Layer,
+    kind: KindChoice = Kind,
+    target: str | None = Target,
     vs: str | None = typer.Option(None, "--vs", help="A second text: how does each head change between the two?", show_default=False),
     vs_model: str | None = typer.Option(None, "--vs-model", help="A second model of the same shape, on the same text.", show_default=False),
     top: int = typer.Option(5, "--top", min=1, help="How many most similar / most different pairs to list."),
     all_rows: bool = typer.Option(False, "--all-rows", help="Long inputs: sum head distances over every query row, however long it takes (default: evenly spaced rows past a fixed budget, said in the output)."),
     out: Path | None = Out,
-    cmap: Cmap = typer.Option(Cmap.viridis, "--cmap", help="Colormap."),
+    cmap: Cmap = CmapOpt,
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -86,12 +94,14 @@ def compare_heads(
 
         # Layers are taken as they are computed: a long input never holds every layer's matrices.
         overview = compare_heads_of_text(source, text, layer=layers_choice, truncate=truncate, all_rows=all_rows,
-                                         pair=pair, reading=view)
+                                         pair=pair, reading=view, kind=kind_name(kind), target=target)
         if any(note.startswith("head distances") for note in overview.notes):
             overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
                                  for n in overview.notes]
         comparison_report(overview, console=console, out=out, top=top, cmap=cmap.value)
         return
+    if target is not None or kind is not KindChoice.encoder:
+        raise UsageError("--vs and --vs-model compare the encoder's self-attention; --kind and --target go with one run")
     from ..compare import compare_runs, overview_of_result
 
     result = view.apply(source.extract(text, truncate=truncate, pair=pair))

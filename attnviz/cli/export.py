@@ -9,7 +9,7 @@ import typer
 
 from ..errors import UsageError, in_cli_terms
 from .common import FLAGS, cli_command, stdout_console
-from .options import Causal
+from .options import CMAP_HELP, HIDE_SPECIAL_HELP, PAIR_HELP, RENORMALIZE_HELP, WORDS_HELP, Causal
 
 _NOT_GIVEN = None  # every option defaults to None so that --config values show through
 
@@ -39,9 +39,13 @@ def export(
     device: str | None = typer.Option(_NOT_GIVEN, "--device", help="cpu, cuda or mps.", show_default=False),
     revision: str | None = typer.Option(_NOT_GIVEN, "--revision", help="Hub branch, tag or commit of --model.", show_default=False),
     trust_remote_code: bool | None = typer.Option(_NOT_GIVEN, "--trust-remote-code/--no-trust-remote-code", help="Let a hub model run its own Python code. Read that code first.", show_default=False),
-    cmap: str | None = typer.Option(_NOT_GIVEN, "--cmap", help="Colormap of the images: viridis (default) or magma.", show_default=False),
+    cmap: str | None = typer.Option(_NOT_GIVEN, "--cmap", help=CMAP_HELP, show_default=False),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Say which engine ran, on which device."),
     causal: bool | None = Causal,
+    pair: str | None = typer.Option(_NOT_GIVEN, "--pair", help=PAIR_HELP, show_default=False),
+    hide_special: bool | None = typer.Option(_NOT_GIVEN, "--hide-special/--keep-special", help=HIDE_SPECIAL_HELP, show_default=False),
+    renormalize: bool | None = typer.Option(_NOT_GIVEN, "--renormalize/--no-renormalize", help=RENORMALIZE_HELP, show_default=False),
+    words: bool | None = typer.Option(_NOT_GIVEN, "--words/--pieces", help=WORDS_HELP, show_default=False),
     style: str | None = typer.Option(_NOT_GIVEN, "--style", help="figure (labelled, as attnviz heatmap) or tiles (bare colours, PNG, far faster).", show_default=False),
     quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress: no bar at a terminal, and no progress lines on stderr elsewhere.", show_default=False),
     merge: bool = typer.Option(False, "--merge", help="Instead of exporting: join the shard folders given as arguments into --out (--merge shards/*, or --merge a --merge b).", show_default=False),
@@ -63,7 +67,8 @@ def export(
         "input_format": input_format, "style": style,
         "jobs": jobs, "shard": shard, "field": field, "column": column, "float16": float16,
         "truncate": truncate, "engine": engine, "device": device, "quiet": quiet, "revision": revision,
-        "trust_remote_code": trust_remote_code, "cmap": cmap, "causal": causal,
+        "trust_remote_code": trust_remote_code, "cmap": cmap, "causal": causal, "pair": pair,
+        "hide_special": hide_special, "renormalize": renormalize, "words": words,
     }
     inputs = inputs or []
     if merge:

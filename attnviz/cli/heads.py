@@ -17,15 +17,20 @@ from .options import (
     EngineChoice,
     EngineOpt,
     HideSpecial,
+    Kind,
+    KindChoice,
+    Layer,
     Model,
     Pair,
     Renormalize,
     Revision,
+    Target,
     Truncate,
     TrustRemoteCode,
     Verbose,
     Width,
     Words,
+    kind_name,
     open_source,
     parse_index_or_word,
     reading,
@@ -60,7 +65,9 @@ def heads(
     revision: str | None = Revision,
     device: Device = DeviceOpt,
     device_map: str | None = DeviceMap,
-    layer: str = typer.Option("all", "--layer", "-l", help="A layer number, or 'all'."),
+    layer: str = Layer,
+    kind: KindChoice = Kind,
+    target: str | None = Target,
     head: str = typer.Option("all", "--head", help="A head number, or 'all': the rows of that head in each layer shown."),
     pair: str | None = Pair,
     causal: bool | None = Causal,
@@ -74,7 +81,6 @@ def heads(
 
     Example: attnviz heads "The cat sat on the mat." --sort prev --top 10
     """
-    from ..heads import STATISTICS
 
     sort = _sort_column(sort)
     chosen = _chosen_columns(columns)
@@ -88,6 +94,8 @@ def heads(
         texts = read_lines(file)
     if pair is not None and text is None:
         raise UsageError("--pair is a second sentence for TEXT; it does not go with --file or --probe")
+    if target is not None and text is None:
+        raise UsageError("--target is the decoder's input for TEXT; it does not go with --file or --probe")
     view = reading(hide_special, renormalize, words)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
@@ -96,40 +104,21 @@ def heads(
     # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
     table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
                      probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH, pair=pair,
-                     reading=view)
-    rows = table.rows()
+                     reading=view, kind=kind_name(kind), target=target)
     layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
-    if layer_choice != "all":
-        if not 0 <= int(layer_choice) < table.shape[0]:
-            raise UsageError(f"--layer {layer_choice} is out of range; {table.model_name} has layers 0 to "
-                             f"{table.shape[0] - 1}")
-        rows = [row for row in rows if row["layer"] == layer_choice]
     head_choice = parse_index_or_word(head, "--head", "head", ("all",))
-    if head_choice != "all":
-        if not 0 <= int(head_choice) < table.shape[1]:
-            raise UsageError(f"--head {head_choice} is out of range; {table.model_name} has heads 0 to "
-                             f"{table.shape[1] - 1}")
-        rows = [row for row in rows if row["head"] == head_choice]
-    if sort is not None:
-        rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))
-    rows = rows[:top] if top else rows
+    rows = table.select(layer=None if layer_choice == "all" else int(layer_choice),
+                        head=None if head_choice == "all" else int(head_choice), sort=sort, top=top)
     if fmt is Format.json:
         import json
 
         what: dict[str, object] = ({"probe": probe.value} if probe is not None else
                                    {"file": str(file)} if file is not None else {"text": text})
-        doc = {"model": table.model_name, **what, "n_texts": table.n_texts,
-               **({"tokens": table.tokens} if table.tokens is not None else {}), "heads": rows}
-        typer.echo(json.dumps(doc, ensure_ascii=False, indent=1))
+        typer.echo(json.dumps(table.document(rows, **what), ensure_ascii=False, indent=1))
     elif fmt is Format.csv:
-        import csv
-        import sys
+        from ..heads import rows_csv
 
-        names = ["layer", "head", *STATISTICS]
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow([*names, "labels"])
-        for row in rows:
-            writer.writerow([row[c] for c in names] + [";".join(row["labels"])])
+        typer.echo(rows_csv(rows), nl=False)
     else:
         title = f"{table.model_name} · " + ("the induction probe" if probe else
                                              f"{table.n_texts} texts (averaged)" if texts else "one text")

@@ -11,6 +11,7 @@ from .common import cli_command, show_view
 from .options import (
     Causal,
     Cmap,
+    CmapOpt,
     Device,
     DeviceMap,
     DeviceOpt,
@@ -18,7 +19,9 @@ from .options import (
     EngineOpt,
     Fit,
     HideSpecial,
+    Kind,
     KindChoice,
+    Layer,
     Model,
     Out,
     Pair,
@@ -30,6 +33,7 @@ from .options import (
     Verbose,
     Width,
     Words,
+    kind_name,
     open_source,
     parse_head,
     parse_index_or_word,
@@ -42,11 +46,9 @@ def heatmap(
         None, metavar="[TEXT]", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
     model: str | None = Model,
-    layer: str = typer.Option("0", "--layer", "-l", help="Layer to show, from 0; 'all' shows --head in every layer."),
+    layer: str = Layer,
     head: str = typer.Option("0", "--head", help="Head to show: a number from 0, 'all' for a grid, or 'mean'."),
-    kind: KindChoice = typer.Option(
-        KindChoice.encoder, "--kind", help="Encoder-decoder models: encoder, decoder or cross attention."
-    ),
+    kind: KindChoice = Kind,
     pair: str | None = Pair,
     target: str | None = Target,
     hide_special: bool = HideSpecial,
@@ -57,7 +59,7 @@ def heatmap(
     values: bool = typer.Option(False, "--values", help="Write each weight into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     vmax: float | None = typer.Option(None, "--vmax", help="Top of the colour scale (default: the largest weight shown)."),
-    cmap: Cmap = typer.Option(Cmap.viridis, "--cmap", help="Colormap."),
+    cmap: Cmap = CmapOpt,
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -67,16 +69,15 @@ def heatmap(
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
-    """Draw the attention of one layer as a heatmap: rows are queries, columns are keys.
+    """Draw attention as heatmaps, rows are queries and columns keys: --head in every layer (--layer all,
+    the default) or in one, every head of a layer with --head all, every head of every layer with both 'all'.
 
-    Example: attnviz heatmap "The cat sat on the mat." --head all
+    Example: attnviz heatmap "The cat sat on the mat." --layer 2 --head all
     """
     head_choice = parse_head(head)
     layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
     if renormalize and not hide_special:
         raise UsageError("--renormalize rescales rows after --hide-special; add --hide-special")
-    if layer_choice == "all" and head_choice == "all":
-        raise UsageError("--layer all shows one head in every layer; give --head N or --head mean (or one --layer)")
     if out is not None:
         from ..fileio import check_output_path
 
@@ -86,7 +87,7 @@ def heatmap(
     from ..api import attention_view
 
     view = attention_view(source, text, layer=layer_choice, head=head_choice,
-                          kind="self" if kind is KindChoice.encoder else kind.value, pair=pair, target=target,
+                          kind=kind_name(kind), pair=pair, target=target,
                           hide_special=hide_special, renormalize=renormalize, words=words, truncate=truncate,
                           vmax=vmax, cmap=cmap.value)
     show_view(view, out, values=values, fit=fit.value, width=width)

@@ -59,7 +59,12 @@ TrustRemoteCode = typer.Option(
 )
 Verbose = typer.Option(False, "--verbose", "-v", help="Say which engine ran, on which device.")
 Truncate = typer.Option(False, "--truncate", help="Cut a text longer than the model's maximum instead of failing.")
-Pair = typer.Option(None, "--pair", help="A second sentence: a sentence pair, its boundary marked.", show_default=False)
+PAIR_HELP = "A second sentence (for every text): a sentence pair, its boundary marked."
+HIDE_SPECIAL_HELP = "Drop [CLS], [SEP], BOS and other special tokens."
+RENORMALIZE_HELP = "With --hide-special: rescale each row to sum to 1."
+WORDS_HELP = "Aggregate pieces to words (sum to a word, mean from a word)."
+CMAP_HELP = "Colormap: viridis or magma."
+Pair = typer.Option(None, "--pair", help=PAIR_HELP, show_default=False)
 Target = typer.Option(
     None, "--target", help="Encoder-decoder models (T5, BART): the decoder's input text.", show_default=False
 )
@@ -67,13 +72,23 @@ Causal = typer.Option(
     None, "--causal/--no-causal", help="Config models: force a causal mask on or off (default: the config's).",
     show_default=False,
 )
-HideSpecial = typer.Option(False, "--hide-special", help="Drop [CLS], [SEP], BOS and other special tokens.")
-Renormalize = typer.Option(False, "--renormalize", help="With --hide-special: rescale each row to sum to 1.")
-Words = typer.Option(False, "--words", help="Aggregate pieces to words (sum to a word, mean from a word).")
+Layer = typer.Option("all", "--layer", "-l", help="A layer number (from 0), or 'all': every layer.")
+Kind = typer.Option(
+    KindChoice.encoder, "--kind", help="Encoder-decoder models (T5, BART): encoder, decoder or cross attention."
+)
+HideSpecial = typer.Option(False, "--hide-special", help=HIDE_SPECIAL_HELP)
+Renormalize = typer.Option(False, "--renormalize", help=RENORMALIZE_HELP)
+Words = typer.Option(False, "--words", help=WORDS_HELP)
+CmapOpt = typer.Option(Cmap.viridis, "--cmap", help=CMAP_HELP)
 Width = typer.Option(None, "--width", min=20, help="Terminal width to fit (default: the terminal's).")
 Out = typer.Option(
     None, "--out", "-o", help="Write an image instead: .png, .svg or .pdf.", show_default=False,
 )
+
+
+def kind_name(kind: KindChoice) -> str:
+    """The API's name for a --kind choice (the encoder's attention is ``self``)."""
+    return "self" if kind is KindChoice.encoder else kind.value
 
 
 def reading(hide_special: bool, renormalize: bool, words: bool) -> Any:

@@ -12,6 +12,7 @@ from .common import cli_command, show_view
 from .options import (
     Causal,
     Cmap,
+    CmapOpt,
     Device,
     DeviceMap,
     DeviceOpt,
@@ -19,16 +20,21 @@ from .options import (
     EngineOpt,
     Fit,
     HideSpecial,
+    Kind,
+    KindChoice,
+    Layer,
     Model,
     Out,
     Pair,
     Renormalize,
     Revision,
+    Target,
     Truncate,
     TrustRemoteCode,
     Verbose,
     Width,
     Words,
+    kind_name,
     open_source,
     parse_head,
     parse_index_or_word,
@@ -48,12 +54,14 @@ def rollout(
     model: str | None = Model,
     fusion: Fusion | None = typer.Option(None, "--fusion", help="How a layer's heads are combined before rolling out (default mean).", show_default=False),
     norm: bool = typer.Option(False, "--norm", help="Show norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020) instead."),
-    layer: str = typer.Option("all", "--layer", "-l", help="A layer number, or 'all': roll out through this layer (all: through the last)."),
+    layer: str = Layer,
     head: str | None = typer.Option(None, "--head", help="With --norm: a head number, 'all' or 'mean' (default).", show_default=False),
+    kind: KindChoice = Kind,
+    target: str | None = Target,
     out: Path | None = Out,
     values: bool = typer.Option(False, "--values", help="Write each value into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
-    cmap: Cmap = typer.Option(Cmap.viridis, "--cmap", help="Colormap."),
+    cmap: Cmap = CmapOpt,
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -68,7 +76,8 @@ def rollout(
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
-    """Attention rollout (Abnar & Zuidema 2020): attention chained through the layers with the residual stream.
+    """Attention rollout (Abnar & Zuidema 2020): attention chained through the layers with the residual stream
+    (through --layer; all: every layer). --norm: norm-based attention in --layer, or in every layer.
 
     Example: attnviz rollout "The cat sat on the mat." --fusion max
     """
@@ -80,6 +89,9 @@ def rollout(
     fusion = fusion or Fusion.mean
     chosen = parse_index_or_word(layer, "--layer", "layer", ("all",))
     last = None if chosen == "all" else int(chosen)
+    if norm and (target is not None or kind is not KindChoice.encoder):
+        raise UsageError("--norm reads the value vectors of the native engine, which runs no encoder-decoder model; "
+                         "--kind and --target go with rollout")
     if out is not None:
         from ..fileio import check_output_path
 
@@ -90,10 +102,10 @@ def rollout(
     from ..api import norm_view, rollout_view
 
     if norm:
-        shown = norm_view(source, text, layer=last, head=head_choice, truncate=truncate, cmap=cmap.value, pair=pair,
+        shown = norm_view(source, text, layer=chosen, head=head_choice, truncate=truncate, cmap=cmap.value, pair=pair,
                           reading=view)
     else:
         # Layers are fused as they are computed, up to the one shown: one layer's matrices at a time.
         shown = rollout_view(source, text, layer=last, fusion=fusion.value, truncate=truncate, cmap=cmap.value,
-                             pair=pair, reading=view)
+                             pair=pair, reading=view, kind=kind_name(kind), target=target)
     show_view(shown, out, values=values, fit=fit.value, width=width)

@@ -105,7 +105,8 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
     layers = None if settings.layers is None else list(settings.layers)
     texts = [item.text for item in batch]
     try:
-        stream = source.stream_batch(texts, truncate=settings.truncate, layers=layers, float16=settings.float16)
+        stream = source.stream_batch(texts, truncate=settings.truncate, layers=layers, float16=settings.float16,
+                                     pairs=None if settings.pair is None else [settings.pair] * len(texts))
     except UsageError:
         raise  # a bad --layers is wrong for every item alike
     except AttnvizError as exc:
@@ -153,14 +154,22 @@ class ItemExport:
         from ..heads import HeadTableBuilder
 
         self.item, self.header, self.out_dir, self.settings = item, header, out_dir, settings
+        self.reading, self.n_layers = settings.reading, n_layers
+        self.shown = header  # the tokens as read (without special tokens, or words)
         self.stats = HeadTableBuilder()
         self.layers: list[int] = []
         self.images: list[tuple[Any, Path]] = []
         self.npz = None
-        if "npz" in settings.formats and not header.attentions.numel() and header.cross_attentions is None:
-            from ..result_writer import ResultWriter
+        # Streamed to disk as the layers come; read another way, once the first layer gives its tokens.
+        self.streams_npz = "npz" in settings.formats and not header.attentions.numel() and header.cross_attentions is None
+        if self.streams_npz and self.reading.plain:
+            self._open_npz(header)
 
-            self.npz = ResultWriter(out_dir / f"{item.stem}.npz", header, n_layers, float16=settings.float16)
+    def _open_npz(self, header: AttentionResult) -> None:
+        from ..result_writer import ResultWriter
+
+        self.npz = ResultWriter(self.out_dir / f"{self.item.stem}.npz", header, self.n_layers,
+                                float16=self.settings.float16)
 
     def add(self, position: int, part: Any) -> None:
         """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``."""
@@ -169,27 +178,33 @@ class ItemExport:
             raise UsageError(f"[[heads={max(self.settings.heads)}]] is out of range; {self.header.model_name} has "
                              f"heads 0 to {heads - 1}")
         self.layers.append(part.layer)
+        attentions, norms = part.attentions, part.value_norms
+        if not self.reading.plain:
+            self.shown = self.reading.layer(self.header, attentions)
+            attentions, norms = self.shown.attentions[0], None  # value norms are per token: not of words
+            if self.streams_npz and self.npz is None:
+                self._open_npz(self.shown)
         if self.npz is not None:
-            self.npz.add(part.attentions, part.value_norms)
-        self.stats.add_layer(self.header, position, part.attentions)
+            self.npz.add(attentions, norms)
+        self.stats.add_layer(self.shown, position, attentions)
         if self.settings.image_formats:
-            self._views(part)
+            self._views(part.layer, attentions)
 
-    def _views(self, part: Any) -> None:
+    def _views(self, layer: int, attentions: Any) -> None:
         from dataclasses import replace
 
         from ..render.view import FIGURE_CELLS, heatmap_view, max_pool
 
-        one = replace(self.header, attentions=part.attentions[None], cross_attentions=None, decoder_attentions=None,
-                      scores=None, values=None, value_norms=None, metadata={**self.header.metadata, "layers": [part.layer]})
+        one = replace(self.shown, attentions=attentions[None], cross_attentions=None, decoder_attentions=None,
+                      scores=None, values=None, value_norms=None, metadata={**self.header.metadata, "layers": [layer]})
         drawn: list[int | str] = (["all"] if self.settings.grid else []) + list(self.settings.heads or [])
         for head in drawn:
-            view = heatmap_view(one, layer=part.layer, head=head, cmap=self.settings.cmap)
+            view = heatmap_view(one, layer=layer, head=head, cmap=self.settings.cmap)
             n = max(view.panels.shape[1:])
             if self.settings.style == "figure" and n > FIGURE_CELLS:
                 # The figure pools to this size anyway; pooled here, a long input's views stay small in the queue.
                 view = max_pool(view, -(-n // FIGURE_CELLS))
-            name = f"L{part.layer}" if head == "all" else f"L{part.layer}H{head}"
+            name = f"L{layer}" if head == "all" else f"L{layer}H{head}"
             for fmt in self.settings.image_formats:
                 self.images.append((view, self.out_dir / f"{self.item.stem}.{name}.{fmt}"))
 
@@ -200,7 +215,8 @@ class ItemExport:
             if self.npz is not None:
                 files.append(self.npz.close().name)
             elif full is not None:
-                files.append(full.save(self.out_dir / f"{self.item.stem}.npz", float16=self.settings.float16).name)
+                files.append(self.reading.apply(full).save(self.out_dir / f"{self.item.stem}.npz",
+                                                           float16=self.settings.float16).name)
         rows = self.stats.table().rows()
         for row in rows:
             row["layer"] = self.layers[int(row["layer"])]  # numbered as in the model
@@ -208,7 +224,7 @@ class ItemExport:
             import json
 
             doc = {"index": self.item.index, "hash": self.item.hash, "text": self.item.text,
-                   "model": self.header.model_name, "tokens": self.header.tokens, "heads": rows}
+                   "model": self.header.model_name, "tokens": self.shown.tokens, "heads": rows}
             path = self.out_dir / f"{self.item.stem}.stats.json"
             text = json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
             atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
@@ -216,7 +232,7 @@ class ItemExport:
         # Images are listed by layer, then head, then format, as they were queued.
         files.extend(path.name for _, path in self.images)
         labels = Counter(label for row in rows for label in row["labels"])  # type: ignore[union-attr]
-        stats = {"tokens": len(self.header.tokens), "labels": dict(sorted(labels.items())),
+        stats = {"tokens": len(self.shown.tokens), "labels": dict(sorted(labels.items())),
                  "entropy_norm_mean": round(sum(float(r["entropy_norm"]) for r in rows) / len(rows), 6)}
         return files, stats, self.images
 

@@ -41,6 +41,17 @@ class ExportSettings:
     quiet: bool = False
     cmap: str = "viridis"
     style: str = "figure"  # figure: labelled like `attnviz heatmap`; tiles: bare colour tiles, far faster (png)
+    pair: str | None = None  # a second sentence for every text (a sentence pair, its boundary marked)
+    hide_special: bool = False  # drop [CLS], [SEP], BOS… from every output
+    renormalize: bool = False  # with hide_special: rescale each row to sum to 1
+    words: bool = False  # join word pieces into words (sum to a word, mean from a word)
+
+    @property
+    def reading(self) -> Any:
+        """The API's :class:`~attnviz.api.Reading` for hide_special, renormalize and words."""
+        from ..api import Reading
+
+        return Reading(hide_special=self.hide_special, renormalize=self.renormalize, words=self.words)
 
     @property
     def image_formats(self) -> list[str]:
@@ -57,8 +68,9 @@ class ExportSettings:
         keys = ("model", "revision", "engine", "device", "layers", "heads", "grid", "formats", "batch_size",
                 "float16", "truncate", "cmap", "style")
         values = {k: getattr(self, k) for k in keys}
-        if self.causal is not None:  # only when set, so earlier exports keep their fingerprint
-            values["causal"] = self.causal
+        # Only when set, so earlier exports keep their fingerprint.
+        values.update({k: getattr(self, k) for k in ("causal", "pair") if getattr(self, k) is not None})
+        values.update({k: True for k in ("hide_special", "renormalize", "words") if getattr(self, k)})
         blob = json.dumps(values, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -113,7 +125,8 @@ _PARSERS = {
 }
 _KINDS = {"batch_size": int, "jobs": int, "trust_remote_code": bool, "causal": bool, "float16": bool, "truncate": bool, "quiet": bool,
           "grid": bool, "model": str, "revision": str, "engine": str, "device": str, "field": str, "column": str,
-          "cmap": str, "input_format": str, "style": str}
+          "cmap": str, "input_format": str, "style": str, "pair": str,
+          "hide_special": bool, "renormalize": bool, "words": bool}
 _INPUT_FORMATS = ("auto", "lines", "jsonl", "csv")
 
 
@@ -158,6 +171,7 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
         raise UsageError(f"[[batch_size={settings.batch_size}]] must be at least 1")
     if settings.jobs < 1:
         raise UsageError(f"[[jobs={settings.jobs}]] must be at least 1")
+    settings.reading  # noqa: B018 (checks renormalize without hide_special)
     return settings
 
 

@@ -44,7 +44,7 @@ def warn_missing(missing: list[str]) -> None:
 def figure_size(view: HeatmapView) -> tuple[float, float]:
     """Width and height in inches: grows with the token count, within sensible bounds."""
     n_panels, q, k = view.panels.shape
-    cols = math.ceil(math.sqrt(n_panels))
+    cols = view.columns or math.ceil(math.sqrt(n_panels))
     rows = math.ceil(n_panels / cols)
     cell = 0.28 if n_panels == 1 else 0.16
     width = min(30.0, max(4.5, cols * (1.2 + cell * min(k, _MAX_TICKS)) + 1.6))
@@ -74,7 +74,7 @@ def render_image(view: HeatmapView, path: str | os.PathLike[str], *, values: boo
 
 def _draw(fig, view: HeatmapView, rows_l: list[str], cols_l: list[str], values: bool, cmap) -> None:
     n_panels, q, k = view.panels.shape
-    cols = math.ceil(math.sqrt(n_panels))
+    cols = view.columns or math.ceil(math.sqrt(n_panels))
     n_rows = math.ceil(n_panels / cols)
     # In a grid the panels share their axes: token labels go on the outer panels only (the text
     # of tick labels is most of what a figure costs to lay out and draw).

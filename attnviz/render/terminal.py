@@ -94,6 +94,8 @@ def _grid(view: HeatmapView, console: Console, label_w: int, cell_w: int, colour
     n_panels, n_rows, n_keys = view.panels.shape
     panel_w = n_keys * cell_w + _GAP
     per_row = max(1, (console.width - label_w - 1 + _GAP) // panel_w)
+    if view.columns:  # a row per layer where it fits
+        per_row = min(per_row, view.columns)
     for start in range(0, n_panels, per_row):
         chunk = range(start, min(start + per_row, n_panels))
         head = Text(" " * (label_w + 1))

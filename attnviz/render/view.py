@@ -16,7 +16,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 HeadChoice = int | Literal["all", "mean"]
 Kind = Literal["self", "encoder", "decoder", "cross"]
-KINDS = ("self", "encoder", "decoder", "cross")
 FIGURE_CELLS = 1024  # cells per axis an image file draws; a longer input is max-pooled to this first
 
 
@@ -40,6 +39,7 @@ class HeatmapView:
     row_axis: str = "queries (who attends)"
     col_axis: str = "keys (attended to)"
     value_name: str = "attention weight"
+    columns: int | None = None  # panels per row of a grid (every head of every layer: one row per layer)
 
     def with_note(self, note: str) -> HeatmapView:
         return replace(self, notes=[*self.notes, note])
@@ -60,7 +60,9 @@ def heatmap_view(
     encoder-decoder models ``decoder`` (target over target) or ``cross`` (target queries over
     source keys).
     """
-    tensor, rows, cols = _select_kind(result, kind)
+    from ..transforms import kind_tensor  # torch: not at import (drawing processes never load it)
+
+    tensor, rows, cols = kind_tensor(result, kind)
     captured = result.metadata.get("layers")
     if captured is not None and kind in ("self", "encoder", "decoder", "cross"):
         if layer not in captured:
@@ -82,29 +84,44 @@ def heatmap_view(
 def head_across_layers_view(
     result: AttentionResult,
     *,
-    head: int | str = 0,
+    head: HeadChoice = 0,
     kind: Kind = "self",
     vmax: float | None = None,
     cmap: str = "viridis",
 ) -> HeatmapView:
-    """One head (or the mean of the heads, ``"mean"``) in every layer ``result`` holds: a panel per layer."""
-    tensor, rows, cols = _select_kind(result, kind)
+    """One head (or the mean of the heads, ``"mean"``) in every layer ``result`` holds: a panel per
+    layer; ``head="all"``: every head of every layer, one row of the grid per layer (the model view)."""
+    from ..transforms import kind_tensor  # torch: not at import (drawing processes never load it)
+
+    tensor, rows, cols = kind_tensor(result, kind)
     layers = result.metadata.get("layers") or list(range(tensor.shape[0]))
-    n_heads = tensor.shape[1]
-    if head == "mean":
-        panels, what = np.asarray(tensor.double().mean(1)), "mean of heads"
-    elif isinstance(head, int) and 0 <= head < n_heads:
-        panels, what = np.asarray(tensor[:, head].double()), f"head {head}"
-    else:
-        raise UsageError(f"[[head={head}]] is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
+    panels, titles, what, columns = every_layer_panels(tensor, layers, head, result.model_name)
     where = "" if kind in ("self", "encoder") else f" · {kind}"
     title = f"{result.model_name}{where} · {what} · every layer" + (" · causal" if result.causal and kind == "self" else "")
     breaks = [i for i in range(1, len(result.segment_ids)) if result.segment_ids[i] != result.segment_ids[i - 1]]
     return matrix_view(
-        panels, rows, cols, title=title, panel_titles=[f"layer {layer}" for layer in layers], vmax=vmax, cmap=cmap,
+        panels, rows, cols, title=title, panel_titles=titles, vmax=vmax, cmap=cmap, columns=columns,
         row_breaks=breaks if kind in ("self", "encoder") else [],
         col_breaks=breaks if kind in ("self", "encoder", "cross") else [],
     )
+
+
+def every_layer_panels(tensor: Any, layers: list[int], head: HeadChoice,
+                       model_name: str) -> tuple[np.ndarray, list[str], str, int | None]:
+    """Panels of a ``[layers, heads, q, k]`` tensor in every layer: one head or the mean (a panel per
+    layer), or every head (``"all"``: a grid with a row per layer). Returns the panels, their
+    titles, what they show, and the grid's columns (None: as the renderer likes)."""
+    n_heads = tensor.shape[1]
+    if head == "all":
+        grid = np.asarray(tensor, dtype=np.float64)
+        panels = grid.reshape(-1, *grid.shape[2:])
+        titles = [f"L{layer} H{h}" for layer in layers for h in range(n_heads)]
+        return panels, titles, "every head", n_heads
+    if head == "mean":
+        return np.asarray(tensor.double().mean(1)), [f"L{la}" for la in layers], "mean of heads", None
+    if isinstance(head, int) and 0 <= head < n_heads:
+        return np.asarray(tensor[:, head].double()), [f"L{la}" for la in layers], f"head {head}", None
+    raise UsageError(f"[[head={head}]] is out of range; {model_name} has heads 0 to {n_heads - 1}")
 
 
 def select_panels(tensor: Any, layer: int, head: HeadChoice, model_name: str) -> tuple[np.ndarray, list[str], str]:
@@ -138,8 +155,10 @@ def matrix_view(
     row_axis: str = "queries (who attends)",
     col_axis: str = "keys (attended to)",
     value_name: str = "attention weight",
+    columns: int | None = None,
 ) -> HeatmapView:
-    """A view of any matrices ``[P, Q, K]`` (attention, rollout, distances) with printable labels."""
+    """A view of any matrices ``[P, Q, K]`` (attention, rollout, distances) with printable labels;
+    ``columns``: panels per row of the grid (default: as the renderer likes)."""
     return HeatmapView(
         panels=np.asarray(panels, dtype=np.float64),
         panel_titles=panel_titles,
@@ -153,21 +172,8 @@ def matrix_view(
         row_axis=row_axis,
         col_axis=col_axis,
         value_name=value_name,
+        columns=columns,
     )
-
-
-def _select_kind(result: AttentionResult, kind: str):
-    """(tensor [L, H, Q, K], row labels, column labels) for a kind of attention."""
-    if kind in ("self", "encoder"):
-        return result.attentions, list(result.tokens), list(result.tokens)
-    if kind not in KINDS:
-        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
-    tensor = result.decoder_attentions if kind == "decoder" else result.cross_attentions
-    if tensor is None or result.target_tokens is None:
-        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {result.model_name} has only "
-                         "self-attention")
-    cols = result.target_tokens if kind == "decoder" else result.tokens
-    return tensor, list(result.target_tokens), list(cols)
 
 
 def max_pool(view: HeatmapView, factor: int) -> HeatmapView:

@@ -131,7 +131,7 @@ class Source(ABC):
             if not can.pairs:
                 raise UsageError(f"[[pair]] and [[target]] need a model with a real tokenizer; {self.name} is {self._kind()}")
             raise UsageError(f"[[target]] is for encoder-decoder models; {self.name} is {getattr(self, 'family', self.engine)}")
-        if options.target is not None and batch:
+        if options.target is not None and batch and len(pairs) > 1:
             raise UsageError("[[target]]: give the decoder's input with one text at a time, not a batch")
         if options.details and not can.details:
             raise UsageError(f"[[details=True]]: the {self.engine} engine gives no pre-softmax scores or value vectors; "
