@@ -79,5 +79,10 @@ class ResultFileError(AttnvizError):
     """A saved ``.npz`` result that is missing, truncated or not written by attnviz."""
 
 
+class ResourceError(AttnvizError):
+    """Something that would take more memory, time or bytes than a named limit allows
+    (:mod:`attnviz.limits`): refused before it is built, with the override to use."""
+
+
 class AttnvizWarning(UserWarning):
     """A problem worth telling the user that does not stop the command."""

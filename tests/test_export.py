@@ -309,7 +309,7 @@ def test_merge_never_writes_outside_out(run_cli, tmp_path):
     folder = _shard_folder(tmp_path, "evil", [evil])
     (tmp_path / "escaped.txt").write_text("original")
     r = run_cli("export", "--merge", str(folder), "--out", str(tmp_path / "merged" / "deep"))
-    assert r.exit_code == 1 and "has an entry attnviz did not write" in r.stderr
+    assert r.exit_code == 1 and "is not an entry attnviz wrote" in r.stderr
     assert (tmp_path / "escaped.txt").read_text() == "original"
 
 

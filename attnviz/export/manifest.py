@@ -12,14 +12,20 @@ import json
 import os
 import re
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..fileio import atomic_write
+from ..limits import read_small
 from .items import Item
 
 MANIFEST = "manifest.jsonl"
+MAX_MANIFEST = 1 << 30  # bytes of one manifest or journal (about a million items' lines)
+MAX_ITEMS = 1 << 40  # items one export may claim ("of"); a claim past it is not an entry attnviz wrote
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def manifest_name(shard: tuple[int, int]) -> str:
@@ -31,17 +37,59 @@ def _line(entry: dict[str, Any]) -> str:
     return json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def _read(path: Path) -> dict[int, dict[str, Any]]:
+def _read(path: Path, *, strict: bool = False) -> dict[int, dict[str, Any]]:
+    """The entries of a manifest or journal, by index. A line that is not a whole, well-formed entry
+    (cut short by a kill, or edited) is skipped, so its item is redone; with ``strict`` (merging) it
+    is an error instead. A symbolic link is never read through."""
     entries: dict[int, dict[str, Any]] = {}
-    if not path.exists():
+    if not os.path.lexists(path):
         return entries
-    for line in path.read_text(encoding="utf-8").splitlines():
+    if path.is_symlink():
+        raise InputError(f"{path} is a symbolic link; attnviz never reads or writes through links in an export "
+                         "folder. Remove it")
+    try:
+        text = read_small(path, limit=MAX_MANIFEST, what="manifest").decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text; it was not written by attnviz") from None
+    for number, line in enumerate(text.splitlines(), start=1):
         try:
             entry = json.loads(line)
-            entries[int(entry["index"])] = entry
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue  # a line cut short by a kill: that item is simply redone
+        except (json.JSONDecodeError, RecursionError):
+            entry = None
+        problem = _problem(entry)
+        if problem is None and strict and entry["index"] in entries and entries[entry["index"]]["hash"] != entry["hash"]:
+            problem = f"item {entry['index']} appears twice with different texts"
+        if problem is None:
+            entries[int(entry["index"])] = entry  # type: ignore[index]
+        elif strict:
+            raise InputError(f"{path} line {number} is not an entry attnviz wrote ({problem}); refusing to merge it")
     return entries
+
+
+def _problem(entry: Any) -> str | None:
+    """What is wrong with a manifest entry, or None: every field of the type attnviz writes."""
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    for key, kinds in (("index", int), ("hash", str), ("status", str), ("settings", str), ("of", int)):
+        if key not in entry:
+            return f"no {key!r}"
+        if not isinstance(entry[key], kinds) or isinstance(entry[key], bool):
+            return f"{key!r} is a {type(entry[key]).__name__}"
+    if not 0 <= entry["index"] < entry["of"] <= MAX_ITEMS:
+        return f"index {entry['index']} of {entry['of']} is out of range"
+    files = entry.get("files", [])
+    if not isinstance(files, list) or not all(map(safe_name, files)):
+        return "'files' is not a list of file names in the folder"
+    sizes = entry.get("sizes")
+    if sizes is not None and (not isinstance(sizes, list) or len(sizes) != len(files)
+                              or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes)):
+        return "'sizes' does not match 'files'"
+    return None
+
+
+def file_sizes(folder: Path, names: list[str]) -> list[int]:
+    """The sizes of an item's files, recorded with it: a resume trusts only files still that size."""
+    return [(folder / name).lstat().st_size for name in names]
 
 
 class Journal:
@@ -69,13 +117,20 @@ class Journal:
             and entry.get("status") == "ok"
             and entry.get("hash") == item.hash
             and entry.get("settings") == self.fingerprint
-            and all(safe_name(name) and (self.out_dir / name).is_file() for name in entry.get("files", []))
+            and _files_intact(self.out_dir, entry)
         )
 
     def record(self, entry: dict[str, Any]) -> None:
-        """Append one entry durably (flushed and synced) before the run moves on."""
+        """Append one entry durably (flushed and synced) before the run moves on; never through a link."""
         self.entries[int(entry["index"])] = entry
-        with open(self.journal, "a", encoding="utf-8") as fh:
+        try:
+            fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666)
+        except OSError as exc:
+            if os.path.islink(self.journal):
+                raise InputError(f"{self.journal} is a symbolic link; attnviz never writes through links in "
+                                 "[[out]]. Remove it") from None
+            raise InputError(f"cannot write {self.journal}: {exc.strerror}") from None
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.write(_line(entry))
             fh.flush()
             os.fsync(fh.fileno())
@@ -100,6 +155,19 @@ class Journal:
                       and m.group(1) in indices)
 
 
+def _files_intact(folder: Path, entry: dict[str, Any]) -> bool:
+    """Every file an entry names is a regular file (not a link) in the folder, of the recorded size."""
+    files, sizes = entry.get("files", []), entry.get("sizes")
+    for number, name in enumerate(files):
+        try:
+            info = (folder / name).lstat()
+        except OSError:
+            return False
+        if not stat.S_ISREG(info.st_mode) or (sizes is not None and info.st_size != sizes[number]):
+            return False
+    return True
+
+
 def safe_name(name: object) -> bool:
     """A file name an export could have written: no folders, no leading dot, nothing else."""
     return isinstance(name, str) and bool(_SAFE.fullmatch(name)) and not name.startswith(".")
@@ -114,14 +182,46 @@ _REQUIRED = ("index", "hash", "status", "settings", "of")
 def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
     """Join the manifests of shard runs into ``out/manifest.jsonl``, copying their files into ``out``.
 
+    Everything is checked before anything is copied, and the copy is all or nothing: the files go
+    to a staging folder inside ``out`` and are moved into place only once every one is there.
     Refuses a shard that is still running or was interrupted (its journal is there), shards made
-    with other settings or from another input, file names that would leave ``out``, and a set of
-    shards that leaves items out.
+    with other settings or from another input, an entry attnviz did not write, a file that is a
+    link or is missing, a set of shards that leaves items out, and an ``out`` that already holds
+    another export (whose files it would overwrite).
     """
     if out.exists() and not out.is_dir():
         raise InputError(f"[[out={out}]] is a file; give a folder for the merged results")
+    entries, sources = _merge_plan(dirs)
+    shard_folders = {folder.resolve() for folder in dirs}
+    if out.is_dir() and out.resolve() not in shard_folders:
+        other = sorted(out.glob("manifest*.jsonl")) + sorted(p for p in out.iterdir() if _OUTPUT.fullmatch(p.name))
+        if other:
+            raise InputError(f"[[out={out}]] already holds an export ({other[0].name}); merging would overwrite it. "
+                             "Give an empty or new folder")
     out.mkdir(parents=True, exist_ok=True)
+    copies = [(src, name) for name, src in sorted(sources.items()) if src.parent.resolve() != out.resolve()]
+    if copies:
+        staging = Path(tempfile.mkdtemp(prefix=f".merge.{os.getpid()}.", dir=out))
+        try:
+            for src, name in copies:
+                shutil.copyfile(src, staging / name, follow_symlinks=False)
+            for _, name in copies:
+                os.replace(staging / name, out / name)
+        except OSError as exc:
+            raise InputError(f"cannot copy the shards into {out}: {exc.strerror or exc}; nothing was merged") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    final = out / MANIFEST
+    lines = "".join(_line(entries[i]) for i in sorted(entries))
+    atomic_write(final, lambda tmp: Path(tmp).write_text(lines, encoding="utf-8"))
+    return final, len(entries)
+
+
+def _merge_plan(dirs: list[Path]) -> tuple[dict[int, dict[str, Any]], dict[str, Path]]:
+    """Every shard's entries (one per item, a finished one preferred) and where each file comes from,
+    all checked; nothing is written."""
     entries: dict[int, dict[str, Any]] = {}
+    sources: dict[str, Path] = {}
     runs: set[tuple[str, int]] = set()
     for folder in dirs:
         if not folder.is_dir():
@@ -133,9 +233,7 @@ def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
         if not manifests:
             raise InputError(f"{folder} has no manifest*.jsonl; is it an export folder?")
         for manifest in manifests:
-            for index, entry in _read(manifest).items():
-                if any(key not in entry for key in _REQUIRED) or not all(map(safe_name, entry.get("files", []))):
-                    raise InputError(f"{manifest} has an entry attnviz did not write (item {index}); refusing to merge it")
+            for index, entry in _read(manifest, strict=True).items():
                 runs.add((entry["settings"], entry["of"]))
                 if len(runs) > 1:
                     raise InputError(f"{manifest} comes from a run with other settings or another input; "
@@ -145,19 +243,25 @@ def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
                     raise InputError(f"item {index} has different texts in two shards; were they run on one input?")
                 if known is None or (known["status"] != "ok" and entry["status"] == "ok"):
                     entries[index] = entry
-                    if folder.resolve() != out.resolve():
-                        for name in entry.get("files", []):
-                            _copy(folder / name, out / name)
+                    for name in entry.get("files", []):
+                        sources[name] = _checked_file(folder, name, manifest)
     total = next(iter(runs))[1] if runs else 0
-    missing = sorted(set(range(total)) - set(entries))
-    if missing:
-        raise InputError(f"the shards cover {len(entries)} of {total} items ({len(missing)} missing, e.g. item "
-                         f"{missing[0]}); run the missing shards before merging")
-    final = out / MANIFEST
-    lines = "".join(_line(entries[i]) for i in sorted(entries))
-    atomic_write(final, lambda tmp: Path(tmp).write_text(lines, encoding="utf-8"))
-    return final, len(entries)
+    if len(entries) < total:  # indices are checked to lie in 0..total-1: counting is enough
+        first = next(i for i in range(total) if i not in entries)
+        raise InputError(f"the shards cover {len(entries)} of {total} items ({total - len(entries)} missing, e.g. "
+                         f"item {first}); run the missing shards before merging")
+    return entries, sources
 
 
-def _copy(src: Path, dst: Path) -> None:
-    atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
+def _checked_file(folder: Path, name: str, manifest: Path) -> Path:
+    """A shard's file, if it is a regular file in that folder (a link is never followed)."""
+    path = folder / name
+    try:
+        info = path.lstat()
+    except OSError:
+        raise InputError(f"{manifest} lists {name}, which {folder} does not have; rerun that shard") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise InputError(f"{path} is a symbolic link; attnviz never copies through links. Replace it with the file")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path} is not a regular file; rerun that shard")
+    return path

@@ -17,7 +17,8 @@ from ..errors import AttnvizError, UsageError, in_api_terms
 from ..fileio import atomic_write, remove_stale_temporaries
 from ..result import AttentionResult
 from .items import Item, blocks, read_items
-from .manifest import Journal
+from .lock import folder_lock
+from .manifest import Journal, file_sizes
 from .settings import ExportSettings
 from .workers import render_task, workers
 
@@ -52,6 +53,12 @@ def run_export(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create [[out={out_dir}]]: {exc.strerror}") from None
+    with folder_lock(out_dir, f"{settings.fingerprint()}/{len(all_items)}"):
+        return _resume(all_items, my_blocks, items, out_dir, settings, on_start, on_item, on_source)
+
+
+def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item], out_dir: Path,
+            settings: ExportSettings, on_start: Any, on_item: Any, on_source: Any) -> ExportSummary:
     remove_stale_temporaries(out_dir)
     journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items))
     todo = [block for block in my_blocks if not all(journal.finished(item) for item in block)]
@@ -242,14 +249,15 @@ class ItemExport:
 
 
 def _submit(pool: ProcessPoolExecutor | None, view: Any, path: Path, style: str) -> Future[str]:
-    if pool is None or style == "tiles":  # tiles take milliseconds: no worker round trip
-        return _done(render_task(view, str(path), style))
-    return pool.submit(render_task, view, str(path), style)
-
-
-def _done(value: str) -> Future[str]:
+    """An image drawn by a worker, or here (tiles take milliseconds: no worker round trip). Either way
+    a failure (a full disk) is the item's, recorded when it settles, and the run goes on."""
+    if pool is not None and style != "tiles":
+        return pool.submit(render_task, view, str(path), style)
     future: Future[str] = Future()
-    future.set_result(value)
+    try:
+        future.set_result(render_task(view, str(path), style))
+    except Exception as exc:
+        future.set_exception(exc)
     return future
 
 
@@ -265,7 +273,7 @@ def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[str]]], jour
     except Exception as exc:  # a worker died or a renderer broke: this item fails, the run goes on
         _fail(journal, summary, item, f"rendering failed ({type(exc).__name__}: {exc})", on_item)
         return
-    journal.record(journal.entry(item, files=files, stats=stats, status="ok"))
+    journal.record(journal.entry(item, files=files, sizes=file_sizes(journal.out_dir, files), stats=stats, status="ok"))
     summary.exported += 1
     on_item()
 

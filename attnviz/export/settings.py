@@ -79,20 +79,25 @@ def parse_int_list(value: str | list[Any] | None, what: str) -> tuple[int, ...] 
     """``"all"`` → None; ``"0,2,4-6"`` or ``[0, 2]`` → (0, 2, 4, 5, 6)."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
         return None
+    from ..limits import MAX_INDEX
+
     parts = value if isinstance(value, list) else [p for p in str(value).split(",") if p.strip()]
+    if len(parts) > MAX_INDEX:
+        raise UsageError(f"[[{what}]] lists {len(parts)} numbers; no model has more than {MAX_INDEX:,} {what}")
     out: list[int] = []
     try:
         for part in parts:
             text = str(part).strip()
-            if "-" in text[1:]:
-                lo, hi = text.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
-            else:
-                out.append(int(text))
+            lo, hi = text.split("-", 1) if "-" in text[1:] else (text, text)
+            first, last = int(lo), int(hi)
+            if max(first, last) >= MAX_INDEX:  # before a range is expanded: "0-100000000" costs nothing
+                raise UsageError(f"[[{what}={value!r}]] names {what[:-1]} {max(first, last):,}; no model has more "
+                                 f"than {MAX_INDEX:,} {what}, and attnviz checks the list against the model")
+            out.extend(range(first, last + 1))
     except ValueError:
-        raise UsageError(f"--{what} {value!r} is not a list of numbers; write e.g. 0,2,4-6 or all") from None
+        raise UsageError(f"[[{what}={value!r}]] is not a list of numbers; write e.g. 0,2,4-6 or all") from None
     if not out or any(n < 0 for n in out):
-        raise UsageError(f"--{what} {value!r} must name numbers from 0 (or say all)")
+        raise UsageError(f"[[{what}={value!r}]] must name numbers from 0 (or say all)")
     return tuple(dict.fromkeys(out))
 
 

@@ -72,12 +72,28 @@ def _ignore_interrupts() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
     try:  # Linux: a SIGKILLed parent takes its workers along
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    parent_process = multiprocessing.parent_process()
+    if parent_process is not None and parent_process.pid != parent:  # it died before prctl took effect
+        os._exit(1)
+    import threading
+
+    threading.Thread(target=_follow_parent, args=(parent,), daemon=True, name="attnviz-parent-watch").start()
+
+
+def _follow_parent(parent: int, every: float = 0.5) -> None:
+    """Everywhere (not only Linux): a worker whose parent is gone, in any way, exits."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)
 
 
 @contextmanager

@@ -1,0 +1,90 @@
+"""Named limits, each checked before anything is allocated, each with a one-line error and an override.
+
+A small input must never cost unbounded memory or time: a list of layers, a model config, a saved
+result or a manifest says how big something is before it is built, and that size is checked here.
+The README's reliability section lists every limit.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .errors import ResourceError
+
+MAX_INDEX = 10_000
+"""Layers or heads a list may name (``--layers 0-100000000`` is refused before it is expanded)."""
+
+MAX_SMALL_FILE = 64 << 20
+"""Bytes of a JSON or TOML file attnviz reads whole (config.json, a model or batch config, a manifest line file)."""
+
+MAX_TOKENIZER_FILE = 512 << 20
+"""Bytes of a ``tokenizer.json`` (large vocabularies are tens of MB)."""
+
+MAX_POSITIONS = 1 << 24
+"""Positions a model may claim (``max_position_embeddings``); no model is near it."""
+
+MEMORY_ENV = "ATTNVIZ_MAX_MEMORY"
+"""Environment variable overriding the memory budget: bytes, or with a K, M, G or T suffix."""
+
+
+def memory_budget() -> int:
+    """Bytes a model's weights (or one result) may take: ``ATTNVIZ_MAX_MEMORY``, else this machine's memory."""
+    given = os.environ.get(MEMORY_ENV, "").strip()
+    if given:
+        return parse_size(given)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover (not POSIX)
+        return 64 << 30
+
+
+def parse_size(text: str) -> int:
+    """``"12G"`` → 12·2³⁰; ``"512M"``, ``"100000"``; anything else is a :class:`ResourceError`."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    body, unit = text.upper().rstrip("B"), ""
+    if body and body[-1] in units:
+        body, unit = body[:-1], body[-1]
+    try:
+        value = float(body)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise ResourceError(f"{MEMORY_ENV}={text!r} is not a size; write e.g. 16G, 512M or a number of bytes")
+    return int(value * units[unit])
+
+
+def check_memory(needed: float, what: str) -> None:
+    """Refuse ``what`` if it needs more than :func:`memory_budget` bytes (before building it)."""
+    budget = memory_budget()
+    if needed > budget:
+        raise ResourceError(f"{what} needs about {human(needed)}, more than the {human(budget)} this machine has; "
+                            f"check the sizes, or set {MEMORY_ENV} (e.g. {MEMORY_ENV}=256G) to try anyway")
+
+
+def human(size: float) -> str:
+    """``1536`` → ``"1.5 KiB"``; sizes past the yottabytes in powers of ten."""
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(size) < 1024 or unit == "EiB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else (f"{size:.1f} {unit}" if size < 1e6 else f"{size:.2g} {unit}")
+        size /= 1024
+    return f"{size:.2g} EiB"  # pragma: no cover
+
+
+def read_small(path: str | os.PathLike[str], *, limit: int = MAX_SMALL_FILE, what: str = "file") -> bytes:
+    """The bytes of a regular file no larger than ``limit``: a FIFO, a device (``/dev/zero``) or a
+    folder is refused before it is opened for reading, and a file that grows past ``limit`` while
+    read is refused too. Raises :class:`ResourceError`; FileNotFoundError passes through."""
+    path = Path(path)
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, device or socket)"
+        raise ResourceError(f"{path} is {kind}; a {what} must be a regular file")
+    if info.st_size > limit:
+        raise ResourceError(f"{path} is {human(info.st_size)}, more than the {human(limit)} a {what} may be")
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ResourceError(f"{path} grew past the {human(limit)} a {what} may be while it was read")
+    return data
