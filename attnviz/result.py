@@ -207,33 +207,34 @@ class AttentionResult:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AttentionResult:
-        """Read a result written by :meth:`save`."""
+        """Read a result written by :meth:`save`, as untrusted input: sizes are checked before anything
+        is read (:mod:`attnviz.result_file`), and every failure is a :class:`ResultFileError`."""
+        from .result_file import check_consistent, read_arrays, read_meta
+
         path = Path(path)
+        data = read_arrays(path)
+        meta = read_meta(data, path)
+        check_consistent(data, path)
         try:
-            with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(str(data["meta"]))
-                if meta.get("format") != "attnviz-result":
-                    raise KeyError("meta")
-                optional = {
-                    name: torch.from_numpy(data[name].astype(np.float32)) for name in _OPTIONAL_TENSORS if name in data
-                }
-                return cls(
-                    tokens=[str(t) for t in data["tokens"]],
-                    attentions=torch.from_numpy(data["attentions"].astype(np.float32)),
-                    token_ids=[int(i) for i in data["token_ids"]],
-                    special=[bool(s) for s in data["special"]],
-                    attention_mask=[int(m) for m in data["attention_mask"]],
-                    causal=bool(meta["causal"]),
-                    model_name=str(meta["model_name"]),
-                    target_tokens=[str(t) for t in data["target_tokens"]] if "target_tokens" in data else None,
-                    target_special=[bool(t) for t in data["target_special"]] if "target_special" in data else None,
-                    word_ids=[int(i) for i in data["word_ids"]] if "word_ids" in data else [],
-                    segment_ids=[int(i) for i in data["segment_ids"]] if "segment_ids" in data else [],
-                    metadata=dict(meta.get("metadata", {})),
-                    **optional,
-                )
-        except FileNotFoundError:
-            raise ResultFileError(f"{path} does not exist; check the path") from None
-        except (KeyError, ValueError, zipfile.BadZipFile, EOFError, json.JSONDecodeError) as exc:
-            raise ResultFileError(f"{path} is not an attnviz result file ({exc}); re-create it with AttentionResult.save") from None
+            optional = {
+                name: torch.from_numpy(data[name].astype(np.float32)) for name in _OPTIONAL_TENSORS if name in data
+            }
+            return cls(
+                tokens=[str(t) for t in data["tokens"]],
+                attentions=torch.from_numpy(data["attentions"].astype(np.float32)),
+                token_ids=[int(i) for i in data["token_ids"]] if "token_ids" in data else [],
+                special=[bool(s) for s in data["special"]] if "special" in data else [],
+                attention_mask=[int(m) for m in data["attention_mask"]] if "attention_mask" in data else [],
+                causal=bool(meta.get("causal", False)),
+                model_name=str(meta.get("model_name", "")),
+                target_tokens=[str(t) for t in data["target_tokens"]] if "target_tokens" in data else None,
+                target_special=[bool(t) for t in data["target_special"]] if "target_special" in data else None,
+                word_ids=[int(i) for i in data["word_ids"]] if "word_ids" in data else [],
+                segment_ids=[int(i) for i in data["segment_ids"]] if "segment_ids" in data else [],
+                metadata=dict(meta.get("metadata", {})),
+                **optional,
+            )
+        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise ResultFileError(f"{path} is not an attnviz result file ({type(exc).__name__}: {exc}); "
+                                  "re-create it with AttentionResult.save") from None
 

@@ -1,0 +1,122 @@
+"""Reading a result ``.npz`` as untrusted input: every array's declared shape, type and size is
+checked before a byte of it is decompressed, and the whole result before it is returned.
+
+A zip member declares its uncompressed size and an ``.npy`` header its shape and dtype; both are
+read first, so a 4 MB zip bomb, a 4 TB shape claim or a member whose header and size disagree
+is refused without the memory they ask for (:mod:`attnviz.limits`). Only plain numeric, boolean
+and Unicode arrays are accepted (never objects, so never pickles).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ResourceError, ResultFileError
+from .limits import MAX_SMALL_FILE, check_memory, human
+
+MAX_RATIO = 200
+"""Compression ratio of a member beyond which it is a zip bomb: attnviz stores its arrays
+uncompressed, and real attention weights compress a few times at most."""
+
+_KINDS = "fiub"  # float, signed, unsigned, bool; 'U' (text) is allowed for labels only
+_TEXT = {"tokens", "target_tokens", "meta"}
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an attnviz ``.npz``, each checked against its declared size before it is read."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ResultFileError(f"{path} does not exist; check the path") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ResultFileError(f"{path} is not a regular file; give a .npz written by attnviz")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {m.filename: m for m in archive.infolist()}
+            plans = {name[:-4]: _plan(archive, member, path) for name, member in members.items()
+                     if name.endswith(".npy")}
+            check_memory(sum(nbytes for nbytes, _ in plans.values()) * 2, f"reading {path}")  # + a float32 copy
+            arrays = {}
+            for name, (_, member) in plans.items():
+                with archive.open(member) as fh:
+                    arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
+            return arrays
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, NotImplementedError) as exc:
+        raise ResultFileError(f"{path} is not an attnviz result file ({type(exc).__name__}: {exc}); "
+                              "re-create it with AttentionResult.save") from None
+    except ResourceError as exc:
+        raise ResultFileError(exc.template) from None
+
+
+def _plan(archive: zipfile.ZipFile, member: zipfile.ZipInfo, path: Path) -> tuple[int, zipfile.ZipInfo]:
+    """The bytes an array will take, from its header, checked against what the zip says of it."""
+    name = member.filename
+    if member.compress_size and member.file_size / member.compress_size > MAX_RATIO:
+        raise ResultFileError(f"{path}: {name} would expand {member.file_size / member.compress_size:.0f}-fold "
+                              f"(to {human(member.file_size)}); that is a zip bomb, not an attnviz result")
+    with archive.open(member) as fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"npy version {version}")
+            header = fh.tell()
+        except ValueError as exc:
+            raise ResultFileError(f"{path}: {name} is not a NumPy array ({exc})") from None
+    text = name[:-4] in _TEXT
+    if dtype.kind not in _KINDS and not (text and dtype.kind == "U"):
+        raise ResultFileError(f"{path}: {name} holds {dtype} data; an attnviz result holds numbers and text only")
+    count = math.prod(int(d) for d in shape)
+    nbytes = count * dtype.itemsize
+    if nbytes + header != member.file_size:
+        raise ResultFileError(f"{path}: {name} claims shape {tuple(shape)} ({human(nbytes)}) but holds "
+                              f"{human(member.file_size - header)}; the file is damaged or not attnviz's")
+    if text and nbytes > MAX_SMALL_FILE:
+        raise ResultFileError(f"{path}: {name} is {human(nbytes)} of text; more than the {human(MAX_SMALL_FILE)} "
+                              "allowed")
+    return nbytes, member
+
+
+def read_meta(arrays: dict[str, np.ndarray], path: Path) -> dict[str, Any]:
+    """The JSON metadata of a result: an object naming the attnviz result format."""
+    if "meta" not in arrays or arrays["meta"].shape != ():
+        raise ResultFileError(f"{path} is not an attnviz result file (no attnviz metadata); re-create it with "
+                              "AttentionResult.save")
+    try:
+        meta = json.loads(str(arrays["meta"]))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ResultFileError(f"{path}: its metadata is not JSON ({type(exc).__name__})") from None
+    if not isinstance(meta, dict) or meta.get("format") != "attnviz-result":
+        raise ResultFileError(f"{path} is not an attnviz result file (its metadata is not attnviz's)")
+    if not isinstance(meta.get("metadata", {}), dict):
+        raise ResultFileError(f"{path}: its metadata's 'metadata' is not an object")
+    return meta
+
+
+def check_consistent(arrays: dict[str, np.ndarray], path: Path) -> None:
+    """Lengths that must agree, and attention weights that are finite probabilities."""
+    if "tokens" not in arrays or "attentions" not in arrays:
+        raise ResultFileError(f"{path} has no tokens or attentions; re-create it with AttentionResult.save")
+    n = arrays["tokens"].shape[0] if arrays["tokens"].ndim == 1 else -1
+    attn = arrays["attentions"]
+    if attn.ndim != 4 or attn.shape[-1] != n or attn.shape[-2] != n:
+        raise ResultFileError(f"{path}: attentions {attn.shape} do not match its {n} tokens")
+    for name in ("token_ids", "special", "attention_mask", "word_ids", "segment_ids"):
+        if name in arrays and arrays[name].shape != (n,):
+            raise ResultFileError(f"{path}: {name} has shape {arrays[name].shape}, not one per token ({n})")
+    for name in ("attentions", "cross_attentions", "decoder_attentions"):
+        if name in arrays and arrays[name].size and not np.isfinite(arrays[name]).all():
+            raise ResultFileError(f"{path}: {name} holds NaN or infinite weights; the model that made it overflowed")
+    for name in ("scores", "values", "value_norms"):
+        if name in arrays and arrays[name].size and np.isnan(arrays[name]).any():
+            raise ResultFileError(f"{path}: {name} holds NaN")
