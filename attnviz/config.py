@@ -168,6 +168,7 @@ def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
     for key in ("n_layers", "n_heads", "d_model", "d_ff", "vocab_size", "max_positions"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"{source}: [model] {key} = {getattr(cfg, key)} must be at least 1")
+    _check_size(cfg, source)
     if cfg.d_model % cfg.n_heads:
         raise ConfigError(
             f"{source}: [model] n_heads = {cfg.n_heads} does not divide d_model = {cfg.d_model}; "
@@ -185,8 +186,29 @@ def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
     return cfg
 
 
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+def _check_size(cfg: TransformerConfig, source: str) -> None:
+    """Refuse a config whose weights (float32) or positions could not fit, before building anything."""
+    from .limits import MAX_POSITIONS, check_memory
+
+    if cfg.max_positions > MAX_POSITIONS:
+        raise ConfigError(f"{source}: [model] max_positions = {cfg.max_positions:,} is more than the "
+                          f"{MAX_POSITIONS:,} positions attnviz allows")
+    d, layers = cfg.d_model, cfg.n_layers
+    per_layer = 4 * d * d + 2 * d * cfg.d_ff + 9 * d + cfg.d_ff
+    params = layers * per_layer + (cfg.vocab_size + cfg.max_positions) * d
+    check_memory(4 * params, f"{source}: a model of {layers:,} layers with d_model = {d:,}")
+
+
+def _divisors(n: int, shown: int = 12) -> str:
+    """Some divisors of ``n`` (the smallest ``shown``), found up to √n; never slow, whatever ``n`` is."""
+    found: set[int] = set()
+    d = 1
+    while d * d <= n and d <= 1 << 16:
+        if n % d == 0:
+            found.update((d, n // d))
+        d += 1
+    ordered = sorted(found)
+    return ", ".join(map(str, ordered[:shown])) + (", …" if len(ordered) > shown else "")
 
 
 def _matrix(value: Any, key: str, source: str) -> Matrix:

@@ -79,6 +79,10 @@ class ResultFileError(AttnvizError):
     """A saved ``.npz`` result that is missing, truncated or not written by attnviz."""
 
 
+class NumericalError(AttnvizError):
+    """A model that computed NaN or infinite attention (its scores overflowed): refused where it arises."""
+
+
 class ResourceError(AttnvizError):
     """Something that would take more memory, time or bytes than a named limit allows
     (:mod:`attnviz.limits`): refused before it is built, with the override to use."""

@@ -66,6 +66,8 @@ def _jsonl(text: str, field: str, name: str) -> list[str]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{name} line {number} is not JSON ({exc.msg}); fix that line") from None
+        except RecursionError:
+            raise InputError(f"{name} line {number} nests too deeply to be a record; fix that line") from None
         if not isinstance(record, dict) or field not in record:
             keys = ", ".join(sorted(record)) if isinstance(record, dict) else "not an object"
             raise InputError(f"{name} line {number} has no field {field!r} ({keys}); choose it with [[field]]")

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError, UsageError
 from ..result import AttentionResult
-from .stream import LayerStream
+from .stream import LayerStream, check_finite
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Source(ABC):
         self.check(opts, pairs=[pair])
         if text is None and not self.capabilities.fixed_input:
             raise InputError("no text given; pass the text to inspect")
-        return self._extract_batch([text], [pair], opts)[0]  # type: ignore[list-item]
+        return _finite(self._extract_batch([text], [pair], opts))[0]  # type: ignore[list-item]
 
     def extract_batch(self, texts: Sequence[str], options: ExtractOptions | None = None, *,
                       pairs: Sequence[str | None] | None = None, **changes: Any) -> list[AttentionResult]:
@@ -98,7 +98,7 @@ class Source(ABC):
         opts = ExtractOptions.build(options, **changes)
         pairs = self._pairs(texts, pairs)
         self.check(opts, pairs=pairs, batch=True)
-        return self._extract_batch(list(texts), pairs, opts) if texts else []
+        return _finite(self._extract_batch(list(texts), pairs, opts)) if texts else []
 
     def stream_batch(self, texts: Sequence[str], options: ExtractOptions | None = None, *,
                      pairs: Sequence[str | None] | None = None, **changes: Any) -> LayerStream:
@@ -155,3 +155,17 @@ class Source(ABC):
 
     def _kind(self) -> str:
         return "a config model" if self.engine == "config" else f"a {getattr(self, 'family', self.engine)} model"
+
+
+def _finite(results: list[AttentionResult]) -> list[AttentionResult]:
+    """Results whose attention weights are finite; NaN (an overflow in the model) is an error here."""
+    for result in results:
+        numbers = result.metadata.get("layers") or list(range(result.n_layers))
+        for name in ("attentions", "decoder_attentions", "cross_attentions"):
+            tensor = getattr(result, name)
+            for position in range(0 if tensor is None else tensor.shape[0]):
+                where = numbers[position] if name == "attentions" and position < len(numbers) else position
+                check_finite(tensor[position], where if name == "attentions" else f"{where} ({name})",  # type: ignore[index]
+                             result.model_name)
+    return results
+

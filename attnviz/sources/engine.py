@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import InputError
+from ..errors import InputError, ModelNotFoundError
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
 from .stream import Capture, LayerOut, LayerStream, collect
@@ -37,12 +37,14 @@ class ModelSource(Source):
         device: str = "cpu",
         pad_id: int | None = None,
         bos_id: int | None = None,
+        vocab_rows: int | None = None,
     ) -> None:
         self.name, self.tokenizer, self.causal, self.family = name, tokenizer, causal, family
         self.bos_id = bos_id if isinstance(bos_id, int) else None
         self.max_positions = max_positions
         self.device = device
         self.pad_id = pad_id if pad_id is not None else _tokenizer_pad_id(tokenizer)
+        self.vocab_rows = vocab_rows  # rows of the input embedding: a token id past them is refused
 
     @property
     def n_layers(self) -> int:  # pragma: no cover - abstract
@@ -72,6 +74,11 @@ class ModelSource(Source):
         return self._stream(infos, layers, options.details)
 
     def _stream(self, infos: list[TokenInfo], layers: list[int] | None, details: bool) -> LayerStream:
+        if self.vocab_rows is not None:
+            top = max(max(info.ids) for info in infos)
+            if top >= self.vocab_rows or min(min(info.ids) for info in infos) < 0:
+                raise ModelNotFoundError(f"{self.name}: the tokenizer gives token id {top} but the model's embedding "
+                                         f"has {self.vocab_rows} rows; its tokenizer and weights do not belong together")
         width = max(len(info.ids) for info in infos)
         ids = torch.full((len(infos), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(infos), width), dtype=torch.long)

@@ -112,6 +112,7 @@ class HFSource(ModelSource):
             name=name, tokenizer=hf_tokenizer.backend_tokenizer, causal=False, max_positions=limit,
             family=config.model_type, device=str(self.model.device), pad_id=pad,
             bos_id=getattr(config, "bos_token_id", None),
+            vocab_rows=self.model.get_input_embeddings().num_embeddings,
         )
         self._types = getattr(config, "type_vocab_size", 0) > 1
         if not self.encoder_decoder:

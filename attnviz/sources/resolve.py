@@ -162,11 +162,13 @@ def _native_source(place: ModelPlace, *, engine: str, revision: str | None, devi
 
 def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_map: str | None,
                trust_remote_code: bool) -> Source:
-    if place.folder is not None and not (place.folder / "config.json").is_file():
-        raise ModelNotFoundError(f"{place.folder} has no config.json; point [[model]] at a Hugging Face model folder")
+    from .files import read_config
+
     local_only = False
+    if place.folder is not None:
+        read_config(place.folder)  # checked (types, sizes, memory) before transformers builds anything
     if place.hub_id is not None:
-        fetch_config(place.hub_id, revision)  # a missing or unreachable model fails here, in one clear line
+        read_config(fetch_config(place.hub_id, revision))  # a missing or unreachable model fails here, in one line
         local_only = not hub_reachable()
     from .hf import HFSource
 

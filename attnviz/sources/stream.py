@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from ..errors import NumericalError
 from ..result import AttentionResult
 
 
@@ -75,6 +76,7 @@ class LayerStream:
         lengths = [len(r.tokens) for r in self.results]
         position = 0
         for out in self._outs:
+            check_finite(out.weights, out.layer, self.results[0].model_name)
             yield position, [_cut(out, b, n) for b, n in enumerate(lengths)]
             del out  # before the next layer is computed: one layer's matrices at a time
             position += 1  # noqa: SIM113 (enumerate would keep the last layer alive)
@@ -101,6 +103,14 @@ class LayerStream:
         stream = cls(results, list(layers), outs())
         stream.whole = True
         return stream
+
+
+def check_finite(weights: Tensor, layer: int | str, model_name: str) -> None:
+    """Refuse NaN attention where it arises. A softmax row holding a NaN or infinite score is NaN
+    throughout, so the first key's column ([..., 0], one number per row) finds every such row."""
+    if weights.numel() and not torch.isfinite(weights[..., 0]).all():
+        raise NumericalError(f"{model_name or 'the model'} computed NaN attention weights in layer {layer}: its "
+                             "scores overflowed. Check the model's weights (a config's init_scale, say) or its dtype")
 
 
 def _cut(out: LayerOut, b: int, n: int) -> ItemLayer:

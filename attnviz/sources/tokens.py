@@ -12,11 +12,17 @@ so byte-level ``Ġ``, SentencePiece ``▁`` and BERT's lowercasing all disappear
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import InputError
+from ..errors import InputError, ModelNotFoundError
 from ..labels import CONTINUATION, printable
+
+T = TypeVar("T")
 
 UNKNOWN = "[UNK:{}]"  # the label of text the tokenizer replaced by its unknown token
 
@@ -144,9 +150,12 @@ def encode(
         raise InputError("the text is empty; give a sentence, e.g. \"The cat sat on the mat.\"")
     if pair is not None and not pair.strip():
         raise InputError("[[pair]] is empty; give a second sentence or leave [[pair]] out")
+    for what, value in (("text", text), ("[[pair]]", pair)):
+        if value is not None:
+            _check_unicode(value, what)
     tokenizer.no_padding()
     tokenizer.no_truncation()
-    encoding = tokenizer.encode(text, pair)
+    encoding = guarded(lambda: tokenizer.encode(text, pair), model_name)
     if max_length is not None and len(encoding.ids) > max_length:
         if not truncate:
             raise InputError(
@@ -155,9 +164,53 @@ def encode(
             )
         tokenizer.enable_truncation(max_length)
         try:
-            encoding = tokenizer.encode(text, pair)
+            encoding = guarded(lambda: tokenizer.encode(text, pair), model_name)
         finally:
             tokenizer.no_truncation()
     if not encoding.ids:
         raise InputError("the tokenizer produced no tokens for this text; give a sentence")
     return token_info(encoding, (text, pair), special_ids, unknown_token_id(tokenizer))
+
+
+def _check_unicode(text: str, what: str) -> None:
+    """A text that is not valid Unicode (a lone surrogate: bytes that were not UTF-8) is named, not tokenized."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"the {what} is not valid UTF-8 (character {exc.start + 1} stands for a byte "
+                         f"{text[exc.start]!a} that is not text); give UTF-8 text") from None
+
+
+def guarded(call: Callable[[], T], model_name: str, doing: str = "on this text") -> T:
+    """Run the tokenizers library: a panic in its Rust code (``PanicException``, a BaseException
+    that ``except Exception`` misses, e.g. from a catastrophic regex in ``tokenizer.json``) becomes
+    a named error of one line. Rust prints its panic (and, with RUST_BACKTRACE, a stack) straight
+    to file descriptor 2, so that is pointed at /dev/null for the call."""
+    try:
+        with _rust_silenced():
+            return call()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
+        raise
+    except BaseException as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise ModelNotFoundError(f"the tokenizer of {model_name} failed {doing} ({type(exc).__name__}: "
+                                 f"{first}); its tokenizer.json may be broken, re-download the model") from None
+
+
+@contextmanager
+def _rust_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null while the tokenizers library runs (a few microseconds)."""
+    try:
+        sys.stderr.flush()
+        saved, sink = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # no descriptor 2 to save: run as it is
+        yield
+        return
+    try:
+        os.dup2(sink, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(sink)
+

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...errors import ModelNotFoundError
+from ...errors import AttnvizError, ModelNotFoundError
 from ..base import Capabilities
 from ..engine import Capture, LayerOut, ModelSource
 from ..files import read_config, weight_files
@@ -90,15 +90,20 @@ class NativeSource(ModelSource):
                 f"{name}: config.json and the weights do not fit together ({type(exc).__name__}: {exc}); "
                 "re-download the model, or try [[engine=hf]]"
             ) from None
+        from ...limits import MAX_TOKENIZER_FILE, read_small
+        from ..tokens import guarded
+
+        path = folder / "tokenizer.json"
         try:
-            tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        except Exception as exc:  # the tokenizers library raises plain Exceptions
-            raise ModelNotFoundError(f"cannot read {folder / 'tokenizer.json'}: {exc}") from None
+            text = read_small(path, limit=MAX_TOKENIZER_FILE, what="tokenizer.json").decode("utf-8")
+        except (AttnvizError, UnicodeDecodeError, OSError) as exc:
+            raise ModelNotFoundError(f"cannot read {path}: {getattr(exc, 'template', exc)}") from None
+        tokenizer = guarded(lambda: Tokenizer.from_str(text), name, "to load")
         max_positions = config.get("max_position_embeddings") or config.get("n_positions")
         super().__init__(
             name=name, tokenizer=tokenizer, causal=family.causal, max_positions=max_positions,
             family=config["model_type"], device=device, pad_id=config.get("pad_token_id"),
-            bos_id=config.get("bos_token_id"),
+            bos_id=config.get("bos_token_id"), vocab_rows=self.model.vocab_rows,
         )
 
     @property

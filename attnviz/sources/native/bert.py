@@ -23,6 +23,7 @@ class Bert(NativeModel):
         eps = config.get("layer_norm_eps", 1e-12)
         self.act = ACTIVATIONS[config.get("hidden_act", "gelu")]
         self.word = take(weights, "embeddings.word_embeddings.weight")
+        self.vocab_rows = self.word.shape[0]
         self.pos = take(weights, "embeddings.position_embeddings.weight")
         self.types = weights.get("embeddings.token_type_embeddings.weight")
         self.ln_embed = load_layer_norm(weights, "embeddings.LayerNorm", d, eps)

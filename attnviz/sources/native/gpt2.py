@@ -36,6 +36,7 @@ class GPT2(NativeModel):
         inner = config.get("n_inner") or 4 * d
         self.act = ACTIVATIONS[config.get("activation_function", "gelu_new")]
         self.wte, self.wpe = take(weights, "wte.weight"), take(weights, "wpe.weight")
+        self.vocab_rows = self.wte.shape[0]
         for i in range(config["n_layer"]):
             p = f"h.{i}."
             attn = MultiHeadAttention(d, h)

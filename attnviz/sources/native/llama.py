@@ -79,6 +79,7 @@ class Llama(NativeModel):
         self.window = window if (window and uses_window) else None
         self.act = ACTIVATIONS[config.get("hidden_act", "silu")]
         self.embed = take(weights, "embed_tokens.weight")
+        self.vocab_rows = self.embed.shape[0]
         for i in range(config["num_hidden_layers"]):
             p = f"layers.{i}."
             attn = MultiHeadAttention(d, h, d_head=self.d_head, n_kv_heads=kv, bias=qkv_bias)
