@@ -210,3 +210,19 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def test_links_planted_at_output_names_are_replaced_not_written_through(run_cli, tmp_path):
+    out, outside = tmp_path / "o", tmp_path / "outside.txt"
+    out.mkdir()
+    outside.write_text("precious\n")
+    (out / "manifest.jsonl").symlink_to(outside)
+    r = _export(run_cli, tmp_path, out)
+    assert r.exit_code == 1 and "manifest.jsonl is a symbolic link" in r.stderr  # never read through either
+    (out / "manifest.jsonl").unlink()
+    for name in ("000000-the-cat-sat-on-the-mat.npz", "000000-the-cat-sat-on-the-mat.stats.json"):
+        (out / name).symlink_to(outside)
+    r = _export(run_cli, tmp_path, out)
+    assert r.exit_code == 0, r.stderr
+    assert outside.read_text() == "precious\n"
+    assert not any(p.is_symlink() for p in out.iterdir())
