@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["AttentionResult", "AttnvizError", "__version__", "extract", "extract_batch"]
+__all__ = ["AttentionResult", "AttnvizError", "__version__", "extract", "extract_batch", "show"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .api import extract, extract_batch
     from .errors import AttnvizError
+    from .notebook import show
     from .result import AttentionResult
 
 _LAZY = {
@@ -22,6 +23,7 @@ _LAZY = {
     "extract_batch": ("attnviz.api", "extract_batch"),
     "AttentionResult": ("attnviz.result", "AttentionResult"),
     "AttnvizError": ("attnviz.errors", "AttnvizError"),
+    "show": ("attnviz.notebook", "show"),
 }
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .compare import HeadsOverview
     from .explain import Walkthrough
     from .heads import HeadTable
+    from .render.page import Page
     from .render.view import HeatmapView
     from .result import AttentionResult
     from .sources.base import Source
@@ -265,6 +266,105 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
         del attentions  # before the next layer is computed
     assert builder is not None  # a model has at least one layer
     return builder.finish()
+
+
+def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: int | str = 0, kind: str = "self",
+              pair: str | None = None, target: str | None = None, reading: Reading = Reading(),
+              truncate: bool = False, stats: bool = True, view: str = "head") -> Page:
+    """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
+    ``layer`` (default: every layer), with the head statistics table (``stats``), for one text.
+    Layers are quantised and compressed as the engine computes them. Encoder-decoder models get
+    their encoder, decoder and cross-attention (``kind`` chooses the one shown first)."""
+    from .errors import UsageError
+    from .transforms import KINDS
+
+    if kind not in KINDS:
+        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
+    layers = None if layer == "all" else [int(layer)]
+    if source.capabilities.cross:  # encoder-decoder: computed whole, every kind on the page
+        result = source.extract(text, truncate=truncate, pair=pair, target=target, layers=layers)
+        return page_of_result(reading.apply(result), head=head, kind=kind, stats=stats, view=view,
+                              title=_title_text(text))
+    if kind not in ("self", "encoder"):
+        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {source.name} has only "
+                         "self-attention")
+    stream = source.stream_batch([text], truncate=truncate, layers=layers, pairs=[pair], target=target)
+    collector = _PageCollector(stream.layers, stats, _title_text(text))
+    for position, parts in stream:
+        header, attentions = stream.results[0], parts[0].attentions
+        del parts
+        if not reading.plain:
+            header = reading.layer(header, attentions)
+            attentions = header.attentions[0]
+        collector.add(header, position, attentions)
+        del attentions  # before the next layer is computed
+    return collector.finish(head=head, kind="self", view=view)
+
+
+def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = "self", stats: bool = True,
+                   view: str = "head", title: str | None = None) -> Page:
+    """The interactive page of a whole result (what ``AttentionResult._repr_html_`` and
+    :func:`attnviz.show` display): every layer and head, the decoder's and cross-attention too."""
+    layers = result.metadata.get("layers") or list(range(result.n_layers))
+    collector = _PageCollector(layers, stats, title or f"{len(result.tokens)} tokens")
+    for position in range(result.n_layers):
+        collector.add(result, position, result.attentions[position])
+    for name, tensor, rows, cols in (("decoder", result.decoder_attentions, result.target_tokens, result.target_tokens),
+                                     ("cross", result.cross_attentions, result.target_tokens, result.tokens)):
+        for position in range(0 if tensor is None else tensor.shape[0]):
+            collector.builder.add_layer(  # type: ignore[union-attr]
+                layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,  # type: ignore[index]
+                kind=name, causal=name == "decoder", row_special=result.target_special,
+                col_special=result.target_special if name == "decoder" else result.special)
+    return collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view)
+
+
+class _PageCollector:
+    """A page and its head statistics, built one layer at a time."""
+
+    def __init__(self, layers: Sequence[int], stats: bool, title: str) -> None:
+        from .heads import HeadTableBuilder
+
+        self.layers, self.stats, self.title = list(layers), stats, title
+        self.table = HeadTableBuilder()
+        self.builder: Any = None
+
+    def add(self, header: AttentionResult, position: int, attentions: Any) -> None:
+        from .render.page import PageBuilder
+
+        n = len(header.tokens)
+        if self.builder is None:
+            self.builder = PageBuilder(f"{header.model_name} · {self.title}", header.model_name,
+                                       cells=len(self.layers) * attentions.shape[0] * n * n)
+        breaks = [i for i in range(1, n) if header.segment_ids[i] != header.segment_ids[i - 1]]
+        self.builder.add_layer(self.layers[position], attentions, rows=header.tokens, cols=header.tokens,
+                               causal=header.causal, row_special=header.special, col_special=header.special,
+                               breaks=breaks)
+        if self.stats:
+            self.table.add_layer(header, position, attentions)
+
+    def finish(self, *, head: int | str, kind: str, view: str) -> Page:
+        from .errors import UsageError
+        from .render.page import stats_table
+
+        heads = self.builder.kinds["self"]["heads"]
+        if isinstance(head, int) and not 0 <= head < heads:
+            raise UsageError(f"[[head={head}]] is out of range; {self.builder.model} has heads 0 to {heads - 1}")
+        stats_data = None
+        if self.stats:
+            rows = self.table.table().rows()
+            for row in rows:
+                row["layer"] = self.layers[int(row["layer"])]  # type: ignore[call-overload]
+            stats_data = stats_table(rows)
+        first = {"kind": kind, "layer": 0, "head": head if isinstance(head, int) else 0, "view": view}
+        return self.builder.finish(stats=stats_data, initial=first)
+
+
+def _title_text(text: str | None, limit: int = 60) -> str:
+    if text is None:
+        return "the config's input"
+    one_line = " ".join(text.split())
+    return repr(one_line if len(one_line) <= limit else one_line[: limit - 1] + "…")
 
 
 # --- what each command shows, as data -------------------------------------------------------------

@@ -112,6 +112,13 @@ class AttentionResult:
         unk = self.metadata.get("unk_token_id")
         return [unk is not None and i == unk for i in self.token_ids]
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a result as the interactive page (:func:`attnviz.show`); the notebook protocol
+        asks the class itself, so this one call reaches up to the page, lazily."""
+        from .notebook import show
+
+        return show(self)._repr_html_()
+
     def save(self, path: str | os.PathLike[str], *, layers: list[int] | None = None, float16: bool = False) -> Path:
         """Write the result to ``path`` as ``.npz``, atomically, and byte-for-byte the same for the same result.
 

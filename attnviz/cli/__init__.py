@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from . import compare_heads, explain, export, heads, heatmap, rollout
+from . import compare_heads, explain, export, heads, heatmap, rollout, view
 
 app = typer.Typer(
     name="attnviz",
@@ -24,6 +24,7 @@ app.command("heads")(heads.heads)
 app.command("compare-heads")(compare_heads.compare_heads)
 app.command("rollout")(rollout.rollout)
 app.command("export")(export.export)
+app.command("view")(view.view)
 
 
 def _print_version(value: bool) -> None:

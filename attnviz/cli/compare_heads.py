@@ -84,6 +84,18 @@ def compare_heads(
         text = EXAMPLE
         console.print(f"no TEXT given; using the example sentence: {EXAMPLE!r}", style="dim")
     view = reading(hide_special, renormalize, words)
+    if out is not None and out.suffix.lower() == ".html":
+        if vs is not None or vs_model is not None:
+            raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
+        source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
+                             device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+        from ..api import page_view
+        from ..render.html import render_html
+
+        page = page_view(source, text, layer="all" if layers_choice is None else layers_choice, kind=kind_name(kind),
+                         pair=pair, target=target, truncate=truncate, reading=view, view="model")
+        console.print(f"wrote {render_html(page, out, cmap=cmap.value)}")
+        return
     kwargs = dict(engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                   trust_remote_code=trust_remote_code, verbose=verbose)
     source = open_source(model, **kwargs)

@@ -25,7 +25,7 @@ def export(
     layers: str | None = typer.Option(_NOT_GIVEN, "--layers", help="Layers to export: 0,2,4-6 or all (default).", show_default=False),
     heads: str | None = typer.Option(_NOT_GIVEN, "--heads", help="Heads to draw one by one too (0,3).", show_default=False),
     grid: bool | None = typer.Option(_NOT_GIVEN, "--grid/--no-grid", help="A grid of every head per layer (default: yes, unless --heads).", show_default=False),
-    formats: str | None = typer.Option(_NOT_GIVEN, "--formats", help="Some of png,svg,pdf,npz,json (default png,npz,json).", show_default=False),
+    formats: str | None = typer.Option(_NOT_GIVEN, "--formats", help="Some of png,svg,pdf,html,npz,json (default png,npz,json).", show_default=False),
     batch_size: int | None = typer.Option(_NOT_GIVEN, "--batch-size", help="Texts per forward pass (default 8).", show_default=False),
     jobs: int | None = typer.Option(_NOT_GIVEN, "--jobs", "-j", help="Processes drawing images (default 2).", show_default=False),
     config: str | None = typer.Option(None, "--config", help="A TOML file with an [export] table; flags override it. sample_configs/batch.toml works from any folder.", show_default=False),

@@ -37,6 +37,7 @@ from .options import (
     open_source,
     parse_head,
     parse_index_or_word,
+    reading,
 )
 
 
@@ -84,6 +85,19 @@ def heatmap(
         check_output_path(out)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+    if out is not None and out.suffix.lower() == ".html":  # the interactive page: every head, the one asked open
+        if values or vmax is not None:
+            raise UsageError("--values and --vmax are for pictures; the page shows each weight on hover, scaled to "
+                             "its largest")
+        from ..api import page_view
+        from ..render.html import render_html
+
+        page = page_view(source, text, layer=layer, head=head_choice if isinstance(head_choice, int) else 0,
+                         kind=kind_name(kind), pair=pair, target=target, truncate=truncate,
+                         reading=reading(hide_special, renormalize, words),
+                         view="matrix" if isinstance(head_choice, int) and layer_choice != "all" else "model")
+        typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")
+        return
     from ..api import attention_view
 
     view = attention_view(source, text, layer=layer_choice, head=head_choice,

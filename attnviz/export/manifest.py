@@ -175,7 +175,7 @@ def safe_name(name: object) -> bool:
 
 _SAFE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
 # What an export writes for an item: {index:06d}-{slug}.npz, .stats.json, .L{layer}[H{head}].{png,svg,pdf}
-_OUTPUT = re.compile(r"(\d{6})-[a-z0-9-]+\.(?:npz|stats\.json|L\d+(?:H\d+)?\.(?:png|svg|pdf))")
+_OUTPUT = re.compile(r"(\d{6})-[a-z0-9-]+\.(?:npz|stats\.json|html|L\d+(?:H\d+)?\.(?:png|svg|pdf))")
 _REQUIRED = ("index", "hash", "status", "settings", "of")
 
 

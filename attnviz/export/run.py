@@ -171,6 +171,7 @@ class ItemExport:
         self.streams_npz = "npz" in settings.formats and not header.attentions.numel() and header.cross_attentions is None
         if self.streams_npz and self.reading.plain:
             self._open_npz(header)
+        self.page: Any = None  # one page per text (html), its layers added as they come, compressed
 
     def _open_npz(self, header: AttentionResult) -> None:
         from ..result_writer import ResultWriter
@@ -194,6 +195,15 @@ class ItemExport:
         if self.npz is not None:
             self.npz.add(attentions, norms)
         self.stats.add_layer(self.shown, position, attentions)
+        if "html" in self.settings.formats:
+            tokens, special = self.shown.tokens, self.shown.special
+            if self.page is None:
+                from ..render.page import PageBuilder
+
+                self.page = PageBuilder(f"{self.header.model_name} · text {self.item.index}", self.header.model_name,
+                                        cells=self.n_layers * attentions.numel())
+            self.page.add_layer(part.layer, attentions, rows=tokens, cols=tokens, causal=self.shown.causal,
+                                row_special=special, col_special=special)
         if self.settings.image_formats:
             self._views(part.layer, attentions)
 
@@ -227,6 +237,8 @@ class ItemExport:
         rows = self.stats.table().rows()
         for row in rows:
             row["layer"] = self.layers[int(row["layer"])]  # numbered as in the model
+        if self.page is not None:
+            files.append(self._write_page(rows).name)
         if "json" in self.settings.formats:
             import json
 
@@ -242,6 +254,13 @@ class ItemExport:
         stats = {"tokens": len(self.shown.tokens), "labels": dict(sorted(labels.items())),
                  "entropy_norm_mean": round(sum(float(r["entropy_norm"]) for r in rows) / len(rows), 6)}
         return files, stats, self.images
+
+    def _write_page(self, rows: list[dict[str, Any]]) -> Path:
+        from ..render.html import render_html
+        from ..render.page import stats_table
+
+        page = self.page.finish(stats=stats_table(rows), initial={"view": "head", "layer": 0, "head": 0})
+        return render_html(page, self.out_dir / f"{self.item.stem}.html", cmap=self.settings.cmap)
 
     def abort(self) -> None:
         if self.npz is not None:

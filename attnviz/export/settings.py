@@ -16,6 +16,9 @@ else:  # pragma: no cover
 
 
 
+PAGE_FORMATS = ("html",)  # one interactive page per text, every exported layer on it (not one file per layer)
+
+
 @dataclass(frozen=True)
 class ExportSettings:
     """Everything an export run needs besides INPUT and --out. ``sample_configs/batch.toml`` documents each."""
@@ -58,7 +61,7 @@ class ExportSettings:
         """The formats that draw each layer's view (png, svg, pdf, and any registered since)."""
         from ..render.registry import view_formats
 
-        return [f for f in self.formats if f in view_formats()]
+        return [f for f in self.formats if f in view_formats() and f not in PAGE_FORMATS]
 
     def fingerprint(self) -> str:
         """What an output depends on. A rerun with other settings redoes the items instead of trusting old files."""
@@ -168,7 +171,7 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
         raise UsageError("[[grid=False]] draws nothing without [[heads]]; give heads to draw, or drop image formats")
     if settings.style not in ("figure", "tiles"):
         raise UsageError(f"[[style={settings.style!r}]]: use figure or tiles")
-    if settings.style == "tiles" and set(settings.image_formats) - {"png"}:
+    if settings.style == "tiles" and (set(settings.image_formats) - {"png"} or "html" in settings.formats):
         raise UsageError("[[style=tiles]] writes PNG only; drop svg/pdf from [[formats]] or use [[style=figure]]")
     if settings.cmap not in ("viridis", "magma"):
         raise UsageError(f"[[cmap={settings.cmap!r}]]: use viridis or magma")

@@ -45,6 +45,8 @@ def register(fmt: Format) -> Format:
 register(Format("png", "view", ".png", "attnviz.render.image:render_image", "a labelled figure (matplotlib)"))
 register(Format("svg", "view", ".svg", "attnviz.render.image:render_image", "a labelled figure, vector"))
 register(Format("pdf", "view", ".pdf", "attnviz.render.image:render_image", "a labelled figure, for papers"))
+register(Format("html", "view", ".html", "attnviz.render.html:render_html",
+                "an interactive page: head view, model view, matrices, one self-contained file"))
 register(Format("npz", "data", ".npz", None, "tokens, ids and attentions (AttentionResult.load reads it)"))
 register(Format("json", "data", ".stats.json", None, "every head's statistics and labels"))
 

@@ -1,0 +1,100 @@
+"""``attnviz view``: one self-contained interactive HTML page of every head, offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import UsageError
+from .common import cli_command
+from .options import (
+    Causal,
+    Cmap,
+    CmapOpt,
+    Device,
+    DeviceMap,
+    DeviceOpt,
+    EngineChoice,
+    EngineOpt,
+    HideSpecial,
+    Kind,
+    KindChoice,
+    Layer,
+    Model,
+    Pair,
+    Renormalize,
+    Revision,
+    Target,
+    Truncate,
+    TrustRemoteCode,
+    Verbose,
+    Words,
+    kind_name,
+    open_source,
+    parse_head,
+    parse_index_or_word,
+    reading,
+)
+
+
+@cli_command
+def view(
+    text: str | None = typer.Argument(
+        None, metavar="[TEXT]", help="Input text. Leave out for configs with a fixed input.", show_default=False
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="The page to write (.html).", show_default=False),
+    model: str | None = Model,
+    layer: str = Layer,
+    head: str = typer.Option("0", "--head", help="The head shown first (a number from 0)."),
+    kind: KindChoice = Kind,
+    target: str | None = Target,
+    pair: str | None = Pair,
+    first: str = typer.Option("head", "--show", help="The view open first: head, model, matrix or table."),
+    stats: bool = typer.Option(True, "--stats/--no-stats", help="Include the sortable table of head statistics."),
+    open_page: bool = typer.Option(False, "--open", help="Open the page in the default browser once written."),
+    hide_special: bool = HideSpecial,
+    renormalize: bool = Renormalize,
+    words: bool = Words,
+    causal: bool | None = Causal,
+    cmap: Cmap = CmapOpt,
+    truncate: bool = Truncate,
+    engine: EngineChoice = EngineOpt,
+    revision: str | None = Revision,
+    device: Device = DeviceOpt,
+    device_map: str | None = DeviceMap,
+    trust_remote_code: bool = TrustRemoteCode,
+    verbose: bool = Verbose,
+) -> None:
+    """Write an interactive page: the head view (tokens in two columns, hover one), the model view (every
+    layer x head; click one), each head's matrix with a tooltip, and the sortable head statistics.
+    One file, no network: open it anywhere.
+
+    Example: attnviz view "The cat sat on the mat." --out cat.html
+    """
+    if Path(out).suffix.lower() != ".html":
+        raise UsageError(f"--out {out} must end in .html; the page is one HTML file")
+    if first not in ("head", "model", "matrix", "table"):
+        raise UsageError(f"--show {first!r}: use head, model, matrix or table")
+    if first == "table" and not stats:
+        raise UsageError("--show table needs the statistics; drop --no-stats")
+    head_choice = parse_head(head)
+    if not isinstance(head_choice, int):
+        raise UsageError(f"--head {head} is the head shown first: give a number (the page shows every head)")
+    parse_index_or_word(layer, "--layer", "layer", ("all",))
+    from ..fileio import check_output_path
+
+    check_output_path(out)
+    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
+                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+    from ..api import page_view
+    from ..render.html import render_html
+
+    page = page_view(source, text, layer=layer, head=head_choice, kind=kind_name(kind), pair=pair, target=target,
+                     reading=reading(hide_special, renormalize, words), truncate=truncate, stats=stats, view=first)
+    written = render_html(page, out, cmap=cmap.value)
+    typer.echo(f"wrote {written}")
+    if open_page:
+        import webbrowser
+
+        webbrowser.open(written.resolve().as_uri())

@@ -1,0 +1,332 @@
+// attnviz's interactive attention page. Everything it needs is in this file and in the JSON
+// of #attnviz-data: no request to any network, ever. Each head is stored quantised, gzipped and
+// base64-encoded, and decoded (with the browser's DecompressionStream) only when it is drawn.
+(() => {
+  "use strict";
+  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
+  const $ = (sel) => document.querySelector(sel);
+  const el = (tag, attrs = {}, ...children) => {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "class") node.className = v; else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v);
+    }
+    for (const child of children) node.append(child);
+    return node;
+  };
+  const kinds = Object.keys(data.kinds);
+  const HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                       "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"];
+  const state = {
+    kind: data.initial.kind && data.kinds[data.initial.kind] ? data.initial.kind : kinds[0],
+    layer: data.initial.layer || 0, head: data.initial.head || 0, view: data.initial.view || "head",
+    enabled: null, hoverRow: -1, hoverCol: -1, query: 0,
+  };
+  const K = () => data.kinds[state.kind];
+  state.enabled = new Set([Math.min(state.head, K().heads - 1)]);
+
+  // --- decoding ---------------------------------------------------------------------------------
+  const cache = new Map();
+  function bytesOf(b64) {
+    const bin = atob(b64);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+  async function gunzip(bytes) {
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+  // The weights of one head as a Float32Array [rows * cols], in the page's units.
+  async function matrix(kind, layerIndex, head) {
+    const key = kind + "/" + layerIndex + "/" + head;
+    if (!cache.has(key)) {
+      cache.set(key, (async () => {
+        const k = data.kinds[kind];
+        const raw = await gunzip(bytesOf(k.chunks[layerIndex][head]));
+        const ints = k.bits === 16 ? new Uint16Array(raw.buffer, raw.byteOffset, raw.byteLength / 2) : raw;
+        const top = (1 << k.bits) - 1, scale = (k.scale || 1) / top;
+        const out = new Float32Array(ints.length);
+        for (let i = 0; i < ints.length; i++) out[i] = ints[i] * scale;
+        return out;
+      })());
+    }
+    return cache.get(key);
+  }
+  const colour = (v, vmax) => {
+    const t = Math.max(0, Math.min(255, Math.round((v / (vmax || 1)) * 255)));
+    return data.cmap[t];
+  };
+  const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : v.toFixed(data.kinds[state.kind].bits === 16 ? 4 : 3));
+  const tip = $("#tooltip");
+  function showTip(event, text) {
+    tip.textContent = text; tip.style.display = "block";
+    tip.style.left = event.clientX + 14 + "px"; tip.style.top = event.clientY + 14 + "px";
+  }
+  const hideTip = () => { tip.style.display = "none"; };
+  const layerName = (i) => (K().panelTitles ? "" : "layer " + K().layers[i]);
+  const headName = (h) => (K().panelTitles ? K().panelTitles[h] : "head " + h);
+
+  // --- controls ---------------------------------------------------------------------------------
+  function controls() {
+    const box = $("#controls");
+    box.replaceChildren();
+    if (kinds.length > 1) {
+      const sel = el("select", {id: "kind", onchange: (e) => { state.kind = e.target.value; state.layer = 0; state.head = 0;
+        state.enabled = new Set(Array.from({length: K().heads}, (_, h) => h)); controls(); draw(); }});
+      for (const k of kinds) sel.append(el("option", {value: k}, k === "self" ? "encoder / self" : k));
+      sel.value = state.kind;
+      box.append(el("label", {}, "attention "), sel);
+    }
+    if (K().layers.length > 1) {
+      const sel = el("select", {id: "layer", onchange: (e) => { state.layer = +e.target.value; draw(); }});
+      K().layers.forEach((l, i) => sel.append(el("option", {value: i}, "layer " + l)));
+      sel.value = state.layer;
+      box.append(el("label", {}, "layer "), sel);
+    }
+    const heads = el("div", {class: "swatches", id: "heads"});
+    for (let h = 0; h < K().heads; h++) {
+      const sw = el("div", {class: "swatch" + (state.enabled.has(h) ? "" : " off"), title: headName(h) +
+        " (click: show or hide in the head view; double-click: only this one)", "data-head": h}, String(h));
+      sw.style.background = HEAD_COLORS[h % HEAD_COLORS.length];
+      sw.style.borderColor = h === state.head ? "#000" : "transparent";
+      sw.addEventListener("click", () => {
+        if (state.enabled.has(h)) state.enabled.delete(h); else state.enabled.add(h);
+        state.head = h; controls(); draw();
+      });
+      sw.addEventListener("dblclick", () => { state.enabled = new Set([h]); state.head = h; controls(); draw(); });
+      heads.append(sw);
+    }
+    box.append(el("label", {}, K().panelTitles ? "panel " : "heads "), heads);
+  }
+
+  // --- head view: tokens in two columns, a line per weight --------------------------------------
+  async function headView() {
+    const k = K(), canvas = $("#headview"), ctx = canvas.getContext("2d");
+    const rowH = 18, pad = 8, colW = 150, gap = 220;
+    const n = Math.max(k.rows.length, k.cols.length);
+    const width = colW * 2 + gap, height = n * rowH + pad * 2, dpr = window.devicePixelRatio || 1;
+    canvas.width = width * dpr; canvas.height = height * dpr;
+    canvas.style.width = width + "px"; canvas.style.height = height + "px";
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const heads = [...state.enabled].sort((a, b) => a - b);
+    const mats = await Promise.all(heads.map((h) => matrix(state.kind, state.layer, h)));
+    const cols = k.cols.length, x0 = colW, x1 = colW + gap, y = (i) => pad + i * rowH + rowH / 2;
+    ctx.lineWidth = 2;
+    heads.forEach((h, index) => {
+      const m = mats[index];
+      ctx.strokeStyle = HEAD_COLORS[h % HEAD_COLORS.length];
+      for (let i = 0; i < k.rows.length; i++) {
+        if (state.hoverRow >= 0 && i !== state.hoverRow) continue;
+        for (let j = 0; j < cols; j++) {
+          if (state.hoverCol >= 0 && j !== state.hoverCol) continue;
+          const w = m[i * cols + j] / (k.scale || 1);
+          if (w < 0.01) continue;
+          ctx.globalAlpha = Math.min(1, w) * (heads.length > 1 ? 0.8 : 1);
+          ctx.beginPath(); ctx.moveTo(x0 + 4, y(i)); ctx.lineTo(x1 - 4, y(j)); ctx.stroke();
+        }
+      }
+    });
+    ctx.globalAlpha = 1; ctx.font = "13px system-ui, sans-serif"; ctx.textBaseline = "middle";
+    k.rows.forEach((t, i) => {
+      ctx.fillStyle = i === state.hoverRow ? "#3b5bdb" : (k.rowSpecial[i] ? "#8e8e93" : "#1d1d1f");
+      ctx.textAlign = "right"; ctx.fillText(t, x0 - 4, y(i));
+    });
+    k.cols.forEach((t, j) => {
+      ctx.fillStyle = j === state.hoverCol ? "#3b5bdb" : (k.colSpecial[j] ? "#8e8e93" : "#1d1d1f");
+      ctx.textAlign = "left"; ctx.fillText(t, x1 + 4, y(j));
+    });
+    canvas.dataset.drawn = String(heads.length);
+  }
+  function headViewHover(event) {
+    const k = K(), rect = event.target.getBoundingClientRect();
+    const x = event.clientX - rect.left, i = Math.floor((event.clientY - rect.top - 8) / 18);
+    const row = x < 150 && i >= 0 && i < k.rows.length ? i : -1;
+    const col = x > 370 && i >= 0 && i < k.cols.length ? i : -1;
+    if (row !== state.hoverRow || col !== state.hoverCol) {
+      state.hoverRow = row; state.hoverCol = col; headView();
+    }
+  }
+
+  // --- model view: every layer x head as a thumbnail --------------------------------------------
+  function paint(canvas, m, rows, cols, size, vmax) {
+    // Max-pooled into size x size pixels, so a strong weight never disappears.
+    const fy = Math.max(1, Math.ceil(rows / size)), fx = Math.max(1, Math.ceil(cols / size));
+    const h = Math.ceil(rows / fy), w = Math.ceil(cols / fx);
+    canvas.width = w; canvas.height = h;
+    const ctx = canvas.getContext("2d"), img = ctx.createImageData(w, h);
+    for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) {
+      let best = 0;
+      for (let i = r * fy; i < Math.min(rows, (r + 1) * fy); i++)
+        for (let j = c * fx; j < Math.min(cols, (c + 1) * fx); j++) best = Math.max(best, m[i * cols + j]);
+      const [R, G, B] = colour(best, vmax), o = (r * w + c) * 4;
+      img.data[o] = R; img.data[o + 1] = G; img.data[o + 2] = B; img.data[o + 3] = 255;
+    }
+    ctx.putImageData(img, 0, 0);
+  }
+  async function modelView() {
+    const k = K(), grid = $("#modelgrid"), size = 96;
+    grid.replaceChildren();
+    grid.style.gridTemplateColumns = (k.panelTitles ? "" : "auto ") + `repeat(${Math.min(k.heads, k.panelTitles ? 6 : k.heads)}, ${size}px)`;
+    const jobs = [];
+    k.layers.forEach((layer, li) => {
+      if (!k.panelTitles) grid.append(el("div", {class: "rowlabel"}, "L" + layer));
+      for (let h = 0; h < k.heads; h++) {
+        const canvas = el("canvas", {width: size, height: size, "data-layer": li, "data-head": h});
+        canvas.style.width = size + "px"; canvas.style.height = size + "px";
+        canvas.style.imageRendering = "pixelated";
+        const fig = el("figure", {class: li === state.layer && h === state.head ? "selected" : "",
+          title: (k.panelTitles ? headName(h) : `layer ${layer}, head ${h}`) + ": click to open"},
+          canvas, el("figcaption", {}, k.panelTitles ? headName(h) : "H" + h));
+        fig.addEventListener("click", () => { state.layer = li; state.head = h; setView("matrix"); });
+        grid.append(fig);
+        jobs.push([canvas, li, h]);
+      }
+    });
+    for (const [canvas, li, h] of jobs) {  // one head at a time, so the first thumbnails show at once
+      const m = await matrix(state.kind, li, h);
+      paint(canvas, m, k.rows.length, k.cols.length, size, k.vmax * 1 || 1);
+      canvas.dataset.drawn = "1";
+      await new Promise((resolve) => requestAnimationFrame(resolve));
+    }
+  }
+
+  // --- matrix: one head large, labelled, with a tooltip ------------------------------------------
+  async function matrixView() {
+    const k = K(), canvas = $("#matrix"), rows = k.rows.length, cols = k.cols.length;
+    const cell = Math.max(1, Math.min(24, Math.floor(760 / Math.max(rows, cols))));
+    const labels = cell >= 9, left = labels ? 110 : 0, top = labels ? 110 : 0;
+    const dpr = window.devicePixelRatio || 1, width = left + cols * cell, height = top + rows * cell;
+    canvas.width = width * dpr; canvas.height = height * dpr;
+    canvas.style.width = width + "px"; canvas.style.height = height + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const m = await matrix(state.kind, state.layer, state.head), vmax = k.vmax || 1;
+    for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
+      const [R, G, B] = colour(m[i * cols + j], vmax);
+      ctx.fillStyle = `rgb(${R},${G},${B})`;
+      ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
+    }
+    ctx.strokeStyle = "#fff"; ctx.lineWidth = 1.5;
+    for (const b of k.breaks || []) {
+      ctx.beginPath(); ctx.moveTo(left, top + b * cell); ctx.lineTo(left + cols * cell, top + b * cell); ctx.stroke();
+      ctx.beginPath(); ctx.moveTo(left + b * cell, top); ctx.lineTo(left + b * cell, top + rows * cell); ctx.stroke();
+    }
+    if (labels) {
+      ctx.fillStyle = "#1d1d1f"; ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
+      ctx.textAlign = "right"; ctx.textBaseline = "middle";
+      k.rows.forEach((t, i) => ctx.fillText(t, left - 4, top + i * cell + cell / 2));
+      k.cols.forEach((t, j) => {
+        ctx.save(); ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore();
+      });
+    }
+    canvas.dataset.left = left; canvas.dataset.top = top; canvas.dataset.cell = cell;
+    $("#matrixtitle").textContent = [data.model, state.kind === "self" ? "" : state.kind, layerName(state.layer),
+      headName(state.head)].filter(Boolean).join(" · ");
+    canvas.dataset.drawn = "1";
+  }
+  async function matrixHover(event) {
+    const k = K(), canvas = event.target, rect = canvas.getBoundingClientRect();
+    const cell = +canvas.dataset.cell, j = Math.floor((event.clientX - rect.left - canvas.dataset.left) / cell);
+    const i = Math.floor((event.clientY - rect.top - canvas.dataset.top) / cell);
+    if (i < 0 || j < 0 || i >= k.rows.length || j >= k.cols.length) return hideTip();
+    const m = await matrix(state.kind, state.layer, state.head);
+    showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${data.valueName}: ${fmt(m[i * k.cols.length + j])}`);
+  }
+
+  // --- heads table --------------------------------------------------------------------------------
+  let sortBy = null;
+  function tableView() {
+    const s = data.stats, box = $("#table");
+    if (!s) { box.replaceChildren(el("p", {class: "hint"}, "No head statistics on this page.")); return; }
+    const rows = s.rows.slice();
+    const index = sortBy === null ? -1 : s.columns.indexOf(sortBy);
+    if (index >= 0) rows.sort((a, b) => (index < 2 ? a[index] - b[index] : b[index] - a[index]));
+    const head = el("tr");
+    s.columns.forEach((c) => head.append(el("th", {class: c === sortBy ? "sorted" : "", title: s.descriptions[c] || c,
+      onclick: () => { sortBy = c; tableView(); }}, c)));
+    head.append(el("th", {}, "labels"));
+    const table = el("table", {class: "heads"}, el("thead", {}, head));
+    const body = el("tbody");
+    for (const r of rows) {
+      const tr = el("tr", {class: r[0] === K().layers[state.layer] && r[1] === state.head ? "selected" : ""});
+      r.slice(0, s.columns.length).forEach((v, c) => tr.append(el("td", {}, c < 2 ? String(v) : Number(v).toFixed(3))));
+      tr.append(el("td", {class: "labels"}, r[s.columns.length].join(", ")));
+      tr.addEventListener("click", () => {
+        state.layer = Math.max(0, data.kinds.self.layers.indexOf(r[0])); state.head = r[1]; state.kind = "self";
+        controls(); setView("matrix");
+      });
+      body.append(tr);
+    }
+    table.append(body);
+    box.replaceChildren(table);
+  }
+
+  // --- query-key view (bertviz's neuron view) -----------------------------------------------------
+  function qkView() {
+    const box = $("#qkbox");
+    const layer = data.qk && data.qk[String(K().layers[state.layer])];
+    const head = layer && layer[String(state.head)];
+    if (!head) { box.replaceChildren(el("p", {class: "hint"}, "No query and key vectors for this layer.")); return; }
+    const k = K(), q = head.q[state.query], d = q.length;
+    const sel = el("select", {id: "query", onchange: (e) => { state.query = +e.target.value; qkView(); }});
+    k.rows.forEach((t, i) => sel.append(el("option", {value: i}, i + ": " + t)));
+    sel.value = state.query;
+    const table = el("table");
+    const hdr = el("tr", {}, el("th", {}, "key"));
+    for (let c = 0; c < d; c++) hdr.append(el("th", {}, "q·k[" + c + "]"));
+    hdr.append(el("th", {}, "q·k"), el("th", {}, "÷√d"));
+    table.append(hdr);
+    const qrow = el("tr", {}, el("th", {}, "q"));
+    q.forEach((v) => qrow.append(el("td", {}, v.toFixed(3))));
+    table.append(qrow);
+    k.cols.forEach((t, j) => {
+      const tr = el("tr", {}, el("th", {}, t));
+      let dot = 0;
+      head.k[j].forEach((v, c) => { const p = q[c] * v; dot += p; tr.append(el("td", {}, p.toFixed(3))); });
+      tr.append(el("td", {}, dot.toFixed(3)), el("td", {}, (dot / Math.sqrt(d)).toFixed(3)));
+      table.append(tr);
+    });
+    box.replaceChildren(el("label", {}, "query "), sel, el("div", {class: "scroll"}, table));
+  }
+
+  // --- tabs ---------------------------------------------------------------------------------------
+  const VIEWS = {head: ["Head view", headView], model: ["Model view", modelView], matrix: ["Matrix", matrixView],
+                 qk: ["Query · key", qkView], table: ["Heads table", tableView]};
+  function setView(view) {
+    state.view = view;
+    document.querySelectorAll("nav.tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+    document.querySelectorAll("main section").forEach((s) => s.classList.toggle("active", s.id === "view-" + view));
+    draw();
+  }
+  function draw() {
+    hideTip();
+    return VIEWS[state.view][1]();
+  }
+  function build() {
+    document.title = data.title;
+    $("#title").textContent = data.title;
+    $("#notes").textContent = data.notes.join(" · ");
+    const nav = $("#tabs");
+    for (const [view, [name]] of Object.entries(VIEWS)) {
+      if (view === "qk" && !data.qk) continue;
+      if (view === "table" && !data.stats) continue;
+      if (view === "head" && K().panelTitles) continue;
+      nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
+    }
+    if (!nav.querySelector(`[data-view="${state.view}"]`)) state.view = nav.querySelector("button").dataset.view;
+    $("#headview").addEventListener("mousemove", headViewHover);
+    $("#headview").addEventListener("mouseleave", () => { state.hoverRow = state.hoverCol = -1; headView(); });
+    $("#matrix").addEventListener("mousemove", matrixHover);
+    $("#matrix").addEventListener("mouseleave", hideTip);
+    controls();
+    setView(state.view);
+  }
+  // For tests and scripts: the decoded weight of one cell, and what is shown.
+  window.attnviz = {data, state, weight: async (kind, li, h, i, j) => (await matrix(kind, li, h))[i * data.kinds[kind].cols.length + j],
+                    setView, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); }};
+  build();
+})();

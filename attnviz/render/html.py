@@ -1,0 +1,65 @@
+"""The interactive page as one self-contained HTML file: its script, style and data inside it.
+
+A Content-Security-Policy in the page forbids every request (no network, ever: bertviz's CDN
+scripts and CircuitsVis's bundle check are exactly what this avoids). The data is the JSON of a
+:class:`~attnviz.render.page.Page`; the script is ``assets/page.js``. :func:`render_html` is the
+registry's renderer for ``.html``: it takes a page, or any heatmap view (made a page).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..fileio import atomic_write, check_output_path
+from .page import Page, page_of_view
+
+# No request may leave the page: scripts and styles are inline, images are drawn on canvases.
+POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
+          "connect-src {connect}; base-uri 'none'; form-action 'none'")
+
+
+def page_html(page: Page, *, cmap: str = "viridis", connect: str = "'none'") -> str:
+    """The whole document. ``connect``: where the page may fetch from (``'self'`` for ``attnviz serve``)."""
+    assets = resources.files("attnviz.render") / "assets"
+    script = (assets / "page.js").read_text(encoding="utf-8")
+    style = (assets / "page.css").read_text(encoding="utf-8")
+    payload = json.dumps(page.data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")  # stays inside its <script>
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY.format(connect=connect)}\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<meta name=\"generator\" content=\"attnviz\">\n<title>{html.escape(page.title)}</title>\n"
+        f"<style>\n{style}</style>\n</head>\n<body>\n"
+        "<header><h1 id=\"title\"></h1><div class=\"notes\" id=\"notes\"></div></header>\n"
+        "<nav class=\"tabs\" id=\"tabs\"></nav>\n<div class=\"controls\" id=\"controls\"></div>\n<main>\n"
+        "<section id=\"view-head\"><p class=\"hint\">Queries on the left, keys on the right; a line's strength is the "
+        "weight. Hover a token to see only its row (left) or column (right); click the head swatches to choose "
+        "heads.</p><div class=\"scroll\"><canvas id=\"headview\"></canvas></div></section>\n"
+        "<section id=\"view-model\"><p class=\"hint\">Every head of every layer; click one to open it.</p>"
+        "<div class=\"grid\" id=\"modelgrid\"></div></section>\n"
+        "<section id=\"view-matrix\"><p class=\"hint\" id=\"matrixtitle\"></p>"
+        "<div class=\"scroll\"><canvas id=\"matrix\"></canvas></div></section>\n"
+        "<section id=\"view-qk\"><p class=\"hint\">For one query: each key's elementwise products q·k, their sum "
+        "(the score before scaling) and the scaled score.</p><div class=\"qk\" id=\"qkbox\"></div></section>\n"
+        "<section id=\"view-table\"><p class=\"hint\">Click a column to sort, a row to open that head.</p>"
+        "<div class=\"scroll\" id=\"table\"></div></section>\n"
+        "</main>\n<div id=\"tooltip\"></div>\n"
+        f"<script type=\"application/json\" id=\"attnviz-data\">{payload}</script>\n"
+        f"<script>\n{script}</script>\n</body>\n</html>\n"
+    )
+
+
+def render_html(view: Any, path: str | os.PathLike[str], *, cmap: str | None = None, **_: Any) -> Path:
+    """Write ``view`` (a :class:`Page`, or a heatmap view) as one self-contained HTML file."""
+    path = check_output_path(path)
+    page = view if isinstance(view, Page) else page_of_view(view)
+    scale = getattr(getattr(view, "scale", None), "cmap", None)
+    text = page_html(page, cmap=cmap or scale or "viridis")
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return path

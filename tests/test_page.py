@@ -1,0 +1,198 @@
+"""The interactive page (issue 13): its data equals the model's attention to the quantisation step,
+and in a real browser (Debian's chromium, driven by Playwright) it draws every view, with no
+request to any network. Without chromium the browser tests skip here, and fail under CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz import api
+from attnviz.render.html import page_html, render_html
+from attnviz.render.page import PageBuilder, decode_matrix, encode_matrix
+
+TEXT = "The cat sat on the mat because it was tired."
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return api.load()
+
+
+def test_quantised_heads_round_trip_within_half_a_step():
+    rng = np.random.default_rng(0)
+    m = rng.dirichlet(np.ones(37), size=23)
+    for bits in (8, 16):
+        back = decode_matrix(encode_matrix(m, bits), bits, m.shape)
+        assert np.abs(back - m).max() <= 0.5 / ((1 << bits) - 1) + 1e-12
+    assert PageBuilder("t", "m", cells=10).bits == 16 and PageBuilder("t", "m", cells=10**8).bits == 8
+
+
+def test_the_page_holds_every_head_of_every_layer(minilm):
+    page = api.page_view(minilm, TEXT)
+    result = attnviz.extract(TEXT)
+    kind = page.kinds["self"]
+    assert kind["rows"] == result.tokens and kind["layers"] == list(range(6)) and kind["heads"] == 12
+    step = 0.5 / ((1 << kind["bits"]) - 1)
+    for layer in (0, 5):
+        for head in (0, 7):
+            got = decode_matrix(kind["chunks"][layer][head], kind["bits"], (len(result.tokens),) * 2)
+            assert np.abs(got - result.attentions[layer, head].numpy()).max() <= step + 1e-6
+    rows = {(r[0], r[1]): r for r in page.stats["rows"]}
+    table = api.heads_of(minilm, [TEXT]).rows()
+    entropy = page.stats["columns"].index("entropy")
+    assert all(rows[(t["layer"], t["head"])][entropy] == pytest.approx(t["entropy"], abs=1e-6) for t in table)
+    text = page_html(page)
+    assert "http://" not in text.split('id="attnviz-data"')[0] and "https://" not in text
+    assert "default-src 'none'" in text
+
+
+def test_view_command_and_html_everywhere(run_cli, tmp_path):
+    r = run_cli("view", TEXT, "--out", str(tmp_path / "p.html"), "--layer", "2", "--head", "3")
+    assert r.exit_code == 0, r.stderr
+    data = _data(tmp_path / "p.html")
+    assert data["kinds"]["self"]["layers"] == [2] and data["initial"]["head"] == 3
+    r = run_cli("view", TEXT, "--out", str(tmp_path / "p.png"))
+    assert r.exit_code == 2 and "must end in .html" in r.stderr
+    r = run_cli("view", TEXT, "--out", str(tmp_path / "q.html"), "--head", "12")
+    assert r.exit_code == 2 and "--head 12 is out of range" in r.stderr
+    r = run_cli("heatmap", TEXT, "--layer", "1", "--head", "4", "--out", str(tmp_path / "h.html"))
+    assert r.exit_code == 0 and _data(tmp_path / "h.html")["initial"]["view"] == "matrix", r.stderr
+    r = run_cli("heatmap", TEXT, "--out", str(tmp_path / "v.html"), "--vmax", "0.5")
+    assert r.exit_code == 2 and "--vmax are for pictures" in r.stderr
+    r = run_cli("compare-heads", TEXT, "--out", str(tmp_path / "c.html"))
+    assert r.exit_code == 0 and _data(tmp_path / "c.html")["initial"]["view"] == "model", r.stdout
+    texts = tmp_path / "t.txt"
+    texts.write_text("The cat sat.\nA dog ran.\n")
+    r = run_cli("export", str(texts), "--out", str(tmp_path / "e"), "--formats", "html,json", "--layers", "0,3", "-q")
+    assert r.exit_code == 0, r.stderr
+    entry = json.loads((tmp_path / "e" / "manifest.jsonl").read_text().splitlines()[1])
+    assert "000001-a-dog-ran.html" in entry["files"]
+    exported = _data(tmp_path / "e" / "000001-a-dog-ran.html")
+    assert exported["kinds"]["self"]["layers"] == [0, 3] and exported["stats"]["rows"]
+
+
+def _data(path: Path) -> dict:
+    text = path.read_text(encoding="utf-8")
+    blob = re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', text, re.S).group(1)
+    return json.loads(blob.replace("<\\/", "</"))
+
+
+# --- in a real browser ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        chromium = None
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium and the playwright package for the page tests")
+        pytest.skip("no chromium or playwright here (CI installs both)")
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield instance
+        instance.close()
+
+
+def _open(browser, path: Path, requests: list[str], errors: list[str]):
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(path.as_uri())
+    page.wait_for_selector("#headview[data-drawn]")
+    return page
+
+
+def _drawn(page, selector: str) -> bool:
+    return page.evaluate(f"""() => {{ const c = document.querySelector('{selector}');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        for (let i = 3; i < d.length; i += 4) if (d[i] > 0) return true; return false; }}""")
+
+
+def test_every_view_draws_offline(browser, minilm, tmp_path):
+    result = attnviz.extract(TEXT)
+    path = render_html(api.page_view(minilm, TEXT), tmp_path / "p.html")
+    requests: list[str] = []
+    errors: list[str] = []
+    page = _open(browser, path, requests, errors)
+    # Decoded in the browser, equal to the model's weights within half a quantisation step.
+    for layer, head, i, j in ((0, 0, 1, 2), (3, 7, 5, 0), (5, 11, 12, 12)):
+        got = page.evaluate(f"window.attnviz.weight('self', {layer}, {head}, {i}, {j})")
+        assert got == pytest.approx(float(result.attentions[layer, head, i, j]), abs=1e-4)
+    # Head view: lines drawn; hovering a query token keeps only its row.
+    assert _drawn(page, "#headview")
+    box = page.locator("#headview").bounding_box()
+    page.mouse.move(box["x"] + 100, box["y"] + 8 + 3 * 18 + 9)
+    assert page.evaluate("window.attnviz.state.hoverRow") == 3
+    page.mouse.move(box["x"] + 400, box["y"] + 8 + 2 * 18 + 9)
+    assert page.evaluate("window.attnviz.state.hoverCol") == 2 and page.evaluate("window.attnviz.state.hoverRow") == -1
+    # Model view: every layer x head drawn; a click opens that head large.
+    page.click("nav.tabs button[data-view=model]")
+    page.wait_for_function("() => document.querySelectorAll('#modelgrid canvas[data-drawn]').length === 72")
+    page.click("#modelgrid canvas[data-layer='4'][data-head='9']")
+    page.wait_for_selector("#view-matrix.active #matrix[data-drawn]")
+    assert page.evaluate("[window.attnviz.state.layer, window.attnviz.state.head]") == [4, 9]
+    assert _drawn(page, "#matrix")
+    # The tooltip names query, key and weight.
+    left, top, cell = (float(page.get_attribute("#matrix", a)) for a in ("data-left", "data-top", "data-cell"))
+    box = page.locator("#matrix").bounding_box()
+    page.mouse.move(box["x"] + left + 2 * cell + cell / 2, box["y"] + top + 1 * cell + cell / 2)
+    page.wait_for_function("() => document.querySelector('#tooltip').style.display === 'block'")
+    tip = page.inner_text("#tooltip")
+    expected = float(result.attentions[4, 9, 1, 2])
+    assert f"query 1: {result.tokens[1]}" in tip and f"key 2: {result.tokens[2]}" in tip
+    assert float(tip.rsplit(":", 1)[1]) == pytest.approx(expected, abs=2e-4)
+    # The heads table sorts by a column and opens a head.
+    page.click("nav.tabs button[data-view=table]")
+    page.click("table.heads th:has-text('prev_score')")
+    first = page.locator("table.heads tbody tr").first.locator("td")
+    layer, head = int(first.nth(0).inner_text()), int(first.nth(1).inner_text())
+    table = api.heads_of(minilm, [TEXT]).rows()
+    best = max(table, key=lambda r: r["prev_score"])
+    assert (layer, head) == (best["layer"], best["head"])
+    page.locator("table.heads tbody tr").first.click()
+    page.wait_for_selector("#view-matrix.active")
+    assert page.evaluate("[window.attnviz.state.layer, window.attnviz.state.head]") == [layer, head]
+    assert errors == [] and requests == [path.as_uri()]
+
+
+def test_cross_attention_has_its_own_axes(browser, tiny_hf, tmp_path):
+    source = api.load(tiny_hf["bart"])
+    result = source.extract("Der Hund jagt die Katze.", target="The dog chased the cat.")
+    path = render_html(api.page_view(source, "Der Hund jagt die Katze.", target="The dog chased the cat.",
+                                     kind="cross", view="matrix"), tmp_path / "x.html")
+    requests: list[str] = []
+    errors: list[str] = []
+    page = browser.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("#matrix[data-drawn]")
+    kind = page.evaluate("window.attnviz.data.kinds.cross")
+    assert kind["rows"] == result.target_tokens and kind["cols"] == result.tokens
+    got = page.evaluate("window.attnviz.weight('cross', 1, 0, 2, 3)")
+    assert got == pytest.approx(float(result.cross_attentions[1, 0, 2, 3]), abs=1e-4)
+    assert set(page.evaluate("Object.keys(window.attnviz.data.kinds)")) == {"self", "decoder", "cross"}
+    assert errors == []
+
+
+def test_the_notebook_frame_draws_the_page(browser, tmp_path):
+    result = attnviz.extract("The cat sat.")
+    outer = tmp_path / "notebook.html"
+    outer.write_text(f"<!DOCTYPE html><html><body>{result._repr_html_()}</body></html>", encoding="utf-8")
+    page = browser.new_page()
+    page.goto(outer.as_uri())
+    frame = page.frame_locator("iframe")
+    frame.locator("#headview[data-drawn]").wait_for()
+    assert frame.locator("#title").inner_text().startswith("all-MiniLM-L6-v2")
