@@ -13,12 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY
 
 import attnviz
 from attnviz.errors import ResultFileError
 from attnviz.result import AttentionResult, write_npz
-
-from conftest import TINY
 
 
 def _result_arrays(tmp_path: Path) -> dict[str, np.ndarray]:

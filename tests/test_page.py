@@ -173,7 +173,6 @@ def test_cross_attention_has_its_own_axes(browser, tiny_hf, tmp_path):
     result = source.extract("Der Hund jagt die Katze.", target="The dog chased the cat.")
     path = render_html(api.page_view(source, "Der Hund jagt die Katze.", target="The dog chased the cat.",
                                      kind="cross", view="matrix"), tmp_path / "x.html")
-    requests: list[str] = []
     errors: list[str] = []
     page = browser.new_page()
     page.on("pageerror", lambda e: errors.append(str(e)))
