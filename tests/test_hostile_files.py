@@ -81,6 +81,7 @@ def test_shape_claims_and_wrong_kinds_of_file_are_result_file_errors(tmp_path):
     for name, (path, expected) in cases.items():
         with pytest.raises(ResultFileError, match=expected):
             AttentionResult.load(path)
+            pytest.fail(f"{name}: loaded")
     assert AttentionResult.load(tmp_path / "good.npz").tokens == ["the", "cat", "sat"]
 
 
