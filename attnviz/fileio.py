@@ -35,6 +35,9 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
         raise RenderError(f"cannot write {path}: folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK):
         raise RenderError(f"cannot write {path}: folder {parent} is not writable; choose another [[out]]")
+    if path.exists() and not os.access(path, os.W_OK):  # replacing it would go around its read-only mode
+        raise RenderError(f"cannot write {path}: it exists and is read-only; choose another [[out]] or make it "
+                          "writable")
     return path
 
 

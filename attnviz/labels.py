@@ -14,7 +14,9 @@ _VISIBLE = {" ": "␣", "\n": "⏎", "\r": "␍", "\t": "⇥", "\u3000": "␣", 
 
 
 def printable(label: str) -> str:
-    """Whitespace shown as ``␣ ⏎ ⇥``, other control characters as their Unicode pictures (``␛``)."""
+    """Whitespace shown as ``␣ ⏎ ⇥``, other control characters as their Unicode pictures (``␛``),
+    and invisible format characters (bidi overrides such as U+202E, which would reorder what the
+    terminal shows) as ``<U+202E>``. Joiners inside emoji sequences stay (they only shape them)."""
     out = []
     for ch in label:
         if ch in _VISIBLE:
@@ -23,6 +25,16 @@ def printable(label: str) -> str:
             out.append(chr(0x2400 + ord(ch)))
         elif 0x80 <= ord(ch) < 0xA0:
             out.append("�")
+        elif is_invisible(ch) and ch not in JOINERS:
+            out.append(f"<U+{ord(ch):04X}>")
         else:
             out.append(ch)
     return "".join(out) or "∅"
+
+
+def is_invisible(ch: str) -> bool:
+    """A format character (Unicode category Cf: bidi embeddings, overrides and isolates, marks,
+    zero-width characters) or a lone surrogate: nothing a terminal should be given raw."""
+    import unicodedata
+
+    return unicodedata.category(ch) in ("Cf", "Cs")

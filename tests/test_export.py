@@ -188,7 +188,7 @@ def test_inputs_jsonl_csv_and_stdin(run_cli, tmp_path):
         ("a,b\n1,2\n", "x.csv", ["--column", "c"], "has no column 'c' (columns: a, b)"),
         ("text\n", "x.txt", ["--shard", "3/2"], "--shard 3/2: K must be between 1 and N"),
         ("text\n", "x.txt", ["--batch-size", "0"], "--batch-size 0 must be at least 1"),
-        ("text\n", "x.txt", ["--formats", "gif"], "--formats 'gif': use some of png, svg, pdf, npz, json"),
+        ("text\n", "x.txt", ["--formats", "gif"], "--formats 'gif': use some of png, svg, pdf, html, npz, json"),
         ("text\n", "x.txt", ["--layers", "0,99"], "--layers 99 is out of range"),  # export's own flag
     ],
 )
@@ -281,7 +281,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(run_cli, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == [
-        f"attnviz: interrupted; finished items are kept in {stopped}. Rerun the same command to resume"
+        f"attnviz: error: interrupted; finished items are kept in {stopped}. Rerun the same command to resume"
     ]
     assert run_cli("export", *args, "--out", str(stopped)).exit_code == 0
     assert _tree(stopped) == _tree(clean)

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: usage errors, too, become one line on stderr (exit 2)."""
     import sys
 
+    from . import common
     from .common import fail
 
     click_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -62,4 +63,6 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(fail(f"{exc.format_message()} (see {command} --help)", exc.exit_code).exit_code) from None
     except typer.Abort:
         raise SystemExit(fail("aborted", 1).exit_code) from None
+    if code == 130 and not common.REPORTED:  # Ctrl-C that typer turned into exit 130 before a command ran
+        fail("interrupted", 130)
     raise SystemExit(code if isinstance(code, int) else 0)

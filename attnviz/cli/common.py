@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import typer
 
 from ..errors import AttnvizError, AttnvizWarning
+from ..labels import is_invisible
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,9 +23,52 @@ FLAGS = {"layers": "--layer", "heads": "--head", "head": "--head", "layer": "--l
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    sys.stderr.write(f"attnviz: error: {message}\n")
+    """Print the one error line (control characters in it, from a file name say, escaped) and exit."""
+    global REPORTED
+    sys.stderr.write(f"attnviz: error: {one_line(message)}\n")
     sys.stderr.flush()
+    REPORTED = True
     return typer.Exit(code)
+
+
+REPORTED = False  # whether this process has printed its error line (Ctrl-C: typer may exit 130 silently)
+
+
+def one_line(text: str) -> str:
+    """``text`` with newlines and other control characters (and lone surrogates) written as escapes."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or 0xD800 <= code < 0xE000 or is_invisible(ch):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def check_text_arguments(kwargs: dict[str, Any]) -> None:
+    """Every text a command was given must be valid UTF-8 (bytes that are not arrive as lone surrogates)."""
+    from ..errors import UsageError
+
+    for name, value in kwargs.items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            text = str(item) if isinstance(item, (str, os.PathLike)) else None
+            if text is None:
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                what = "TEXT" if name == "text" else "INPUT" if name == "inputs" else "--" + name.replace("_", "-")
+                code = ord(text[exc.start])
+                byte = f"0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else one_line(text[exc.start])
+                raise UsageError(f"{what} is not valid UTF-8 (character {exc.start + 1} is the byte {byte}); "
+                                 "give UTF-8 text") from None
 
 
 def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -> Any:
@@ -44,6 +88,7 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
+                check_text_arguments(kwargs)
                 return func(*args, **kwargs)
             except AttnvizError as exc:
                 raise fail(exc.for_cli({**FLAGS, **(flags or {})}), exc.exit_code) from None
@@ -52,6 +97,10 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
             except (typer.Exit, typer.Abort, SystemExit):
                 raise
             except Exception as exc:  # a bug: say so in one line, keep the traceback for ATTNVIZ_DEBUG
+                from .._entry import interrupted
+
+                if interrupted():  # Ctrl-C cut an import short and a library swallowed it: not a bug
+                    raise fail("interrupted", 130) from None
                 if debug:
                     raise
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -74,7 +123,13 @@ def stdout_console(width: int | None = None):
     """A rich console on stdout; ``width`` overrides the terminal's (useful when piping)."""
     from rich.console import Console
 
-    return Console(width=width, highlight=False, soft_wrap=False)
+    console = Console(width=width, highlight=False, soft_wrap=False, markup=False, emoji=False)
+    if console.width < MIN_WIDTH:  # COLUMNS=5 in the environment, say: never narrower than --width allows
+        console = Console(width=MIN_WIDTH, highlight=False, soft_wrap=False, markup=False, emoji=False)
+    return console
+
+
+MIN_WIDTH = 20  # the smallest --width (and terminal width) the commands draw at
 
 
 def show_view(view, out, *, values: bool, fit: str, width: int | None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError, in_cli_terms
-from .common import FLAGS, cli_command, stdout_console
+from .common import FLAGS, cli_command, fail, stdout_console
 from .options import CMAP_HELP, HIDE_SPECIAL_HELP, PAIR_HELP, RENORMALIZE_HELP, WORDS_HELP, Causal
 
 _NOT_GIVEN = None  # every option defaults to None so that --config values show through
@@ -94,8 +94,7 @@ def export(
             said = (lambda source: sys.stderr.write(f"attnviz: {source.describe()}\n")) if verbose else None
             summary = run_export(input, out, settings, on_start=start, on_item=advance, on_source=said)
         except KeyboardInterrupt:
-            sys.stderr.write(f"attnviz: interrupted; finished items are kept in {out}. Rerun the same command to resume\n")
-            raise typer.Exit(130) from None
+            raise fail(f"interrupted; finished items are kept in {out}. Rerun the same command to resume", 130) from None
     done = f"{summary.exported} exported, {summary.skipped} already done"
     if summary.removed:
         shown = ", ".join(summary.removed[:3]) + (f" and {len(summary.removed) - 3} more" if len(summary.removed) > 3 else "")

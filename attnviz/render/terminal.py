@@ -198,15 +198,20 @@ def _glyphs(label: str) -> list[str]:
 def _legend(scale: ColorScale, colour: bool) -> Text:
     lo, hi = scale.vmin, scale.vmax
     if colour:
-        text = Text(f"scale {lo:.2f} ")
+        text = Text(f"scale {legend_number(lo)} ")
         for (r, g, b) in scale.rgb(np.linspace(lo, hi, 24)):
             text.append(" ", style=f"on rgb({r},{g},{b})")
-        text.append(f" {hi:.2f}  ({scale.cmap})")
+        text.append(f" {legend_number(hi)}  ({scale.cmap})")
         return text
     step = (hi - lo) / len(SHADES)
-    parts = [f"'{ch}' <{lo + step * (i + 1):.2f}" for i, ch in enumerate(SHADES[:-1])]
-    parts.append(f"'{SHADES[-1]}' ≤{hi:.2f}")
+    parts = [f"'{ch}' <{legend_number(lo + step * (i + 1))}" for i, ch in enumerate(SHADES[:-1])]
+    parts.append(f"'{SHADES[-1]}' ≤{legend_number(hi)}")
     return Text("scale " + "  ".join(parts))
+
+
+def legend_number(value: float) -> str:
+    """Two decimals for the usual weights, a short exponent form for huge or tiny ones (``--vmax 1e308``)."""
+    return f"{value:.2f}" if value == 0 or 0.01 <= abs(value) < 1e5 else f"{value:.3g}"
 
 
 def render_thumbnails(view: HeatmapView, console: Console, *, layers: list[int], size: int = 8) -> None:
