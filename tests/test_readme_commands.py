@@ -217,6 +217,8 @@ def run_step(step: Step, variables: dict[str, str] | None = None):
         return [word]
 
     argv = [w for word in step.argv for w in expand(word)]
+    if argv[0] == "serve":
+        return argv, run_server(argv)
     stdin = Path(step.stdin).read_bytes() if step.stdin else None
     result = CliRunner().invoke(app, argv, input=stdin)
     assert result.exit_code == 0, f"{step.line}\nexit {result.exit_code}\n{result.stderr}{result.exception!r}"
@@ -224,6 +226,49 @@ def run_step(step: Step, variables: dict[str, str] | None = None):
     if step.stdout:
         Path(step.stdout).write_text(result.stdout, encoding="utf-8")
     return argv, result
+
+
+@dataclass
+class Finished:
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+def run_server(argv: list[str]) -> Finished:
+    """``attnviz serve …`` as written, but on a free port: up, answering / and /api/attention, then Ctrl-C."""
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    argv = list(argv)
+    if "--port" in argv:
+        argv[argv.index("--port") + 1] = port
+    else:
+        argv += ["--port", port]
+    proc = subprocess.Popen([sys.executable, "-m", "attnviz", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read()
+                answer = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/attention?text=The%20cat",
+                                                           timeout=10).read())
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server never answered"
+                time.sleep(0.2)
+        assert page.startswith(b"<!DOCTYPE html>") and answer["tokens"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    return Finished(out, err, proc.returncode)
 
 
 # --- what each command promises ------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from . import compare_heads, explain, export, heads, heatmap, rollout, view
+from . import compare_heads, explain, export, heads, heatmap, rollout, serve, view
 
 app = typer.Typer(
     name="attnviz",
@@ -25,6 +25,7 @@ app.command("compare-heads")(compare_heads.compare_heads)
 app.command("rollout")(rollout.rollout)
 app.command("export")(export.export)
 app.command("view")(view.view)
+app.command("serve")(serve.serve)
 
 
 def _print_version(value: bool) -> None:

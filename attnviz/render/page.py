@@ -36,11 +36,12 @@ class Page:
     initial: dict[str, Any] = field(default_factory=dict)  # kind, layer, head, view shown first
     value_name: str = "attention weight"
     notes: list[str] = field(default_factory=list)
+    live: dict[str, Any] | None = None  # attnviz serve: endpoint, text, and the extra fields (pair, target)
 
     def data(self, cmap: str = "viridis") -> dict[str, Any]:
         """The JSON the page's script reads, with the colour map as 256 RGB triples."""
         return {"title": self.title, "model": self.model, "kinds": self.kinds, "stats": self.stats, "qk": self.qk,
-                "initial": self.initial, "valueName": self.value_name, "notes": self.notes,
+                "initial": self.initial, "valueName": self.value_name, "notes": self.notes, "live": self.live,
                 "cmap": colormap_table(cmap), "format": "attnviz-page", "version": 1}
 
 

@@ -3,7 +3,7 @@
 // base64-encoded, and decoded (with the browser's DecompressionStream) only when it is drawn.
 (() => {
   "use strict";
-  const data = JSON.parse(document.getElementById("attnviz-data").textContent);
+  let data = JSON.parse(document.getElementById("attnviz-data").textContent);
   const $ = (sel) => document.querySelector(sel);
   const el = (tag, attrs = {}, ...children) => {
     const node = document.createElement(tag);
@@ -14,7 +14,7 @@
     for (const child of children) node.append(child);
     return node;
   };
-  const kinds = Object.keys(data.kinds);
+  let kinds = Object.keys(data.kinds);
   const HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                        "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"];
   const state = {
@@ -311,6 +311,7 @@
     $("#title").textContent = data.title;
     $("#notes").textContent = data.notes.join(" · ");
     const nav = $("#tabs");
+    nav.replaceChildren();
     for (const [view, [name]] of Object.entries(VIEWS)) {
       if (view === "qk" && !data.qk) continue;
       if (view === "table" && !data.stats) continue;
@@ -318,15 +319,65 @@
       nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
     }
     if (!nav.querySelector(`[data-view="${state.view}"]`)) state.view = nav.querySelector("button").dataset.view;
-    $("#headview").addEventListener("mousemove", headViewHover);
-    $("#headview").addEventListener("mouseleave", () => { state.hoverRow = state.hoverCol = -1; headView(); });
-    $("#matrix").addEventListener("mousemove", matrixHover);
-    $("#matrix").addEventListener("mouseleave", hideTip);
     controls();
     setView(state.view);
   }
+  // A new text's data (attnviz serve): the same views, the same layer, head and view where they exist.
+  function replace(next) {
+    data = next; kinds = Object.keys(data.kinds); cache.clear(); window.attnviz.data = data;
+    if (!data.kinds[state.kind]) state.kind = kinds[0];
+    state.layer = Math.min(state.layer, K().layers.length - 1);
+    state.head = Math.min(state.head, K().heads - 1);
+    state.enabled = new Set([...state.enabled].filter((h) => h < K().heads));
+    if (!state.enabled.size) state.enabled.add(state.head);
+    state.hoverRow = state.hoverCol = -1; state.query = 0;
+    build();
+  }
+  // attnviz serve: a text box (and pair/target boxes where they apply), recomputed as the user types.
+  function live(options) {
+    const box = el("form", {class: "live", onsubmit: (e) => e.preventDefault()});
+    const fields = {text: el("textarea", {id: "live-text", rows: 2, placeholder: "Type a text…"})};
+    fields.text.value = options.text || "";
+    box.append(fields.text);
+    for (const name of options.fields || []) {
+      fields[name] = el("input", {id: "live-" + name, placeholder: name === "pair" ? "second sentence (optional)" :
+        "the decoder's input (target)"});
+      fields[name].value = options[name] || "";
+      box.append(fields[name]);
+    }
+    const status = el("span", {class: "hint", id: "live-status"});
+    box.append(status);
+    document.querySelector("header").after(box);
+    let timer = null, serial = 0;
+    const update = async () => {
+      const params = new URLSearchParams();
+      for (const [name, input] of Object.entries(fields)) if (input.value.trim()) params.set(name, input.value);
+      if (!params.get("text")) return;
+      const mine = ++serial;
+      status.textContent = "computing…";
+      try {
+        const reply = await fetch(options.endpoint, {method: "POST", headers: {"Content-Type": "application/json"},
+                                                     body: JSON.stringify(Object.fromEntries(params))});
+        const body = await reply.json();
+        if (mine !== serial) return;  // a newer request is on its way
+        if (!reply.ok) { status.textContent = body.error || reply.statusText; return; }
+        status.textContent = "";
+        replace(body);
+      } catch (err) {
+        if (mine === serial) status.textContent = "the server did not answer: " + err;
+      }
+    };
+    for (const input of Object.values(fields)) input.addEventListener("input", () => {
+      clearTimeout(timer); timer = setTimeout(update, 250);
+    });
+  }
+  $("#headview").addEventListener("mousemove", headViewHover);
+  $("#headview").addEventListener("mouseleave", () => { state.hoverRow = state.hoverCol = -1; headView(); });
+  $("#matrix").addEventListener("mousemove", matrixHover);
+  $("#matrix").addEventListener("mouseleave", hideTip);
   // For tests and scripts: the decoded weight of one cell, and what is shown.
   window.attnviz = {data, state, weight: async (kind, li, h, i, j) => (await matrix(kind, li, h))[i * data.kinds[kind].cols.length + j],
-                    setView, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); }};
+                    setView, replace, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); }};
+  if (data.live) live(data.live);
   build();
 })();

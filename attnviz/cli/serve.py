@@ -1,0 +1,64 @@
+"""``attnviz serve``: the interactive page on a local server, the model kept loaded between requests."""
+
+from __future__ import annotations
+
+import typer
+
+from ..errors import UsageError
+from .common import cli_command, stdout_console
+from .options import (
+    Causal,
+    Cmap,
+    CmapOpt,
+    Device,
+    DeviceMap,
+    DeviceOpt,
+    EngineChoice,
+    EngineOpt,
+    Model,
+    Revision,
+    TrustRemoteCode,
+    Verbose,
+    open_source,
+)
+
+
+@cli_command
+def serve(
+    model: str | None = Model,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (another than 127.0.0.1 opens it to "
+                             "your network)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free one)."),
+    cmap: Cmap = CmapOpt,
+    causal: bool | None = Causal,
+    engine: EngineChoice = EngineOpt,
+    revision: str | None = Revision,
+    device: Device = DeviceOpt,
+    device_map: str | None = DeviceMap,
+    trust_remote_code: bool = TrustRemoteCode,
+    verbose: bool = Verbose,
+) -> None:
+    """Serve the interactive page at http://HOST:PORT/ with the model kept loaded: type a text and every
+    view follows. GET /api/attention?text=... answers with the attention of every head as JSON.
+    Ctrl-C stops it.
+
+    Example: attnviz serve --port 8000
+    """
+    from ..serve import check_available
+    from ..serve import serve as run
+
+    check_available()
+    if not host.strip():
+        raise UsageError("--host is empty; give an address such as 127.0.0.1")
+    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
+                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+    if source.capabilities.fixed_input:
+        raise UsageError(f"{source.name} has a fixed input (a matrices config): there is nothing to type; use "
+                         "attnviz view")
+    console = stdout_console()
+
+    def ready(where: str, number: int) -> None:
+        shown = f"[{where}]" if ":" in where else where
+        console.print(f"attnviz: serving {source.name} at http://{shown}:{number}/ (Ctrl-C stops)")
+
+    run(source, host=host, port=port, cmap=cmap.value, on_ready=ready)
