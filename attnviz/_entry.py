@@ -23,6 +23,12 @@ def interrupted() -> bool:
     return INTERRUPTED
 
 
+def handled() -> None:
+    """Ctrl-C was the expected way to stop (``attnviz serve``): the command ends normally."""
+    global INTERRUPTED
+    INTERRUPTED = False
+
+
 def main() -> None:
     try:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -31,8 +37,11 @@ def main() -> None:
 
         run()
     except KeyboardInterrupt:
-        try:
-            sys.stderr.write("attnviz: error: interrupted\n")
-            sys.stderr.flush()
-        finally:
-            raise SystemExit(130) from None
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # said once; a second Ctrl-C while exiting changes nothing
+        sys.stderr.write("attnviz: error: interrupted\n")
+        sys.stderr.flush()
+        raise SystemExit(130) from None
+    finally:
+        # Exiting (torch's and matplotlib's clean-up can take a moment): a Ctrl-C now must neither print a
+        # traceback nor kill the process by the signal after its one line was said.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -129,7 +129,7 @@ class Reading:
         from dataclasses import replace
 
         one = replace(header, attentions=attentions[None], cross_attentions=None, decoder_attentions=None,
-                      scores=None, values=None, value_norms=None)
+                      scores=None, values=None, value_norms=None, queries=None, keys=None)
         return self.apply(one)
 
 
@@ -290,6 +290,10 @@ def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: 
                          "self-attention")
     stream = source.stream_batch([text], truncate=truncate, layers=layers, pairs=[pair], target=target)
     collector = _PageCollector(stream.layers, stats, _title_text(text))
+    if source.capabilities.details and reading.plain and len(stream.results[0].tokens) <= QK_TOKENS:
+        # The query-key view: each head's q and k (a second, small pass with details=True).
+        detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)
+        collector.qk = qk_vectors(detailed)
     for position, parts in stream:
         header, attentions = stream.results[0], parts[0].attentions
         del parts
@@ -307,6 +311,8 @@ def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = 
     :func:`attnviz.show` display): every layer and head, the decoder's and cross-attention too."""
     layers = result.metadata.get("layers") or list(range(result.n_layers))
     collector = _PageCollector(layers, stats, title or f"{len(result.tokens)} tokens")
+    if len(result.tokens) <= QK_TOKENS:
+        collector.qk = qk_vectors(result)
     for position in range(result.n_layers):
         collector.add(result, position, result.attentions[position])
     for name, tensor, rows, cols in (("decoder", result.decoder_attentions, result.target_tokens, result.target_tokens),
@@ -319,6 +325,24 @@ def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = 
     return collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view)
 
 
+QK_TOKENS = 64
+"""Tokens up to which a page carries every head's query and key vectors (the query-key view)."""
+
+
+def qk_vectors(result: AttentionResult, digits: int = 4) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
+    """Each layer's and head's query and key vectors, rounded, keyed by the model's layer number."""
+    if result.queries is None or result.keys is None:
+        return {}
+    layers = result.metadata.get("layers") or list(range(result.n_layers))
+
+    def rounded(t: torch.Tensor) -> list[list[float]]:
+        return [[float(f"{v:.{digits}g}") for v in row] for row in t.tolist()]
+
+    return {str(layer): {str(h): {"q": rounded(result.queries[i, h]), "k": rounded(result.keys[i, h])}
+                         for h in range(result.queries.shape[1])}
+            for i, layer in enumerate(layers)}
+
+
 class _PageCollector:
     """A page and its head statistics, built one layer at a time."""
 
@@ -328,6 +352,7 @@ class _PageCollector:
         self.layers, self.stats, self.title = list(layers), stats, title
         self.table = HeadTableBuilder()
         self.builder: Any = None
+        self.qk: dict[str, Any] | None = None
 
     def add(self, header: AttentionResult, position: int, attentions: Any) -> None:
         from .render.page import PageBuilder
@@ -357,7 +382,7 @@ class _PageCollector:
                 row["layer"] = self.layers[int(row["layer"])]  # type: ignore[call-overload]
             stats_data = stats_table(rows)
         first = {"kind": kind, "layer": 0, "head": head if isinstance(head, int) else 0, "view": view}
-        return self.builder.finish(stats=stats_data, initial=first)
+        return self.builder.finish(stats=stats_data, initial=first, qk=self.qk or None)
 
 
 def _title_text(text: str | None, limit: int = 60) -> str:

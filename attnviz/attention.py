@@ -201,6 +201,8 @@ class AttentionOutput(NamedTuple):
     weights: Tensor | None  # [B, H, Tq, Tk], per head (None with need_weights=False)
     scores: Tensor | None  # [B, H, Tq, Tk], pre-softmax, scaled, before masking (None unless kept)
     values: Tensor  # [B, H, Tk, d], each head's value vectors (shared ones repeated under GQA)
+    queries: Tensor | None = None  # [B, H, Tq, d], each head's query vectors (after RoPE)
+    keys: Tensor | None = None  # [B, H, Tk, d], each head's key vectors (after RoPE; repeated under GQA)
 
 
 class MultiHeadAttention(nn.Module):
@@ -288,4 +290,4 @@ class MultiHeadAttention(nn.Module):
         out = merge_heads(heads)  # (B, Tq, H·d)
         if self.o_proj is not None:
             out = self.o_proj(out)  # (B, Tq, d_out)
-        return AttentionOutput(out, weights, scores, v)
+        return AttentionOutput(out, weights, scores, v, q, k)

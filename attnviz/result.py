@@ -21,7 +21,7 @@ from .errors import ResultFileError
 from .fileio import atomic_write
 
 FORMAT_VERSION = 1
-_OPTIONAL_TENSORS = ("cross_attentions", "decoder_attentions", "scores", "values", "value_norms")
+_OPTIONAL_TENSORS = ("cross_attentions", "decoder_attentions", "scores", "values", "value_norms", "queries", "keys")
 
 
 def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
@@ -56,6 +56,9 @@ class AttentionResult:
         scores: pre-softmax scores ``[layers, heads, q, k]`` (native engine, ``details=True``).
         values: each head's value vectors ``[layers, heads, k, d_head]`` (native engine, ``details=True``).
         value_norms: ‖f(x_j)‖ ``[layers, heads, k]`` for norm-based attention (Kobayashi et al. 2020).
+        queries, keys: each head's query and key vectors ``[layers, heads, q or k, d_head]`` (after
+            RoPE; keys repeated under grouped-query attention), with ``details=True``: their dot
+            products, scaled, are ``scores``.
         metadata: anything else worth saving (JSON-serialisable).
     """
 
@@ -75,6 +78,8 @@ class AttentionResult:
     scores: torch.Tensor | None = None
     values: torch.Tensor | None = None
     value_norms: torch.Tensor | None = None
+    queries: torch.Tensor | None = None
+    keys: torch.Tensor | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -152,6 +157,8 @@ class AttentionResult:
             scores=pick(self.scores),
             values=pick(self.values),
             value_norms=pick(self.value_norms),
+            queries=pick(self.queries),
+            keys=pick(self.keys),
             metadata={**self.metadata, "layers": chosen},
         )
 

@@ -158,3 +158,6 @@ def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str =
         on_ready(host, port)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn has shut down; it passes the signal on once it has
         server.run()
+    from ._entry import handled
+
+    handled()  # Ctrl-C is how a server stops: a clean exit, not an interruption

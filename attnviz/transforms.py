@@ -135,6 +135,8 @@ def to_words(result: AttentionResult) -> AttentionResult:
         scores=None,
         values=None,
         value_norms=None,
+        queries=None,
+        keys=None,
         metadata={**result.metadata, "words": True},
     )
 
@@ -156,5 +158,7 @@ def _subset(result: AttentionResult, keep: list[int], attn: torch.Tensor) -> Att
         scores=None,
         values=None,
         value_norms=None,
+        queries=None,
+        keys=None,
         metadata={**result.metadata, "special_removed": True},
     )

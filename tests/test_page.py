@@ -67,8 +67,18 @@ def test_view_command_and_html_everywhere(run_cli, tmp_path):
     assert r.exit_code == 0 and _data(tmp_path / "h.html")["initial"]["view"] == "matrix", r.stderr
     r = run_cli("heatmap", TEXT, "--out", str(tmp_path / "v.html"), "--vmax", "0.5")
     assert r.exit_code == 2 and "--vmax are for pictures" in r.stderr
-    r = run_cli("compare-heads", TEXT, "--out", str(tmp_path / "c.html"))
-    assert r.exit_code == 0 and _data(tmp_path / "c.html")["initial"]["view"] == "model", r.stdout
+    r = run_cli("compare-heads", TEXT, "--layer", "2", "--out", str(tmp_path / "c.html"))
+    assert r.exit_code == 0, r.stdout
+    compared = _data(tmp_path / "c.html")
+    assert compared["initial"]["view"] == "extras" and compared["kinds"]["self"]["layers"] == [2]
+    distances = compared["extras"][0]
+    from attnviz import metrics
+
+    exact = metrics.head_distance(attnviz.extract(TEXT).attentions[2:3]).numpy()
+    index = {name: int(name.split("H")[1]) for name in distances["rows"]}
+    for i, a in enumerate(distances["rows"]):
+        for j, b in enumerate(distances["cols"]):
+            assert distances["values"][i][j] == pytest.approx(exact[index[a], index[b]], rel=1e-3, abs=1e-6)
     texts = tmp_path / "t.txt"
     texts.write_text("The cat sat.\nA dog ran.\n")
     r = run_cli("export", str(texts), "--out", str(tmp_path / "e"), "--formats", "html,json", "--layers", "0,3", "-q")
@@ -195,3 +205,40 @@ def test_the_notebook_frame_draws_the_page(browser, tmp_path):
     frame = page.frame_locator("iframe")
     frame.locator("#headview[data-drawn]").wait_for()
     assert frame.locator("#title").inner_text().startswith("all-MiniLM-L6-v2")
+
+
+def test_query_and_key_vectors_are_the_models(tiny_hf):
+    """details=True gives each head's q and k: equal to transformers' own projections (BERT, layer 0),
+    and q·k/√d equal to the scores."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = tiny_hf["bert"]
+    result = attnviz.extract("the cat sat on the mat", model=folder, details=True, engine="native")
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    ids = AutoTokenizer.from_pretrained(folder)("the cat sat on the mat", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        hidden = model.embeddings(input_ids=ids)
+        attention = model.encoder.layer[0].attention.self
+        heads, d = model.config.num_attention_heads, model.config.hidden_size // model.config.num_attention_heads
+        q = attention.query(hidden)[0].view(-1, heads, d).transpose(0, 1)
+        k = attention.key(hidden)[0].view(-1, heads, d).transpose(0, 1)
+    assert torch.allclose(result.queries[0], q, atol=1e-5) and torch.allclose(result.keys[0], k, atol=1e-5)
+    scaled = result.queries @ result.keys.transpose(-1, -2) / d**0.5
+    assert torch.allclose(scaled, result.scores, atol=1e-5)
+
+
+def test_the_query_key_view_shows_the_products(browser, minilm, tmp_path):
+    result = attnviz.extract("The cat sat on the mat.", details=True)
+    path = render_html(api.page_view(minilm, "The cat sat on the mat.", view="qk"), tmp_path / "qk.html")
+    page = browser.new_page()
+    page.goto(path.as_uri())
+    page.evaluate("window.attnviz.select(2, 5)")
+    page.select_option("#query", "3")
+    page.wait_for_selector("#qkbox tr[data-key='4'] td.scaled")
+    for j in (0, 4):
+        row = page.locator(f"#qkbox tr[data-key='{j}']")
+        scaled = float(row.locator("td.scaled").inner_text())
+        weight = float(row.locator("td.weight").inner_text())
+        assert scaled == pytest.approx(float(result.scores[2, 5, 3, j]), abs=2e-3 + 2e-3 * abs(scaled))
+        assert weight == pytest.approx(float(result.attentions[2, 5, 3, j]), abs=1e-3)

@@ -89,8 +89,17 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
             warnings.simplefilter("always")
             try:
                 check_text_arguments(kwargs)
-                return func(*args, **kwargs)
+                done = func(*args, **kwargs)
+                from .._entry import interrupted
+
+                if interrupted():  # Ctrl-C that a library swallowed while importing: still a stop
+                    raise fail("interrupted", 130)
+                return done
             except AttnvizError as exc:
+                from .._entry import interrupted
+
+                if interrupted():  # Ctrl-C broke an import and a library turned that into another error
+                    raise fail("interrupted", 130) from None
                 raise fail(exc.for_cli({**FLAGS, **(flags or {})}), exc.exit_code) from None
             except KeyboardInterrupt:
                 raise fail("interrupted", 130) from None

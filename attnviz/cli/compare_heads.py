@@ -89,11 +89,17 @@ def compare_heads(
             raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
         source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                              device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
-        from ..api import page_view
+        from ..api import compare_heads_of_text, page_view
+        from ..compare import comparison
         from ..render.html import render_html
 
         page = page_view(source, text, layer="all" if layers_choice is None else layers_choice, kind=kind_name(kind),
-                         pair=pair, target=target, truncate=truncate, reading=view, view="model")
+                         pair=pair, target=target, truncate=truncate, reading=view, view="extras")
+        compared = comparison(compare_heads_of_text(source, text, layer=layers_choice, truncate=truncate,
+                                                    all_rows=all_rows, pair=pair, reading=view, kind=kind_name(kind),
+                                                    target=target), top=top)
+        page.add_matrix("distances", compared.matrix, compared.rows, compared.cols, title=compared.matrix_title,
+                        value_name="Jensen–Shannon distance", notes=compared.notes + compared.overview.notes)
         console.print(f"wrote {render_html(page, out, cmap=cmap.value)}")
         return
     kwargs = dict(engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,

@@ -213,7 +213,7 @@ class ItemExport:
         from ..render.view import FIGURE_CELLS, heatmap_view, max_pool
 
         one = replace(self.shown, attentions=attentions[None], cross_attentions=None, decoder_attentions=None,
-                      scores=None, values=None, value_norms=None, metadata={**self.header.metadata, "layers": [layer]})
+                      scores=None, values=None, value_norms=None, queries=None, keys=None, metadata={**self.header.metadata, "layers": [layer]})
         drawn: list[int | str] = (["all"] if self.settings.grid else []) + list(self.settings.heads or [])
         for head in drawn:
             view = heatmap_view(one, layer=layer, head=head, cmap=self.settings.cmap)

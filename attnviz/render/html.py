@@ -47,6 +47,8 @@ def page_html(page: Page, *, cmap: str = "viridis", connect: str = "'none'") -> 
         "<div class=\"scroll\"><canvas id=\"matrix\"></canvas></div></section>\n"
         "<section id=\"view-qk\"><p class=\"hint\">For one query: each key's elementwise products q·k, their sum "
         "(the score before scaling) and the scaled score.</p><div class=\"qk\" id=\"qkbox\"></div></section>\n"
+        "<section id=\"view-extras\"><p class=\"hint\">Hover a cell for its value; click a head's row to open it."
+        "</p><div id=\"extrasbox\"></div></section>\n"
         "<section id=\"view-table\"><p class=\"hint\">Click a column to sort, a row to open that head.</p>"
         "<div class=\"scroll\" id=\"table\"></div></section>\n"
         "</main>\n<div id=\"tooltip\"></div>\n"

@@ -37,11 +37,22 @@ class Page:
     value_name: str = "attention weight"
     notes: list[str] = field(default_factory=list)
     live: dict[str, Any] | None = None  # attnviz serve: endpoint, text, and the extra fields (pair, target)
+    extras: list[dict[str, Any]] = field(default_factory=list)  # other matrices (head distances): see add_matrix
+
+    def add_matrix(self, name: str, values: Any, rows: list[str], cols: list[str], *, title: str = "",
+                   value_name: str = "value", notes: list[str] | None = None) -> None:
+        """Another matrix shown in its own tab (compare-heads' head distances), with a tooltip; a row or
+        column named like ``L3H7`` opens that head when clicked."""
+        array = np.asarray(values, dtype=np.float64)
+        self.extras.append({"name": name, "title": title or name, "rows": list(rows), "cols": list(cols),
+                            "values": [[float(f"{v:.4g}") for v in row] for row in array.tolist()],
+                            "vmax": float(array.max(initial=0.0)), "valueName": value_name, "notes": list(notes or [])})
 
     def data(self, cmap: str = "viridis") -> dict[str, Any]:
         """The JSON the page's script reads, with the colour map as 256 RGB triples."""
         return {"title": self.title, "model": self.model, "kinds": self.kinds, "stats": self.stats, "qk": self.qk,
                 "initial": self.initial, "valueName": self.value_name, "notes": self.notes, "live": self.live,
+                "extras": self.extras,
                 "cmap": colormap_table(cmap), "format": "attnviz-page", "version": 1}
 
 

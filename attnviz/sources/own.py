@@ -80,6 +80,8 @@ class ConfigSource(Source):
             model_name=self.name,
             scores=torch.stack([o.scores[0] for o in outs]) if details else None,
             values=torch.stack([o.values[0] for o in outs]) if details else None,
+            queries=torch.stack([o.queries[0] for o in outs]) if details else None,
+            keys=torch.stack([o.keys[0] for o in outs]) if details else None,
             value_norms=torch.stack([n[0] for n in norms]).detach(),
             metadata={"engine": "config", "config_type": type(self.cfg).__name__},
         )

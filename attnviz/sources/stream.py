@@ -41,6 +41,8 @@ class LayerOut:
     scores: Tensor | None = None  # [B, H, T, T], with details
     values: Tensor | None = None  # [B, H, T, d], with details
     value_norms: Tensor | None = None  # [B, H, T]: ‖f(x_j)‖ for norm-based attention (native engine)
+    queries: Tensor | None = None  # [B, H, T, d], with details
+    keys: Tensor | None = None  # [B, H, T, d], with details
 
 
 @dataclass
@@ -52,6 +54,8 @@ class ItemLayer:
     scores: Tensor | None = None  # [H, n, n]
     values: Tensor | None = None  # [H, n, d]
     value_norms: Tensor | None = None  # [H, n]
+    queries: Tensor | None = None  # [H, n, d]
+    keys: Tensor | None = None  # [H, n, d]
 
 
 class LayerStream:
@@ -120,7 +124,8 @@ def _cut(out: LayerOut, b: int, n: int) -> ItemLayer:
     def rows(t: Tensor | None) -> Tensor | None:
         return None if t is None else t[b, :, :n]
 
-    return ItemLayer(out.layer, out.weights[b, :, :n, :n], square(out.scores), rows(out.values), rows(out.value_norms))
+    return ItemLayer(out.layer, out.weights[b, :, :n, :n], square(out.scores), rows(out.values), rows(out.value_norms),
+                     rows(out.queries), rows(out.keys))
 
 
 def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResult]:
@@ -128,7 +133,8 @@ def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResu
     dtype = torch.float16 if float16 else torch.float32
     count = len(stream.layers)
     stores: list[Tensor | None] = [None] * len(stream.results)
-    extras: list[dict[str, list[Tensor]]] = [{"scores": [], "values": [], "value_norms": []} for _ in stream.results]
+    extras: list[dict[str, list[Tensor]]] = [{"scores": [], "values": [], "value_norms": [], "queries": [], "keys": []}
+                                             for _ in stream.results]
     for position, parts in stream:
         _store(parts, position, count, dtype, stores, extras)
         del parts  # drop this layer before the stream computes the next

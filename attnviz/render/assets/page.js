@@ -266,7 +266,7 @@
   }
 
   // --- query-key view (bertviz's neuron view) -----------------------------------------------------
-  function qkView() {
+  async function qkView() {
     const box = $("#qkbox");
     const layer = data.qk && data.qk[String(K().layers[state.layer])];
     const head = layer && layer[String(state.head)];
@@ -278,24 +278,65 @@
     const table = el("table");
     const hdr = el("tr", {}, el("th", {}, "key"));
     for (let c = 0; c < d; c++) hdr.append(el("th", {}, "q·k[" + c + "]"));
-    hdr.append(el("th", {}, "q·k"), el("th", {}, "÷√d"));
+    hdr.append(el("th", {}, "q·k"), el("th", {}, "÷√d"), el("th", {}, "weight"));
     table.append(hdr);
     const qrow = el("tr", {}, el("th", {}, "q"));
     q.forEach((v) => qrow.append(el("td", {}, v.toFixed(3))));
     table.append(qrow);
+    const m = await matrix(state.kind, state.layer, state.head);
     k.cols.forEach((t, j) => {
-      const tr = el("tr", {}, el("th", {}, t));
+      const tr = el("tr", {"data-key": j}, el("th", {}, t));
       let dot = 0;
       head.k[j].forEach((v, c) => { const p = q[c] * v; dot += p; tr.append(el("td", {}, p.toFixed(3))); });
-      tr.append(el("td", {}, dot.toFixed(3)), el("td", {}, (dot / Math.sqrt(d)).toFixed(3)));
+      tr.append(el("td", {class: "dot"}, dot.toFixed(3)), el("td", {class: "scaled"}, (dot / Math.sqrt(d)).toFixed(3)),
+                el("td", {class: "weight"}, fmt(m[state.query * k.cols.length + j])));
       table.append(tr);
     });
     box.replaceChildren(el("label", {}, "query "), sel, el("div", {class: "scroll"}, table));
   }
 
+  // --- other matrices (compare-heads' head distances) --------------------------------------------
+  function extrasView() {
+    const box = $("#extrasbox");
+    box.replaceChildren();
+    for (const x of data.extras || []) {
+      const n = x.rows.length, m = x.cols.length, cell = Math.max(3, Math.min(16, Math.floor(640 / Math.max(n, m))));
+      const labels = cell >= 8, left = labels ? 56 : 0, top = labels ? 56 : 0;
+      const canvas = el("canvas", {class: "extra"});
+      canvas.width = left + m * cell; canvas.height = top + n * cell;
+      const ctx = canvas.getContext("2d");
+      for (let i = 0; i < n; i++) for (let j = 0; j < m; j++) {
+        const [R, G, B] = colour(x.values[i][j], x.vmax || 1);
+        ctx.fillStyle = `rgb(${R},${G},${B})`; ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
+      }
+      if (labels) {
+        ctx.fillStyle = "#1d1d1f"; ctx.font = Math.min(11, cell) + "px system-ui, sans-serif"; ctx.textBaseline = "middle";
+        ctx.textAlign = "right"; x.rows.forEach((t, i) => ctx.fillText(t, left - 3, top + i * cell + cell / 2));
+        x.cols.forEach((t, j) => { ctx.save(); ctx.translate(left + j * cell + cell / 2, top - 3); ctx.rotate(-Math.PI / 2);
+          ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore(); });
+      }
+      const at = (event) => {
+        const r = canvas.getBoundingClientRect();
+        return [Math.floor((event.clientY - r.top - top) / cell), Math.floor((event.clientX - r.left - left) / cell)];
+      };
+      canvas.addEventListener("mousemove", (event) => {
+        const [i, j] = at(event);
+        if (i < 0 || j < 0 || i >= n || j >= m) return hideTip();
+        showTip(event, `${x.rows[i]} · ${x.cols[j]}\n${x.valueName}: ${x.values[i][j]}`);
+      });
+      canvas.addEventListener("mouseleave", hideTip);
+      canvas.addEventListener("click", (event) => {  // a head's name opens it
+        const [i] = at(event), name = /^L(\d+)H(\d+)$/.exec(x.rows[i] || "");
+        const li = name ? data.kinds.self.layers.indexOf(+name[1]) : -1;
+        if (li >= 0) { state.kind = "self"; state.layer = li; state.head = +name[2]; controls(); setView("matrix"); }
+      });
+      box.append(el("h2", {class: "hint"}, x.title), canvas, el("p", {class: "hint"}, x.notes.join(" · ")));
+    }
+  }
+
   // --- tabs ---------------------------------------------------------------------------------------
   const VIEWS = {head: ["Head view", headView], model: ["Model view", modelView], matrix: ["Matrix", matrixView],
-                 qk: ["Query · key", qkView], table: ["Heads table", tableView]};
+                 qk: ["Query · key", qkView], table: ["Heads table", tableView], extras: ["Head distances", extrasView]};
   function setView(view) {
     state.view = view;
     document.querySelectorAll("nav.tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
@@ -315,6 +356,7 @@
     for (const [view, [name]] of Object.entries(VIEWS)) {
       if (view === "qk" && !data.qk) continue;
       if (view === "table" && !data.stats) continue;
+      if (view === "extras" && !(data.extras || []).length) continue;
       if (view === "head" && K().panelTitles) continue;
       nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
     }

@@ -2,7 +2,7 @@
 
 No transformers model is built (transformers is not even imported): ``config.json`` is read as
 JSON, weights with safetensors, ``tokenizer.json`` with the ``tokenizers`` library. It gives what
-transformers does not: the pre-softmax scores and each head's value vectors.
+transformers does not: the pre-softmax scores and each head's query, key and value vectors.
 """
 
 from __future__ import annotations
@@ -124,6 +124,8 @@ class NativeSource(ModelSource):
                     layer=i, weights=out.weights,
                     scores=out.scores if capture.details else None,
                     values=out.values if capture.details else None,
+                    queries=out.queries if capture.details else None,
+                    keys=out.keys if capture.details else None,
                     value_norms=head_value_norms(out.values, self.model.o_weight(i)),
                 )
             del out  # one layer's matrices at a time
