@@ -118,11 +118,21 @@ def browser():
 def _open(browser, path: Path, requests: list[str], errors: list[str]):
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     page.on("request", lambda r: requests.append(r.url))
+    # Every request but the page itself is refused (and recorded above, so none may even be tried).
+    page.route("**/*", lambda route: route.continue_() if route.request.url == path.as_uri() else route.abort())
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto(path.as_uri())
     page.wait_for_selector("#headview[data-drawn]")
     return page
+
+
+def _image(png: bytes):
+    import io
+
+    from matplotlib import image
+
+    return image.imread(io.BytesIO(png), format="png")
 
 
 def _drawn(page, selector: str) -> bool:
@@ -141,13 +151,25 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     for layer, head, i, j in ((0, 0, 1, 2), (3, 7, 5, 0), (5, 11, 12, 12)):
         got = page.evaluate(f"window.attnviz.weight('self', {layer}, {head}, {i}, {j})")
         assert got == pytest.approx(float(result.attentions[layer, head, i, j]), abs=1e-4)
-    # Head view: lines drawn; hovering a query token keeps only its row.
+    # The tokens are on the page, and a screenshot is not blank.
+    assert page.evaluate("window.attnviz.data.kinds.self.rows") == result.tokens
+    shot = _image(page.screenshot())
+    assert (shot[..., :3] < 0.9).mean() > 0.01  # more than a white page with a title
+    # Head view: lines drawn; hovering a query token keeps only its row, which changes what is drawn.
     assert _drawn(page, "#headview")
+    before = page.evaluate("document.querySelector('#headview').toDataURL()")
     box = page.locator("#headview").bounding_box()
     page.mouse.move(box["x"] + 100, box["y"] + 8 + 3 * 18 + 9)
     assert page.evaluate("window.attnviz.state.hoverRow") == 3
+    page.wait_for_function("(b) => document.querySelector('#headview').toDataURL() !== b", arg=before)
     page.mouse.move(box["x"] + 400, box["y"] + 8 + 2 * 18 + 9)
     assert page.evaluate("window.attnviz.state.hoverCol") == 2 and page.evaluate("window.attnviz.state.hoverRow") == -1
+    # Switching the layer redraws the head view from that layer's weights.
+    page.mouse.move(box["x"] + 700, box["y"] + 700)
+    shown = page.evaluate("document.querySelector('#headview').toDataURL()")
+    page.select_option("#layer", "4")
+    page.wait_for_function("(b) => document.querySelector('#headview').toDataURL() !== b", arg=shown)
+    assert page.evaluate("window.attnviz.state.layer") == 4
     # Model view: every layer x head drawn; a click opens that head large.
     page.click("nav.tabs button[data-view=model]")
     page.wait_for_function("() => document.querySelectorAll('#modelgrid canvas[data-drawn]').length === 72")
