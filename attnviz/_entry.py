@@ -2,20 +2,53 @@
 
 Ctrl-C while the command's modules are still importing (typer, torch: the first second or so)
 raises KeyboardInterrupt outside any command; caught here, it is the same one line as later.
+
+Ctrl-C in the middle of an import stops the process at once, with that line and exit 130: a
+KeyboardInterrupt raised there is swallowed by some libraries, or thrown through torch's C++
+(``terminate called after throwing an instance of 'pybind11::error_already_set'``, SIGABRT).
+No file of ours is being written while a module imports; ``fileio.atomic_write`` never leaves
+half a file under its final name in any case.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from types import FrameType
 
 INTERRUPTED = False  # set by Ctrl-C, even if a library swallows the KeyboardInterrupt it raised
+LINE = "attnviz: error: interrupted\n"
 
 
-def _on_interrupt(signum: int, frame: object) -> None:
+def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     global INTERRUPTED
     INTERRUPTED = True
+    if _importing(frame):
+        _exit_now()
     raise KeyboardInterrupt
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside an ``import`` (importlib's frames are on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _exit_now() -> None:
+    """The one line and exit 130, now: what was printed so far is flushed, nothing more runs."""
+    import contextlib
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # interrupted in the middle of a write to it: a reentrant flush fails
+            stream.flush()
+    try:
+        os.write(2, LINE.encode())
+    finally:
+        os._exit(130)
 
 
 def interrupted() -> bool:
@@ -38,10 +71,15 @@ def main() -> None:
         run()
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # said once; a second Ctrl-C while exiting changes nothing
-        sys.stderr.write("attnviz: error: interrupted\n")
+        sys.stderr.write(LINE)
         sys.stderr.flush()
         raise SystemExit(130) from None
     finally:
         # Exiting (torch's and matplotlib's clean-up can take a moment): a Ctrl-C now must neither print a
         # traceback nor kill the process by the signal after its one line was said.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if INTERRUPTED:
+            # A KeyboardInterrupt that escaped an exec() of a string (dataclasses and namedtuple build their
+            # methods so) leaves CPython's "unhandled KeyboardInterrupt" flag set, and `python -m attnviz`
+            # then kills itself by SIGINT after its exit 130. An exec of a string clears that flag.
+            exec("")
