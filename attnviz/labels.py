@@ -16,20 +16,33 @@ _VISIBLE = {" ": "␣", "\n": "⏎", "\r": "␍", "\t": "⇥", "\u3000": "␣", 
 def printable(label: str) -> str:
     """Whitespace shown as ``␣ ⏎ ⇥``, other control characters as their Unicode pictures (``␛``),
     and invisible format characters (bidi overrides such as U+202E, which would reorder what the
-    terminal shows) as ``<U+202E>``. Joiners inside emoji sequences stay (they only shape them)."""
-    out = []
-    for ch in label:
-        if ch in _VISIBLE:
-            out.append(_VISIBLE[ch])
-        elif ord(ch) < 0x20:
-            out.append(chr(0x2400 + ord(ch)))
-        elif 0x80 <= ord(ch) < 0xA0:
-            out.append("�")
-        elif is_invisible(ch) and ch not in JOINERS:
-            out.append(f"<U+{ord(ch):04X}>")
-        else:
-            out.append(ch)
-    return "".join(out) or "∅"
+    terminal shows) as ``<U+202E>``. The joiners, variation selectors and skin tones of
+    :data:`JOINERS` stay (they only shape their neighbours, inside emoji and some scripts)."""
+    return "".join(_escaped(ch) for ch in label) or "∅"
+
+
+def safe_text(text: str, *, newlines: bool = False) -> str:
+    """``text`` (a title, a model or file name) for the terminal: as :func:`printable` writes it,
+    except that spaces stay spaces, and line breaks stay too when ``newlines`` is true.
+
+    Nothing in the result drives the terminal or reorders what it shows; it is idempotent, so
+    text escaped upstream (token labels) may pass through it again."""
+    if text.isprintable():  # no control, format, separator other than the space, or surrogate character
+        return text
+    return "".join(ch if ch == " " or (newlines and ch == "\n") else _escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    if ch in _VISIBLE:
+        return _VISIBLE[ch]
+    code = ord(ch)
+    if code < 0x20:
+        return chr(0x2400 + code)
+    if 0x80 <= code < 0xA0:
+        return "�"
+    if ch not in JOINERS and (is_invisible(ch) or ch in "\u2028\u2029"):  # line and paragraph separators break lines
+        return f"<U+{code:04X}>"
+    return ch
 
 
 def is_invisible(ch: str) -> bool:

@@ -7,9 +7,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import ROOT, TINY
 
 from attnviz.labels import printable
 
@@ -88,3 +89,101 @@ def test_ctrl_c_while_starting_is_one_line(delay):
         return
     assert proc.returncode == 130 and err.startswith("attnviz: error: interrupted") and err.count("\n") == 1, \
         (proc.returncode, err)
+
+
+def _hostile_config(tmp_path) -> str:
+    """The tiny config under a name that holds ESC (``\\x1b[31m`` would turn the terminal red), a bidi
+    override and markup."""
+    text = (ROOT / "sample_configs" / "tiny.toml").read_text(encoding="utf-8")
+    path = tmp_path / "hostile.toml"
+    path.write_text(text.replace('name = "tiny"', 'name = "ti\\u001b[31m\\u202eny [bold]x"'), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("command", [["heatmap", "--layer", "0"], ["heatmap", "--layer", "0", "--head", "all"],
+                                     ["heads"], ["rollout"], ["compare-heads"], ["explain"]])
+def test_a_hostile_model_name_never_reaches_the_terminal_raw(run_cli, tmp_path, command):
+    """Titles (model names) and tables are escaped like labels; explain's titles by the console itself."""
+    r = run_cli(command[0], "the cat sat", "--model", _hostile_config(tmp_path), *command[1:], "--width", "120")
+    assert r.exit_code == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\u202e" not in r.stdout
+    assert "ti␛[31m<U+202E>ny [bold]x" in r.stdout
+
+
+def test_the_console_escapes_what_reaches_it_another_way():
+    from rich.text import Text
+
+    from attnviz.cli.common import stdout_console
+
+    console = stdout_console(80)
+    with console.capture() as captured:
+        console.print(Text("a\x1b[2Jb\u202ec\u2066d 👩\u200d💻"))
+        console.print("two\nlines")
+    assert captured.get() == "a␛[2Jb<U+202E>c<U+2066>d 👩\u200d💻\ntwo\nlines\n"
+
+
+def test_a_hostile_out_name_is_escaped_in_the_wrote_line(run_cli, tmp_path):
+    out = tmp_path / "o\x1b[1m\u202e.png"
+    r = run_cli("heatmap", "the cat", "--model", TINY, "--layer", "0", "--out", str(out))
+    assert r.exit_code == 0 and out.is_file(), r.stderr
+    assert r.stdout == f"wrote {tmp_path}/o␛[1m<U+202E>.png\n"
+
+
+def test_a_warning_is_one_line(capsys):
+    import warnings
+
+    from attnviz.cli.common import cli_command
+    from attnviz.errors import AttnvizWarning
+
+    @cli_command
+    def command() -> None:
+        warnings.warn("label 'a\nb\x1b[31m' has no glyph", AttnvizWarning, stacklevel=1)
+
+    command()
+    assert capsys.readouterr().err == "attnviz: warning: label 'a\\nb\\x1b[31m' has no glyph\n"
+
+
+def _run_entry(tmp_path, body: str, modules: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m`` a module that runs ``attnviz._entry.main`` with ``body`` as the command (``attnviz.cli``
+    replaced), as the console script does; ``modules`` are written beside it to be imported."""
+    import attnviz
+
+    for name, text in (modules or {}).items():
+        (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    (tmp_path / "fake_attnviz.py").write_text(
+        "import sys, types\n"
+        "cli = types.ModuleType('attnviz.cli')\n"
+        f"def main():\n{body}\n"
+        "cli.main = main\n"
+        "sys.modules['attnviz.cli'] = cli\n"
+        "from attnviz._entry import main as entry\n"
+        "entry()\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(attnviz.__file__).parents[1])])}
+    return subprocess.run([sys.executable, "-m", "fake_attnviz"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+SWALLOWS = """import os, signal
+try:  # Ctrl-C while a library imports, and the library swallows the KeyboardInterrupt
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(10_000_000):
+        pass
+except BaseException:
+    pass
+"""
+
+
+def test_ctrl_c_inside_an_import_stops_at_once(tmp_path):
+    """A KeyboardInterrupt raised inside an import may be swallowed (the command then ran to the end,
+    exit 0) or thrown through torch's C++ (abort, exit -6): Ctrl-C there ends the process at once."""
+    r = _run_entry(tmp_path, "    import swallows\n    print('the command still ran')", {"swallows": SWALLOWS})
+    assert (r.returncode, r.stderr, r.stdout) == (130, "attnviz: error: interrupted\n", "")
+
+
+def test_ctrl_c_that_escaped_an_exec_still_exits_130(tmp_path):
+    """A KeyboardInterrupt out of an ``exec`` of a string (dataclasses build methods so) set CPython's flag
+    that makes ``python -m`` kill itself by SIGINT (exit -2) after the one line."""
+    body = ("    exec('import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(10_000_000): pass')\n"
+            "    print('not reached')")
+    r = _run_entry(tmp_path, body)
+    assert (r.returncode, r.stderr, r.stdout) == (130, "attnviz: error: interrupted\n", "")

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import typer
 
 from ..errors import AttnvizError, AttnvizWarning
-from ..labels import is_invisible
+from ..labels import is_invisible, safe_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,20 +121,36 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
             finally:
                 for w in caught:
                     if issubclass(w.category, AttnvizWarning):
-                        sys.stderr.write(f"attnviz: warning: {w.message}\n")
+                        sys.stderr.write(f"attnviz: warning: {one_line(str(w.message))}\n")
                     elif debug:
-                        sys.stderr.write(f"warning ({w.category.__name__}): {w.message}\n")
+                        sys.stderr.write(f"warning ({w.category.__name__}): {one_line(str(w.message))}\n")
 
     return wrapper  # type: ignore[return-value]
 
 
 def stdout_console(width: int | None = None):
-    """A rich console on stdout; ``width`` overrides the terminal's (useful when piping)."""
-    from rich.console import Console
+    """A rich console on stdout; ``width`` overrides the terminal's (useful when piping).
 
-    console = Console(width=width, highlight=False, soft_wrap=False, markup=False, emoji=False)
-    if console.width < MIN_WIDTH:  # COLUMNS=5 in the environment, say: never narrower than --width allows
-        console = Console(width=MIN_WIDTH, highlight=False, soft_wrap=False, markup=False, emoji=False)
+    It reads no markup or emoji codes, is never narrower than :data:`MIN_WIDTH` (``COLUMNS=5`` in
+    the environment, say), and escapes what is left of control and invisible format characters
+    in what it prints (see :func:`attnviz.labels.safe_text`): the renderers escape what they lay
+    out, this is the last line for any text that reaches the console another way."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class SafeConsole(Console):
+        def render(self, renderable, options=None):  # type: ignore[override]
+            for segment in super().render(renderable, options):
+                text = segment.text
+                if segment.control or text.isprintable():
+                    yield segment
+                else:
+                    yield Segment(safe_text(text, newlines=True), segment.style, segment.control)
+
+    settings = {"highlight": False, "soft_wrap": False, "markup": False, "emoji": False}
+    console = SafeConsole(width=width, **settings)
+    if console.width < MIN_WIDTH:
+        console = SafeConsole(width=MIN_WIDTH, **settings)
     return console
 
 
@@ -147,7 +163,7 @@ def show_view(view, out, *, values: bool, fit: str, width: int | None) -> None:
         from ..fileio import check_output_path
         from ..render.registry import for_path
 
-        typer.echo(f"wrote {for_path(check_output_path(out)).render(view, out, values=values)}")
+        typer.echo(f"wrote {safe_text(str(for_path(check_output_path(out)).render(view, out, values=values)))}")
     else:
         from ..render.terminal import render_terminal
 

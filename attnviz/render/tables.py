@@ -1,4 +1,8 @@
-"""Rich tables of numbers: head statistics and pairs of heads."""
+"""Rich tables of numbers: head statistics and pairs of heads.
+
+Titles, labels and head names reach the table escaped (:func:`attnviz.labels.safe_text`: a model
+name may hold ESC or a bidi override) and as ``rich.text.Text``, so ``[bold]`` is never markup.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,9 @@ from dataclasses import dataclass
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
+
+from ..labels import safe_text
 
 # The order in which statistics give way when the terminal is narrow: the first ones stay longest.
 PRIORITY = ("prev_score", "next", "self", "first", "entropy_norm", "sep", "punct", "induction", "duplicate",
@@ -29,8 +36,12 @@ class HeadColumns:
     all_zero: list[str]  # 0.000 in every row (e.g. ``next`` in a causal model): left out, and said so
 
 
-def _labels_text(row: dict[str, object]) -> str:
-    return ", ".join(row["labels"])  # type: ignore[arg-type]
+def _labels_text(row: dict[str, object]) -> Text:
+    return Text(", ".join(safe_text(label) for label in row["labels"]))  # type: ignore[attr-defined]
+
+
+def _title(title: str) -> Text:
+    return Text(safe_text(title), style="table.title")
 
 
 def _widths(rows: Sequence[dict[str, object]], stats: Sequence[str], header: Callable[[str], str]) -> tuple[int, dict[str, int]]:
@@ -44,7 +55,7 @@ def _widths(rows: Sequence[dict[str, object]], stats: Sequence[str], header: Cal
 
 def label_column_width(rows: Sequence[dict[str, object]]) -> int:
     """Wide enough for the longest label and its comma: labels wrap between them, never inside one."""
-    return max([len("labels"), *(len(label) + 1 for r in rows for label in r["labels"])])  # type: ignore[attr-defined]
+    return max([len("labels"), *(len(safe_text(label)) + 1 for r in rows for label in r["labels"])])  # type: ignore[attr-defined]
 
 
 def choose_columns(rows: Sequence[dict[str, object]], stats: Sequence[str], width: int, *,
@@ -82,7 +93,7 @@ def head_stats_table(rows: list[dict[str, object]], stats: list[str], *, title: 
     Columns are never cut: headers and labels keep their width (see :func:`choose_columns` for
     what fits), and a head's labels wrap between labels.
     """
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+    table = Table(title=_title(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
                   pad_edge=False, collapse_padding=True)
     table.add_column("L", justify="right", no_wrap=True)
     table.add_column("H", justify="right", no_wrap=True)
@@ -110,19 +121,19 @@ def legend_table(entries: Sequence[tuple[str, str, str]]) -> Table:
 
 
 def pairs_table(title: str, pairs: list[tuple[str, str, float]], value_name: str) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=_title(title), title_justify="left", header_style="bold")
     table.add_column("head")
     table.add_column("head")
     table.add_column(value_name, justify="right")
     for a, b, value in pairs:
-        table.add_row(a, b, f"{value:.3f}")
+        table.add_row(Text(safe_text(a)), Text(safe_text(b)), f"{value:.3f}")
     return table
 
 
 def ranking_table(title: str, items: list[tuple[str, float]], value_name: str) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=_title(title), title_justify="left", header_style="bold")
     table.add_column("head")
     table.add_column(value_name, justify="right")
     for name, value in items:
-        table.add_row(name, f"{value:.3f}")
+        table.add_row(Text(safe_text(name)), f"{value:.3f}")
     return table

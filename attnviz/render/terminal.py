@@ -4,12 +4,17 @@ Rows are queries, columns are keys; column labels are written vertically above t
 output fits the console's width: wider inputs are max-pooled (``fit="downsample"``) or split into
 pages of columns (``fit="page"``), and a note says which. ``NO_COLOR`` and consoles with no
 colour get shade characters (`` ░▒▓█``) so the pattern still shows.
+
+Every string a user controls (token labels, titles holding model and file names, notes, panel
+titles) is escaped with :func:`attnviz.labels.safe_text` before it is laid out, and printed as
+``rich.text.Text``, which never reads ``[bold]`` or ``:smile:`` as markup.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -17,7 +22,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from ..labels import JOINERS
+from ..labels import JOINERS, safe_text
 from .colors import SHADES, ColorScale
 from .view import HeatmapView, max_pool
 
@@ -33,6 +38,7 @@ def render_terminal(view: HeatmapView, console: Console, *, values: bool = False
     A grid (several heads) is always max-pooled until one panel fits; ``fit="page"`` applies to
     a single heatmap.
     """
+    view = terminal_safe(view)
     colour = not (console.no_color or console.color_system is None)
     cell_w = 4 if values else 2
     n_panels = view.panels.shape[0]
@@ -56,6 +62,14 @@ def render_terminal(view: HeatmapView, console: Console, *, values: bool = False
             _single(view, console, label_w, cell_w, colour, values, cols)
     console.print(_legend(view.scale, colour))
     console.print(Text(f"rows: {view.row_axis} · columns: {view.col_axis}", style="dim"))
+
+
+def terminal_safe(view: HeatmapView) -> HeatmapView:
+    """``view`` with its title, notes, panel titles and labels escaped for the terminal (idempotent)."""
+    return replace(view, title=safe_text(view.title), notes=[safe_text(n) for n in view.notes],
+                   panel_titles=[safe_text(t) for t in view.panel_titles],
+                   row_labels=[safe_text(t) for t in view.row_labels], col_labels=[safe_text(t) for t in view.col_labels],
+                   row_axis=safe_text(view.row_axis), col_axis=safe_text(view.col_axis))
 
 
 def _label_width(view: HeatmapView) -> int:
@@ -220,6 +234,7 @@ def render_thumbnails(view: HeatmapView, console: Console, *, layers: list[int],
     ``view.panels`` holds every head of ``layers``, layer by layer. Each thumbnail is max-pooled
     to at most ``size``×``size`` cells.
     """
+    view = terminal_safe(view)
     colour = not (console.no_color or console.color_system is None)
     n_keys = view.panels.shape[2]
     pooled = max_pool(view, math.ceil(n_keys / size)) if n_keys > size else view
