@@ -63,6 +63,8 @@ STATISTICS: dict[str, tuple[Callable[[HeadInputs], Tensor], str]] = {
                   "share on earlier copies of the token (TransformerLens)"),
     "induction": (lambda r: metrics.induction_score(r.attentions, token_ids(r)),
                   "share on what followed an earlier copy (TransformerLens)"),
+    "sink": (lambda r: metrics.sink_importance(r.attentions, causal=r.causal).amax(-1),
+             "largest α_k, the mean weight on key k from the rows that see it (Gu et al. 2024)"),
 }
 
 # The table's column headers: at most 4 characters, so 12 columns fit 80 to 120 terminal columns.
@@ -70,7 +72,7 @@ STATISTICS: dict[str, tuple[Callable[[HeadInputs], Tensor], str]] = {
 SHORT_NAMES: dict[str, str] = {
     "entropy": "ent", "entropy_norm": "entN", "self": "self", "prev_score": "prev", "next": "next",
     "first": "1st", "sep": "sep", "punct": "punc", "max": "max", "distance": "dist", "duplicate": "dup",
-    "induction": "ind",
+    "induction": "ind", "sink": "sink",
 }
 # Names a statistic had before (JSON and CSV columns), for a message that says what replaced them.
 RETIRED: dict[str, str] = {"prev_mean": "prev_score", "cls": "first"}
@@ -89,6 +91,8 @@ LABELS: dict[str, tuple[str, float]] = {
     # reach, and 0.3 means about 60% of the second copy's attention on the pattern.
     "duplicate-token": ("duplicate", 0.3),
     "induction": ("induction", 0.3),
+    # Gu et al. 2024: a head has an attention sink at key k when α_k > ε = 0.3.
+    "sink": ("sink", metrics.SINK_THRESHOLD),
 }
 MIN_TOKENS = 4  # fewer tokens than this say little about a head; the commands warn
 
@@ -126,6 +130,13 @@ class HeadTable:
     stats: dict[str, Tensor]
     n_texts: int
     tokens: list[str] | None = None  # the token labels, when the table is of one text
+    sinks: dict[tuple[int, int], list[int]] | None = None  # (layer, head) → sink positions, for one text
+
+    @property
+    def sink_rate(self) -> float:
+        """The share of heads with a sink on the first token, α_0 > ε (Gu et al. 2024's sink rate).
+        α_0 is the ``first`` statistic: every row sees the first token."""
+        return float((self.stats["first"] > metrics.SINK_THRESHOLD).double().mean())
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -144,6 +155,8 @@ class HeadTable:
                 row: dict[str, object] = {"layer": layer, "head": head}
                 row.update({name: round(float(t[layer, head]), 6) for name, t in self.stats.items()})
                 row["labels"] = self.labels(layer, head)
+                if self.sinks is not None:
+                    row["sinks"] = self.sinks.get((layer, head), [])
                 out.append(row)
         return out
 
@@ -168,7 +181,7 @@ class HeadTable:
     def document(self, rows: list[dict[str, object]] | None = None, **what: object) -> dict[str, object]:
         """The JSON document of ``heads --format json``: model, ``what`` was read (text, file, probe),
         how many texts, the tokens of a single text, and ``rows`` (default: every head)."""
-        return {"model": self.model_name, **what, "n_texts": self.n_texts,
+        return {"model": self.model_name, **what, "n_texts": self.n_texts, "sink_rate": round(self.sink_rate, 6),
                 **({"tokens": self.tokens} if self.tokens is not None else {}),
                 "heads": self.rows() if rows is None else rows}
 
@@ -179,11 +192,13 @@ def rows_csv(rows: list[dict[str, object]]) -> str:
     import io
 
     names = ["layer", "head", *STATISTICS]
+    sinks = any("sinks" in row for row in rows)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*names, "labels"])
+    writer.writerow([*names, "labels", *(["sinks"] if sinks else [])])
     for row in rows:
-        writer.writerow([row[c] for c in names] + [";".join(row["labels"])])  # type: ignore[arg-type]
+        extra = [";".join(map(str, row.get("sinks", [])))] if sinks else []  # type: ignore[call-overload]
+        writer.writerow([row[c] for c in names] + [";".join(row["labels"])] + extra)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 
@@ -205,6 +220,8 @@ class HeadTableBuilder:
     _texts: set[int] = field(default_factory=set)
     _shortest: int | None = None
     _first_tokens: list[str] | None = None  # the tokens of the first text added (kept for a one-text table)
+    _first_text: int | None = None
+    _sinks: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # of the first text
 
     def add_layer(self, result: AttentionResult, position: int, attentions: Tensor, *, text: int = 0) -> None:
         """Add layer ``position`` (its index among the layers tabled) of text number ``text``:
@@ -217,7 +234,11 @@ class HeadTableBuilder:
         self._texts.add(text)
         self.model_name = self.model_name or result.model_name
         if self._first_tokens is None:
-            self._first_tokens = list(result.tokens)
+            self._first_tokens, self._first_text = list(result.tokens), text
+        if text == self._first_text:  # where its sinks are (a table of one text lists them per head)
+            importance = metrics.sink_importance(attentions[None], causal=result.causal)[0]
+            for head in range(importance.shape[0]):
+                self._sinks[(position, head)] = metrics.sink_positions(importance[head])
         n = len(result.tokens)
         self._shortest = n if self._shortest is None else min(self._shortest, n)
 
@@ -251,8 +272,9 @@ class HeadTableBuilder:
         positions = sorted(self._sums)
         n = counts.pop()
         stats = {name: torch.stack([self._sums[p][name] for p in positions]) / n for name in STATISTICS}
+        one = len(self._texts) == 1
         return HeadTable(model_name=self.model_name, stats=stats, n_texts=len(self._texts),
-                         tokens=self._first_tokens if len(self._texts) == 1 else None)
+                         tokens=self._first_tokens if one else None, sinks=dict(self._sinks) if one else None)
 
 
 def head_table(results: Sequence[AttentionResult]) -> HeadTable:

@@ -222,6 +222,29 @@ def first_token_score(attn: Tensor) -> Tensor:
     return _read(attn)[..., 0].to(torch.float64).mean(-1)
 
 
+SINK_THRESHOLD = 0.3
+"""ε of Gu et al. 2024: a head has an attention sink at key k when α_k exceeds it."""
+
+
+def sink_importance(attn: Tensor, *, causal: bool = False) -> Tensor:
+    """Each key's importance in each head, ``[L, H, k]`` float64, as Gu et al. 2024 ("When Attention
+    Sink Emerges", arXiv 2410.10781) define it: the mean of column k over the rows that can see it,
+    α_k = (1/(T − k)) Σ_{t ≥ k} A[t, k] (0-based) in a causal model, the mean over every row otherwise.
+    A head has a sink at k when α_k > :data:`SINK_THRESHOLD` (Xiao et al. 2023, StreamingLLM)."""
+    a = _read(attn)
+    q, k = a.shape[-2:]
+    sums = a.sum(-2, dtype=torch.float64)  # column sums; a causal head's upper triangle is zero
+    if not causal:
+        return sums / q
+    seen = (q - torch.arange(k, dtype=torch.float64)).clamp_min(1)  # rows t ≥ k (queries and keys aligned)
+    return sums / seen
+
+
+def sink_positions(importance: Tensor, threshold: float = SINK_THRESHOLD) -> list[int]:
+    """The keys of one head's ``[k]`` importance that are sinks (α_k > ``threshold``)."""
+    return [int(i) for i in torch.nonzero(importance > threshold).flatten()]
+
+
 # --- TransformerLens detect_head, error_measure="mul" ------------------------------------------
 
 

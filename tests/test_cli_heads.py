@@ -27,7 +27,7 @@ def test_heads_json_lists_every_head(run_cli):
     rows = doc["heads"]
     assert len(rows) == 6 * 12
     assert [(row["layer"], row["head"]) for row in rows] == [(la, h) for la in range(6) for h in range(12)]
-    assert set(rows[0]) == {"layer", "head", *STATISTICS, "labels"}
+    assert set(rows[0]) == {"layer", "head", *STATISTICS, "labels", "sinks"}  # sinks: one text's sink positions
     expected = metrics.entropy(result.attentions)
     assert rows[17]["entropy"] == pytest.approx(float(expected[1, 5]), abs=1e-6)
     assert rows[17]["prev_score"] == pytest.approx(float(metrics.previous_token_score(result.attentions)[1, 5]), abs=1e-6)

@@ -122,7 +122,12 @@ def heads(
     else:
         title = f"{table.model_name} · " + ("the induction probe" if probe else
                                              f"{table.n_texts} texts (averaged)" if texts else "one text")
-        print_table(rows, title=title, width=width, sort=sort, chosen=chosen)
+        shown = [{**row, "labels": [f"sink@{','.join(map(str, row['sinks']))}" if label == "sink" and row.get("sinks")
+                                    else label for label in row["labels"]]} for row in rows]  # type: ignore[attr-defined]
+        print_table(shown, title=title, width=width, sort=sort, chosen=chosen)
+        stdout_console(width).print(
+            f"sink rate: {table.sink_rate:.0%} of heads have a sink on the first token (α₀ > 0.3, Gu et al. 2024); "
+            "sink@K marks the keys where α_K > 0.3", style="dim")
 
 
 def _sort_column(sort: str | None) -> str | None:
