@@ -441,6 +441,57 @@ def attention_view(
     return heatmap_view(result, layer=int(layer), head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
 
 
+def find_query(tokens: Sequence[str], query: int | str) -> int:
+    """The position a ``query`` names: an index (from 0), or a token, matched as written and then
+    ignoring case and word-piece marks (``Ġ``, ``▁``, ``##``); the first of several."""
+    from .errors import UsageError
+
+    if isinstance(query, int) or (isinstance(query, str) and query.strip().isdigit()):
+        index = int(query)
+        if not 0 <= index < len(tokens):
+            raise UsageError(f"[[query={index}]] is out of range; the text has tokens 0 to {len(tokens) - 1}")
+        return index
+    wanted = str(query)
+
+    def bare(token: str) -> str:
+        return token.lstrip("Ġ▁").removeprefix("##").casefold()
+
+    for match in (lambda t: t == wanted, lambda t: bare(t) == bare(wanted)):
+        found = [i for i, token in enumerate(tokens) if match(token)]
+        if found:
+            return found[0]
+    shown = ", ".join(f"{i}:{t}" for i, t in enumerate(tokens[:40])) + (" …" if len(tokens) > 40 else "")
+    raise UsageError(f"[[query={wanted!r}]] is not a token of the text; give one of them or its index ({shown})")
+
+
+def query_view(source: Source, text: str | None, query: int | str, *, layer: int | str = "all",
+               head: int | str = "all", kind: str = "self", pair: str | None = None, target: str | None = None,
+               reading: Reading = Reading(), truncate: bool = False, vmax: float | None = None,
+               cmap: str = "viridis") -> HeatmapView:
+    """What one token attends to in every layer and head at once: a ``[layers·heads, keys]`` picture
+    (``heatmap --query``). ``query`` is a token or its index; ``layer`` and ``head`` narrow the rows."""
+    from .errors import UsageError
+    from .render.view import matrix_view
+    from .transforms import kind_tensor
+
+    every_layer = layer == "all"
+    result = reading.apply(source.extract(text, pair=pair, target=target, truncate=truncate,
+                                          layers=None if every_layer else [int(layer)]))
+    tensor, rows, cols = kind_tensor(result, kind)
+    position = find_query(rows, query)
+    layers = result.metadata.get("layers") or list(range(tensor.shape[0]))
+    heads = list(range(tensor.shape[1])) if head == "all" else [int(head)]
+    if heads[-1] >= tensor.shape[1]:
+        raise UsageError(f"[[head={heads[-1]}]] is out of range; {result.model_name} has heads 0 to {tensor.shape[1] - 1}")
+    picked = tensor[:, heads, position, :].reshape(len(layers) * len(heads), -1)
+    names = [f"L{la}H{h}" for la in layers for h in heads]
+    where = "" if kind in ("self", "encoder") else f" · {kind}"
+    return matrix_view(picked[None].double().numpy(), names, cols, vmax=vmax, cmap=cmap,
+                       title=f"{result.model_name}{where} · what {rows[position]!r} (token {position}) attends to",
+                       panel_titles=[f"query {position}: {rows[position]}"], row_axis="layer · head",
+                       col_axis="keys (attended to)")
+
+
 def rollout_view(source: Source, text: str | None, *, layer: int | None = None, fusion: str = "mean", truncate: bool = False,
                  cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
                  target: str | None = None) -> HeatmapView:

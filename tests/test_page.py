@@ -197,6 +197,13 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     page.locator("table.heads tbody tr").first.click()
     page.wait_for_selector("#view-matrix.active")
     assert page.evaluate("[window.attnviz.state.layer, window.attnviz.state.head]") == [layer, head]
+    # Clicking a query token in the head view shows what it attends to in every layer and head.
+    page.click("nav.tabs button[data-view=head]")
+    page.wait_for_selector("#headview[data-drawn]")
+    box = page.locator("#headview").bounding_box()
+    page.mouse.click(box["x"] + 100, box["y"] + 8 + 6 * 18 + 9)
+    page.wait_for_selector("#view-query.active #queryview[data-drawn='6']")
+    assert _drawn(page, "#queryview")
     assert errors == [] and requests == [path.as_uri()]
 
 

@@ -75,3 +75,43 @@ def _minilm(text: str):
     import attnviz
 
     return attnviz.extract(text)
+
+
+def test_pictures_mark_the_sinks(run_cli, tmp_path):
+    """The heatmap names each panel's sinks in a note (terminal and image) and marks their columns."""
+    import attnviz
+    from attnviz import api
+
+    source = api.load()
+    view = api.attention_view(source, "The cat sat on the mat.", layer=3, head="all")
+    result = attnviz.extract("The cat sat on the mat.")
+    alphas = metrics.sink_importance(result.attentions[3:4], causal=False)[0]
+    assert view.marks == [[k for k in range(alphas.shape[1]) if alphas[h, k] > 0.3] for h in range(12)]
+    assert any(view.marks) and any(note.startswith("▼ attention sinks") for note in view.notes)
+    r = run_cli("heatmap", "The cat sat on the mat.", "--layer", "3", "--head", "1", "--width", "100")
+    assert r.exit_code == 0 and "▼ attention sinks (α > 0.3, Gu et al. 2024): head 1: [CLS] (0)" in r.stdout
+
+
+def test_one_token_across_the_model(run_cli, tiny_hf):
+    """--query: the token's row in every layer and head, equal to transformers' attentions."""
+    from attnviz import api
+
+    folder = tiny_hf["gpt2"]
+    tokens, attn = _hf_attentions(folder, TEXT)
+    source = api.load(folder)
+    index = 5
+    view = api.query_view(source, TEXT, index)
+    layers, heads = attn.shape[:2]
+    assert view.panels.shape == (1, layers * heads, len(tokens))
+    assert view.row_labels[heads + 1] == "L1H1"
+    expected = attn[:, :, index, :].reshape(layers * heads, -1).double().numpy()
+    assert abs(view.panels[0] - expected).max() < 1e-5
+    by_token = api.query_view(source, TEXT, tokens[index].lstrip("Ġ"))  # a token as typed finds its first copy
+    first = next(i for i, t in enumerate(tokens) if t.lstrip("Ġ") == tokens[index].lstrip("Ġ"))
+    assert by_token.title.endswith(f"(token {first}) attends to")
+    r = run_cli("heatmap", TEXT, "--model", folder, "--query", "5", "--layer", "1", "--head", "0", "--width", "100")
+    assert r.exit_code == 0 and "L1H0" in r.stdout and "L0H0" not in r.stdout, r.stderr
+    r = run_cli("heatmap", TEXT, "--model", folder, "--query", "zebra")
+    assert r.exit_code == 2 and "--query 'zebra' is not a token of the text" in r.stderr
+    r = run_cli("heatmap", TEXT, "--model", folder, "--query", "99")
+    assert r.exit_code == 2 and "--query 99 is out of range" in r.stderr

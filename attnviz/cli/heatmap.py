@@ -48,7 +48,10 @@ def heatmap(
     ),
     model: str | None = Model,
     layer: str = Layer,
-    head: str = typer.Option("0", "--head", help="Head to show: a number from 0, 'all' for a grid, or 'mean'."),
+    head: str | None = typer.Option(None, "--head", help="Head to show: a number from 0 (default 0), 'all' for a grid, or "
+                                    "'mean'. With --query: the heads to list (default all).", show_default=False),
+    query: str | None = typer.Option(None, "--query", "-q", help="One token (or its index): what it attends to in every "
+                                     "layer and head at once, a row per head.", show_default=False),
     kind: KindChoice = Kind,
     pair: str | None = Pair,
     target: str | None = Target,
@@ -75,8 +78,12 @@ def heatmap(
 
     Example: attnviz heatmap "The cat sat on the mat." --layer 2 --head all
     """
-    head_choice = parse_head(head)
+    head_choice = parse_head(head or ("all" if query is not None else "0"))
     layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    if query is not None and head_choice == "mean":
+        raise UsageError("--query lists heads one by one; give --head N or leave --head out (every head)")
+    if query is not None and out is not None and out.suffix.lower() == ".html":
+        raise UsageError("--query draws a picture; the page has its own query view (click a token in the head view)")
     if renormalize and not hide_special:
         raise UsageError("--renormalize rescales rows after --hide-special; add --hide-special")
     if out is not None:
@@ -97,6 +104,14 @@ def heatmap(
                          reading=reading(hide_special, renormalize, words),
                          view="matrix" if isinstance(head_choice, int) and layer_choice != "all" else "model")
         typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")
+        return
+    if query is not None:
+        from ..api import query_view
+
+        shown = query_view(source, text, query, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair,
+                           target=target, reading=reading(hide_special, renormalize, words), truncate=truncate,
+                           vmax=vmax, cmap=cmap.value)
+        show_view(shown, out, values=values, fit=fit.value, width=width)
         return
     from ..api import attention_view
 

@@ -97,6 +97,9 @@ def _draw(fig, view: HeatmapView, rows_l: list[str], cols_l: list[str], values: 
             ax.axhline(b - 0.5, color="white", linewidth=1.2)
         for b in view.col_breaks:
             ax.axvline(b - 0.5, color="white", linewidth=1.2)
+        if view.marks and view.marks[p]:  # attention sinks: a marker above each one's column
+            ax.scatter(view.marks[p], [-0.5] * len(view.marks[p]), marker="v", s=18, color="#e8175d",
+                       clip_on=False, zorder=3)
         if values and q * k <= _MAX_VALUE_CELLS:
             _annotate(ax, view.panels[p], view.scale.normalize(view.panels[p]))
     axes[0].figure.colorbar(image, ax=list(axes[:n_panels]), label=view.value_name, shrink=0.9)

@@ -40,6 +40,7 @@ class HeatmapView:
     col_axis: str = "keys (attended to)"
     value_name: str = "attention weight"
     columns: int | None = None  # panels per row of a grid (every head of every layer: one row per layer)
+    marks: list[list[int]] = field(default_factory=list)  # per panel: its attention sinks' key columns
 
     def with_note(self, note: str) -> HeatmapView:
         return replace(self, notes=[*self.notes, note])
@@ -74,11 +75,12 @@ def heatmap_view(
     where = "" if kind == "self" else f" · {kind}"
     title = f"{result.model_name}{where} · layer {layer} · {what}" + (" · causal" if result.causal and kind == "self" else "")
     breaks = [i for i in range(1, len(result.segment_ids)) if result.segment_ids[i] != result.segment_ids[i - 1]]
-    return matrix_view(
+    view = matrix_view(
         panels, rows, cols, title=title, panel_titles=titles, vmax=vmax, cmap=cmap,
         row_breaks=breaks if kind in ("self", "encoder") else [],
         col_breaks=breaks if kind in ("self", "encoder", "cross") else [],
     )
+    return with_sinks(view, causal=result.causal and kind in ("self", "decoder"))
 
 
 def head_across_layers_view(
@@ -99,11 +101,30 @@ def head_across_layers_view(
     where = "" if kind in ("self", "encoder") else f" · {kind}"
     title = f"{result.model_name}{where} · {what} · every layer" + (" · causal" if result.causal and kind == "self" else "")
     breaks = [i for i in range(1, len(result.segment_ids)) if result.segment_ids[i] != result.segment_ids[i - 1]]
-    return matrix_view(
+    view = matrix_view(
         panels, rows, cols, title=title, panel_titles=titles, vmax=vmax, cmap=cmap, columns=columns,
         row_breaks=breaks if kind in ("self", "encoder") else [],
         col_breaks=breaks if kind in ("self", "encoder", "cross") else [],
     )
+    return with_sinks(view, causal=result.causal and kind in ("self", "decoder"))
+
+
+def with_sinks(view: HeatmapView, *, causal: bool) -> HeatmapView:
+    """``view`` with each attention panel's sinks marked (keys k with α_k > 0.3, Gu et al. 2024; see
+    :func:`attnviz.metrics.sink_importance`) and named in a note. The mean of heads has none."""
+    import torch
+
+    from .. import metrics
+
+    importance = metrics.sink_importance(torch.from_numpy(np.ascontiguousarray(view.panels))[None], causal=causal)[0]
+    marks = [[] if title == "mean of heads" else metrics.sink_positions(importance[p])
+             for p, title in enumerate(view.panel_titles)]
+    named = [f"{title}: " + ", ".join(f"{view.col_labels[k]} ({k})" for k in keys[:4]) + (" …" if len(keys) > 4 else "")
+             for title, keys in zip(view.panel_titles, marks, strict=True) if keys]
+    if not named:
+        return replace(view, marks=marks)
+    shown = "; ".join(named[:4]) + (f"; and {len(named) - 4} more panels" if len(named) > 4 else "")
+    return replace(view, marks=marks, notes=[*view.notes, f"▼ attention sinks (α > 0.3, Gu et al. 2024): {shown}"])
 
 
 def every_layer_panels(tensor: Any, layers: list[int], head: HeadChoice,
@@ -205,4 +226,5 @@ def max_pool(view: HeatmapView, factor: int) -> HeatmapView:
         notes=[*view.notes, note],
         row_breaks=sorted({b // factor for b in view.row_breaks if b % factor == 0}),
         col_breaks=sorted({b // factor for b in view.col_breaks if b % factor == 0}),
+        marks=[sorted({k // factor for k in keys}) for keys in view.marks],
     )

@@ -295,6 +295,49 @@
     box.replaceChildren(el("label", {}, "query "), sel, el("div", {class: "scroll"}, table));
   }
 
+  // --- one token across the model: its row in every layer and head --------------------------------
+  async function queryView() {
+    const k = K(), canvas = $("#queryview"), cols = k.cols.length, n = k.layers.length * k.heads;
+    const sel = $("#querytoken");
+    if (sel.options.length !== k.rows.length) {
+      sel.replaceChildren(...k.rows.map((t, i) => el("option", {value: i}, i + ": " + t)));
+    }
+    sel.value = state.query;
+    const cell = Math.max(3, Math.min(22, Math.floor(760 / Math.max(cols, 8)))), rowH = Math.max(4, Math.min(14, Math.floor(900 / n)));
+    const left = 64, top = cell >= 9 ? 110 : 0, dpr = window.devicePixelRatio || 1;
+    const width = left + cols * cell, height = top + n * rowH;
+    canvas.width = width * dpr; canvas.height = height * dpr;
+    canvas.style.width = width + "px"; canvas.style.height = height + "px";
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0); ctx.clearRect(0, 0, width, height);
+    const rows = [];
+    for (let li = 0; li < k.layers.length; li++) for (let h = 0; h < k.heads; h++) rows.push([li, h]);
+    const mats = await Promise.all(rows.map(([li, h]) => matrix(state.kind, li, h)));
+    ctx.font = Math.min(11, rowH) + "px system-ui, sans-serif"; ctx.textBaseline = "middle"; ctx.textAlign = "right";
+    rows.forEach(([li, h], r) => {
+      for (let j = 0; j < cols; j++) {
+        const [R, G, B] = colour(mats[r][state.query * cols + j], k.vmax || 1);
+        ctx.fillStyle = `rgb(${R},${G},${B})`; ctx.fillRect(left + j * cell, top + r * rowH, cell, rowH);
+      }
+      if (rowH >= 8 || h === 0) { ctx.fillStyle = "#1d1d1f"; ctx.fillText(`L${k.layers[li]}H${h}`, left - 4, top + r * rowH + rowH / 2); }
+    });
+    if (top) {
+      ctx.fillStyle = "#1d1d1f"; ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
+      k.cols.forEach((t, j) => { ctx.save(); ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore(); });
+    }
+    canvas.onmousemove = (event) => {
+      const r0 = canvas.getBoundingClientRect(), j = Math.floor((event.clientX - r0.left - left) / cell);
+      const r = Math.floor((event.clientY - r0.top - top) / rowH);
+      if (r < 0 || j < 0 || r >= rows.length || j >= cols) return hideTip();
+      const [li, h] = rows[r];
+      showTip(event, `layer ${k.layers[li]}, head ${h}\nquery ${state.query}: ${k.rows[state.query]}\nkey ${j}: ${k.cols[j]}\n` +
+        `${data.valueName}: ${fmt(mats[r][state.query * cols + j])}`);
+    };
+    canvas.onmouseleave = hideTip;
+    canvas.dataset.drawn = String(state.query);
+  }
+
   // --- other matrices (compare-heads' head distances) --------------------------------------------
   function extrasView() {
     const box = $("#extrasbox");
@@ -336,7 +379,8 @@
 
   // --- tabs ---------------------------------------------------------------------------------------
   const VIEWS = {head: ["Head view", headView], model: ["Model view", modelView], matrix: ["Matrix", matrixView],
-                 qk: ["Query · key", qkView], table: ["Heads table", tableView], extras: ["Head distances", extrasView]};
+                 query: ["One token", queryView], qk: ["Query · key", qkView], table: ["Heads table", tableView],
+                 extras: ["Head distances", extrasView]};
   function setView(view) {
     state.view = view;
     document.querySelectorAll("nav.tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
@@ -357,7 +401,7 @@
       if (view === "qk" && !data.qk) continue;
       if (view === "table" && !data.stats) continue;
       if (view === "extras" && !(data.extras || []).length) continue;
-      if (view === "head" && K().panelTitles) continue;
+      if ((view === "head" || view === "query") && K().panelTitles) continue;
       nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
     }
     if (!nav.querySelector(`[data-view="${state.view}"]`)) state.view = nav.querySelector("button").dataset.view;
@@ -413,6 +457,11 @@
       clearTimeout(timer); timer = setTimeout(update, 250);
     });
   }
+  $("#headview").addEventListener("click", (event) => {  // a query token: what it attends to, everywhere
+    const rect = event.target.getBoundingClientRect(), i = Math.floor((event.clientY - rect.top - 8) / 18);
+    if (event.clientX - rect.left < 150 && i >= 0 && i < K().rows.length) { state.query = i; setView("query"); }
+  });
+  $("#querytoken").addEventListener("change", (e) => { state.query = +e.target.value; queryView(); });
   $("#headview").addEventListener("mousemove", headViewHover);
   $("#headview").addEventListener("mouseleave", () => { state.hoverRow = state.hoverCol = -1; headView(); });
   $("#matrix").addEventListener("mousemove", matrixHover);
