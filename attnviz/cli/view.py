@@ -50,7 +50,8 @@ def view(
     kind: KindChoice = Kind,
     target: str | None = Target,
     pair: str | None = Pair,
-    first: str = typer.Option("head", "--show", help="The view open first: head, model, matrix or table."),
+    first: str = typer.Option("head", "--show", help="The view open first: head, model, matrix, query (one token), "
+                              "qk (query · key) or table."),
     stats: bool = typer.Option(True, "--stats/--no-stats", help="Include the sortable table of head statistics."),
     open_page: bool = typer.Option(False, "--open", help="Open the page in the default browser once written."),
     hide_special: bool = HideSpecial,
@@ -74,8 +75,8 @@ def view(
     """
     if Path(out).suffix.lower() != ".html":
         raise UsageError(f"--out {out} must end in .html; the page is one HTML file")
-    if first not in ("head", "model", "matrix", "table"):
-        raise UsageError(f"--show {first!r}: use head, model, matrix or table")
+    if first not in ("head", "model", "matrix", "query", "qk", "table"):
+        raise UsageError(f"--show {first!r}: use head, model, matrix, query, qk or table")
     if first == "table" and not stats:
         raise UsageError("--show table needs the statistics; drop --no-stats")
     head_choice = parse_head(head)
