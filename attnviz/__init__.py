@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["AttentionResult", "AttnvizError", "__version__", "extract", "extract_batch", "show"]
+__all__ = ["AttentionResult", "AttnvizError", "__version__", "extract", "extract_batch", "generate", "show"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .api import extract, extract_batch
     from .errors import AttnvizError
+    from .generation import generate
     from .notebook import show
     from .result import AttentionResult
 
@@ -24,6 +25,7 @@ _LAZY = {
     "AttentionResult": ("attnviz.result", "AttentionResult"),
     "AttnvizError": ("attnviz.errors", "AttnvizError"),
     "show": ("attnviz.notebook", "show"),
+    "generate": ("attnviz.generation", "generate"),
 }
 
 

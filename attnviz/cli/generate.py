@@ -1,0 +1,103 @@
+"""``attnviz generate``: a causal model continues a prompt; each new token's attention, as it was computed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import UsageError
+from .common import cli_command, show_view, stdout_console
+from .options import (
+    Cmap,
+    CmapOpt,
+    Device,
+    DeviceOpt,
+    Model,
+    Revision,
+    TrustRemoteCode,
+    Verbose,
+    Width,
+    parse_index_or_word,
+)
+
+
+@cli_command
+def generate(
+    prompt: str = typer.Argument(..., metavar="PROMPT", help="The text to continue.", show_default=False),
+    model: str | None = Model,
+    max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, help="How many tokens to generate at most."),
+    sample: bool = typer.Option(False, "--sample", help="Sample the next token instead of taking the likeliest."),
+    temperature: float = typer.Option(1.0, "--temperature", help="With --sample: flatten (>1) or sharpen (<1)."),
+    top_k: int | None = typer.Option(None, "--top-k", min=1, help="With --sample: only the k likeliest tokens.", show_default=False),
+    top_p: float | None = typer.Option(None, "--top-p", help="With --sample: the smallest set of tokens holding this much probability.", show_default=False),
+    seed: int | None = typer.Option(None, "--seed", help="With --sample: the same seed gives the same tokens.", show_default=False),
+    stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--no-stop-at-eos", help="Stop at the model's end-of-sequence token."),
+    layer: str = typer.Option("all", "--layer", "-l", help="A layer number (from 0), or 'all': every layer (their mean)."),
+    head: str = typer.Option("mean", "--head", help="A head number, or 'mean' of the heads."),
+    top: int = typer.Option(3, "--top", min=1, help="How many attended tokens to list per generated token."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the result: .npz (every row), or the generated rows as .png, .svg, .pdf, or the page as .html.", show_default=False),
+    cmap: Cmap = CmapOpt,
+    width: int | None = Width,
+    revision: str | None = Revision,
+    device: Device = DeviceOpt,
+    trust_remote_code: bool = TrustRemoteCode,
+    verbose: bool = Verbose,
+) -> None:
+    """Generate from PROMPT and show, for each new token, the tokens it attended to most, then a heatmap
+    of the generated rows against every token. Greedy unless --sample. Runs on transformers.
+
+    Example: attnviz generate "The cat sat on the" --model gpt2 --max-new-tokens 10
+    """
+    layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    head_choice = parse_index_or_word(head, "--head", "head", ("mean",))
+    suffix = None if out is None else out.suffix.lower()
+    if suffix not in (None, ".npz", ".png", ".svg", ".pdf", ".html"):
+        raise UsageError(f"--out {out}: use .npz, .png, .svg, .pdf or .html")
+    from ..generation import generate as run
+    from ..generation import generated_summary
+
+    result = run(prompt, model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_k=top_k,
+                 top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, revision=revision, device=device.value,
+                 trust_remote_code=trust_remote_code)
+    console = stdout_console(width)
+    if verbose:
+        import sys
+
+        sys.stderr.write(f"attnviz: engine hf (transformers generate) on {device.value}, model {result.model_name}\n")
+    chosen_layer = None if layer_choice == "all" else int(layer_choice)
+    chosen_head = None if head_choice == "mean" else int(head_choice)
+    rows = generated_summary(result, layer=chosen_layer, head=chosen_head, top=top)
+    start = int(result.metadata["prompt_length"])
+    where = ("every layer" if chosen_layer is None else f"layer {chosen_layer}") + " · " + \
+        ("mean of heads" if chosen_head is None else f"head {chosen_head}")
+    console.print(f"{result.model_name} · {len(rows)} tokens generated after a {start}-token prompt · {where}")
+    from ..labels import printable
+
+    for position, label, attended in rows:
+        shown = " · ".join(f"{printable(t)} ({k}) {w:.2f}" for k, t, w in attended)
+        console.print(f"{position:>5} {printable(label):<14} ← {shown}")
+    if result.metadata.get("stopped_at_eos"):
+        console.print("stopped at the end-of-sequence token", style="dim")
+    if suffix == ".npz":
+        typer.echo(f"wrote {result.save(out)}")  # type: ignore[arg-type]
+        return
+    if suffix == ".html":
+        from ..api import page_of_result
+        from ..render.html import render_html
+
+        page = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query")
+        page.initial["query"] = start
+        typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")  # type: ignore[arg-type]
+        return
+    from ..render.view import matrix_view
+
+    attn = result.attentions.double()
+    if chosen_layer is not None:
+        attn = attn[chosen_layer : chosen_layer + 1]
+    attn = attn.mean(0)
+    attn = attn.mean(0) if chosen_head is None else attn[chosen_head]
+    view = matrix_view(attn[start:][None].numpy(), result.tokens[start:], result.tokens, cmap=cmap.value,
+                       title=f"{result.model_name} · generated tokens' attention · {where}",
+                       panel_titles=["generated"], row_axis="generated tokens (at their step)", col_axis="every token")
+    show_view(view, out, values=False, fit="downsample", width=width)
