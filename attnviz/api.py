@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .pages import page_of_result, page_view  # noqa: F401 (the page's data: attnviz.pages, here for callers)
+from .reading import Reading
 from .sources.resolve import Engine, load_source
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,7 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .compare import HeadsOverview
     from .explain import Walkthrough
     from .heads import HeadTable
-    from .render.page import Page
     from .render.view import HeatmapView
     from .result import AttentionResult
     from .sources.base import Source
@@ -92,45 +92,6 @@ def extract_batch(
     """
     source = load_source(model, engine=engine, revision=revision, device=device, trust_remote_code=trust_remote_code)
     return source.extract_batch(texts, pairs=pairs, truncate=truncate, details=details, layers=layers)
-
-
-@dataclass(frozen=True)
-class Reading:
-    """How a result is read, the same for every command: without special tokens (``hide_special``,
-    rows rescaled with ``renormalize``), and/or with word pieces joined into words (``words``)."""
-
-    hide_special: bool = False
-    renormalize: bool = False
-    words: bool = False
-
-    def __post_init__(self) -> None:
-        from .errors import UsageError
-
-        if self.renormalize and not self.hide_special:
-            raise UsageError("[[renormalize=True]] rescales rows after [[hide_special=True]]; set that too")
-
-    @property
-    def plain(self) -> bool:
-        return not (self.hide_special or self.words)
-
-    def apply(self, result: AttentionResult) -> AttentionResult:
-        if self.hide_special:
-            from .transforms import drop_special
-
-            result = drop_special(result, renormalize=self.renormalize)
-        if self.words:
-            from .transforms import to_words
-
-            result = to_words(result)
-        return result
-
-    def layer(self, header: AttentionResult, attentions: torch.Tensor) -> AttentionResult:
-        """One layer ``[heads, q, k]`` of ``header``'s tokens as a one-layer result, read this way."""
-        from dataclasses import replace
-
-        one = replace(header, attentions=attentions[None], cross_attentions=None, decoder_attentions=None,
-                      scores=None, values=None, value_norms=None, queries=None, keys=None)
-        return self.apply(one)
 
 
 def layer_stream(source: Any, texts: Sequence[str], *, kind: str = "self", target: str | None = None,
@@ -266,130 +227,6 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
         del attentions  # before the next layer is computed
     assert builder is not None  # a model has at least one layer
     return builder.finish()
-
-
-def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: int | str = 0, kind: str = "self",
-              pair: str | None = None, target: str | None = None, reading: Reading = Reading(),
-              truncate: bool = False, stats: bool = True, view: str = "head") -> Page:
-    """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
-    ``layer`` (default: every layer), with the head statistics table (``stats``), for one text.
-    Layers are quantised and compressed as the engine computes them. Encoder-decoder models get
-    their encoder, decoder and cross-attention (``kind`` chooses the one shown first)."""
-    from .errors import UsageError
-    from .transforms import KINDS
-
-    if kind not in KINDS:
-        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
-    layers = None if layer == "all" else [int(layer)]
-    if source.capabilities.cross:  # encoder-decoder: computed whole, every kind on the page
-        result = source.extract(text, truncate=truncate, pair=pair, target=target, layers=layers)
-        return page_of_result(reading.apply(result), head=head, kind=kind, stats=stats, view=view,
-                              title=_title_text(text))
-    if kind not in ("self", "encoder"):
-        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {source.name} has only "
-                         "self-attention")
-    stream = source.stream_batch([text], truncate=truncate, layers=layers, pairs=[pair], target=target)
-    collector = _PageCollector(stream.layers, stats, _title_text(text))
-    if source.capabilities.details and reading.plain and len(stream.results[0].tokens) <= QK_TOKENS:
-        # The query-key view: each head's q and k (a second, small pass with details=True).
-        detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)
-        collector.qk = qk_vectors(detailed)
-    for position, parts in stream:
-        header, attentions = stream.results[0], parts[0].attentions
-        del parts
-        if not reading.plain:
-            header = reading.layer(header, attentions)
-            attentions = header.attentions[0]
-        collector.add(header, position, attentions)
-        del attentions  # before the next layer is computed
-    return collector.finish(head=head, kind="self", view=view)
-
-
-def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = "self", stats: bool = True,
-                   view: str = "head", title: str | None = None) -> Page:
-    """The interactive page of a whole result (what ``AttentionResult._repr_html_`` and
-    :func:`attnviz.show` display): every layer and head, the decoder's and cross-attention too."""
-    layers = result.metadata.get("layers") or list(range(result.n_layers))
-    collector = _PageCollector(layers, stats, title or f"{len(result.tokens)} tokens")
-    if len(result.tokens) <= QK_TOKENS:
-        collector.qk = qk_vectors(result)
-    for position in range(result.n_layers):
-        collector.add(result, position, result.attentions[position])
-    for name, tensor, rows, cols in (("decoder", result.decoder_attentions, result.target_tokens, result.target_tokens),
-                                     ("cross", result.cross_attentions, result.target_tokens, result.tokens)):
-        for position in range(0 if tensor is None else tensor.shape[0]):
-            collector.builder.add_layer(  # type: ignore[union-attr]
-                layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,  # type: ignore[index]
-                kind=name, causal=name == "decoder", row_special=result.target_special,
-                col_special=result.target_special if name == "decoder" else result.special)
-    return collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view)
-
-
-QK_TOKENS = 64
-"""Tokens up to which a page carries every head's query and key vectors (the query-key view)."""
-
-
-def qk_vectors(result: AttentionResult, digits: int = 4) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
-    """Each layer's and head's query and key vectors, rounded, keyed by the model's layer number."""
-    if result.queries is None or result.keys is None:
-        return {}
-    layers = result.metadata.get("layers") or list(range(result.n_layers))
-
-    def rounded(t: torch.Tensor) -> list[list[float]]:
-        return [[float(f"{v:.{digits}g}") for v in row] for row in t.tolist()]
-
-    return {str(layer): {str(h): {"q": rounded(result.queries[i, h]), "k": rounded(result.keys[i, h])}
-                         for h in range(result.queries.shape[1])}
-            for i, layer in enumerate(layers)}
-
-
-class _PageCollector:
-    """A page and its head statistics, built one layer at a time."""
-
-    def __init__(self, layers: Sequence[int], stats: bool, title: str) -> None:
-        from .heads import HeadTableBuilder
-
-        self.layers, self.stats, self.title = list(layers), stats, title
-        self.table = HeadTableBuilder()
-        self.builder: Any = None
-        self.qk: dict[str, Any] | None = None
-
-    def add(self, header: AttentionResult, position: int, attentions: Any) -> None:
-        from .render.page import PageBuilder
-
-        n = len(header.tokens)
-        if self.builder is None:
-            self.builder = PageBuilder(f"{header.model_name} · {self.title}", header.model_name,
-                                       cells=len(self.layers) * attentions.shape[0] * n * n)
-        breaks = [i for i in range(1, n) if header.segment_ids[i] != header.segment_ids[i - 1]]
-        self.builder.add_layer(self.layers[position], attentions, rows=header.tokens, cols=header.tokens,
-                               causal=header.causal, row_special=header.special, col_special=header.special,
-                               breaks=breaks)
-        if self.stats:
-            self.table.add_layer(header, position, attentions)
-
-    def finish(self, *, head: int | str, kind: str, view: str) -> Page:
-        from .errors import UsageError
-        from .render.page import stats_table
-
-        heads = self.builder.kinds["self"]["heads"]
-        if isinstance(head, int) and not 0 <= head < heads:
-            raise UsageError(f"[[head={head}]] is out of range; {self.builder.model} has heads 0 to {heads - 1}")
-        stats_data = None
-        if self.stats:
-            rows = self.table.table().rows()
-            for row in rows:
-                row["layer"] = self.layers[int(row["layer"])]  # type: ignore[call-overload]
-            stats_data = stats_table(rows)
-        first = {"kind": kind, "layer": 0, "head": head if isinstance(head, int) else 0, "view": view}
-        return self.builder.finish(stats=stats_data, initial=first, qk=self.qk or None)
-
-
-def _title_text(text: str | None, limit: int = 60) -> str:
-    if text is None:
-        return "the config's input"
-    one_line = " ".join(text.split())
-    return repr(one_line if len(one_line) <= limit else one_line[: limit - 1] + "…")
 
 
 # --- what each command shows, as data -------------------------------------------------------------

@@ -57,9 +57,8 @@ def create_app(source: Any, *, cmap: str = "viridis") -> Any:
     from .render.html import page_html
 
     lock = threading.Lock()
-    fields = ["pair"] if source.capabilities.pairs and not source.capabilities.cross else []
-    if source.capabilities.cross:
-        fields = ["target"]
+    can = source.capabilities
+    fields = ["target"] if can.cross else ["pair"] if can.pairs else []  # the boxes beside the text box
 
     async def inputs(request: Request) -> dict[str, str | None]:
         """The fields of a GET query, or of a POST's JSON object (for texts too long for a URL)."""

@@ -79,7 +79,13 @@ def test_export_numbers_equal_the_text_alone_and_images_equal_heatmap_on_the_sam
     assert r.exit_code == 0, r.stderr
     head = tmp_path / "head.png"
     assert run_cli("heatmap", SENTENCES[0], "--layer", "2", "--head", "4", "--out", str(head)).exit_code == 0
-    assert (one / "000000-the-cat-sat-on-the-mat.L2H4.png").read_bytes() == head.read_bytes()
+    # The same figure: same size, and pixels equal but for float noise (on another CPU the two paths
+    # may round a weight differently by 1e-7, which can move a cell by one colour step).
+    from matplotlib import image
+
+    exported, drawn = image.imread(one / "000000-the-cat-sat-on-the-mat.L2H4.png"), image.imread(head)
+    assert exported.shape == drawn.shape
+    assert np.abs(exported - drawn).mean() < 1e-3 and (np.abs(exported - drawn) > 0.02).mean() < 1e-3
 
 
 def test_rerun_skips_finished_items_and_redoes_changed_ones(run_cli, tmp_path):

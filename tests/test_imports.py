@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attnviz"
-ANALYSIS = ("metrics", "heads", "compare", "transforms", "probes", "explain", "explain_inputs")
+ANALYSIS = ("metrics", "heads", "compare", "transforms", "reading", "probes", "explain", "explain_inputs")
 
 
 def _module(path: Path) -> str:

@@ -89,27 +89,14 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
             warnings.simplefilter("always")
             try:
                 check_text_arguments(kwargs)
-                done = func(*args, **kwargs)
-                from .._entry import interrupted
-
-                if interrupted():  # Ctrl-C that a library swallowed while importing: still a stop
-                    raise fail("interrupted", 130)
-                return done
+                return _stopped_by_ctrl_c(func, args, kwargs)
             except AttnvizError as exc:
-                from .._entry import interrupted
-
-                if interrupted():  # Ctrl-C broke an import and a library turned that into another error
-                    raise fail("interrupted", 130) from None
                 raise fail(exc.for_cli({**FLAGS, **(flags or {})}), exc.exit_code) from None
             except KeyboardInterrupt:
                 raise fail("interrupted", 130) from None
             except (typer.Exit, typer.Abort, SystemExit):
                 raise
             except Exception as exc:  # a bug: say so in one line, keep the traceback for ATTNVIZ_DEBUG
-                from .._entry import interrupted
-
-                if interrupted():  # Ctrl-C cut an import short and a library swallowed it: not a bug
-                    raise fail("interrupted", 130) from None
                 if debug:
                     raise
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -126,6 +113,24 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
                         sys.stderr.write(f"warning ({w.category.__name__}): {one_line(str(w.message))}\n")
 
     return wrapper  # type: ignore[return-value]
+
+
+def _stopped_by_ctrl_c(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a command body; once Ctrl-C has reached the process (``attnviz._entry``), the outcome is an
+    interruption, whatever a library made of the KeyboardInterrupt (swallowed it, or raised another error)."""
+    from .._entry import interrupted
+
+    try:
+        done = func(*args, **kwargs)
+    except (typer.Exit, typer.Abort):  # the command has said what happened (export's Ctrl-C line, say)
+        raise
+    except Exception:
+        if interrupted():
+            raise KeyboardInterrupt from None
+        raise
+    if interrupted():
+        raise KeyboardInterrupt
+    return done
 
 
 def stdout_console(width: int | None = None):

@@ -84,24 +84,9 @@ def compare_heads(
         text = EXAMPLE
         console.print(f"no TEXT given; using the example sentence: {EXAMPLE!r}", style="dim")
     view = reading(hide_special, renormalize, words)
-    if out is not None and out.suffix.lower() == ".html":
-        if vs is not None or vs_model is not None:
-            raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
-        source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                             device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
-        from ..api import compare_heads_of_text, page_view
-        from ..compare import comparison
-        from ..render.html import render_html
-
-        page = page_view(source, text, layer="all" if layers_choice is None else layers_choice, kind=kind_name(kind),
-                         pair=pair, target=target, truncate=truncate, reading=view, view="extras")
-        compared = comparison(compare_heads_of_text(source, text, layer=layers_choice, truncate=truncate,
-                                                    all_rows=all_rows, pair=pair, reading=view, kind=kind_name(kind),
-                                                    target=target), top=top)
-        page.add_matrix("distances", compared.matrix, compared.rows, compared.cols, title=compared.matrix_title,
-                        value_name="Jensen–Shannon distance", notes=compared.notes + compared.overview.notes)
-        console.print(f"wrote {render_html(page, out, cmap=cmap.value)}")
-        return
+    page = out is not None and out.suffix.lower() == ".html"
+    if page and (vs is not None or vs_model is not None):
+        raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
     kwargs = dict(engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                   trust_remote_code=trust_remote_code, verbose=verbose)
     source = open_source(model, **kwargs)
@@ -116,6 +101,19 @@ def compare_heads(
         if any(note.startswith("head distances") for note in overview.notes):
             overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
                                  for n in overview.notes]
+        if page:  # the interactive page of the text, with the head distances in a tab of their own
+            from ..api import page_view
+            from ..compare import comparison
+            from ..render.html import render_html
+
+            compared = comparison(overview, top=top)
+            written = page_view(source, text, layer="all" if layers_choice is None else layers_choice,
+                                kind=kind_name(kind), pair=pair, target=target, truncate=truncate, reading=view,
+                                view="extras")
+            written.add_matrix("distances", compared.matrix, compared.rows, compared.cols, title=compared.matrix_title,
+                               value_name="Jensen–Shannon distance", notes=compared.notes + overview.notes)
+            console.print(f"wrote {render_html(written, out, cmap=cmap.value)}")
+            return
         comparison_report(overview, console=console, out=out, top=top, cmap=cmap.value)
         return
     if target is not None or kind is not KindChoice.encoder:

@@ -92,8 +92,8 @@ def kind_name(kind: KindChoice) -> str:
 
 
 def reading(hide_special: bool, renormalize: bool, words: bool) -> Any:
-    """The API's Reading for --hide-special, --renormalize and --words (one check, in the API)."""
-    from ..api import Reading
+    """The library's Reading for --hide-special, --renormalize and --words (one check, in the library)."""
+    from ..reading import Reading
 
     return Reading(hide_special=hide_special, renormalize=renormalize, words=words)
 

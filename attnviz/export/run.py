@@ -195,7 +195,7 @@ class ItemExport:
         if self.npz is not None:
             self.npz.add(attentions, norms)
         self.stats.add_layer(self.shown, position, attentions)
-        if "html" in self.settings.formats:
+        if self.settings.page_formats:
             tokens, special = self.shown.tokens, self.shown.special
             if self.page is None:
                 from ..render.page import PageBuilder
@@ -238,7 +238,7 @@ class ItemExport:
         for row in rows:
             row["layer"] = self.layers[int(row["layer"])]  # numbered as in the model
         if self.page is not None:
-            files.append(self._write_page(rows).name)
+            files.extend(path.name for path in self._write_pages(rows))
         if "json" in self.settings.formats:
             import json
 
@@ -255,12 +255,14 @@ class ItemExport:
                  "entropy_norm_mean": round(sum(float(r["entropy_norm"]) for r in rows) / len(rows), 6)}
         return files, stats, self.images
 
-    def _write_page(self, rows: list[dict[str, Any]]) -> Path:
-        from ..render.html import render_html
+    def _write_pages(self, rows: list[dict[str, Any]]) -> list[Path]:
+        """The text's page in each per-text format (the registry's), every exported layer on it."""
         from ..render.page import stats_table
+        from ..render.registry import FORMATS
 
         page = self.page.finish(stats=stats_table(rows), initial={"view": "head", "layer": 0, "head": 0})
-        return render_html(page, self.out_dir / f"{self.item.stem}.html", cmap=self.settings.cmap)
+        return [FORMATS[fmt].render(page, self.out_dir / f"{self.item.stem}{FORMATS[fmt].suffix}", cmap=self.settings.cmap)
+                for fmt in self.settings.page_formats]
 
     def abort(self) -> None:
         if self.npz is not None:

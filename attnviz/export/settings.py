@@ -16,9 +16,6 @@ else:  # pragma: no cover
 
 
 
-PAGE_FORMATS = ("html",)  # one interactive page per text, every exported layer on it (not one file per layer)
-
-
 @dataclass(frozen=True)
 class ExportSettings:
     """Everything an export run needs besides INPUT and --out. ``sample_configs/batch.toml`` documents each."""
@@ -51,17 +48,24 @@ class ExportSettings:
 
     @property
     def reading(self) -> Any:
-        """The API's :class:`~attnviz.api.Reading` for hide_special, renormalize and words."""
-        from ..api import Reading
+        """The :class:`~attnviz.reading.Reading` for hide_special, renormalize and words."""
+        from ..reading import Reading
 
         return Reading(hide_special=self.hide_special, renormalize=self.renormalize, words=self.words)
 
     @property
     def image_formats(self) -> list[str]:
         """The formats that draw each layer's view (png, svg, pdf, and any registered since)."""
-        from ..render.registry import view_formats
+        from ..render.registry import FORMATS, view_formats
 
-        return [f for f in self.formats if f in view_formats() and f not in PAGE_FORMATS]
+        return [f for f in self.formats if f in view_formats() and not FORMATS[f].per_text]
+
+    @property
+    def page_formats(self) -> list[str]:
+        """The formats written once per text with every exported layer in them (the interactive page)."""
+        from ..render.registry import FORMATS
+
+        return [f for f in self.formats if f in FORMATS and FORMATS[f].per_text]
 
     def fingerprint(self) -> str:
         """What an output depends on. A rerun with other settings redoes the items instead of trusting old files."""
@@ -171,7 +175,7 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
         raise UsageError("[[grid=False]] draws nothing without [[heads]]; give heads to draw, or drop image formats")
     if settings.style not in ("figure", "tiles"):
         raise UsageError(f"[[style={settings.style!r}]]: use figure or tiles")
-    if settings.style == "tiles" and (set(settings.image_formats) - {"png"} or "html" in settings.formats):
+    if settings.style == "tiles" and (set(settings.image_formats) - {"png"} or settings.page_formats):
         raise UsageError("[[style=tiles]] writes PNG only; drop svg/pdf from [[formats]] or use [[style=figure]]")
     if settings.cmap not in ("viridis", "magma"):
         raise UsageError(f"[[cmap={settings.cmap!r}]]: use viridis or magma")

@@ -24,6 +24,7 @@ class Format:
     suffix: str  # of the file it writes
     renderer: str | None = None  # "module:function" drawing a view to a path (view formats)
     description: str = ""
+    per_text: bool = False  # export writes it once per text, every layer in it (the page), not once per layer
 
     def render(self, view: Any, path: str | Path, **options: Any) -> Path:
         """Draw ``view`` to ``path`` with this format's renderer."""
@@ -46,7 +47,7 @@ register(Format("png", "view", ".png", "attnviz.render.image:render_image", "a l
 register(Format("svg", "view", ".svg", "attnviz.render.image:render_image", "a labelled figure, vector"))
 register(Format("pdf", "view", ".pdf", "attnviz.render.image:render_image", "a labelled figure, for papers"))
 register(Format("html", "view", ".html", "attnviz.render.html:render_html",
-                "an interactive page: head view, model view, matrices, one self-contained file"))
+                "an interactive page: head view, model view, matrices, one self-contained file", per_text=True))
 register(Format("npz", "data", ".npz", None, "tokens, ids and attentions (AttentionResult.load reads it)"))
 register(Format("json", "data", ".stats.json", None, "every head's statistics and labels"))
 
