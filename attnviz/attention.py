@@ -21,6 +21,7 @@ __all__ = [
     "apply_rotary",
     "causal_mask",
     "combine_masks",
+    "decoding_mask",
     "head_value_norms",
     "merge_heads",
     "padding_mask",
@@ -49,6 +50,18 @@ def sliding_window_mask(t: int, window: int, *, device: torch.device | str | Non
     i = torch.arange(t, device=device)[:, None]
     j = torch.arange(t, device=device)[None, :]
     return (j <= i) & (i - j < window)
+
+
+def decoding_mask(start: int, t_q: int, *, window: int | None = None,
+                  device: torch.device | str | None = None) -> Tensor:
+    """Boolean ``[t_q, start + t_q]`` for queries at positions ``start … start + t_q − 1`` over every key
+    so far (a key/value cache of ``start`` tokens, then the new ones): query i sees key j when
+    j ≤ start + i, and with a ``window`` only when start + i − j < window (Mistral's sliding window).
+    With ``start = 0`` it is :func:`causal_mask` (or :func:`sliding_window_mask`)."""
+    i = torch.arange(start, start + t_q, device=device)[:, None]
+    j = torch.arange(start + t_q, device=device)[None, :]
+    allowed = j <= i
+    return allowed if window is None else allowed & (i - j < window)
 
 
 def padding_mask(attention_mask: Tensor) -> Tensor:
@@ -254,6 +267,7 @@ class MultiHeadAttention(nn.Module):
         scale: float | None = None,
         need_weights: bool = True,
         keep_scores: bool = True,
+        past: tuple[Tensor, Tensor] | None = None,
     ) -> AttentionOutput:
         """Attend from ``x`` ``[B, Tq, d_model]`` to ``context`` ``[B, Tk, d_context]`` (default: ``x``).
 
@@ -265,6 +279,12 @@ class MultiHeadAttention(nn.Module):
         ``[Tq, Tk]`` matrices are never built (``weights`` and ``scores`` are None). That is how a
         layer nobody asked to see costs no attention-matrix memory. ``keep_scores=False`` drops
         the pre-softmax scores as soon as the weights exist.
+
+        ``past`` is a key/value cache for incremental decoding: the ``(keys, values)`` an earlier call
+        returned (``[B, H, T_past, d]``, after RoPE, repeated under GQA). The new keys and values are
+        appended to them, so ``x`` holds only the new tokens (``rotary`` and ``mask`` then describe
+        the new queries' positions, see :func:`decoding_mask`); the returned ``keys`` and ``values``
+        are the whole cache for the next call.
         """
         context = x if context is None else context
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, Tq, d)
@@ -274,6 +294,8 @@ class MultiHeadAttention(nn.Module):
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, Tk, d)
+        if past is not None:
+            k, v = torch.cat((past[0], k), dim=-2), torch.cat((past[1], v), dim=-2)  # (B, H, T_past + Tk, d)
         scores: Tensor | None
         weights: Tensor | None
         if need_weights:

@@ -46,6 +46,8 @@ class TransformerConfig:
     causal: bool = False
     bias: bool = True
     init_scale: float = 1.0
+    vocab: tuple[str, ...] = ()  # the words it can generate (causal only): its head is the tied embedding
+    eos: str | None = None  # the word that ends generation, one of ``vocab``
 
 
 @dataclass(frozen=True)
@@ -159,12 +161,20 @@ def _typed(table: dict[str, Any], key: str, kind: type, source: str, where: str)
 def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
     spec = {f.name: f for f in fields(TransformerConfig)}
     _check_keys(model, set(spec) | {"type"}, source, "[model]")
-    kinds = {"name": str, "positions": str, "causal": bool, "bias": bool, "init_scale": float}
+    kinds = {"name": str, "positions": str, "causal": bool, "bias": bool, "init_scale": float, "vocab": list,
+             "eos": str}
     values: dict[str, Any] = {}
     for key in spec:
         if key in model:
             values[key] = _typed(model, key, kinds.get(key, int), source, "[model]")
+    if "vocab" in values:
+        values["vocab"] = _vocabulary(values["vocab"], source)
     cfg = TransformerConfig(**values)
+    if cfg.vocab and not cfg.causal:
+        raise ConfigError(f"{source}: [model] vocab is for generating, which needs causal = true; add it or "
+                          "remove vocab")
+    if cfg.eos is not None and cfg.eos not in cfg.vocab:
+        raise ConfigError(f"{source}: [model] eos = {cfg.eos!r} is not in vocab; add it to vocab or remove eos")
     for key in ("n_layers", "n_heads", "d_model", "d_ff", "vocab_size", "max_positions"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"{source}: [model] {key} = {getattr(cfg, key)} must be at least 1")
@@ -184,6 +194,23 @@ def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
     if not (math.isfinite(cfg.init_scale) and cfg.init_scale > 0):
         raise ConfigError(f"{source}: [model] init_scale = {cfg.init_scale} must be a positive number")
     return cfg
+
+
+def _vocabulary(words: list[Any], source: str) -> tuple[str, ...]:
+    """The words a causal config model generates from: distinct strings, each one token of its tokenizer."""
+    from .limits import MAX_INDEX
+    from .sources.words import word_tokens
+
+    if not words or len(words) > MAX_INDEX:
+        raise ConfigError(f"{source}: [model] vocab must list between 1 and {MAX_INDEX:,} words")
+    for word in words:
+        if not isinstance(word, str) or word_tokens(word) != [word]:
+            raise ConfigError(f"{source}: [model] vocab entry {word!r} is not one token (a word, one CJK character "
+                              "or one symbol); split it into several entries")
+    if len(set(words)) != len(words):
+        twice = next(w for w in words if words.count(w) > 1)
+        raise ConfigError(f"{source}: [model] vocab lists {twice!r} twice; list each word once")
+    return tuple(words)
 
 
 def _check_size(cfg: TransformerConfig, source: str) -> None:

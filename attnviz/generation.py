@@ -6,18 +6,26 @@ followed by the generated tokens, ``attentions`` ``[layers, heads, T, T]`` are l
 (row t is token t's attention over tokens 0..t), and ``metadata["prompt_length"]`` says where the
 prompt ends. It saves, loads and draws like any result.
 
-This first step runs on transformers (``generate(output_attentions=True,
-return_dict_in_generate=True)``): the prompt's rows come from the first step, each generated
-token's row from the step that fed it back, and the last token's row from one more step on the
-cache. Greedy by default; ``sample=True`` with ``temperature``, ``top_k``, ``top_p`` and ``seed``
-(the same seed gives the same tokens).
+Three ways run it, chosen by :func:`generate`:
+
+- the native engine (GPT-2, the LLaMA family): attnviz's own attention with a key/value cache
+  (:mod:`attnviz.sources.native.generate`, :mod:`attnviz.decoding`);
+- a causal config model with a vocabulary (``sample_configs/causal.toml``), offline;
+- transformers (``generate(output_attentions=True, return_dict_in_generate=True)``), for every other
+  causal model and for encoder-decoder models (:mod:`attnviz.generation_seq2seq`): the prompt's rows
+  come from the first step, each generated token's row from the step that fed it back, and the
+  last token's row from one more step on the cache.
+
+Greedy by default; ``sample=True`` with ``temperature``, ``top_k``, ``top_p`` and ``seed`` (the same
+seed gives the same tokens, on every engine: they sample as transformers does).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from .decoding import sampling_metadata
 from .errors import ModelNotFoundError, UsageError
 from .result import AttentionResult
 
@@ -51,10 +59,11 @@ class Sampling:
         """The keyword arguments of transformers' ``generate`` for this choice."""
         if not self.sample:
             return {"do_sample": False}
-        chosen: dict[str, Any] = {"do_sample": True, "temperature": self.temperature, "top_k": self.top_k or 0}
-        if self.top_p is not None:
-            chosen["top_p"] = self.top_p
-        return chosen
+        # Every warper said explicitly (0 and 1.0 switch top-k and top-p off), so a checkpoint's own
+        # generation_config.json cannot add one the native engine would not apply.
+        return {"do_sample": True, "temperature": self.temperature, "top_k": self.top_k or 0,
+                "top_p": 1.0 if self.top_p is None else self.top_p, "min_p": None, "typical_p": 1.0,
+                "repetition_penalty": 1.0}
 
 
 def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool,
@@ -63,13 +72,8 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     """Generate with transformers from ``ref`` (a folder or hub id) and keep every attention row."""
     import torch
 
-    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and {MAX_NEW_TOKENS}")
-    sampling.check()
     tokenizer, model = _load(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
                              local_files_only=local_files_only, device=device)
-    if not prompt or not prompt.strip():
-        raise UsageError("the prompt is empty; give the text to continue")
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     if encoded["input_ids"].shape[1] == 0:
         raise UsageError("the tokenizer produced no tokens for the prompt")
@@ -108,8 +112,7 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
         tokens=labels, attentions=attentions, token_ids=ids, special=[i in special for i in ids], causal=True,
         model_name=name,
         metadata={"engine": "hf", "generation": True, "prompt_length": prompt_length,
-                  "sampling": {"sample": sampling.sample, "temperature": sampling.temperature, "top_k": sampling.top_k,
-                               "top_p": sampling.top_p, "seed": sampling.seed},
+                  "sampling": sampling_metadata(sampling),
                   "stopped_at_eos": bool(eos is not None and ids[-1] in (eos if isinstance(eos, list) else [eos]))},
     )
 
@@ -122,27 +125,29 @@ def _labels(tokenizer: Any, ids: list[int]) -> list[str]:
 
 
 def _load(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,
-          device: str) -> tuple[Any, Any]:
+          device: str, seq2seq: bool = False) -> tuple[Any, Any]:
+    """The tokenizer and the float32 eager model, with its language-model head: ``...ForCausalLM``, or
+    ``...ForConditionalGeneration`` when ``seq2seq`` (an encoder-decoder such as T5 or BART)."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    auto, what, example = ((AutoModelForSeq2SeqLM, "an encoder-decoder language model", "...ForConditionalGeneration")
+                           if seq2seq else (AutoModelForCausalLM, "a causal language model", "...ForCausalLM"))
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "local_files_only": local_files_only}
     dtype = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref, **kwargs)
-        model, info = AutoModelForCausalLM.from_pretrained(ref, attn_implementation="eager", output_loading_info=True,
-                                                           **dtype, **kwargs)
+        model, info = auto.from_pretrained(ref, attn_implementation="eager", output_loading_info=True, **dtype, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ModelNotFoundError(f"{name} cannot generate: it is not a causal language model transformers can load "
-                                 f"({first})") from None
+        raise ModelNotFoundError(f"{name} cannot generate: it is not {what} transformers can load ({first})") from None
     missing = [key for key in info.get("missing_keys", []) if "lm_head" in key]
     if missing:  # transformers would fill it with random numbers: every token would be noise
         raise ModelNotFoundError(f"{name} has no language-model head ({missing[0]} is not in its weights), so it "
-                                 "cannot generate; give the checkpoint of a ...ForCausalLM model")
+                                 f"cannot generate; give the checkpoint of a {example} model")
     return tokenizer, model.to(device).eval()
 
 
@@ -150,57 +155,96 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              stop_at_eos: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
              trust_remote_code: bool = False) -> AttentionResult:
-    """Continue ``prompt`` with a causal language model (a folder or hub id such as ``gpt2``) and
-    return every token's attention at the step that processed it (see the module's docs).
+    """Continue ``prompt`` with a causal language model (a folder, a hub id such as ``gpt2``, or a
+    causal config model with a vocabulary) and return every token's attention at the step that
+    processed it (see the module's docs).
 
-    ``engine``: ``auto`` or ``hf`` (transformers' ``generate``); the native engine's own cached
-    decoding is not built yet, and asking for it is an error rather than a silent substitute.
+    ``engine``: ``auto`` runs attnviz's own attention with a key/value cache where the native engine
+    supports the model (GPT-2, the LLaMA family), else transformers' ``generate``; ``native`` or
+    ``hf`` insist on one.
     """
     from .sources.files import read_config
     from .sources.hub import fetch_config, hub_reachable
-    from .sources.resolve import _check_run_options, locate
+    from .sources.resolve import _check_run_options, _native_source, locate
 
     _check_run_options(engine, device)
-    if engine == "native":
-        raise UsageError("generation runs on transformers for now ([[engine=hf]] or auto); the native engine's own "
-                         "cached decoding is not built yet")
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and {MAX_NEW_TOKENS}")
+    sampling = Sampling(sample, temperature, top_k, top_p, seed)
+    sampling.check()
+    if not prompt or not prompt.strip():
+        raise UsageError("the prompt is empty; give the text to continue")
     if model is not None and model.lower().endswith(".toml"):
-        raise UsageError(f"{model} is a config model: its random weights have no language-model head to generate "
-                         "with; give a causal model folder or hub id (e.g. gpt2)")
+        from .sources.resolve import load_source
+
+        source = load_source(model, engine=engine, revision=revision, device=device)  # type: ignore[arg-type]
+        return source.generate(prompt, max_new_tokens=max_new_tokens, sampling=sampling,  # type: ignore[attr-defined]
+                               stop_at_eos=stop_at_eos)
     place = locate(model)
     folder = place.folder if place.folder is not None else fetch_config(place.hub_id, revision)  # type: ignore[arg-type]
     config = read_config(folder)
-    if model is None or config.get("is_encoder_decoder") or config.get("model_type") in ("bert", "roberta", "distilbert"):
+    if model is None or config.get("model_type") in ("bert", "roberta", "distilbert"):
         raise UsageError(f"{place.name} is not a causal language model ({config.get('model_type')}); give one such as "
-                         "gpt2, or a LLaMA-family folder")
+                         "gpt2, a LLaMA-family folder, or sample_configs/causal.toml")
     if revision is not None and place.hub_id is None:
         raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
     ref = str(place.folder) if place.folder is not None else place.hub_id
-    return generate_hf(ref, prompt, name=place.name, max_new_tokens=max_new_tokens,  # type: ignore[arg-type]
-                       sampling=Sampling(sample, temperature, top_k, top_p, seed), stop_at_eos=stop_at_eos,
-                       revision=revision, trust_remote_code=trust_remote_code,
-                       local_files_only=place.hub_id is not None and not hub_reachable(), device=device)
+    options: dict[str, Any] = {"name": place.name, "max_new_tokens": max_new_tokens, "sampling": sampling,
+                               "stop_at_eos": stop_at_eos}
+    hf_options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code, "device": device,
+                                  "local_files_only": place.hub_id is not None and not hub_reachable()}
+    if config.get("is_encoder_decoder"):
+        if engine == "native":
+            raise ModelNotFoundError(f"the native engine cannot generate with {place.name}: encoder-decoder models "
+                                     "run on transformers; use [[engine=hf]] or auto")
+        from .generation_seq2seq import generate_seq2seq_hf
+
+        return generate_seq2seq_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
+    if engine != "hf":
+        native = _native_source(place, engine=engine, revision=revision, device=device)
+        if native is not None:
+            del options["name"]
+            return native.generate(prompt, **options)  # type: ignore[attr-defined]
+    return generate_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
 
 
 def generated_summary(result: AttentionResult, *, layer: int | None = None, head: int | None = None,
-                      top: int = 3) -> list[tuple[int, str, list[tuple[int, str, float]]]]:
+                      top: int = 3, kind: Literal["self", "cross"] = "self",
+                      ) -> list[tuple[int, str, list[tuple[int, str, float]]]]:
     """For each generated token: its position, label, and the ``top`` tokens it attended to most,
-    with their weights, in one layer (or the mean over layers) and one head (or the mean of heads)."""
-    attn = result.attentions.double()
+    with their weights, in one layer (or the mean over layers) and one head (or the mean of heads).
+
+    An encoder-decoder result (:mod:`attnviz.generation_seq2seq`) is read on the decoder's side:
+    positions are in ``target_tokens`` from ``metadata["target_start"]``; ``kind="self"`` reads the
+    decoder's self-attention over the target, ``kind="cross"`` its cross-attention over the source."""
+    seq2seq = result.decoder_attentions is not None and result.cross_attentions is not None
+    if kind not in ("self", "cross"):
+        raise UsageError(f"[[kind={kind!r}]] is unknown; use self or cross")
+    if kind == "cross" and not seq2seq:
+        raise UsageError("[[kind=cross]] needs an encoder-decoder result (T5, BART); this one has only self-attention")
+    if seq2seq:
+        queries: list[str] = result.target_tokens or []
+        keys, causal = (queries, True) if kind == "self" else (result.tokens, False)
+        tensor = result.decoder_attentions if kind == "self" else result.cross_attentions
+        start = int(result.metadata.get("target_start", 0))
+    else:
+        queries, keys, causal, tensor = result.tokens, result.tokens, True, result.attentions
+        start = int(result.metadata.get("prompt_length", 0))
+    attn = tensor.double()  # type: ignore[union-attr]
+    n_layers, n_heads = attn.shape[:2]
     if layer is not None:
-        if not 0 <= layer < result.n_layers:
-            raise UsageError(f"[[layer={layer}]] is out of range; {result.model_name} has layers 0 to {result.n_layers - 1}")
+        if not 0 <= layer < n_layers:
+            raise UsageError(f"[[layer={layer}]] is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
         attn = attn[layer : layer + 1]
     if head is not None:
-        if not 0 <= head < result.n_heads:
-            raise UsageError(f"[[head={head}]] is out of range; {result.model_name} has heads 0 to {result.n_heads - 1}")
+        if not 0 <= head < n_heads:
+            raise UsageError(f"[[head={head}]] is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
         attn = attn[:, head : head + 1]
-    mean = attn.mean(dim=(0, 1))  # [T, T]
-    start = int(result.metadata.get("prompt_length", 0))
+    mean = attn.mean(dim=(0, 1))  # [queries, keys]
     out = []
-    for t in range(start, len(result.tokens)):
-        weights = mean[t, : t + 1]
-        best = weights.topk(min(top, t + 1))
-        out.append((t, result.tokens[t], [(int(k), result.tokens[int(k)], float(w))
-                                         for w, k in zip(best.values, best.indices, strict=True)]))
+    for t in range(start, len(queries)):
+        weights = mean[t, : t + 1] if causal else mean[t]
+        best = weights.topk(min(top, len(weights)))
+        out.append((t, queries[t], [(int(k), keys[int(k)], float(w))
+                                    for w, k in zip(best.values, best.indices, strict=True)]))
     return out

@@ -72,7 +72,35 @@ def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = 
                 layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,  # type: ignore[index]
                 kind=name, causal=name == "decoder", row_special=result.target_special,
                 col_special=result.target_special if name == "decoder" else result.special)
-    return collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view)
+    page = collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view)
+    page.generation = generation_steps(result)
+    if page.generation is not None and page.initial["kind"] in page.generation["kinds"]:
+        # Opened on the first generated token (the prompt's last one if nothing was generated).
+        start, generated = page.generation["promptLength"], page.generation["generated"]
+        page.initial.setdefault("query", start if generated else start - 1)
+    return page
+
+
+def generation_steps(result: AttentionResult) -> dict[str, Any] | None:
+    """What the page's step slider needs of a generated text (:func:`attnviz.generate`), else None.
+
+    ``promptLength`` tokens of the prompt come first, then ``generated`` tokens; row t is token t's
+    attention at the step that processed it. ``kinds``: the page's attentions whose rows are these
+    tokens; ``keyKinds``: those whose keys are too. A decoder-only model's are its self-attention
+    (``metadata["prompt_length"]``); an encoder-decoder's the decoder's target (its decoder and
+    cross-attention, ``metadata["target_start"]``). None once tokens were dropped or joined into
+    words, where those positions no longer hold."""
+    meta = result.metadata
+    if not meta.get("generation") or meta.get("words") or meta.get("special_removed"):
+        return None
+    if result.target_tokens is not None:
+        start, total, kinds, key_kinds = meta.get("target_start"), len(result.target_tokens), ["decoder", "cross"], \
+            ["decoder"]
+    else:
+        start, total, kinds, key_kinds = meta.get("prompt_length"), len(result.tokens), ["self"], ["self"]
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 < start <= total:
+        return None
+    return {"promptLength": start, "generated": total - start, "kinds": kinds, "keyKinds": key_kinds}
 
 
 QK_TOKENS = 64

@@ -13,6 +13,8 @@ from .options import (
     CmapOpt,
     Device,
     DeviceOpt,
+    EngineChoice,
+    EngineOpt,
     Model,
     Revision,
     TrustRemoteCode,
@@ -26,6 +28,7 @@ from .options import (
 def generate(
     prompt: str = typer.Argument(..., metavar="PROMPT", help="The text to continue.", show_default=False),
     model: str | None = Model,
+    engine: EngineChoice = EngineOpt,
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, help="How many tokens to generate at most."),
     sample: bool = typer.Option(False, "--sample", help="Sample the next token instead of taking the likeliest."),
     temperature: float = typer.Option(1.0, "--temperature", help="With --sample: flatten (>1) or sharpen (<1)."),
@@ -45,7 +48,10 @@ def generate(
     verbose: bool = Verbose,
 ) -> None:
     """Generate from PROMPT and show, for each new token, the tokens it attended to most, then a heatmap
-    of the generated rows against every token. Greedy unless --sample. Runs on transformers.
+    of the generated rows against every token. Greedy unless --sample. Runs on attnviz's own attention with a
+    key/value cache where it can (GPT-2, LLaMA family, causal config models), else on transformers.
+    An encoder-decoder model (T5, BART) reads PROMPT as its source: each new token is shown with what it
+    attended to in the source and in the target, and the heatmap is its cross-attention over the source.
 
     Example: attnviz generate "The cat sat on the" --model gpt2 --max-new-tokens 10
     """
@@ -58,15 +64,24 @@ def generate(
     from ..generation import generated_summary
 
     result = run(prompt, model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_k=top_k,
-                 top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, revision=revision, device=device.value,
+                 top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, engine=engine.value, revision=revision, device=device.value,
                  trust_remote_code=trust_remote_code)
     console = stdout_console(width)
     if verbose:
         import sys
 
-        sys.stderr.write(f"attnviz: engine hf (transformers generate) on {device.value}, model {result.model_name}\n")
+        how = {"native": "attnviz's attention, key/value cache", "config": "config model, key/value cache",
+               "hf": "transformers generate"}.get(result.metadata.get("engine", ""), "?")
+        sys.stderr.write(f"attnviz: engine {result.metadata.get('engine')} ({how}) on {device.value}, "
+                         f"model {result.model_name}\n")
     chosen_layer = None if layer_choice == "all" else int(layer_choice)
     chosen_head = None if head_choice == "mean" else int(head_choice)
+    if result.metadata.get("encoder_decoder"):  # T5, BART: the source's and the target's attention
+        from .generate_seq2seq import show_seq2seq
+
+        show_seq2seq(result, console, layer=chosen_layer, head=chosen_head, top=top, out=out, cmap=cmap.value,
+                     width=width, title=f"generated from {prompt[:40]!r}")
+        return
     rows = generated_summary(result, layer=chosen_layer, head=chosen_head, top=top)
     start = int(result.metadata["prompt_length"])
     where = ("every layer" if chosen_layer is None else f"layer {chosen_layer}") + " · " + \

@@ -2,7 +2,8 @@
 
 A Content-Security-Policy in the page forbids every request (no network, ever: bertviz's CDN
 scripts and CircuitsVis's bundle check are exactly what this avoids). The data is the JSON of a
-:class:`~attnviz.render.page.Page`; the script is ``assets/page.js``. :func:`render_html` is the
+:class:`~attnviz.render.page.Page`; the script is ``assets/page.js`` (with
+``assets/steps.js``, the step slider of a generated text). :func:`render_html` is the
 registry's renderer for ``.html``: it takes a page, or any heatmap view (made a page).
 """
 
@@ -22,11 +23,14 @@ from .page import Page, page_of_view
 POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
           "connect-src {connect}; base-uri 'none'; form-action 'none'")
 
+SCRIPTS = ("steps.js", "page.js")
+"""The page's script, in this order: the step slider of a generated text, then the page itself."""
+
 
 def page_html(page: Page, *, cmap: str = "viridis", connect: str = "'none'") -> str:
     """The whole document. ``connect``: where the page may fetch from (``'self'`` for ``attnviz serve``)."""
     assets = resources.files("attnviz.render") / "assets"
-    script = (assets / "page.js").read_text(encoding="utf-8")
+    script = "".join((assets / name).read_text(encoding="utf-8") for name in SCRIPTS)
     style = (assets / "page.css").read_text(encoding="utf-8")
     payload = json.dumps(page.data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")  # stays inside its <script>

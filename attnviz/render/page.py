@@ -38,6 +38,7 @@ class Page:
     notes: list[str] = field(default_factory=list)
     live: dict[str, Any] | None = None  # attnviz serve: endpoint, text, and the extra fields (pair, target)
     extras: list[dict[str, Any]] = field(default_factory=list)  # other matrices (head distances): see add_matrix
+    generation: dict[str, Any] | None = None  # a generated text: promptLength and generated (the step slider)
 
     def add_matrix(self, name: str, values: Any, rows: list[str], cols: list[str], *, title: str = "",
                    value_name: str = "value", notes: list[str] | None = None) -> None:
@@ -52,7 +53,7 @@ class Page:
         """The JSON the page's script reads, with the colour map as 256 RGB triples."""
         return {"title": self.title, "model": self.model, "kinds": self.kinds, "stats": self.stats, "qk": self.qk,
                 "initial": self.initial, "valueName": self.value_name, "notes": self.notes, "live": self.live,
-                "extras": self.extras,
+                "extras": self.extras, "generation": self.generation,
                 "cmap": colormap_table(cmap), "format": "attnviz-page", "version": 1}
 
 

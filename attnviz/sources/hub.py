@@ -93,7 +93,8 @@ def fetch_config(repo_id: str, revision: str | None) -> Path:
 
 
 def fetch_native_files(repo_id: str, revision: str | None) -> Path | None:
-    """Download ``tokenizer.json`` and the safetensors weights; None if the repo lacks them."""
+    """Download ``tokenizer.json``, the safetensors weights (and ``generation_config.json`` where there is one);
+    None if the repo lacks them."""
     from huggingface_hub import errors as hub
 
     def get(name: str) -> Path | None:
@@ -108,6 +109,7 @@ def fetch_native_files(repo_id: str, revision: str | None) -> Path | None:
     try:
         if get("tokenizer.json") is None:
             return None
+        get("generation_config.json")  # optional: which tokens end generation
         single = get(SINGLE)
         if single is not None:
             return single.parent

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..attention import head_value_norms
@@ -12,6 +14,9 @@ from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
 from .own_model import OwnTransformer, matrix_attention
 from .words import word_id, word_tokens
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..generation import Sampling
 
 
 class ConfigSource(Source):
@@ -24,7 +29,8 @@ class ConfigSource(Source):
         self.name = cfg.name
         self.causal = cfg.causal if causal is None else causal
         self._model = OwnTransformer(cfg).eval() if isinstance(cfg, TransformerConfig) else None
-        self.capabilities = Capabilities(details=True, value_norms=True, fixed_input=self._model is None)
+        self.capabilities = Capabilities(details=True, value_norms=True, fixed_input=self._model is None,
+                                         generation=self._model is not None and self.causal and bool(cfg.vocab))
 
     @property
     def n_layers(self) -> int:
@@ -87,6 +93,40 @@ class ConfigSource(Source):
         )
         return result.narrowed(None if options.layers is None else list(options.layers), float16=options.float16)
 
+
+    def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
+        """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache."""
+        from ..decoding import KVCache, decode, sampling_metadata
+
+        if not self.capabilities.generation:
+            raise UsageError(f"{self.name} has no language-model head to generate with: a config model generates "
+                             "when it is causal and lists its words (causal = true and vocab = [...] in [model], "
+                             "as in sample_configs/causal.toml)")
+        cfg: TransformerConfig = self.cfg  # type: ignore[assignment]
+        tokens, ids = self.tokenize(prompt)
+        if len(ids) + max_new_tokens > cfg.max_positions:
+            raise InputError(f"the prompt ({len(ids)} tokens) and [[max_new_tokens={max_new_tokens}]] pass the "
+                             f"{cfg.max_positions} positions of {self.name}; ask for fewer tokens")
+        words = torch.tensor([word_id(w, cfg.vocab_size) for w in cfg.vocab])
+        cache = KVCache()
+
+        def step(new: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+            ids_new = torch.tensor([[int(words[i]) for i in new]]) if cache.length else torch.tensor([new])
+            outs = self._model(ids_new, causal=True, cache=cache)  # type: ignore[misc]
+            return (self._model.next_token_logits(cache.hidden[0, -1], words),  # type: ignore[union-attr, index]
+                    torch.stack([out.weights[0] for _, out in outs]))
+
+        eos = [cfg.vocab.index(cfg.eos)] if cfg.eos is not None else []
+        # The prompt goes in as word ids; every later step feeds back a vocabulary index.
+        done = decode(step, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos, stop_at_eos=stop_at_eos)
+        new = [cfg.vocab[i] for i in done.ids[len(ids):]]
+        return AttentionResult(
+            tokens=tokens + new, token_ids=ids + [word_id(w, cfg.vocab_size) for w in new],
+            attentions=done.attentions, causal=True, model_name=self.name,
+            metadata={"engine": "config", "config_type": "TransformerConfig", "generation": True,
+                      "prompt_length": len(ids), "sampling": sampling_metadata(sampling),
+                      "stopped_at_eos": done.stopped_at_eos},
+        )
 
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
         tokens, ids = self.tokenize(text)

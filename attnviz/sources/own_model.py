@@ -11,8 +11,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..attention import AttentionOutput, MultiHeadAttention, combine_masks, padding_mask
+from ..attention import AttentionOutput, MultiHeadAttention, combine_masks, decoding_mask, padding_mask
 from ..config import MatrixConfig, TransformerConfig
+from ..decoding import KVCache
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
@@ -62,22 +63,40 @@ class OwnTransformer(nn.Module):
 
     @torch.no_grad()
     def forward(
-        self, ids: Tensor, attention_mask: Tensor | None = None, *, causal: bool = False
+        self, ids: Tensor, attention_mask: Tensor | None = None, *, causal: bool = False, cache: KVCache | None = None
     ) -> list[tuple[Tensor, AttentionOutput]]:
-        """Run ``ids`` ``[B, T]``; return, per layer, (attention input ``[B, T, d]``, its attention output)."""
+        """Run ``ids`` ``[B, T]``; return, per layer, (attention input ``[B, T, d]``, its attention output).
+
+        With a ``cache`` (causal only), ``ids`` are the new tokens after ``cache.length`` earlier ones,
+        whose keys and values the cache holds; it is updated, and ``cache.hidden`` is the last
+        layer's output (for :meth:`next_token_logits`)."""
         t = ids.shape[1]
+        start = 0 if cache is None else cache.length
         x = self.embed(ids)  # (B, T, d)
         if self.cfg.positions == "sinusoidal":  # computed for the T at hand, never for max_positions
-            x = x + sinusoidal_positions(t, self.cfg.d_model).to(x.device)
-        mask = combine_masks(None if attention_mask is None else padding_mask(attention_mask))
+            x = x + sinusoidal_positions(start + t, self.cfg.d_model)[start:].to(x.device)
+        future = decoding_mask(start, t, device=ids.device) if causal else None
+        mask = combine_masks(None if attention_mask is None else padding_mask(attention_mask), future)
         captured = []
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             h = block.ln_attn(x)
-            out = block.attn(h, mask=mask, causal=causal)
+            out = block.attn(h, mask=mask, past=None if cache is None else cache.past(i))
+            if cache is not None:
+                cache.keep(i, out)
             captured.append((h, out))
             x = x + out.output
             x = x + block.mlp(block.ln_mlp(x))
+        if cache is not None:
+            cache.length, cache.hidden = start + t, x
         return captured
+
+    @torch.no_grad()
+    def next_token_logits(self, hidden: Tensor, word_ids: Tensor) -> Tensor:
+        """Logits ``[n_words]`` of the next token after ``hidden`` ``[d]``: a LayerNorm without weights,
+        then the dot product with each word's embedding (a head tied to the embedding, as GPT-2's),
+        divided by √d so that random weights give logits of unit variance (sampling has a choice)."""
+        final = torch.nn.functional.layer_norm(hidden, (self.cfg.d_model,))
+        return (self.embed.weight[word_ids] @ final) / math.sqrt(self.cfg.d_model)
 
 
 def matrix_attention(cfg: MatrixConfig) -> MultiHeadAttention:

@@ -20,7 +20,7 @@
   const state = {
     kind: data.initial.kind && data.kinds[data.initial.kind] ? data.initial.kind : kinds[0],
     layer: data.initial.layer || 0, head: data.initial.head || 0, view: data.initial.view || "head",
-    enabled: null, hoverRow: -1, hoverCol: -1, query: 0,
+    enabled: null, hoverRow: -1, hoverCol: -1, query: data.initial.query || 0, step: 0,
   };
   const K = () => data.kinds[state.kind];
   state.enabled = new Set([Math.min(state.head, K().heads - 1)]);
@@ -67,10 +67,43 @@
   const layerName = (i) => (K().panelTitles ? "" : "layer " + K().layers[i]);
   const headName = (h) => (K().panelTitles ? K().panelTitles[h] : "head " + h);
 
+  // --- a generated text: the step slider (steps.js), and what it dims ------------------------------
+  // At step s (a position), rows after s were not computed yet, nor keys after s on the generated axis.
+  let steps = null;
+  const GENERATED = "#c2410c";
+  const G = () => (data.generation && data.generation.kinds.includes(state.kind) ? data.generation : null);
+  const keysToo = () => G() !== null && data.generation.keyKinds.includes(state.kind);
+  const rowCut = () => (G() ? state.step : Infinity);
+  const colCut = () => (keysToo() ? state.step : Infinity);
+  const rowGenerated = (i) => G() !== null && i >= G().promptLength;
+  const colGenerated = (j) => keysToo() && j >= G().promptLength;
+  const labelColour = (generated, special, marked) =>
+    (marked ? "#3b5bdb" : generated ? GENERATED : special ? "#8e8e93" : "#1d1d1f");
+  function setStep(position) { state.step = state.query = position; draw(); }
+  function followQuery(i) {  // a query chosen elsewhere moves the slider where it is a step
+    if (steps && G() && steps.contains(i)) { state.step = i; steps.set(i); }
+  }
+  function stepBar() {
+    if (steps) steps.remove();
+    steps = null;
+    const kind = data.generation && data.generation.kinds.find((name) => data.kinds[name]);
+    if (!kind) return;
+    steps = attnvizStepSlider(data.generation, data.kinds[kind].rows, setStep);
+    state.step = Math.max(steps.first, Math.min(steps.last, state.query));
+    steps.set(state.step);
+    $("#controls").after(steps.element);
+  }
+  // A dashed line where the prompt ends (between positions promptLength - 1 and promptLength).
+  function promptEdge(ctx, x0, y0, x1, y1) {
+    ctx.save(); ctx.strokeStyle = GENERATED; ctx.lineWidth = 1.5; ctx.setLineDash([4, 3]);
+    ctx.beginPath(); ctx.moveTo(x0, y0); ctx.lineTo(x1, y1); ctx.stroke(); ctx.restore();
+  }
+
   // --- controls ---------------------------------------------------------------------------------
   function controls() {
     const box = $("#controls");
     box.replaceChildren();
+    if (steps) steps.element.hidden = !G();
     if (kinds.length > 1) {
       const sel = el("select", {id: "kind", onchange: (e) => { state.kind = e.target.value; state.layer = 0; state.head = 0;
         state.enabled = new Set(Array.from({length: K().heads}, (_, h) => h)); controls(); draw(); }});
@@ -113,30 +146,42 @@
     const heads = [...state.enabled].sort((a, b) => a - b);
     const mats = await Promise.all(heads.map((h) => matrix(state.kind, state.layer, h)));
     const cols = k.cols.length, x0 = colW, x1 = colW + gap, y = (i) => pad + i * rowH + rowH / 2;
+    // A generated text at a step: only rows up to it, that step's row strong and the earlier ones faint.
+    const rowEnd = rowCut(), colEnd = colCut(), focus = G() ? state.step : -1;
     ctx.lineWidth = 2;
     heads.forEach((h, index) => {
       const m = mats[index];
       ctx.strokeStyle = HEAD_COLORS[h % HEAD_COLORS.length];
       for (let i = 0; i < k.rows.length; i++) {
-        if (state.hoverRow >= 0 && i !== state.hoverRow) continue;
+        if ((state.hoverRow >= 0 && i !== state.hoverRow) || i > rowEnd) continue;
+        const faint = focus >= 0 && state.hoverRow < 0 && i !== focus ? 0.3 : 1;
         for (let j = 0; j < cols; j++) {
           if (state.hoverCol >= 0 && j !== state.hoverCol) continue;
           const w = m[i * cols + j] / (k.scale || 1);
           if (w < 0.01) continue;
-          ctx.globalAlpha = Math.min(1, w) * (heads.length > 1 ? 0.8 : 1);
+          ctx.globalAlpha = Math.min(1, w) * (heads.length > 1 ? 0.8 : 1) * faint;
           ctx.beginPath(); ctx.moveTo(x0 + 4, y(i)); ctx.lineTo(x1 - 4, y(j)); ctx.stroke();
         }
       }
     });
-    ctx.globalAlpha = 1; ctx.font = "13px system-ui, sans-serif"; ctx.textBaseline = "middle";
+    ctx.textBaseline = "middle";
     k.rows.forEach((t, i) => {
-      ctx.fillStyle = i === state.hoverRow ? "#3b5bdb" : (k.rowSpecial[i] ? "#8e8e93" : "#1d1d1f");
+      ctx.globalAlpha = i > rowEnd ? 0.25 : 1; ctx.font = (i === focus ? "600 " : "") + "13px system-ui, sans-serif";
+      ctx.fillStyle = labelColour(rowGenerated(i), k.rowSpecial[i], i === state.hoverRow || i === focus);
       ctx.textAlign = "right"; ctx.fillText(t, x0 - 4, y(i));
     });
+    ctx.font = "13px system-ui, sans-serif";
     k.cols.forEach((t, j) => {
-      ctx.fillStyle = j === state.hoverCol ? "#3b5bdb" : (k.colSpecial[j] ? "#8e8e93" : "#1d1d1f");
+      ctx.globalAlpha = j > colEnd ? 0.25 : 1;
+      ctx.fillStyle = labelColour(colGenerated(j), k.colSpecial[j], j === state.hoverCol);
       ctx.textAlign = "left"; ctx.fillText(t, x1 + 4, y(j));
     });
+    ctx.globalAlpha = 1;
+    if (G()) {
+      const edge = y(G().promptLength) - rowH / 2;
+      promptEdge(ctx, 0, edge, x0, edge);
+      if (keysToo()) promptEdge(ctx, x1, edge, width, edge);
+    }
     canvas.dataset.drawn = String(heads.length);
   }
   function headViewHover(event) {
@@ -214,14 +259,30 @@
       ctx.beginPath(); ctx.moveTo(left, top + b * cell); ctx.lineTo(left + cols * cell, top + b * cell); ctx.stroke();
       ctx.beginPath(); ctx.moveTo(left + b * cell, top); ctx.lineTo(left + b * cell, top + rows * cell); ctx.stroke();
     }
+    const rowEnd = Math.min(rows - 1, rowCut()), colEnd = Math.min(cols - 1, colCut());
+    if (G()) {  // at a step: what comes after it veiled, that step's row outlined, the prompt's end dashed
+      ctx.fillStyle = "rgba(255, 255, 255, 0.82)";
+      ctx.fillRect(left, top + (rowEnd + 1) * cell, cols * cell, (rows - rowEnd - 1) * cell);
+      ctx.fillRect(left + (colEnd + 1) * cell, top, (cols - colEnd - 1) * cell, (rowEnd + 1) * cell);
+      const edge = G().promptLength * cell;
+      promptEdge(ctx, left, top + edge, left + cols * cell, top + edge);
+      if (keysToo()) promptEdge(ctx, left + edge, top, left + edge, top + rows * cell);
+      ctx.strokeStyle = "#3b5bdb"; ctx.lineWidth = 2;
+      ctx.strokeRect(left + 1, top + state.step * cell + 1, (colEnd + 1) * cell - 2, cell - 2);
+    }
     if (labels) {
-      ctx.fillStyle = "#1d1d1f"; ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
+      ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
       ctx.textAlign = "right"; ctx.textBaseline = "middle";
-      k.rows.forEach((t, i) => ctx.fillText(t, left - 4, top + i * cell + cell / 2));
+      k.rows.forEach((t, i) => {
+        ctx.globalAlpha = i > rowEnd ? 0.3 : 1; ctx.fillStyle = labelColour(rowGenerated(i), false, false);
+        ctx.fillText(t, left - 4, top + i * cell + cell / 2);
+      });
       k.cols.forEach((t, j) => {
+        ctx.globalAlpha = j > colEnd ? 0.3 : 1; ctx.fillStyle = labelColour(colGenerated(j), false, false);
         ctx.save(); ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 2);
         ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore();
       });
+      ctx.globalAlpha = 1;
     }
     canvas.dataset.left = left; canvas.dataset.top = top; canvas.dataset.cell = cell;
     $("#matrixtitle").textContent = [data.model, state.kind === "self" ? "" : state.kind, layerName(state.layer),
@@ -234,7 +295,8 @@
     const i = Math.floor((event.clientY - rect.top - canvas.dataset.top) / cell);
     if (i < 0 || j < 0 || i >= k.rows.length || j >= k.cols.length) return hideTip();
     const m = await matrix(state.kind, state.layer, state.head);
-    showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${data.valueName}: ${fmt(m[i * k.cols.length + j])}`);
+    const later = i > rowCut() || j > colCut() ? "\n(after this step: not generated yet)" : "";
+    showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${data.valueName}: ${fmt(m[i * k.cols.length + j])}${later}`);
   }
 
   // --- heads table --------------------------------------------------------------------------------
@@ -272,7 +334,7 @@
     const head = layer && layer[String(state.head)];
     if (!head) { box.replaceChildren(el("p", {class: "hint"}, "No query and key vectors for this layer.")); return; }
     const k = K(), q = head.q[state.query], d = q.length;
-    const sel = el("select", {id: "query", onchange: (e) => { state.query = +e.target.value; qkView(); }});
+    const sel = el("select", {id: "query", onchange: (e) => { state.query = +e.target.value; followQuery(state.query); qkView(); }});
     k.rows.forEach((t, i) => sel.append(el("option", {value: i}, i + ": " + t)));
     sel.value = state.query;
     const table = el("table");
@@ -299,8 +361,10 @@
   async function queryView() {
     const k = K(), canvas = $("#queryview"), cols = k.cols.length, n = k.layers.length * k.heads;
     const sel = $("#querytoken");
-    if (sel.options.length !== k.rows.length) {
-      sel.replaceChildren(...k.rows.map((t, i) => el("option", {value: i}, i + ": " + t)));
+    state.query = Math.min(state.query, k.rows.length - 1);
+    if (sel.dataset.kind !== state.kind || sel.options.length !== k.rows.length) {
+      sel.replaceChildren(...k.rows.map((t, i) => el("option", {value: i}, i + ": " + t + (rowGenerated(i) ? " (generated)" : ""))));
+      sel.dataset.kind = state.kind;
     }
     sel.value = state.query;
     const cell = Math.max(3, Math.min(22, Math.floor(760 / Math.max(cols, 8)))), rowH = Math.max(4, Math.min(14, Math.floor(900 / n)));
@@ -321,9 +385,16 @@
       }
       if (rowH >= 8 || h === 0) { ctx.fillStyle = "#1d1d1f"; ctx.fillText(`L${k.layers[li]}H${h}`, left - 4, top + r * rowH + rowH / 2); }
     });
+    const colEnd = Math.min(cols - 1, colCut());
+    if (G()) {  // keys after the step veiled, the prompt's end dashed
+      ctx.fillStyle = "rgba(255, 255, 255, 0.82)";
+      ctx.fillRect(left + (colEnd + 1) * cell, top, (cols - colEnd - 1) * cell, n * rowH);
+      if (keysToo()) promptEdge(ctx, left + G().promptLength * cell, top, left + G().promptLength * cell, top + n * rowH);
+    }
     if (top) {
-      ctx.fillStyle = "#1d1d1f"; ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
+      ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
       k.cols.forEach((t, j) => { ctx.save(); ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 2);
+        ctx.globalAlpha = j > colEnd ? 0.3 : 1; ctx.fillStyle = labelColour(colGenerated(j), false, false);
         ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore(); });
     }
     canvas.onmousemove = (event) => {
@@ -335,7 +406,7 @@
         `${data.valueName}: ${fmt(mats[r][state.query * cols + j])}`);
     };
     canvas.onmouseleave = hideTip;
-    canvas.dataset.drawn = String(state.query);
+    Object.assign(canvas.dataset, {left, top, cell, rowh: rowH, drawn: String(state.query)});
   }
 
   // --- other matrices (compare-heads' head distances) --------------------------------------------
@@ -405,6 +476,7 @@
       nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
     }
     if (!nav.querySelector(`[data-view="${state.view}"]`)) state.view = nav.querySelector("button").dataset.view;
+    stepBar();
     controls();
     setView(state.view);
   }
@@ -459,9 +531,9 @@
   }
   $("#headview").addEventListener("click", (event) => {  // a query token: what it attends to, everywhere
     const rect = event.target.getBoundingClientRect(), i = Math.floor((event.clientY - rect.top - 8) / 18);
-    if (event.clientX - rect.left < 150 && i >= 0 && i < K().rows.length) { state.query = i; setView("query"); }
+    if (event.clientX - rect.left < 150 && i >= 0 && i < K().rows.length) { state.query = i; followQuery(i); setView("query"); }
   });
-  $("#querytoken").addEventListener("change", (e) => { state.query = +e.target.value; queryView(); });
+  $("#querytoken").addEventListener("change", (e) => { state.query = +e.target.value; followQuery(state.query); draw(); });
   $("#headview").addEventListener("mousemove", headViewHover);
   $("#headview").addEventListener("mouseleave", () => { state.hoverRow = state.hoverCol = -1; headView(); });
   $("#matrix").addEventListener("mousemove", matrixHover);

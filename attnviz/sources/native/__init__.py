@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +23,10 @@ from . import gpt2, llama
 from .bert import Bert
 from .common import NativeModel
 from .weights import load_weights
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...generation import Sampling
+    from ...result import AttentionResult
 
 FAMILIES: dict[str, type[NativeModel]] = {
     "bert": Bert,
@@ -70,8 +75,7 @@ class NativeSource(ModelSource):
     """A Hugging Face folder run by attnviz's own attention."""
 
     engine = "native"
-    capabilities = Capabilities(details=True, value_norms=True, pairs=True, streaming=True, token_ids=True,
-                                generation=False)
+    capabilities = Capabilities(details=True, value_norms=True, pairs=True, streaming=True, token_ids=True)
 
     def __init__(self, folder: Path, *, name: str, device: str = "cpu") -> None:
         from tokenizers import Tokenizer
@@ -81,7 +85,9 @@ class NativeSource(ModelSource):
         if reason:
             raise ModelNotFoundError(f"the native engine cannot run {name}: {reason}; use [[engine=hf]]")
         family = FAMILIES[config["model_type"]]
-        weights = load_weights(folder, family.prefixes)
+        self.capabilities = replace(self.capabilities, generation=family.causal)
+        self.folder = folder
+        self.weights = weights = load_weights(folder, family.prefixes)  # read lazily: the head only to generate
         try:
             with skip_init():
                 self.model = family(config, weights).to(device)
@@ -109,6 +115,14 @@ class NativeSource(ModelSource):
     @property
     def n_layers(self) -> int:
         return self.model.n_layers
+
+    def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
+        """Continue ``prompt`` (causal families) with incremental decoding on a key/value cache."""
+        from .generate import generate_native
+
+        if not self.capabilities.generation:
+            raise ModelNotFoundError(f"{self.name} is a {self.family} encoder; it cannot generate")
+        return generate_native(self, prompt, max_new_tokens=max_new_tokens, sampling=sampling, stop_at_eos=stop_at_eos)
 
     def forward_layers(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor,
                        capture: Capture) -> Iterator[LayerOut]:

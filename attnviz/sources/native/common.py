@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput
+from ...decoding import KVCache
 from ..engine import Capture
 from .weights import take
 
@@ -95,9 +96,39 @@ class NativeModel:
         return self
 
     def run(
-        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
+        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture,
+        cache: KVCache | None = None,
     ) -> Iterator[AttentionOutput]:  # pragma: no cover - abstract
-        """The first ``n_layers`` layers' attention outputs, one at a time."""
+        """The first ``n_layers`` layers' attention outputs, one at a time.
+
+        Causal families also decode incrementally: with a ``cache``, ``ids`` are the new tokens only
+        (at positions ``cache.length`` onwards), ``attention_mask`` covers every key so far, and
+        the cache is updated (keys, values, length, the last layer's ``hidden`` output)."""
+        raise NotImplementedError
+
+    def final_norm(self, weights: Any) -> nn.Module:  # pragma: no cover - abstract
+        """The norm between the last layer and the language-model head (causal families)."""
+        raise NotImplementedError(f"{type(self).__name__} has no language-model head")
+
+    def language_model_head(self, weights: Any) -> tuple[nn.Module, Tensor]:
+        """(final norm, head matrix ``[vocab, d]``): the checkpoint's ``lm_head.weight``, or the input
+        embedding where the config ties them (transformers' ``tie_word_embeddings``, default true for
+        GPT-2). Read on demand: attention alone never loads it."""
+        from ...errors import ModelNotFoundError
+
+        if "lm_head.weight" in weights:
+            head = weights["lm_head.weight"]
+        elif self.config.get("tie_word_embeddings", self.ties_embeddings):
+            head = self.embedding
+        else:
+            raise ModelNotFoundError("the checkpoint has no language-model head (lm_head.weight), so it cannot "
+                                     "generate; give the checkpoint of a ...ForCausalLM model")
+        return self.final_norm(weights), head
+
+    ties_embeddings: ClassVar[bool] = False
+
+    @property
+    def embedding(self) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def o_weight(self, layer: int) -> Tensor | None:

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...attention import AttentionOutput, MultiHeadAttention, causal_mask, combine_masks, padding_mask
+from ...attention import AttentionOutput, MultiHeadAttention, combine_masks, decoding_mask, padding_mask
+from ...decoding import KVCache
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, load_layer_norm, load_linear, set_parameter
 from .weights import take
@@ -28,6 +29,7 @@ def unsupported(config: dict[str, Any]) -> str | None:
 class GPT2(NativeModel):
     prefixes = ("transformer.",)
     causal = True
+    ties_embeddings = True  # GPT-2's lm_head is its token embedding
 
     def __init__(self, config: dict[str, Any], weights: dict[str, Tensor]) -> None:
         super().__init__(config)
@@ -35,6 +37,7 @@ class GPT2(NativeModel):
         eps = config.get("layer_norm_epsilon", 1e-5)
         inner = config.get("n_inner") or 4 * d
         self.act = ACTIVATIONS[config.get("activation_function", "gelu_new")]
+        self.d, self.eps = d, eps
         self.wte, self.wpe = take(weights, "wte.weight"), take(weights, "wpe.weight")
         self.vocab_rows = self.wte.shape[0]
         for i in range(config["n_layer"]):
@@ -54,17 +57,30 @@ class GPT2(NativeModel):
                 "proj": load_linear(nn.Linear(inner, d), weights, p + "mlp.c_proj", transpose=True),
             }))
 
+    @property
+    def embedding(self) -> Tensor:
+        return self.wte
+
+    def final_norm(self, weights: Any) -> nn.Module:
+        return load_layer_norm(weights, "ln_f", self.d, self.eps)
+
     @torch.no_grad()
     def run(
-        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
+        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture,
+        cache: KVCache | None = None,
     ) -> Iterator[AttentionOutput]:
         t = ids.shape[1]
-        x = self.wte[ids] + self.wpe[:t]  # (B, T, d)
-        mask = combine_masks(padding_mask(attention_mask), causal_mask(t, device=ids.device))
+        start = 0 if cache is None else cache.length
+        x = self.wte[ids] + self.wpe[start : start + t]  # (B, T, d)
+        mask = combine_masks(padding_mask(attention_mask), decoding_mask(start, t, device=ids.device))
         for i, layer in enumerate(self.layers[:n_layers]):
-            out = self.attend(i, layer["attn"], layer["ln_1"](x), capture, mask=mask)
+            out = self.attend(i, layer["attn"], layer["ln_1"](x), capture, mask=mask,
+                              past=None if cache is None else cache.past(i))
+            if cache is not None:
+                cache.keep(i, out)
             yield out
             x = x + out.output
             del out  # the consumer has this layer's weights: never two layers' matrices held here
             x = x + layer["proj"](self.act(layer["fc"](layer["ln_2"](x))))
-
+        if cache is not None:
+            cache.length, cache.hidden = start + t, x

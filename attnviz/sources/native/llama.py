@@ -15,12 +15,12 @@ from torch import Tensor, nn
 from ...attention import (
     AttentionOutput,
     MultiHeadAttention,
-    causal_mask,
     combine_masks,
+    decoding_mask,
     padding_mask,
     rotary_tables,
-    sliding_window_mask,
 )
+from ...decoding import KVCache
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, load_linear
 from .weights import take
@@ -73,6 +73,7 @@ class Llama(NativeModel):
         self.d_head = config.get("head_dim") or d // h
         self.theta = float(rope_parameters(config)["rope_theta"])
         eps = config.get("rms_norm_eps", 1e-6)
+        self.eps = eps
         qkv_bias = bool(config.get("attention_bias")) or config.get("model_type") == "qwen2"
         window = config.get("sliding_window")
         uses_window = config.get("model_type") == "mistral" or config.get("use_sliding_window", False)
@@ -97,19 +98,32 @@ class Llama(NativeModel):
                 "down": load_linear(nn.Linear(inter, d, bias=False), weights, p + "mlp.down_proj"),
             }))
 
+    @property
+    def embedding(self) -> Tensor:
+        return self.embed
+
+    def final_norm(self, weights: Any) -> nn.Module:
+        return RMSNorm(take(weights, "norm.weight"), self.eps)
+
     @torch.no_grad()
     def run(
-        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
+        self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture,
+        cache: KVCache | None = None,
     ) -> Iterator[AttentionOutput]:
         t = ids.shape[1]
+        start = 0 if cache is None else cache.length
         x = self.embed[ids]  # (B, T, d)
-        rotary = rotary_tables(torch.arange(t, device=ids.device), self.d_head, self.theta)
-        future = sliding_window_mask(t, self.window, device=ids.device) if self.window else causal_mask(t, device=ids.device)
-        mask = combine_masks(padding_mask(attention_mask), future)
+        rotary = rotary_tables(torch.arange(start, start + t, device=ids.device), self.d_head, self.theta)
+        mask = combine_masks(padding_mask(attention_mask), decoding_mask(start, t, window=self.window, device=ids.device))
         for i, layer in enumerate(self.layers[:n_layers]):
-            out = self.attend(i, layer["attn"], layer["norm_attn"](x), capture, mask=mask, rotary=rotary)
+            out = self.attend(i, layer["attn"], layer["norm_attn"](x), capture, mask=mask, rotary=rotary,
+                              past=None if cache is None else cache.past(i))
+            if cache is not None:
+                cache.keep(i, out)
             yield out
             x = x + out.output
             del out  # the consumer has this layer's weights: never two layers' matrices held here
             h = layer["norm_mlp"](x)
             x = x + layer["down"](self.act(layer["gate"](h)) * layer["up"](h))
+        if cache is not None:
+            cache.length, cache.hidden = start + t, x
