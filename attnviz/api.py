@@ -356,6 +356,9 @@ def norm_view(source: Source, text: str | None, *, layer: int | str = "all", hea
     from .metrics import norm_attention
     from .render.view import every_layer_panels, matrix_view, select_panels
 
+    if not source.capabilities.value_norms and source.engine == "saved":
+        raise UsageError(f"norm-based attention needs each head's value vectors; {source.path} was saved without "
+                         "them. Save a result of the native engine or a .toml config model")
     if not source.capabilities.value_norms:
         raise UsageError(f"norm-based attention needs each head's value vectors; the {source.engine} engine does not "
                          "give them. Use the native engine (BERT, GPT-2, LLaMA families) or a .toml config model")
@@ -413,8 +416,9 @@ def explain(text: str | None = None, model: str | None = None, *, layer: int = 0
 
     source = load_source(model or EXPLAIN_DEFAULT, causal=causal)
     if not isinstance(source, ConfigSource):
-        raise UsageError(f"explain walks through attnviz's own config models (.toml); {model} is a {source.engine} "
-                         "model. Use attnviz heatmap for it")
+        what = "a saved result" if source.engine == "saved" else f"a {source.engine} model"
+        raise UsageError(f"explain walks through attnviz's own config models (.toml); {model} is {what}. Use "
+                         "attnviz heatmap for it")
     return walkthrough(source.explain_inputs(text, layer))
 
 

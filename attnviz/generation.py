@@ -93,17 +93,7 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
         # The last token was chosen but never fed back: one more step on the cache gives its row.
         last = model(input_ids=sequence[-1:][None], past_key_values=out.past_key_values, output_attentions=True,
                      use_cache=True)
-    steps = [*out.attentions, last.attentions]
-    total = sequence.shape[0]
-    layers, heads = len(steps[0]), steps[0][0].shape[1]
-    attentions = torch.zeros(layers, heads, total, total)
-    row = 0
-    for step in steps:
-        rows, width = step[0].shape[-2:]
-        end = row + rows  # a step's keys end at its last row; a sliding-window cache keeps only the last ``width``
-        for layer, weights in enumerate(step):
-            attentions[layer, :, row:end, end - width : end] = weights[0].float().cpu()
-        row = end
+    attentions = _rows_by_step([*out.attentions, last.attentions], sequence.shape[0], None)
     ids = [int(i) for i in sequence]
     labels = _labels(tokenizer, ids)
     special = set(tokenizer.all_special_ids)
@@ -117,11 +107,33 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     )
 
 
+def _rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> Any:
+    """``[layers, heads, total, keys or total]`` from each step's per-layer ``[1, heads, rows, width]``
+    weights: a step's rows follow the previous step's, and its keys end at its last row (self-attention;
+    a sliding-window cache keeps only the last ``width``) or are the whole source (cross-attention,
+    ``keys`` given)."""
+    import torch
+
+    layers, heads = len(steps[0]), steps[0][0].shape[1]
+    out = torch.zeros(layers, heads, total, total if keys is None else keys)
+    row = 0
+    for step in steps:
+        rows, width = step[0].shape[-2:]
+        end = row + rows
+        first = 0 if keys is not None else end - width
+        for layer, weights in enumerate(step):
+            out[layer, :, row:end, first : first + width] = weights[0].float().cpu()
+        row = end
+    return out
+
+
 def _labels(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Readable labels, as the other commands write them (byte-level pieces decoded)."""
+    """Readable labels, as the other commands write them (byte-level pieces decoded); an id the
+    vocabulary has no piece for (a model whose embedding has more rows than its tokenizer) is ``<id>``."""
     from .sources.tokens import label_from_piece
 
-    return [label_from_piece(piece) for piece in tokenizer.convert_ids_to_tokens(ids)]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    return [label_from_piece(piece) if piece is not None else f"<{i}>" for piece, i in zip(pieces, ids, strict=True)]
 
 
 def _load(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,

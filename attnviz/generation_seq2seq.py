@@ -20,11 +20,11 @@ decoder step on the cache, as :func:`attnviz.generation.generate_hf` does for de
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
+from .decoding import sampling_metadata
 from .errors import ModelNotFoundError, UsageError
-from .generation import MAX_NEW_TOKENS, Sampling, _labels, _load
+from .generation import Sampling, _labels, _load, _rows_by_step
 from .result import AttentionResult
 
 TARGET_START = 1
@@ -36,16 +36,12 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
                         local_files_only: bool = False, device: str = "cpu") -> AttentionResult:
     """Generate with transformers from the encoder-decoder model ``ref`` (a folder or hub id), reading
     ``prompt`` as the source, and keep every decoder self- and cross-attention row (see the module's docs).
-    Greedy unless ``sampling.sample``; the same ``sampling.seed`` gives the same tokens."""
+    Greedy unless ``sampling.sample``; the same ``sampling.seed`` gives the same tokens. The arguments
+    are checked by :func:`attnviz.generation.generate`, which calls this."""
     import torch
 
-    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and {MAX_NEW_TOKENS}")
-    sampling.check()
     tokenizer, model = _load(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
                              local_files_only=local_files_only, device=device, seq2seq=True)
-    if not prompt or not prompt.strip():
-        raise UsageError("the prompt is empty; give the source text for the encoder")
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     source = {"input_ids": encoded["input_ids"],
               "attention_mask": encoded.get("attention_mask", torch.ones_like(encoded["input_ids"]))}
@@ -81,7 +77,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
         decoder_attentions=decoder_attentions, cross_attentions=cross_attentions,
         target_tokens=_labels(tokenizer, target_ids), target_special=[i in special for i in target_ids],
         metadata={"engine": "hf", "generation": True, "encoder_decoder": True, "target_start": TARGET_START,
-                  "target_ids": target_ids, "sampling": asdict(sampling),
+                  "target_ids": target_ids, "sampling": sampling_metadata(sampling),
                   "stopped_at_eos": bool(target_ids[-1] in eos_ids)},
     )
 
@@ -100,22 +96,3 @@ def _check_lengths(config: Any, name: str, source_length: int, max_new_tokens: i
     if TARGET_START + max_new_tokens > limit:
         raise UsageError(f"[[max_new_tokens={max_new_tokens}]] and the decoder start token pass the {limit} positions "
                          f"{name}'s decoder takes; ask for at most {limit - TARGET_START}")
-
-
-def _rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> Any:
-    """``[layers, heads, total, keys or total]`` from each step's per-layer ``[1, heads, rows, width]``
-    weights: a step's rows follow the previous step's, and its keys end at its last row (self-attention)
-    or are the whole source (cross-attention, ``keys`` given)."""
-    import torch
-
-    layers, heads = len(steps[0]), steps[0][0].shape[1]
-    out = torch.zeros(layers, heads, total, total if keys is None else keys)
-    row = 0
-    for step in steps:
-        rows, width = step[0].shape[-2:]
-        end = row + rows
-        first = 0 if keys is not None else end - width
-        for layer, weights in enumerate(step):
-            out[layer, :, row:end, first : first + width] = weights[0].float().cpu()
-        row = end
-    return out

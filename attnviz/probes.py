@@ -17,6 +17,9 @@ PROBE_LENGTH = 50  # random tokens per copy
 
 def induction_probe(source, *, length: int = PROBE_LENGTH, seed: int = 0) -> AttentionResult:
     """Run ``source`` on random tokens repeated twice (a leading BOS kept where the tokenizer adds one)."""
+    if source.capabilities.fixed_input:
+        raise UsageError(f"[[probe=induction]] runs the model on random tokens; {source.name} has a fixed input "
+                         "(a matrices config or a saved result)")
     if not getattr(source, "causal", False):
         raise UsageError(
             f"[[probe=induction]] needs a causal (decoder) model; {source.name} attends both ways, "

@@ -1,8 +1,9 @@
-"""Shared fixtures: paths of the sample configs and a CLI runner that keeps stderr apart."""
+"""Shared fixtures: paths of the sample configs, a CLI runner that keeps stderr apart, and one browser."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 # Every test runs offline: the hub library reads this when it is first imported.
@@ -57,3 +58,35 @@ def tiny_hf(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny_hf")
     return {name: str(build(root / name)) for name, build in BUILDERS.items()}
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium, driven by Playwright, one for every page test (never ``playwright install``).
+    Without chromium the page tests skip here, and fail under CI."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        chromium = None
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium and the playwright package for the page tests")
+        pytest.skip("no chromium or playwright here (CI installs both)")
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield instance
+        instance.close()
+
+
+def open_offline(browser, path: Path, requests: list[str], errors: list[str]):
+    """Open the page at ``path`` with every request but the page itself refused (and recorded in
+    ``requests``, so none may even be tried), script errors in ``errors``; once its head view is drawn."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.on("request", lambda r: requests.append(r.url))
+    page.route("**/*", lambda route: route.continue_() if route.request.url == path.as_uri() else route.abort())
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(path.as_uri())
+    page.wait_for_selector("#headview[data-drawn]")
+    return page

@@ -5,6 +5,8 @@ do not change)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -140,7 +142,7 @@ def test_what_cannot_generate_is_refused(run_cli, tiny_hf, lm):
     assert r.exit_code == 1 and "no language-model head" in r.stderr
 
 
-CAUSAL = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "sample_configs" / "causal.toml")
+CAUSAL = str(Path(__file__).resolve().parent.parent / "sample_configs" / "causal.toml")
 
 
 @pytest.mark.parametrize("options", [{}, {"sample": True, "seed": 3, "temperature": 1.5, "top_k": 8}])
@@ -153,7 +155,7 @@ def test_config_model_generates_offline(options):
     import torch.nn.functional as F
 
     from attnviz.config import load_config
-    from attnviz.sources.own_model import OwnTransformer
+    from attnviz.sources.own_model import OwnTransformer, sinusoidal_positions
     from attnviz.sources.words import word_id
 
     result = attnviz.generate(PROMPT, model=CAUSAL, max_new_tokens=7, stop_at_eos=False, **options)
@@ -170,7 +172,7 @@ def test_config_model_generates_offline(options):
         return
     words = torch.tensor([word_id(w, cfg.vocab_size) for w in cfg.vocab])
     for t in range(5, len(result.tokens)):
-        x = model.embed(ids[:, :t]) + __import__("attnviz.sources.own_model", fromlist=["x"]).sinusoidal_positions(t, cfg.d_model)
+        x = model.embed(ids[:, :t]) + sinusoidal_positions(t, cfg.d_model)
         for block in model.blocks:  # the pre-LN block written out with torch's own attention
             h = block.ln_attn(x)
             attn = block.attn
@@ -187,7 +189,7 @@ def test_config_model_generates_offline(options):
 def test_config_model_stops_at_its_eos_and_is_refused_without_a_vocabulary(run_cli, tmp_path):
     from conftest import write_config
 
-    text = open(CAUSAL, encoding="utf-8").read()
+    text = Path(CAUSAL).read_text(encoding="utf-8")
     stopper = write_config(tmp_path, text.replace('eos = "."', 'eos = "under"'), "stop.toml")
     free = attnviz.generate(PROMPT, model=stopper, max_new_tokens=12, stop_at_eos=False)
     stopped = attnviz.generate(PROMPT, model=stopper, max_new_tokens=12)

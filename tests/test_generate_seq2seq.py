@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import attnviz
 from attnviz.errors import ModelNotFoundError, UsageError
 from attnviz.generation import Sampling, generated_summary
 from attnviz.generation_seq2seq import generate_seq2seq_hf
@@ -42,7 +43,7 @@ def _transformers(folder: str):
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
-    return tokenizer, model, tokenizer(SOURCE, return_tensors="pt")["input_ids"]
+    return model, tokenizer(SOURCE, return_tensors="pt")["input_ids"]
 
 
 def _stack(layers) -> torch.Tensor:
@@ -57,7 +58,7 @@ def _ours(folder: str, n: int = N, **sampling) -> AttentionResult:
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_greedy_generation_equals_transformers(s2s, family, tmp_path):
     result = _ours(s2s[family])
-    _, model, src = _transformers(s2s[family])
+    model, src = _transformers(s2s[family])
     with torch.no_grad():
         out = model.generate(input_ids=src, max_new_tokens=N, min_new_tokens=N, do_sample=False,
                              output_attentions=True, return_dict_in_generate=True)
@@ -95,12 +96,33 @@ def test_bart_greedy_tokens_vary(s2s):
     assert len(set(generated)) > 1
 
 
+def test_it_stops_at_the_end_of_sequence_token(s2s, tmp_path):
+    import json
+    import shutil
+
+    first = _ours(s2s["t5"], 2).metadata["target_ids"][1]
+    folder = tmp_path / "t5"  # the same model, whose end-of-sequence token is the one it generates first
+    shutil.copytree(s2s["t5"], folder)
+    settings = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**settings, "eos_token_id": first}))
+    result = generate_seq2seq_hf(str(folder), SOURCE, name="tiny", max_new_tokens=N, sampling=Sampling(),
+                                 stop_at_eos=True)
+    model, src = _transformers(str(folder))
+    with torch.no_grad():
+        out = model.generate(input_ids=src, max_new_tokens=N, do_sample=False)
+        full = model(input_ids=src, decoder_input_ids=out, output_attentions=True)
+    assert result.metadata["target_ids"] == out[0].tolist() == [model.config.decoder_start_token_id, first]
+    assert result.metadata["stopped_at_eos"]
+    assert torch.allclose(result.decoder_attentions, _stack(full.decoder_attentions), atol=1e-5)
+    assert torch.allclose(result.cross_attentions, _stack(full.cross_attentions), atol=1e-5)
+
+
 def test_sampling_is_seeded_and_equals_transformers(s2s):
     options = dict(sample=True, temperature=0.8, top_k=50, top_p=0.95, seed=7)
     first, again = _ours(s2s["bart"], 8, **options), _ours(s2s["bart"], 8, **options)
     assert first.metadata["target_ids"] == again.metadata["target_ids"]
     assert first.metadata["sampling"] == options
-    _, model, src = _transformers(s2s["bart"])
+    model, src = _transformers(s2s["bart"])
     with torch.no_grad():
         torch.manual_seed(7)
         out = model.generate(input_ids=src, max_new_tokens=8, min_new_tokens=8, do_sample=True, temperature=0.8,
@@ -112,7 +134,7 @@ def test_sampling_is_seeded_and_equals_transformers(s2s):
 
 def test_generated_summary_reads_the_decoder_side(s2s):
     result = _ours(s2s["t5"], 4)
-    _, model, src = _transformers(s2s["t5"])
+    model, src = _transformers(s2s["t5"])
     with torch.no_grad():
         full = model(input_ids=src, decoder_input_ids=torch.tensor([result.metadata["target_ids"]]),
                      output_attentions=True)
@@ -172,6 +194,8 @@ def test_generate_on_the_command_line(run_cli, s2s, tmp_path):
     assert '"cross"' in page and '"decoder"' in page
     r = run_cli("generate", SOURCE, "--model", s2s["t5"], "-n", "2", "--width", "120")  # the terminal heatmap
     assert r.exit_code == 0 and "generated tokens' cross-attention" in r.stdout, r.stderr
+    r = run_cli("generate", SOURCE, "--model", s2s["bart"], "-n", "64")  # BART's decoder has 64 positions
+    assert r.exit_code == 2 and "--max-new-tokens 64 and the decoder start token pass the 64 positions" in r.stderr
 
 
 def test_what_cannot_generate_is_refused(s2s, tiny_hf, tmp_path):
@@ -190,7 +214,7 @@ def test_what_cannot_generate_is_refused(s2s, tiny_hf, tmp_path):
     with pytest.raises(ModelNotFoundError, match="is not an encoder-decoder language model"):
         generate_seq2seq_hf(tiny_hf["gpt2"], SOURCE, name="gpt2", max_new_tokens=2, sampling=Sampling(),
                             stop_at_eos=True)
-    with pytest.raises(UsageError, match=r"\[\[max_new_tokens=64\]\] .* 64 positions .* at most 63"):
+    with pytest.raises(UsageError, match=r"max_new_tokens=64 and the decoder start token pass the 64 .* at most 63"):
         _ours(s2s["bart"], 64)
-    with pytest.raises(UsageError, match="add \\[\\[sample=True\\]\\]"):
-        _ours(s2s["bart"], 2, seed=1)
+    with pytest.raises(UsageError, match="add sample=True"):  # checked by generate, before any model loads
+        attnviz.generate(SOURCE, model=s2s["bart"], max_new_tokens=2, seed=1)

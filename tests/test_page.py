@@ -5,13 +5,12 @@ request to any network. Without chromium the browser tests skip here, and fail u
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import open_offline
 
 import attnviz
 from attnviz import api
@@ -95,36 +94,7 @@ def _data(path: Path) -> dict:
     return json.loads(blob.replace("<\\/", "</"))
 
 
-# --- in a real browser ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        chromium = None
-    if chromium is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Debian's chromium and the playwright package for the page tests")
-        pytest.skip("no chromium or playwright here (CI installs both)")
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield instance
-        instance.close()
-
-
-def _open(browser, path: Path, requests: list[str], errors: list[str]):
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    page.on("request", lambda r: requests.append(r.url))
-    # Every request but the page itself is refused (and recorded above, so none may even be tried).
-    page.route("**/*", lambda route: route.continue_() if route.request.url == path.as_uri() else route.abort())
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(path.as_uri())
-    page.wait_for_selector("#headview[data-drawn]")
-    return page
+# --- in a real browser (the session's one chromium: conftest's browser fixture) --------------------
 
 
 def _image(png: bytes):
@@ -146,7 +116,7 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     path = render_html(api.page_view(minilm, TEXT), tmp_path / "p.html")
     requests: list[str] = []
     errors: list[str] = []
-    page = _open(browser, path, requests, errors)
+    page = open_offline(browser, path, requests, errors)
     # Decoded in the browser, equal to the model's weights within half a quantisation step.
     for layer, head, i, j in ((0, 0, 1, 2), (3, 7, 5, 0), (5, 11, 12, 12)):
         got = page.evaluate(f"window.attnviz.weight('self', {layer}, {head}, {i}, {j})")
@@ -155,6 +125,7 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     assert page.evaluate("window.attnviz.data.kinds.self.rows") == result.tokens
     shot = _image(page.screenshot())
     assert (shot[..., :3] < 0.9).mean() > 0.01  # more than a white page with a title
+    assert page.locator("#steps").count() == 0  # no step slider: this text was not generated
     # Head view: lines drawn; hovering a query token keeps only its row, which changes what is drawn.
     assert _drawn(page, "#headview")
     before = page.evaluate("document.querySelector('#headview').toDataURL()")

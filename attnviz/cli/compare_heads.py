@@ -80,9 +80,6 @@ def compare_heads(
 
         check_output_path(out)
     console = stdout_console(width)
-    if text is None:
-        text = EXAMPLE
-        console.print(f"no TEXT given; using the example sentence: {EXAMPLE!r}", style="dim")
     view = reading(hide_special, renormalize, words)
     page = out is not None and out.suffix.lower() == ".html"
     if page and (vs is not None or vs_model is not None):
@@ -90,6 +87,9 @@ def compare_heads(
     kwargs = dict(engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                   trust_remote_code=trust_remote_code, verbose=verbose)
     source = open_source(model, **kwargs)
+    if text is None and not source.capabilities.fixed_input:  # a matrices config or a saved result has its own
+        text = EXAMPLE
+        console.print(f"no TEXT given; using the example sentence: {EXAMPLE!r}", style="dim")
     from ..report import comparison_report
 
     if vs is None and vs_model is None:

@@ -37,6 +37,7 @@ from .options import (
 )
 
 BATCH = 16
+EXACTLY_ONE = "give exactly one of TEXT, --file FILE or --probe induction"
 
 
 class Format(str, Enum):
@@ -85,8 +86,8 @@ def heads(
     sort = _sort_column(sort)
     chosen = _chosen_columns(columns)
     given = sum(x is not None for x in (text, file, probe))
-    if given != 1:
-        raise UsageError("give exactly one of TEXT, --file FILE or --probe induction")
+    if given > 1 or (given == 0 and model is None):
+        raise UsageError(EXACTLY_ONE)
     texts = None
     if file is not None:
         from ..inputs import read_lines
@@ -99,6 +100,8 @@ def heads(
     view = reading(hide_special, renormalize, words)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+    if given == 0 and not source.capabilities.fixed_input:  # a matrices config or a saved result needs no TEXT
+        raise UsageError(EXACTLY_ONE)
     from ..api import heads_of
 
     # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.

@@ -11,8 +11,8 @@ import typer
 from ..errors import UsageError
 
 MODEL_HELP = (
-    "Model: a Hugging Face folder, a hub id (e.g. gpt2), or a .toml config such as sample_configs/tiny.toml. "
-    "Default: the embedded all-MiniLM-L6-v2, offline."
+    "Model: a Hugging Face folder, a hub id (e.g. gpt2), a .toml config such as sample_configs/tiny.toml, or a "
+    "saved result (.npz, shown as it was computed). Default: the embedded all-MiniLM-L6-v2, offline."
 )
 
 

