@@ -145,6 +145,7 @@ def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = F
         chunk = list(texts[start : start + batch_size])
         stream = layer_stream(source, chunk, kind=kind, target=target, truncate=truncate,
                               pairs=None if pair is None else [pair] * len(chunk), purpose="head statistics")
+        builder.layers = list(stream.layers)  # the model's numbers (a saved result may hold only some layers)
         for position, parts in stream:
             _add_read_layer(builder, stream.results, position, parts, start, reading)
             del parts  # before the next layer is computed
@@ -175,6 +176,11 @@ def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, 
     n_layers = source.n_layers
     if (layer is not None and layer < 0) or (kind in ("self", "encoder") and layer is not None and layer >= n_layers):
         raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
+    held = source.layer_numbers
+    missing = [la for la in range(n_layers if layer is None else layer + 1) if la not in held]
+    if kind in ("self", "encoder") and missing:  # a saved result that kept only some layers
+        raise UsageError(f"rollout chains every layer from 0; {source.name} holds only layers "
+                         f"{', '.join(map(str, held))}, not layer {missing[0]}")
     wanted = None if layer is None else list(range(layer + 1))
     stream = layer_stream(source, [text], kind=kind, target=target, truncate=truncate, layers=wanted, pairs=[pair],
                           purpose="rollout")

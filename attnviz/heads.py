@@ -131,6 +131,7 @@ class HeadTable:
     n_texts: int
     tokens: list[str] | None = None  # the token labels, when the table is of one text
     sinks: dict[tuple[int, int], list[int]] | None = None  # (layer, head) → sink positions, for one text
+    layers: list[int] | None = None  # the model's number of each layer (None: 0, 1, …), as a saved result keeps them
 
     @property
     def sink_rate(self) -> float:
@@ -149,10 +150,11 @@ class HeadTable:
     def rows(self) -> list[dict[str, object]]:
         """One dict per head: ``layer``, ``head``, every statistic, and ``labels``."""
         n_layers, n_heads = self.shape
+        numbers = self.layers or list(range(n_layers))
         out = []
         for layer in range(n_layers):
             for head in range(n_heads):
-                row: dict[str, object] = {"layer": layer, "head": head}
+                row: dict[str, object] = {"layer": numbers[layer], "head": head}
                 row.update({name: round(float(t[layer, head]), 6) for name, t in self.stats.items()})
                 row["labels"] = self.labels(layer, head)
                 if self.sinks is not None:
@@ -168,8 +170,11 @@ class HeadTable:
 
         n_layers, n_heads = self.shape
         for name, value, count in (("layer", layer, n_layers), ("head", head, n_heads)):
-            if value is not None and not 0 <= value < count:
+            if value is not None and not 0 <= value < count and not (name == "layer" and self.layers):
                 raise UsageError(f"[[{name}={value}]] is out of range; {self.model_name} has {name}s 0 to {count - 1}")
+        if layer is not None and self.layers and layer not in self.layers:
+            raise UsageError(f"[[layer={layer}]] is out of range; {self.model_name} holds layers "
+                             f"{', '.join(map(str, self.layers))}")
         if sort is not None and sort not in ("layer", "head") and sort not in self.stats:
             raise UsageError(f"[[sort={sort!r}]] is not a column; use layer, head or one of {', '.join(self.stats)}")
         rows = [row for row in self.rows()
@@ -222,6 +227,7 @@ class HeadTableBuilder:
     _first_tokens: list[str] | None = None  # the tokens of the first text added (kept for a one-text table)
     _first_text: int | None = None
     _sinks: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # of the first text
+    layers: list[int] | None = None  # the model's numbers of the layer positions, where not 0, 1, …
 
     def add_layer(self, result: AttentionResult, position: int, attentions: Tensor, *, text: int = 0) -> None:
         """Add layer ``position`` (its index among the layers tabled) of text number ``text``:
@@ -273,8 +279,10 @@ class HeadTableBuilder:
         n = counts.pop()
         stats = {name: torch.stack([self._sums[p][name] for p in positions]) / n for name in STATISTICS}
         one = len(self._texts) == 1
+        numbers = None if self.layers == list(range(len(positions))) else self.layers
         return HeadTable(model_name=self.model_name, stats=stats, n_texts=len(self._texts),
-                         tokens=self._first_tokens if one else None, sinks=dict(self._sinks) if one else None)
+                         tokens=self._first_tokens if one else None, sinks=dict(self._sinks) if one else None,
+                         layers=numbers)
 
 
 def head_table(results: Sequence[AttentionResult]) -> HeadTable:

@@ -93,11 +93,12 @@ def generation_steps(result: AttentionResult) -> dict[str, Any] | None:
     meta = result.metadata
     if not meta.get("generation") or meta.get("words") or meta.get("special_removed"):
         return None
-    if result.target_tokens is not None:
-        start, total, kinds, key_kinds = meta.get("target_start"), len(result.target_tokens), ["decoder", "cross"], \
-            ["decoder"]
+    if result.target_tokens is not None:  # an encoder-decoder: the steps are the decoder's target
+        start, total = meta.get("target_start"), len(result.target_tokens)
+        kinds, key_kinds = ["decoder", "cross"], ["decoder"]
     else:
-        start, total, kinds, key_kinds = meta.get("prompt_length"), len(result.tokens), ["self"], ["self"]
+        start, total = meta.get("prompt_length"), len(result.tokens)
+        kinds, key_kinds = ["self"], ["self"]
     if isinstance(start, bool) or not isinstance(start, int) or not 0 < start <= total:
         return None
     return {"promptLength": start, "generated": total - start, "kinds": kinds, "keyKinds": key_kinds}

@@ -142,6 +142,11 @@ def _query_label(page, i: int) -> dict:
     return _box(page, "#headview", 0, 8 + i * ROW + 2, 146, 8 + i * ROW + 16)
 
 
+def _lines_below(page, position: int) -> dict:
+    """The head view's lines between the token columns, below the row of ``position``."""
+    return _box(page, "#headview", 160, 8 + position * ROW + ROW / 2 + 3, 360, 8 + len(TOKENS) * ROW)
+
+
 def _veiled(page, selector: str, rows: int, cols: int) -> list[list[bool]]:
     """Which cells of a drawn matrix are veiled white (after the step) rather than in colour."""
     least = page.evaluate(CELLS, [selector, rows, cols])
@@ -169,8 +174,7 @@ def test_the_step_slider_walks_through_the_generation(browser, tmp_path):
     assert page.inner_text("#step-label") == _label(1, 3) == slider.get_attribute("aria-valuetext")
     assert page.evaluate("[window.attnviz.state.step, window.attnviz.state.query]") == [3, 3]
     # Head view at step 1: no line below the step's row, later tokens faint, generated tokens orange.
-    band = lambda position: _box(page, "#headview", 160, 8 + position * ROW + ROW / 2 + 3, 360, 8 + 8 * ROW)  # noqa: E731
-    assert band(3)["alpha"] == 0 and _query_label(page, 7)["alpha"] < 80 and _query_label(page, 2)["alpha"] > 200
+    assert _lines_below(page, 3)["alpha"] == 0 and _query_label(page, 7)["alpha"] < 80 and _query_label(page, 2)["alpha"] > 200
     assert _query_label(page, 1)["orange"] == 0 and _query_label(page, 4)["orange"] == 0  # 4: faint
     # The keyboard moves it: two steps on, 'mat' is the query; the head view is redrawn to match.
     before = page.evaluate("document.querySelector('#headview').toDataURL()")
@@ -180,7 +184,8 @@ def test_the_step_slider_walks_through_the_generation(browser, tmp_path):
     assert page.inner_text("#step-label") == _label(3, 5) == slider.get_attribute("aria-valuetext")
     assert page.evaluate("[window.attnviz.state.step, window.attnviz.state.query]") == [5, 5]
     _wait_redrawn(page, "#headview", before)
-    assert band(5)["alpha"] == 0 and _query_label(page, 6)["alpha"] < 80 and _query_label(page, 4)["orange"] > 0
+    assert _lines_below(page, 3)["alpha"] > 0  # the rows of steps 2 and 3 are drawn now
+    assert _lines_below(page, 5)["alpha"] == 0 and _query_label(page, 6)["alpha"] < 80 and _query_label(page, 4)["orange"] > 0
     # The matrix: every cell after the step (as query or key) veiled white, the rest in full colour.
     page.click("nav.tabs button[data-view=matrix]")
     page.wait_for_selector("#matrix[data-drawn]")

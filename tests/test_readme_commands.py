@@ -4,8 +4,10 @@ Each ```bash block of README.md is read line by line; every ``attnviz …`` line
 (click's CliRunner) from a fresh working folder holding the files the README names, with the
 shell's part done here: ``cat FILE | attnviz … -`` feeds FILE on stdin, ``> FILE`` captures stdout,
 ``$SLURM_ARRAY_TASK_ID`` takes each value of the block's ``#SBATCH --array``, and ``shards/*`` is
-expanded as a shell would. A line this parser does not understand fails the test (teach the
-parser, or write the line differently): nothing in a bash block is skipped silently.
+expanded as a shell would. A block whose lines read what an earlier line wrote (``--out gen.npz``,
+then ``--model gen.npz``) runs in order, in one folder. A line this parser does not understand
+fails the test (teach the parser, or write the line differently): nothing in a bash block is
+skipped silently.
 
 Hub ids (``gpt2``, ``t5-small``) resolve against a local Hugging Face cache of tiny random models
 saved here under those ids; conftest sets ``HF_HUB_OFFLINE=1``, so nothing is downloaded.
@@ -120,6 +122,18 @@ def readme_blocks() -> list[Block]:
     return blocks
 
 
+def reads_what_it_wrote(block: Block) -> bool:
+    """Whether a line of ``block`` reads a file an earlier line writes (``--out gen.npz``, then
+    ``--model gen.npz``): such a block runs in order, in one folder."""
+    written: set[str] = set()
+    for step in block.steps:
+        out = next((step.argv[i + 1] for i, w in enumerate(step.argv[:-1]) if w in ("--out", "-o")), None)
+        if written & (set(step.argv) - {out}):
+            return True
+        written |= {out} if out else set()
+    return False
+
+
 def install_block() -> list[list[str]]:
     """The README's first block: its commands, each line split at `&&`."""
     commands = []
@@ -139,8 +153,10 @@ def install_steps() -> list[Step]:
 BLOCKS = readme_blocks()
 INSTALL_STEPS = install_steps()
 # Each from a fresh folder; a line the README gives twice (the install block's heatmap) runs once.
+ORDERED = [b for b in BLOCKS if not b.arrays and reads_what_it_wrote(b)]  # run in order, as one test
 SINGLE = list({(tuple(s.argv), s.stdin, s.stdout): s
-               for s in [s for b in BLOCKS if not b.arrays for s in b.steps] + INSTALL_STEPS}.values())
+               for s in [s for b in BLOCKS if not b.arrays and b not in ORDERED for s in b.steps]
+               + INSTALL_STEPS}.values())
 SEQUENCES = [b for b in BLOCKS if b.arrays]  # a Slurm array and what follows it: run in order, as one test
 ALL_STEPS = [s for b in BLOCKS for s in b.steps] + INSTALL_STEPS
 
@@ -340,6 +356,14 @@ def test_readme_command_runs_as_written(step, workdir):
     check_step(step, argv, result)
 
 
+@pytest.mark.parametrize("block", ORDERED, ids=lambda b: b.heading)
+def test_readme_block_runs_in_order(block, workdir):
+    """A block whose lines read what an earlier line wrote (a saved result, say): each line in turn."""
+    for step in block.steps:
+        argv, result = run_step(step)
+        check_step(step, argv, result)
+
+
 @pytest.mark.parametrize("block", SEQUENCES, ids=lambda b: b.heading)
 def test_readme_slurm_array_then_merge(block, workdir):
     """Each task of the array (its $SLURM_ARRAY_TASK_ID from `#SBATCH --array`), then the lines after it."""
@@ -362,7 +386,7 @@ def test_readme_commands_are_found():
     assert commands <= {s.argv[0] for s in ALL_STEPS}, commands - {s.argv[0] for s in ALL_STEPS}
     assert any(s.stdin for s in ALL_STEPS) and any(s.stdout for s in ALL_STEPS) and SEQUENCES
     key = lambda s: (tuple(s.argv), s.stdin, s.stdout)  # noqa: E731
-    ran = {key(s) for s in SINGLE} | {key(s) for b in SEQUENCES for s in b.steps}
+    ran = {key(s) for s in SINGLE} | {key(s) for b in SEQUENCES + ORDERED for s in b.steps}
     assert all(key(s) in ran for s in ALL_STEPS), "a README command would not run"
 
 

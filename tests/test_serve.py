@@ -100,7 +100,7 @@ def _start(*args: str) -> tuple[subprocess.Popen, str]:
     raise AssertionError(f"the server never answered: {proc.communicate()}")
 
 
-def test_the_page_follows_the_typing_and_ctrl_c_stops_cleanly():
+def test_the_page_follows_the_typing_and_ctrl_c_stops_cleanly(request):
     chromium = shutil.which("chromium")
     proc, url = _start("--model", TINY)
     try:
@@ -109,21 +109,17 @@ def test_the_page_follows_the_typing_and_ctrl_c_stops_cleanly():
         if chromium is None:
             if os.environ.get("CI"):
                 pytest.fail("CI needs Debian's chromium for the page tests")
-        else:
-            from playwright.sync_api import sync_playwright
-
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-                page = browser.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                page.goto(url + "/")
-                page.wait_for_selector("#headview[data-drawn]")
-                page.fill("#live-text", "dogs chase birds")
-                page.wait_for_function("() => window.attnviz.data.kinds.self.rows.join(' ') === 'dogs chase birds'")
-                page.wait_for_selector("#headview[data-drawn]")
-                browser.close()
-                assert errors == []
+        else:  # the session's one chromium (conftest's browser fixture)
+            page = request.getfixturevalue("browser").new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url + "/")
+            page.wait_for_selector("#headview[data-drawn]")
+            page.fill("#live-text", "dogs chase birds")
+            page.wait_for_function("() => window.attnviz.data.kinds.self.rows.join(' ') === 'dogs chase birds'")
+            page.wait_for_selector("#headview[data-drawn]")
+            page.close()
+            assert errors == []
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)

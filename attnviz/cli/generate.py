@@ -102,7 +102,6 @@ def generate(
         from ..render.html import render_html
 
         page = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query")
-        page.initial["query"] = start
         typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")  # type: ignore[arg-type]
         return
     from ..render.view import matrix_view

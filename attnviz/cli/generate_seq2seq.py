@@ -45,7 +45,6 @@ def show_seq2seq(result: AttentionResult, console: Any, *, layer: int | None, he
         from ..render.html import render_html
 
         page = page_of_result(result, title=title, kind="cross", view="query")
-        page.initial["query"] = start
         typer.echo(f"wrote {render_html(page, out, cmap=cmap)}")  # type: ignore[arg-type]
         return
     from ..render.view import matrix_view

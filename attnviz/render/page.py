@@ -38,7 +38,7 @@ class Page:
     notes: list[str] = field(default_factory=list)
     live: dict[str, Any] | None = None  # attnviz serve: endpoint, text, and the extra fields (pair, target)
     extras: list[dict[str, Any]] = field(default_factory=list)  # other matrices (head distances): see add_matrix
-    generation: dict[str, Any] | None = None  # a generated text: promptLength and generated (the step slider)
+    generation: dict[str, Any] | None = None  # a generated text's steps: pages.generation_steps
 
     def add_matrix(self, name: str, values: Any, rows: list[str], cols: list[str], *, title: str = "",
                    value_name: str = "value", notes: list[str] | None = None) -> None:

@@ -77,6 +77,12 @@ class Source(ABC):
     def n_layers(self) -> int:
         """How many attention layers the model has (the encoder's, for encoder-decoder models)."""
 
+    @property
+    def layer_numbers(self) -> list[int]:
+        """The model's numbers of the layers this source gives: every one, unless it holds only some
+        (a result saved with some layers)."""
+        return list(range(self.n_layers))
+
     def describe(self) -> str:
         return f"engine {self.engine}, model {self.name}"
 
