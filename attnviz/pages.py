@@ -52,7 +52,7 @@ def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: 
             attentions = header.attentions[0]
         collector.add(header, position, attentions)
         del attentions  # before the next layer is computed
-    return collector.finish(head=head, kind="self", view=view)
+    return _with_steps(collector.finish(head=head, kind="self", view=view), header)
 
 
 def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = "self", stats: bool = True,
@@ -72,10 +72,14 @@ def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = 
                 layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,  # type: ignore[index]
                 kind=name, causal=name == "decoder", row_special=result.target_special,
                 col_special=result.target_special if name == "decoder" else result.special)
-    page = collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view)
+    return _with_steps(collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view), result)
+
+
+def _with_steps(page: Page, result: AttentionResult) -> Page:
+    """The page with the step slider of a generation result (a saved one too), opened on the first
+    generated token (the prompt's last one if nothing was generated)."""
     page.generation = generation_steps(result)
     if page.generation is not None and page.initial["kind"] in page.generation["kinds"]:
-        # Opened on the first generated token (the prompt's last one if nothing was generated).
         start, generated = page.generation["promptLength"], page.generation["generated"]
         page.initial.setdefault("query", start if generated else start - 1)
     return page

@@ -150,6 +150,13 @@ def test_view(run_cli, case, tmp_path):
     page = _page(out)
     assert page["kinds"]["self"]["rows"] == result.tokens and page["kinds"]["self"]["layers"] == [0, 1]
     assert len(page["stats"]["rows"]) == result.n_layers * result.n_heads
+    steps = page["generation"]  # a saved generation keeps its step slider, opened on the first new token
+    if name == "extracted":
+        assert steps is None
+    else:
+        start = result.metadata["prompt_length"]
+        assert steps["promptLength"] == start and steps["generated"] == len(result.tokens) - start
+        assert page["initial"]["query"] == start
     if name == "extracted":  # everything but the title (the text there, "the config's input" here)
         text = tmp_path / "text.html"
         ok(run_cli("view", TEXT, "--model", TINY, "--out", str(text)))
