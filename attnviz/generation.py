@@ -55,15 +55,20 @@ class Sampling:
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise UsageError(f"[[top_p={self.top_p}]] must be in (0, 1]")
 
-    def options(self) -> dict[str, Any]:
-        """The keyword arguments of transformers' ``generate`` for this choice."""
+    def options(self, *, stop_at_eos: bool = True) -> dict[str, Any]:
+        """The keyword arguments of transformers' ``generate`` for this choice. Every setting is said
+        explicitly, so a checkpoint's own ``generation_config.json`` (beams, penalties, a forced end
+        token, top-p) cannot add what the native engine would not do: the engines pick the same tokens."""
+        neutral: dict[str, Any] = {"num_beams": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                                   "encoder_no_repeat_ngram_size": 0, "min_length": 0, "bad_words_ids": None,
+                                   "suppress_tokens": None, "begin_suppress_tokens": None}
+        if not stop_at_eos:  # never the end token, as transformers' min_new_tokens; and none forced at the end
+            neutral["forced_eos_token_id"] = None
         if not self.sample:
-            return {"do_sample": False}
-        # Every warper said explicitly (0 and 1.0 switch top-k and top-p off), so a checkpoint's own
-        # generation_config.json cannot add one the native engine would not apply.
-        return {"do_sample": True, "temperature": self.temperature, "top_k": self.top_k or 0,
-                "top_p": 1.0 if self.top_p is None else self.top_p, "min_p": None, "typical_p": 1.0,
-                "repetition_penalty": 1.0}
+            return {**neutral, "do_sample": False}
+        # 0 and 1.0 switch top-k and top-p off.
+        return {**neutral, "do_sample": True, "temperature": self.temperature, "top_k": self.top_k or 0,
+                "top_p": 1.0 if self.top_p is None else self.top_p, "min_p": None, "typical_p": 1.0}
 
 
 def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool,
@@ -88,7 +93,8 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         out = model.generate(**encoded, max_new_tokens=max_new_tokens, output_attentions=True,
-                             return_dict_in_generate=True, pad_token_id=pad, **sampling.options(), **extra)
+                             return_dict_in_generate=True, pad_token_id=pad, **sampling.options(stop_at_eos=stop_at_eos),
+                             **extra)
         sequence = out.sequences[0]
         # The last token was chosen but never fed back: one more step on the cache gives its row.
         last = model(input_ids=sequence[-1:][None], past_key_values=out.past_key_values, output_attentions=True,
@@ -103,7 +109,8 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
         model_name=name,
         metadata={"engine": "hf", "generation": True, "prompt_length": prompt_length,
                   "sampling": sampling_metadata(sampling),
-                  "stopped_at_eos": bool(eos is not None and ids[-1] in (eos if isinstance(eos, list) else [eos]))},
+                  "stopped_at_eos": bool(stop_at_eos and eos is not None
+                                         and ids[-1] in (eos if isinstance(eos, list) else [eos]))},
     )
 
 

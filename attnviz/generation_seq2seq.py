@@ -59,7 +59,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
         # The encoder runs once, here: generate reuses its output, and so does the last step below.
         encoder = model.get_encoder()(**source, output_attentions=True, return_dict=True)
         out = model.generate(**source, encoder_outputs=encoder, max_new_tokens=max_new_tokens, output_attentions=True,
-                             return_dict_in_generate=True, pad_token_id=pad, **sampling.options(), **extra)
+                             return_dict_in_generate=True, pad_token_id=pad, **sampling.options(stop_at_eos=stop_at_eos), **extra)
         sequence = out.sequences[0]  # the decoder start token, then the generated ones
         # The last token was chosen but never fed back: one more decoder step on the cache gives its rows.
         last = model(encoder_outputs=encoder, attention_mask=source["attention_mask"],
@@ -78,7 +78,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
         target_tokens=_labels(tokenizer, target_ids), target_special=[i in special for i in target_ids],
         metadata={"engine": "hf", "generation": True, "encoder_decoder": True, "target_start": TARGET_START,
                   "target_ids": target_ids, "sampling": sampling_metadata(sampling),
-                  "stopped_at_eos": bool(target_ids[-1] in eos_ids)},
+                  "stopped_at_eos": bool(stop_at_eos and target_ids[-1] in eos_ids)},
     )
 
 

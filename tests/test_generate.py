@@ -206,3 +206,21 @@ def test_config_model_stops_at_its_eos_and_is_refused_without_a_vocabulary(run_c
     assert r.exit_code == 1 and "is not one token" in r.stderr
     r = run_cli("generate", PROMPT, "--model", CAUSAL, "-n", "200")
     assert r.exit_code == 1 and "pass the 128 positions" in r.stderr
+
+
+def test_a_checkpoints_generation_config_changes_neither_engine(lm, tmp_path):
+    """Beams, penalties and a forced end token in generation_config.json are not applied (transformers
+    would run beam search, which has no one row per step): both engines pick the same tokens as a
+    checkpoint without them, and --no-stop-at-eos never ends on the end token."""
+    import json
+    import shutil
+
+    folder = tmp_path / "configured"
+    shutil.copytree(lm["gpt2"], folder)
+    plain = attnviz.generate(PROMPT, model=lm["gpt2"], max_new_tokens=6, stop_at_eos=False, engine="native")
+    settings = {"num_beams": 3, "repetition_penalty": 3.0, "no_repeat_ngram_size": 1, "min_length": 12, "top_p": 0.5}
+    config = json.loads((folder / "generation_config.json").read_text()) if (folder / "generation_config.json").exists() else {}
+    (folder / "generation_config.json").write_text(json.dumps({**config, **settings}))
+    for engine in ("hf", "native"):
+        result = attnviz.generate(PROMPT, model=str(folder), max_new_tokens=6, stop_at_eos=False, engine=engine)
+        assert result.token_ids == plain.token_ids and not result.metadata["stopped_at_eos"]

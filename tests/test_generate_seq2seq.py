@@ -60,7 +60,8 @@ def test_greedy_generation_equals_transformers(s2s, family, tmp_path):
     result = _ours(s2s[family])
     model, src = _transformers(s2s[family])
     with torch.no_grad():
-        out = model.generate(input_ids=src, max_new_tokens=N, min_new_tokens=N, do_sample=False,
+        # Not stopping at the end token: never it, and none forced at the length limit (BART's forced_eos_token_id).
+        out = model.generate(input_ids=src, max_new_tokens=N, min_new_tokens=N, do_sample=False, forced_eos_token_id=None,
                              output_attentions=True, return_dict_in_generate=True)
         full = model(input_ids=src, decoder_input_ids=out.sequences, output_attentions=True)
     sequence = out.sequences[0].tolist()
@@ -126,7 +127,7 @@ def test_sampling_is_seeded_and_equals_transformers(s2s):
     with torch.no_grad():
         torch.manual_seed(7)
         out = model.generate(input_ids=src, max_new_tokens=8, min_new_tokens=8, do_sample=True, temperature=0.8,
-                             top_k=50, top_p=0.95)
+                             top_k=50, top_p=0.95, forced_eos_token_id=None)
     assert first.metadata["target_ids"] == out[0].tolist()
     other = _ours(s2s["bart"], 8, **{**options, "seed": 8})
     assert other.metadata["target_ids"] != first.metadata["target_ids"]  # the seed is what fixed them

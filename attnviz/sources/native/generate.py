@@ -20,7 +20,7 @@ from ...decoding import KVCache, decode, sampling_metadata
 from ...errors import AttnvizError, InputError
 from ...result import AttentionResult
 from ..stream import Capture, check_finite
-from ..tokens import label_from_piece
+from ..tokens import encode, label_from_piece
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...generation import Sampling
@@ -47,7 +47,7 @@ def generate_native(source: NativeSource, prompt: str, *, max_new_tokens: int, s
     model = source.model
     norm, head = model.language_model_head(source.weights)
     norm, head = norm.to(source.device), head.to(source.device)
-    info = source.encode(prompt)
+    info = encode(source.tokenizer, prompt, model_name=source.name, special_ids=frozenset(source.special_ids()))
     limit = source.max_positions
     if limit is not None and len(info.ids) + max_new_tokens > limit:
         raise InputError(f"the prompt ({len(info.ids)} tokens) and [[max_new_tokens={max_new_tokens}]] pass the "
@@ -77,7 +77,8 @@ def generate_native(source: NativeSource, prompt: str, *, max_new_tokens: int, s
     return AttentionResult(
         tokens=labels, attentions=done.attentions, token_ids=done.ids,
         special=info.special + [i in specials for i in new_ids],
-        word_ids=info.word_ids + [max(info.word_ids) + 1 + n for n in range(len(new_ids))],  # a word each
+        word_ids=info.word_ids + [-1 if i in specials else max(info.word_ids) + 1 + n  # a word each
+                                  for n, i in enumerate(new_ids)],
         causal=True, model_name=source.name,
         metadata={"engine": "native", "family": source.family, "device": source.device, "generation": True,
                   "prompt_length": len(info.ids), "sampling": sampling_metadata(sampling),
