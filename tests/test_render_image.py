@@ -145,3 +145,23 @@ def test_missing_glyph_warning_reaches_the_cli(tmp_path, monkeypatch, run_cli):
     result = run_cli("heatmap", "猫 sat", "--model", TINY, "--out", str(out))
     assert result.exit_code == 0 and out.exists()
     assert "attnviz: warning: no installed font has 猫" in result.stderr
+
+
+def test_a_font_installed_after_matplotlib_listed_the_fonts_is_found(monkeypatch, tmp_path):
+    """matplotlib keeps its font list until its version changes; a CJK font installed later is found
+    by listing the fonts again (once), and the cache is rewritten."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    _cjk_font_required()
+    monkeypatch.setattr(matplotlib, "get_cachedir", lambda: str(tmp_path))
+    manager = font_manager.fontManager
+    stale = [e for e in manager.ttflist if ord("注") not in fonts._charmap(e.fname)]
+    monkeypatch.setattr(manager, "ttflist", stale)  # as if every CJK font came after the cache
+    fonts._rescan_fonts.cache_clear()
+    try:
+        again, missing = fonts.font_chain(["注意力机制"])
+    finally:
+        fonts._rescan_fonts.cache_clear()
+    assert not missing and len(again) >= 2
+    assert any(tmp_path.glob("fontlist-*.json"))

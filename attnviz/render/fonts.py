@@ -67,6 +67,13 @@ def font_chain(texts: Iterable[str]) -> tuple[list[str], list[str]]:
                 needed[ch] = None
     if all(" " < ch <= "~" for ch in needed):
         return [DEFAULT_FAMILY], []  # matplotlib's own font has all of printable ASCII: no font files to read
+    families, missing = _cover(needed)
+    if missing and _rescan_fonts():  # a font installed after matplotlib listed the system's fonts
+        families, missing = _cover(needed)
+    return families, missing
+
+
+def _cover(needed: Iterable[str]) -> tuple[list[str], list[str]]:
     fonts = dict(_installed())
     families = [DEFAULT_FAMILY]
     missing = [ch for ch in needed if ord(ch) not in _charmap(fonts.get(DEFAULT_FAMILY, ""))]
@@ -78,3 +85,31 @@ def font_chain(texts: Iterable[str]) -> tuple[list[str], list[str]]:
             families.append(family)
             missing = [ch for ch in missing if ord(ch) not in charmap]
     return families, missing
+
+
+@functools.cache
+def _rescan_fonts() -> bool:
+    """List the system's fonts again, once per process, and rewrite matplotlib's cache of them.
+
+    matplotlib lists the fonts once and keeps the list in its cache folder until its own version
+    changes, so a CJK font installed later (``apt-get install fonts-wqy-microhei``) would stay
+    invisible. Returns whether the list changed. The manager is updated in place: matplotlib's
+    text rendering holds a reference to it."""
+    from matplotlib import font_manager
+
+    manager = font_manager.fontManager
+    before = {entry.fname for entry in manager.ttflist}
+    fresh = font_manager.FontManager()
+    if {entry.fname for entry in fresh.ttflist} == before:
+        return False
+    vars(manager).update(vars(fresh))
+    manager._findfont_cached.cache_clear()  # type: ignore[attr-defined]
+    try:
+        from pathlib import Path
+
+        import matplotlib
+
+        font_manager.json_dump(manager, Path(matplotlib.get_cachedir(), f"fontlist-v{font_manager.FontManager.__version__}.json"))
+    except (OSError, AttributeError):
+        pass  # a read-only cache folder: the next process scans again
+    return True
