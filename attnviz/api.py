@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from .compare import HeadsOverview
+    from .errata import Erratum
     from .explain import Walkthrough
     from .heads import HeadTable
     from .render.view import HeatmapView
@@ -410,22 +411,50 @@ def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str |
                                reading=reading, kind=kind, target=target)
 
 
-def explain(text: str | None = None, model: str | None = None, *, layer: int = 0, causal: bool | None = None) -> Walkthrough:
-    """What ``attnviz explain`` shows: one attention computation of a config model, step by step
-    (default model: the seed tutorial's worked example)."""
+def explain(text: str | None = None, model: str | None = None, *, layer: int = 0, head: int | None = None,
+            causal: bool | None = None, scale: str | float | None = None) -> Walkthrough:
+    """What ``attnviz explain`` shows: one attention computation, step by step, in float64.
+
+    With no ``text`` and no ``model``: the seed tutorial's worked example. With ``text`` and no
+    ``model``: the default model (MiniLM), one real layer. ``model`` may be a config (.toml) or a
+    checkpoint the native engine runs. ``head`` keeps one head in view; ``scale`` is ``sqrt-dk``
+    (the rule), ``sqrt-len``, ``none`` or a number to divide the scores by. A config's
+    ``[reference]`` is compared only when the setup is the config's own (not under another
+    ``causal`` or ``scale``)."""
     from .errors import UsageError
 
     if layer < 0:
         raise UsageError(f"[[layer={layer}]] is negative; layers are numbered from 0")
+    if head is not None and head < 0:
+        raise UsageError(f"[[head={head}]] is negative; heads are numbered from 0")
     from .explain import walkthrough
-    from .sources.own import ConfigSource
+    from .explain_reference import compare_reference
 
-    source = load_source(model or EXPLAIN_DEFAULT, causal=causal)
-    if not isinstance(source, ConfigSource):
+    source = load_source(model or (EXPLAIN_DEFAULT if text is None else None), causal=causal)
+    inputs_of = getattr(source, "explain_inputs", None)
+    if inputs_of is None:
         what = "a saved result" if source.engine == "saved" else f"a {source.engine} model"
-        raise UsageError(f"explain walks through attnviz's own config models (.toml); {model} is {what}. Use "
-                         "attnviz heatmap for it")
-    return walkthrough(source.explain_inputs(text, layer))
+        raise UsageError(f"explain walks through attnviz's config models (.toml) and checkpoints the native engine "
+                         f"runs; {model} is {what}. Use attnviz heatmap for it")
+    inputs = inputs_of(text, layer)
+    walk = walkthrough(inputs, scale=scale, head=head)
+    if inputs.reference is not None:
+        walk.reference_source = inputs.reference.source
+        config_causal = getattr(getattr(source, "cfg", None), "causal", inputs.causal)
+        if inputs.causal != config_causal:
+            walk.reference_off = "causal"
+        elif not walk.scale_rule.standard:
+            walk.reference_off = "scale"
+        else:
+            walk.differences = compare_reference(walk, inputs.reference)
+    return walk
+
+
+def errata() -> list[Erratum]:
+    """The tutorials' errors (seeds 000, 001, 003), each shown with numbers computed on the spot."""
+    from .errata import errata as computed
+
+    return computed()
 
 
 EXPLAIN_DEFAULT = "sample_configs/seed_example.toml"

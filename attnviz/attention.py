@@ -40,6 +40,11 @@ def causal_mask(t_q: int, t_k: int | None = None, *, device: torch.device | str 
 
     The diagonal is aligned at the top left, as in ``torch.nn.functional.scaled_dot_product_attention``
     with ``is_causal=True``.
+
+    Warning: True means "may attend", as in torch's ``scaled_dot_product_attention``. A mask where
+    True means "masked" (seed 000's ``torch.triu(ones, diagonal=1).bool()``, any mask written for
+    ``masked_fill(mask, -inf)``) must be inverted first (``~mask``); passed as it is, every query
+    attends only to the positions it meant to hide, e.g. only to the future.
     """
     t_k = t_q if t_k is None else t_k
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril()
@@ -109,6 +114,11 @@ def scaled_dot_product_attention(
     Returns:
         ``(output [..., Tq, dv], weights [..., Tq, Tk])``. A query row that may attend to nothing
         gets weights of all 0 and an output of 0, never NaN.
+
+    Warning: True means "may attend", as in torch's ``scaled_dot_product_attention``. A mask where
+    True means "masked" (seed 000's ``torch.triu(ones, diagonal=1).bool()``, any mask written for
+    ``masked_fill(mask, -inf)``) must be inverted first (``~mask``); passed as it is, every query
+    attends only to the positions it meant to hide, e.g. only to the future.
     """
     weights = attention_weights(attention_scores(q, k, scale=scale), mask=mask, causal=causal)
     return weights.to(v.dtype) @ v, weights
@@ -130,6 +140,11 @@ def attention_weights(
     cast back. Rows with no allowed key become all zeros; real NaNs in the scores still show.
     ``inplace`` overwrites ``scores`` with the weights (same numbers; no second ``[Tq, Tk]``
     buffer, and about 3x faster for long inputs): for callers that do not keep the scores.
+
+    Warning: True means "may attend", as in torch's ``scaled_dot_product_attention``. A mask where
+    True means "masked" (seed 000's ``torch.triu(ones, diagonal=1).bool()``, any mask written for
+    ``masked_fill(mask, -inf)``) must be inverted first (``~mask``); passed as it is, every query
+    attends only to the positions it meant to hide, e.g. only to the future.
     """
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError("mask must be boolean, True where a query may attend to a key")
@@ -224,6 +239,8 @@ class MultiHeadAttention(nn.Module):
     Projections use ``nn.Linear`` (weight ``[out, in]``, so ``Q = x Wᵀ + b``). ``n_kv_heads``
     below ``n_heads`` gives grouped-query attention; ``d_context`` is the width of the sequence
     attended to in cross-attention; ``d_out`` the width after W_O (default ``d_model``).
+    ``d_value`` is each head's value width, d_v (default ``d_head``, the query/key width d_k): V is
+    then ``n_kv_heads · d_value`` wide and W_O reads ``n_heads · d_value`` columns.
     ``out_proj=False`` leaves out W_O and returns
     the concatenated heads, as in seed 002's worked example.
     """
@@ -239,6 +256,7 @@ class MultiHeadAttention(nn.Module):
         d_out: int | None = None,
         bias: bool = True,
         out_proj: bool = True,
+        d_value: int | None = None,
     ) -> None:
         super().__init__()
         if d_head is None:
@@ -249,12 +267,13 @@ class MultiHeadAttention(nn.Module):
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads {n_heads} is not divisible by n_kv_heads {n_kv_heads}")
         d_context = d_model if d_context is None else d_context
-        self.n_heads, self.n_kv_heads, self.d_head = n_heads, n_kv_heads, d_head
+        d_value = d_head if d_value is None else d_value
+        self.n_heads, self.n_kv_heads, self.d_head, self.d_value = n_heads, n_kv_heads, d_head, d_value
         self.q_proj = nn.Linear(d_model, n_heads * d_head, bias=bias)
         self.k_proj = nn.Linear(d_context, n_kv_heads * d_head, bias=bias)
-        self.v_proj = nn.Linear(d_context, n_kv_heads * d_head, bias=bias)
+        self.v_proj = nn.Linear(d_context, n_kv_heads * d_value, bias=bias)
         d_out = d_model if d_out is None else d_out
-        self.o_proj = nn.Linear(n_heads * d_head, d_out, bias=bias) if out_proj else None
+        self.o_proj = nn.Linear(n_heads * d_value, d_out, bias=bias) if out_proj else None
 
     def forward(
         self,
@@ -285,6 +304,11 @@ class MultiHeadAttention(nn.Module):
         appended to them, so ``x`` holds only the new tokens (``rotary`` and ``mask`` then describe
         the new queries' positions, see :func:`decoding_mask`); the returned ``keys`` and ``values``
         are the whole cache for the next call.
+
+        Warning: True means "may attend", as in torch's ``scaled_dot_product_attention``. A mask where
+        True means "masked" (seed 000's ``torch.triu(ones, diagonal=1).bool()``, any mask written for
+        ``masked_fill(mask, -inf)``) must be inverted first (``~mask``); passed as it is, every query
+        attends only to the positions it meant to hide, e.g. only to the future.
         """
         context = x if context is None else context
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, Tq, d)

@@ -4,7 +4,12 @@ Two kinds exist, chosen by ``[model] type``:
 
 - ``"transformer"``: a small seeded transformer (see ``sample_configs/tiny.toml``);
 - ``"matrices"``: a single attention layer whose input X and weights are written out in the
-  file (see ``sample_configs/seed_example.toml``), for following a computation by hand.
+  file (see ``sample_configs/seed_example.toml``), for following a computation by hand. It may be
+  cross-attention (``[input] context``, the encoder's states: Q from X, K and V from the context,
+  see ``sample_configs/cross_attention.toml``), mask padding (``[input] padding``, one true/false
+  per key position) and causal positions, and give V another width than Q and K (d_v ≠ d_k).
+  Its ``[reference]`` holds what a tutorial printed, for ``attnviz explain`` to compare. Every key
+  of the format is described in :mod:`attnviz.config_matrices`, which reads it.
 
 Matrices in the file use the row-vector convention of the tutorials: ``Q = X · W_Q``, so W_Q is
 ``[d_in, d_out]``. Nothing in a config is evaluated; it is data only.
@@ -15,7 +20,7 @@ from __future__ import annotations
 import difflib
 import math
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +36,19 @@ Matrix = tuple[tuple[float, ...], ...]
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """A pre-LayerNorm transformer with seeded random weights and a word-level tokenizer."""
+    """A pre-LayerNorm transformer with seeded random weights and a word-level tokenizer.
+
+    ``decoder_layers = 0`` (the default) is an encoder only: ``n_layers`` blocks, bidirectional
+    unless ``causal``. ``decoder_layers >= 1`` makes an encoder-decoder (T5-style, see
+    :mod:`attnviz.sources.own_seq2seq`): ``n_layers`` bidirectional encoder blocks over the source,
+    then ``decoder_layers`` decoder blocks over a target text, each with causal self-attention and
+    cross-attention whose queries come from the decoder and keys/values from the encoder's final,
+    LayerNorm'd output.
+    """
 
     name: str = "tiny"
     n_layers: int = 2
+    decoder_layers: int = 0  # 0: encoder only; >= 1: an encoder-decoder with this many decoder blocks
     n_heads: int = 4
     d_model: int = 32
     d_ff: int = 64
@@ -51,6 +65,19 @@ class TransformerConfig:
 
 
 @dataclass(frozen=True)
+class SoftmaxClaim:
+    """One row's softmax as a tutorial worked it out (``[reference.softmax]``): its scores, e^s of
+    each, their sum and the weights it divided out. Only compared, never computed with."""
+
+    head: int = 0  # counted from 0
+    row: int = 0  # the query row, counted from 0 (row 0 is x1)
+    scores: tuple[float, ...] | None = None
+    exp: tuple[float, ...] | None = None
+    sum: float | None = None
+    weights: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Reference:
     """Numbers a tutorial printed for the same computation, to show a learner where it differs.
 
@@ -64,6 +91,11 @@ class Reference:
     scale: float | None = None
     weights: tuple[Matrix, ...] = ()  # per head, from head 0; may cover fewer heads than the model
     output: Matrix | None = None
+    x_shape: tuple[int, int] | None = None  # (rows, cols) the tutorial states for X
+    scores: tuple[Matrix, ...] = ()  # the scaled scores per head, from head 0
+    softmax: SoftmaxClaim | None = None  # one row's softmax, step by step
+    mask_true_means: str | None = None  # "masked" or "attend": what True means in the tutorial's mask
+    q_from: str | None = None  # "x" or "context": where the tutorial says cross-attention's Q comes from
 
 
 @dataclass(frozen=True)
@@ -84,6 +116,9 @@ class MatrixConfig:
     b_o: tuple[float, ...] | None = None
     causal: bool = False
     reference: Reference | None = None
+    context: Matrix | None = None  # cross-attention: the encoder's states; K and V come from it
+    context_tokens: tuple[str, ...] | None = None  # labels of the context's rows (with a context)
+    padding: tuple[bool, ...] | None = None  # per key position (context's rows, else x's): True = padding
 
     @property
     def d_qk(self) -> int:
@@ -92,6 +127,11 @@ class MatrixConfig:
     @property
     def d_v(self) -> int:
         return len(self.w_v[0])
+
+    @property
+    def key_tokens(self) -> tuple[str, ...]:
+        """The labels of the key positions: the context's rows in cross-attention, else x's."""
+        return self.tokens if self.context_tokens is None else self.context_tokens
 
 
 ModelConfig = TransformerConfig | MatrixConfig
@@ -134,10 +174,9 @@ def parse_config(data: dict[str, Any], *, source: str = "config") -> ModelConfig
             if extra in data:
                 raise ConfigError(f"{source}: [{extra}] belongs to type = \"matrices\"; remove it or change the type")
         return _parse_transformer(model, source)
-    cfg = _parse_matrices(model, data.get("input", {}), data.get("weights", {}), source)
-    if "reference" in data:
-        cfg = replace(cfg, reference=_parse_reference(data["reference"], source))
-    return cfg
+    from .config_matrices import parse_matrices  # the matrices format is read in a module of its own
+
+    return parse_matrices(model, data.get("input", {}), data.get("weights", {}), data.get("reference"), source)
 
 
 def _check_keys(table: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
@@ -170,6 +209,17 @@ def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
     if "vocab" in values:
         values["vocab"] = _vocabulary(values["vocab"], source)
     cfg = TransformerConfig(**values)
+    if cfg.decoder_layers < 0:
+        raise ConfigError(f"{source}: [model] decoder_layers = {cfg.decoder_layers} must be 0 (an encoder only) or "
+                          "more (an encoder-decoder)")
+    if cfg.decoder_layers and cfg.causal:
+        raise ConfigError(f"{source}: [model] causal = true does not go with decoder_layers: an encoder-decoder's "
+                          "encoder reads the whole source and its decoder is always causal; remove causal (or set "
+                          "decoder_layers = 0 for a causal model)")
+    if cfg.decoder_layers and cfg.vocab:
+        raise ConfigError(f"{source}: [model] vocab does not go with decoder_layers: an encoder-decoder config "
+                          "model shows its attention over a target text you give, it does not generate; remove "
+                          "vocab (and eos), or set decoder_layers = 0 and causal = true to generate")
     if cfg.vocab and not cfg.causal:
         raise ConfigError(f"{source}: [model] vocab is for generating, which needs causal = true; add it or "
                           "remove vocab")
@@ -223,7 +273,11 @@ def _check_size(cfg: TransformerConfig, source: str) -> None:
     d, layers = cfg.d_model, cfg.n_layers
     per_layer = 4 * d * d + 2 * d * cfg.d_ff + 9 * d + cfg.d_ff
     params = layers * per_layer + (cfg.vocab_size + cfg.max_positions) * d
-    check_memory(4 * params, f"{source}: a model of {layers:,} layers with d_model = {d:,}")
+    what = f"{layers:,} layers"
+    if cfg.decoder_layers:  # each decoder block adds cross-attention (4 d² + 4 d) and its LayerNorm (2 d)
+        params += cfg.decoder_layers * (per_layer + 4 * d * d + 6 * d) + 2 * d  # + the encoder's final LayerNorm
+        what = f"{layers:,} encoder and {cfg.decoder_layers:,} decoder layers"
+    check_memory(4 * params, f"{source}: a model of {what} with d_model = {d:,}")
 
 
 def _divisors(n: int, shown: int = 12) -> str:
@@ -237,95 +291,3 @@ def _divisors(n: int, shown: int = 12) -> str:
     ordered = sorted(found)
     return ", ".join(map(str, ordered[:shown])) + (", …" if len(ordered) > shown else "")
 
-
-def _matrix(value: Any, key: str, source: str) -> Matrix:
-    if not isinstance(value, list) or not value or not all(isinstance(row, list) for row in value):
-        raise ConfigError(f"{source}: {key} must be a non-empty list of rows, e.g. [[1, 2], [3, 4]]")
-    width = len(value[0])
-    rows = []
-    for i, row in enumerate(value):
-        if len(row) != width or width == 0:
-            raise ConfigError(f"{source}: {key} row {i} has {len(row)} numbers but row 0 has {width}; make every row the same length")
-        rows.append(_vector(row, f"{key} row {i}", source))
-    return tuple(rows)
-
-
-def _vector(value: Any, key: str, source: str) -> tuple[float, ...]:
-    if not isinstance(value, list) or not value:
-        raise ConfigError(f"{source}: {key} must be a non-empty list of numbers")
-    out = []
-    for x in value:
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise ConfigError(f"{source}: {key} contains {x!r}; only numbers are allowed")
-        if not math.isfinite(x):
-            raise ConfigError(f"{source}: {key} contains {x}; every weight must be a finite number")
-        out.append(float(x))
-    return tuple(out)
-
-
-def _parse_matrices(model: dict[str, Any], inp: Any, weights: Any, source: str) -> MatrixConfig:
-    _check_keys(model, {"type", "name", "n_heads", "causal"}, source, "[model]")
-    if not isinstance(inp, dict) or "x" not in inp:
-        raise ConfigError(f"{source}: type = \"matrices\" needs [input] x = [[...], ...], one row per token")
-    if not isinstance(weights, dict):
-        raise ConfigError(f"{source}: [weights] must be a table")
-    _check_keys(inp, {"x", "tokens"}, source, "[input]")
-    _check_keys(weights, {"w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"}, source, "[weights]")
-    for key in ("w_q", "w_k", "w_v"):
-        if key not in weights:
-            raise ConfigError(f"{source}: [weights] {key} is missing; give it as a [d_in, d_out] matrix")
-    x = _matrix(inp["x"], "[input] x", source)
-    mats = {k: _matrix(weights[k], f"[weights] {k}", source) for k in ("w_q", "w_k", "w_v", "w_o") if k in weights}
-    d_in = len(x[0])
-    for key in ("w_q", "w_k", "w_v"):
-        if len(mats[key]) != d_in:
-            raise ConfigError(
-                f"{source}: [weights] {key} has {len(mats[key])} rows but X has {d_in} columns; "
-                f"{key} must be [{d_in}, d_out] because Q = X · W_Q"
-            )
-    d_qk, d_v = len(mats["w_q"][0]), len(mats["w_v"][0])
-    if len(mats["w_k"][0]) != d_qk:
-        raise ConfigError(f"{source}: [weights] w_k has {len(mats['w_k'][0])} columns but w_q has {d_qk}; they must match")
-    if d_v != d_qk:
-        raise ConfigError(f"{source}: [weights] w_v has {d_v} columns but w_q has {d_qk}; give them the same width")
-    n_heads = _typed(model, "n_heads", int, source, "[model]") if "n_heads" in model else 1
-    for width, what in ((d_qk, "w_q/w_k"), (d_v, "w_v")):
-        if n_heads < 1 or width % n_heads:
-            raise ConfigError(
-                f"{source}: [model] n_heads = {n_heads} does not divide the {width} columns of {what}; "
-                f"choose n_heads among {_divisors(width)}"
-            )
-    if "w_o" in mats and len(mats["w_o"]) != d_v:
-        raise ConfigError(f"{source}: [weights] w_o has {len(mats['w_o'])} rows but w_v has {d_v} columns; w_o must be [{d_v}, d_out]")
-    widths = {"b_q": d_qk, "b_k": d_qk, "b_v": d_v, "b_o": len(mats["w_o"][0]) if "w_o" in mats else None}
-    biases = {}
-    for key, width in widths.items():
-        if key in weights:
-            if width is None:
-                raise ConfigError(f"{source}: [weights] b_o is given without w_o; add w_o or remove b_o")
-            biases[key] = _vector(weights[key], f"[weights] {key}", source)
-            if len(biases[key]) != width:
-                raise ConfigError(f"{source}: [weights] {key} has {len(biases[key])} numbers; it needs {width}")
-    tokens = inp.get("tokens", [f"x{i + 1}" for i in range(len(x))])
-    if not isinstance(tokens, list) or len(tokens) != len(x) or not all(isinstance(t, str) for t in tokens):
-        raise ConfigError(f"{source}: [input] tokens must be {len(x)} strings, one label per row of x")
-    name = _typed(model, "name", str, source, "[model]") if "name" in model else Path(source).stem
-    causal = _typed(model, "causal", bool, source, "[model]") if "causal" in model else False
-    return MatrixConfig(name=name, x=x, n_heads=n_heads, tokens=tuple(tokens), causal=causal, **mats, **biases)
-
-
-def _parse_reference(table: Any, source: str) -> Reference:
-    if not isinstance(table, dict):
-        raise ConfigError(f"{source}: [reference] must be a table")
-    _check_keys(table, {"source", "q", "k", "v", "scale", "weights", "output"}, source, "[reference]")
-    mats = {k: _matrix(table[k], f"[reference] {k}", source) for k in ("q", "k", "v", "output") if k in table}
-    weights = table.get("weights", [])
-    if not isinstance(weights, list):
-        raise ConfigError(f"{source}: [reference] weights must be a list of matrices, one per head")
-    scale = _typed(table, "scale", float, source, "[reference]") if "scale" in table else None
-    return Reference(
-        source=_typed(table, "source", str, source, "[reference]") if "source" in table else "reference",
-        scale=scale,
-        weights=tuple(_matrix(w, f"[reference] weights[{h}]", source) for h, w in enumerate(weights)),
-        **mats,
-    )

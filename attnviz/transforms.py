@@ -20,12 +20,18 @@ KINDS = ("self", "encoder", "decoder", "cross")
 def kind_tensor(result: AttentionResult, kind: str) -> tuple[torch.Tensor, list[str], list[str]]:
     """``(tensor [L, H, Q, K], row labels, column labels)`` of one kind of attention: ``self`` (or
     ``encoder``) over the input; for encoder-decoder models ``decoder`` (target over target) or
-    ``cross`` (target queries over source keys)."""
-    if kind in ("self", "encoder"):
+    ``cross`` (target queries over source keys). A result of cross-attention alone (no self-attention
+    layer: a matrices config with a context) gives its cross-attention for ``self`` too, the default."""
+    cross_only = result.cross_attentions is not None and not result.attentions.shape[0]
+    if kind in ("self", "encoder") and not cross_only:
         return result.attentions, list(result.tokens), list(result.tokens)
+    kind = "cross" if kind in ("self", "encoder") else kind
     if kind not in KINDS:
         raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
     tensor = result.decoder_attentions if kind == "decoder" else result.cross_attentions
+    if tensor is None and cross_only:
+        raise UsageError(f"[[kind={kind}]]: {result.model_name or 'this model'} is one cross-attention layer and has no "
+                         "decoder self-attention; show its cross-attention ([[kind=cross]], the default for it)")
     if tensor is None or result.target_tokens is None:
         raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {result.model_name or 'this model'} "
                          "has only self-attention")

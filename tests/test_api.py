@@ -79,8 +79,10 @@ def test_explain_returns_the_walkthrough():
     assert torch.equal(torch.as_tensor(walk.to_dict()["output"]), torch.as_tensor(direct.to_dict()["output"]))
     from attnviz.sources.resolve import default_model_folder
 
-    with pytest.raises(UsageError, match="config models"):
-        api.explain("text", str(default_model_folder()))
+    real = api.explain("The cat sat", str(default_model_folder()), layer=2, head=5)
+    assert real.model_kind == "model" and real.shown_heads == [5] and real.tokens[0] == "[CLS]"
+    with pytest.raises(UsageError, match="positive number"):
+        api.explain(scale="-1")
     with pytest.raises(UsageError, match="numbered from 0"):
         api.explain(layer=-1)
 

@@ -136,9 +136,11 @@ def test_unavailable_device_and_device_map(run_cli, tiny_hf):
     assert r.exit_code == 2 and "--device-map is for --engine hf" in r.stderr
 
 
-def test_explain_refuses_hf_models_clearly(run_cli, tiny_hf):
+def test_explain_refuses_what_it_cannot_walk_through(run_cli, tiny_hf):
     r = run_cli("explain", "--model", tiny_hf["bert"])
-    assert r.exit_code == 2 and "explain walks through attnviz's own config models" in r.stderr
+    assert r.exit_code == 1 and "the text is empty" in r.stderr
+    r = run_cli("explain", "a b", "--model", tiny_hf["t5"])
+    assert r.exit_code == 2 and "config model (.toml)" in r.stderr
 
 
 def _no_network(tmp_path: Path) -> dict[str, str]:

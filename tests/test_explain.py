@@ -10,6 +10,7 @@ import torch
 from conftest import SEED, TINY
 
 import attnviz
+import attnviz.api
 from attnviz.explain import walkthrough
 from attnviz.sources.resolve import load_source
 
@@ -57,12 +58,13 @@ def test_seed_example_numbers():
 
 
 def test_seed_differences_are_reported():
-    walk = walkthrough(load_source(SEED).explain_inputs(None))
-    text = "\n".join(walk.differences)
-    assert "Q row 1: reference [13, 15], computed [11.4, 14]" in text
-    assert "Q row 0" not in text  # the seed's first row is right
-    assert "scale: reference 0.57735 (= 1/√3), computed 1/√d_k = 1/√1 = 1" in text
-    assert "head 0 weights row 0" in text and "output row 0" in text
+    walk = attnviz.api.explain(None, SEED)
+    text = "\n".join(d.text() for d in walk.differences)
+    assert "Q row x2: the tutorial has [13, 15], computed [11.4, 14]" in text
+    assert "Q row x1" not in text  # the seed's first row is right
+    assert "divides by 1.7321, √3: the square root of the sequence length" in text
+    assert "1/√d_k = 1/√1 = 1" in text
+    assert "head 0 weights row x1" in text and "output row x1" in text
 
 
 def test_explain_json_cli(run_cli):
@@ -87,7 +89,7 @@ def test_explain_default_model_is_the_seed_example(run_cli):
     for step in ("Step 1", "Step 4", "Step 6", "Step 8", "Step 10", "Step 11", "Why 1/√d_k"):
         assert step in out
     assert "11.4" in out and "17.8" in out
-    assert "Q row 1: reference [13, 15], computed [11.4, 14]" in out
+    assert "Q row x2: the tutorial has [13, 15], computed [11.4, 14]" in out
 
 
 def test_tiny_walkthrough_agrees_with_the_module_and_extract():
@@ -117,3 +119,25 @@ def test_explain_errors(run_cli):
     assert r.exit_code == 2 and "layers 0 to 1" in r.stderr
     r = run_cli("explain", "a b", "--model", TINY, "--layer", "-1")
     assert r.exit_code == 2 and "negative" in r.stderr
+
+
+def test_every_error_of_the_worked_example_is_named_with_hand_computed_numbers():
+    """Seed 002's own arithmetic, redone by hand here: e^s, its sums, its softmax, its weighted sum."""
+    walk = attnviz.api.explain(None, SEED)
+    text = "\n".join(d.text() for d in walk.differences)
+    assert "X is 3×4 (3 tokens x1–x3, 4 numbers each), not 4×3" in text
+    their_scores = [14.43, 37.53, 60.62]
+    their_exp = [1850752, 20215372293, 1800537936918]
+    assert f"e^37.53 = {math.exp(37.53):.4g}, not 20,215,372,293" in text
+    assert f"e^60.62 = {math.exp(60.62):.4g}, not 1,800,537,936,918" in text
+    assert "e^14.43" not in text  # that one the tutorial got right
+    assert f"its own e values add up to {sum(their_exp):,}, not 1,822,604,060,963" in text
+    assert f"true sum of e^s over the row is {sum(math.exp(s) for s in their_scores):.4g}" in text
+    soft = hand_softmax(their_scores)
+    assert f"is [{soft[0]:.3g}, {soft[1]:.3g}, 1], not [0.001, 0.011, 0.988]" in text
+    divided = [e / 1822604060963 for e in their_exp]
+    assert f"divided by its own sum are [{divided[0]:.3g}, " in text
+    weighted = 0.001 * 5 + 0.011 * 13 + 0.988 * 21
+    assert weighted == pytest.approx(20.896)
+    assert "0.001·5 + 0.011·13 + 0.988·21 = 20.896, not 20.86" in text
+    assert "normally ends with W_O" in text

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attnviz"
-ANALYSIS = ("metrics", "heads", "compare", "transforms", "reading", "probes", "explain", "explain_inputs")
+ANALYSIS = ("metrics", "heads", "compare", "transforms", "reading", "probes", "explain", "explain_inputs",
+            "explain_reference", "explain_text", "errata", "errata_code")
 
 
 def _module(path: Path) -> str:

@@ -1,33 +1,74 @@
-"""``attnviz explain``: one attention computation, step by step."""
+"""``attnviz explain``: one attention computation, step by step, in English or Chinese."""
 
 from __future__ import annotations
+
+from enum import Enum
 
 import typer
 
 from .common import cli_command, stdout_console
 from .options import Causal, Width
 
-DEFAULT_MODEL = "sample_configs/seed_example.toml"
+
+class Lang(str, Enum):
+    en = "en"
+    zh = "zh"
 
 
 @cli_command
 def explain(
     text: str | None = typer.Argument(
-        None, metavar="[TEXT]", help="Input text (leave out for the seed example's fixed input).", show_default=False
+        None, metavar="[TEXT]", show_default=False,
+        help="Input text for a real model (default: MiniLM) or a transformer config. Leave out for the seed "
+             "tutorial's worked example, or for a matrices config's own X.",
     ),
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="A .toml config: a 'matrices' config with its own X, or a transformer config such as sample_configs/tiny.toml."),
-    layer: int = typer.Option(0, "--layer", "-l", help="Which layer's attention to walk through (transformer configs)."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", show_default=False,
+        help="A .toml config (a 'matrices' config with its own X, or a transformer config such as "
+             "sample_configs/tiny.toml), or a model folder/hub id the native engine runs (BERT, GPT-2, LLaMA "
+             "family). Default: the seed example without TEXT, MiniLM with TEXT.",
+    ),
+    layer: int = typer.Option(0, "--layer", "-l", help="Which layer's attention to walk through."),
+    head: int | None = typer.Option(None, "--head", help="Show only this head (every head is still computed).",
+                                    show_default=False),
+    scale: str = typer.Option(
+        "sqrt-dk", "--scale",
+        help="What to scale the scores by: sqrt-dk (1/√d_k, the rule), sqrt-len (1/√ number of keys, as seed 002 "
+             "does), none, or a number to divide by (64, as seed 000 suggests). Anything but sqrt-dk turns the "
+             "tutorial comparison off.",
+    ),
     causal: bool | None = Causal,
-    as_json: bool = typer.Option(False, "--json", help="Print the steps as JSON instead of tables."),
+    lang: Lang = typer.Option(Lang.en, "--lang", help="Language of the explanations: en or zh (中文)."),
+    errata: bool = typer.Option(False, "--errata", help="List the tutorials' errors, each shown with computed numbers."),
+    as_json: bool = typer.Option(False, "--json", help="Print every number as JSON (full matrices) instead of tables."),
     width: int | None = Width,
 ) -> None:
-    """Walk through one attention computation: X, W_Q/W_K/W_V, Q/K/V, heads, QKᵀ, 1/√d_k, mask, softmax, ·V, concat, W_O.
+    """Walk through one attention computation: X, W_Q/W_K/W_V, Q/K/V, heads, QKᵀ, scaling, mask, softmax, ·V, concat, W_O.
 
-    Example: attnviz explain --model sample_configs/seed_example.toml
+    Examples: attnviz explain · attnviz explain --lang zh · attnviz explain --model sample_configs/cross_attention.toml
+    · attnviz explain "The cat sat" --layer 2 --head 5
     """
+    if errata:
+        from ..api import errata as tutorial_errata
+        from ..errors import UsageError
+
+        if text is not None or model is not None:
+            raise UsageError("[[errata]] lists the tutorials' errors on its own; leave out TEXT and [[model]]")
+
+        items = tutorial_errata()
+        if as_json:
+            import json
+            from dataclasses import asdict
+
+            typer.echo(json.dumps([asdict(item) for item in items], ensure_ascii=False, indent=1))
+        else:
+            from ..render.explain import render_errata
+
+            render_errata(items, stdout_console(width), lang.value)
+        return
     from ..api import explain as explain_steps
 
-    walk = explain_steps(text, model, layer=layer, causal=causal)
+    walk = explain_steps(text, model, layer=layer, head=head, causal=causal, scale=scale)
     if as_json:
         import json
 
@@ -35,4 +76,4 @@ def explain(
     else:
         from ..render.explain import render_walkthrough
 
-        render_walkthrough(walk, stdout_console(width))
+        render_walkthrough(walk, stdout_console(width), lang.value)

@@ -13,11 +13,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, UsageError
 from ..result import AttentionResult
 from .stream import LayerStream, check_finite
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..explain_inputs import ExplainInputs
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,13 @@ class Source(ABC):
 
     def describe(self) -> str:
         return f"engine {self.engine}, model {self.name}"
+
+    def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
+        """What ``attnviz explain`` walks through for ``text`` at ``layer``: config models and the
+        native engine's checkpoints give it; any other source says so."""
+        raise UsageError(f"explain walks through config models (.toml) and checkpoints the native engine runs "
+                         f"(BERT, GPT-2, LLaMA, Mistral, Qwen2); {self.name} is {self._kind()}, so use attnviz "
+                         "heatmap for it")
 
     # --- the one signature ----------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -20,6 +20,9 @@ from .base import Capabilities, ExtractOptions
 from .engine import Capture, LayerOut, ModelSource
 from .stream import LayerStream
 from .tokens import TokenInfo, unknown_token_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..explain_inputs import ExplainInputs
 
 
 def _load(
@@ -122,6 +125,16 @@ class HFSource(ModelSource):
     def n_layers(self) -> int:
         config = self.model.config
         return getattr(config, "num_hidden_layers", None) or config.num_layers
+
+    def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
+        """Refused: explain reads a layer's input and module, which only the native engine exposes."""
+        from .native import FAMILIES
+
+        needs = "explain needs the native engine (BERT, GPT-2, LLaMA, Mistral, Qwen2 checkpoints)"
+        if self.family in FAMILIES:
+            raise UsageError(f"{needs}, and {self.name} runs on transformers here; pass [[engine=native]]")
+        raise UsageError(f"{needs}, and {self.name} is a {self.family} model it cannot run; explain a checkpoint of "
+                         "those families or a config model (.toml)")
 
     @torch.no_grad()
     def _attentions(self, ids: Tensor, mask: Tensor, types: Tensor) -> list[Tensor]:

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
-from ..attention import head_value_norms
+from ..attention import AttentionOutput, head_value_norms
 from ..config import MatrixConfig, ModelConfig, TransformerConfig
 from ..errors import InputError, UsageError
-from ..explain_inputs import ExplainInputs
+from ..explain_inputs import ExplainInputs, PositionSteps
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
-from .own_model import OwnTransformer, matrix_attention
+from .own_model import OwnTransformer, matrix_attention, sinusoidal_positions
 from .words import word_id, word_tokens
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..generation import Sampling
+    from .own_seq2seq import OwnSeq2Seq
+    from .stream import LayerStream
 
 
 class ConfigSource(Source):
@@ -28,9 +31,30 @@ class ConfigSource(Source):
         self.cfg = cfg
         self.name = cfg.name
         self.causal = cfg.causal if causal is None else causal
-        self._model = OwnTransformer(cfg).eval() if isinstance(cfg, TransformerConfig) else None
+        self._seq2seq: OwnSeq2Seq | None = None  # an encoder-decoder (decoder_layers >= 1): see own_seq2seq
+        if isinstance(cfg, TransformerConfig) and cfg.decoder_layers:
+            if self.causal:
+                raise UsageError(f"{self.name} is an encoder-decoder config model: its encoder reads the whole "
+                                 "source and its decoder is always causal; leave out [[causal=True]]")
+            from .own_seq2seq import OwnSeq2Seq
+
+            self._seq2seq = OwnSeq2Seq(cfg).eval()
+            self._model = self._seq2seq.encoder  # the encoder-only model of the same config, same weights
+        else:
+            self._model = OwnTransformer(cfg).eval() if isinstance(cfg, TransformerConfig) else None
         self.capabilities = Capabilities(details=True, value_norms=True, fixed_input=self._model is None,
+                                         cross=self._seq2seq is not None,
                                          generation=self._model is not None and self.causal and bool(cfg.vocab))
+        if self._cross_matrices:  # one cross-attention layer: no self-attention, so no norms of it
+            if self.causal:
+                raise UsageError(f"{self.name} is cross-attention (the queries of x over its context), which is "
+                                 "never causal: a decoder masks only its own self-attention; leave out [[causal=True]]")
+            self.capabilities = replace(self.capabilities, value_norms=False)
+
+    @property
+    def _cross_matrices(self) -> bool:
+        """A matrices config with a context: a single cross-attention layer (see :func:`_cross_result`)."""
+        return isinstance(self.cfg, MatrixConfig) and self.cfg.context is not None
 
     @property
     def n_layers(self) -> int:
@@ -67,12 +91,26 @@ class ConfigSource(Source):
         keeps only those; ``options.details`` adds the pre-softmax scores and the value vectors."""
         return [self._one(text, options) for text in texts]
 
+    def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
+        if self._cross_matrices:  # what streams layers reads token-over-token self-attention: there is none
+            raise UsageError(f"{self.name} is one cross-attention layer (the queries of x over the keys of its "
+                             "context) and has no self-attention of token over token, which this reads; draw it "
+                             "with attnviz heatmap (in the terminal or as an image), or walk through it with "
+                             "attnviz explain")
+        return super()._stream_batch(texts, pairs, options)
+
     def _one(self, text: str | None, options: ExtractOptions) -> AttentionResult:
+        if self._seq2seq is not None:  # encoder, decoder and cross-attention, for options.target
+            from .own_seq2seq import extract_seq2seq
+
+            return extract_seq2seq(self, self._seq2seq, text, options)
         truncate, details = options.truncate, options.details
         tokens, ids = self.tokenize(text, truncate=truncate)
         if self._model is None:
             inputs = self.explain_inputs(None)
-            outs = [inputs.attention(inputs.x[None], causal=self.causal)]  # one layer
+            outs = [_run_matrices(inputs)]  # one layer
+            if inputs.context is not None:
+                return _cross_result(self.name, inputs, outs[0], options)
             o_weights = [inputs.attention.o_proj]
         else:
             outs = [out for _, out in self._model(torch.tensor([ids]), causal=self.causal)]
@@ -89,6 +127,7 @@ class ConfigSource(Source):
             queries=torch.stack([o.queries[0] for o in outs]) if details else None,
             keys=torch.stack([o.keys[0] for o in outs]) if details else None,
             value_norms=torch.stack([n[0] for n in norms]).detach(),
+            attention_mask=_key_mask(self.cfg),  # a matrices config's padded keys stay, weighted 0
             metadata={"engine": "config", "config_type": type(self.cfg).__name__},
         )
         return result.narrowed(None if options.layers is None else list(options.layers), float16=options.float16)
@@ -98,6 +137,10 @@ class ConfigSource(Source):
         """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache."""
         from ..decoding import KVCache, decode, sampling_metadata
 
+        if self._seq2seq is not None:
+            raise UsageError(f"{self.name} is an encoder-decoder config model, which does not generate; read its "
+                             "attention over a target text with [[target]] and [[kind=cross]] (heatmap, view), or "
+                             "generate with a causal config model such as sample_configs/causal.toml")
         if not self.capabilities.generation:
             raise UsageError(f"{self.name} has no language-model head to generate with: a config model generates "
                              "when it is causal and lists its words (causal = true and vocab = [...] in [model], "
@@ -133,11 +176,77 @@ class ConfigSource(Source):
         if self._model is None:
             if layer != 0:
                 raise UsageError(f"layer {layer} is out of range: {self.name} has one attention layer, layer 0")
-            x = torch.tensor(self.cfg.x, dtype=torch.float64)
-            return ExplainInputs(x, matrix_attention(self.cfg), tokens, self.causal, self.name, self.cfg.reference)
+            cfg: MatrixConfig = self.cfg  # type: ignore[assignment]
+            x = torch.tensor(cfg.x, dtype=torch.float64)
+            context = None if cfg.context is None else torch.tensor(cfg.context, dtype=torch.float64)
+            return ExplainInputs(x, matrix_attention(cfg), tokens, self.causal, self.name, cfg.reference,
+                                 context=context,
+                                 context_tokens=None if cfg.context_tokens is None else list(cfg.context_tokens),
+                                 padding=None if cfg.padding is None else list(cfg.padding))
         n_layers = self.cfg.n_layers
         if not 0 <= layer < n_layers:
             raise UsageError(f"layer {layer} is out of range: {self.name} has layers 0 to {n_layers - 1}")
-        captured = self._model(torch.tensor([ids]), causal=self.causal)
+        streams: list[torch.Tensor] = []
+        captured = self._model(torch.tensor([ids]), causal=self.causal, streams=streams)
         x = captured[layer][0][0]
-        return ExplainInputs(x, self._model.blocks[layer].attn, tokens, self.causal, f"{self.name}, layer {layer}")
+        return ExplainInputs(x, self._model.blocks[layer].attn, tokens, self.causal, f"{self.name}, layer {layer}",
+                             positions=self._positions(ids, layer, streams[layer][0]))
+
+    def _positions(self, ids: list[int], layer: int, summed: torch.Tensor) -> PositionSteps:
+        """How layer ``layer``'s X was made: for layer 0 the embedding rows plus the positional encoding."""
+        if layer:
+            return PositionSteps(None, None, summed, "residual", layer=layer)
+        embedding = self._model.embed.weight[torch.tensor(ids)].detach()  # type: ignore[union-attr]
+        kind = self.cfg.positions  # type: ignore[union-attr]
+        position = sinusoidal_positions(len(ids), self.cfg.d_model) if kind == "sinusoidal" else None  # type: ignore[union-attr]
+        return PositionSteps(embedding, position, summed, kind)
+
+
+# --- matrices configs -------------------------------------------------------------------------------
+
+
+def _run_matrices(inputs: ExplainInputs) -> AttentionOutput:
+    """A matrices config's one layer: the queries of x over the keys of the context (cross-attention)
+    or of x itself, padded keys never attended to, later keys too when causal. A query row left with
+    no key (causal, and its only keys padding) gets weights 0 and an output of 0 (before W_O's bias)."""
+    allowed = None if inputs.padding is None else ~torch.tensor(inputs.padding)[None, None, None, :]  # True = may attend
+    context = None if inputs.context is None else inputs.context[None]
+    return inputs.attention(inputs.x[None], context, mask=allowed, causal=inputs.causal)
+
+
+def _key_mask(cfg: ModelConfig) -> list[int]:
+    """``attention_mask`` of a matrices config's key positions: 0 where padding (kept in the result,
+    weighted 0), 1 elsewhere; empty (all ones) for the rest."""
+    padding = cfg.padding if isinstance(cfg, MatrixConfig) else None
+    return [] if padding is None else [0 if p else 1 for p in padding]
+
+
+def _cross_result(name: str, inputs: ExplainInputs, out: AttentionOutput, options: ExtractOptions) -> AttentionResult:
+    """A matrices config with a context, laid out as an encoder-decoder's result is: the context's rows
+    are the source (``tokens``, the key axis, ``attention_mask`` 0 where padding), x's rows the target
+    (``target_tokens``, the query axis), and the layer's weights ``cross_attentions`` ``[1, H, T, S]``.
+
+    The layer has no self-attention, so ``attentions`` holds no layer (``[0, H, S, S]``) rather than a
+    made-up one; ``decoder_attentions`` is None. Reading such a result, ``self`` (the default kind)
+    means its cross-attention (:func:`attnviz.transforms.kind_tensor`). With ``details`` the scores
+    ``[1, H, T, S]``, queries ``[1, H, T, d_k]``, keys ``[1, H, S, d_k]`` and values ``[1, H, S, d_v]``
+    are the cross layer's. ``options.layers`` was checked to be layer 0, the only one."""
+    tokens = list(inputs.context_tokens or [])
+    n, heads = len(tokens), out.weights.shape[1]  # type: ignore[union-attr]
+
+    def kept(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None or not options.details else t[0][None].detach()
+
+    result = AttentionResult(
+        tokens=tokens,
+        attentions=torch.zeros(0, heads, n, n),
+        attention_mask=[0 if p else 1 for p in inputs.padding] if inputs.padding is not None else [],
+        causal=False,
+        model_name=name,
+        cross_attentions=out.weights[0][None].detach(),  # type: ignore[index]
+        target_tokens=list(inputs.tokens),
+        target_special=[False] * len(inputs.tokens),
+        scores=kept(out.scores), values=kept(out.values), queries=kept(out.queries), keys=kept(out.keys),
+        metadata={"engine": "config", "config_type": "MatrixConfig", "attention": "cross"},
+    )
+    return result.narrowed(None, float16=options.float16)

@@ -37,6 +37,25 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
 
 
+@torch.no_grad()
+def seeded_init(model: nn.Module, cfg: TransformerConfig) -> None:
+    """Set every parameter of ``model`` from ``cfg.seed``: one generator, drawn from in the order of
+    ``model.named_parameters()``, so the same seed gives the same model anywhere. LayerNorms (modules
+    named ``ln_…``) start as the identity (weight 1, bias 0) and draw nothing; the embedding
+    (``embed``) is N(0, 1); other weights N(0, init_scale² / fan_in); other biases N(0, 0.02²)."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    for name, param in model.named_parameters():
+        owner = name.split(".")[-2]
+        if owner.startswith("ln_"):
+            param.fill_(1.0 if name.endswith("weight") else 0.0)
+        elif owner == "embed":
+            param.normal_(0.0, 1.0, generator=gen)
+        elif name.endswith("weight"):
+            param.normal_(0.0, cfg.init_scale / math.sqrt(param.shape[1]), generator=gen)
+        else:
+            param.normal_(0.0, 0.02, generator=gen)
+
+
 class OwnTransformer(nn.Module):
     """A small transformer with seeded weights: enough structure for attention worth looking at."""
 
@@ -47,29 +66,20 @@ class OwnTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self._init_weights()
 
-    @torch.no_grad()
     def _init_weights(self) -> None:
-        # One generator, parameters in a fixed order: the same seed gives the same model anywhere.
-        gen = torch.Generator().manual_seed(self.cfg.seed)
-        for name, param in self.named_parameters():
-            if ".ln_" in name:
-                param.fill_(1.0 if name.endswith("weight") else 0.0)
-            elif name == "embed.weight":
-                param.normal_(0.0, 1.0, generator=gen)
-            elif name.endswith("weight"):
-                param.normal_(0.0, self.cfg.init_scale / math.sqrt(param.shape[1]), generator=gen)
-            else:
-                param.normal_(0.0, 0.02, generator=gen)
+        seeded_init(self, self.cfg)
 
     @torch.no_grad()
     def forward(
-        self, ids: Tensor, attention_mask: Tensor | None = None, *, causal: bool = False, cache: KVCache | None = None
+        self, ids: Tensor, attention_mask: Tensor | None = None, *, causal: bool = False, cache: KVCache | None = None,
+        streams: list[Tensor] | None = None,
     ) -> list[tuple[Tensor, AttentionOutput]]:
         """Run ``ids`` ``[B, T]``; return, per layer, (attention input ``[B, T, d]``, its attention output).
 
         With a ``cache`` (causal only), ``ids`` are the new tokens after ``cache.length`` earlier ones,
         whose keys and values the cache holds; it is updated, and ``cache.hidden`` is the last
-        layer's output (for :meth:`next_token_logits`)."""
+        layer's output (for :meth:`next_token_logits`). A ``streams`` list receives each block's input
+        (the residual stream before its LayerNorm), for ``explain``'s first step."""
         t = ids.shape[1]
         start = 0 if cache is None else cache.length
         x = self.embed(ids)  # (B, T, d)
@@ -79,6 +89,8 @@ class OwnTransformer(nn.Module):
         mask = combine_masks(None if attention_mask is None else padding_mask(attention_mask), future)
         captured = []
         for i, block in enumerate(self.blocks):
+            if streams is not None:
+                streams.append(x)
             h = block.ln_attn(x)
             out = block.attn(h, mask=mask, past=None if cache is None else cache.past(i))
             if cache is not None:
@@ -100,13 +112,18 @@ class OwnTransformer(nn.Module):
 
 
 def matrix_attention(cfg: MatrixConfig) -> MultiHeadAttention:
-    """The single attention layer a ``type = "matrices"`` config writes out, with its exact weights."""
+    """The single attention layer a ``type = "matrices"`` config writes out, with its exact weights.
+
+    With a ``context`` (cross-attention) W_K and W_V read the context's width; V's heads are
+    ``d_v / n_heads`` wide, which may differ from Q's and K's ``d_k / n_heads``."""
     has_bias = any(b is not None for b in (cfg.b_q, cfg.b_k, cfg.b_v, cfg.b_o))
     d_in = len(cfg.x[0])
     mha = MultiHeadAttention(
         d_in,
         cfg.n_heads,
         d_head=cfg.d_qk // cfg.n_heads,
+        d_value=cfg.d_v // cfg.n_heads,
+        d_context=None if cfg.context is None else len(cfg.context[0]),
         d_out=len(cfg.w_o[0]) if cfg.w_o is not None else None,
         bias=has_bias,
         out_proj=cfg.w_o is not None,

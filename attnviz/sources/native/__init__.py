@@ -25,6 +25,7 @@ from .common import NativeModel
 from .weights import load_weights
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ...explain_inputs import ExplainInputs
     from ...generation import Sampling
     from ...result import AttentionResult
 
@@ -115,6 +116,13 @@ class NativeSource(ModelSource):
     @property
     def n_layers(self) -> int:
         return self.model.n_layers
+
+    def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
+        """What ``attnviz explain`` walks through: the input of ``layer``'s attention for ``text``,
+        that layer's module, the token labels, the masking and (RoPE families) the rotary tables."""
+        from .explain import explain_inputs
+
+        return explain_inputs(self, text, layer)
 
     def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
         """Continue ``prompt`` (causal families) with incremental decoding on a key/value cache."""
