@@ -171,3 +171,24 @@ def test_the_readme_teaching_walkthrough_is_computed_by_hand():
     assert walk.heads[0].weights[0].tolist() == pytest.approx(weights, rel=1e-12)
     every = torch.stack([h.weights for h in walk.heads])
     assert float(every.min()) > 0.16 and float(every.max()) < 0.49  # well-conditioned, as the README says
+
+
+def test_cross_attention_walkthrough_and_seed_001_backwards_claim():
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parent.parent / "sample_configs" / "cross_attention.toml"
+    walk = attnviz.api.explain(None, str(config))
+    assert walk.cross and walk.key_tokens == ["the", "cat", "sleeps", "<pad>"]
+    x, c = walk.x, walk.context
+    # Q from X, K and V from C, by torch's own attention with the padding mask (True = may attend).
+    q, k, v = x @ walk.w_q, c @ walk.w_k, c @ walk.w_v
+    allowed = torch.tensor([True, True, True, False])
+    for h in range(2):
+        cols = slice(2 * h, 2 * h + 2)
+        expected = F.scaled_dot_product_attention(q[None, :, cols], k[None, :, cols], v[None, :, cols],
+                                                  attn_mask=allowed.expand(3, 4))[0]
+        torch.testing.assert_close(walk.heads[h].output, expected)
+        assert walk.heads[h].weights[:, 3].tolist() == [0.0, 0.0, 0.0]
+    texts = [d.text() for d in walk.differences]
+    assert len(texts) == 1 and "the output would have 4 rows, one per source token (4×4)" in texts[0]
+    assert "3-row residual stream" in texts[0]
