@@ -192,3 +192,24 @@ def test_cross_attention_walkthrough_and_seed_001_backwards_claim():
     texts = [d.text() for d in walk.differences]
     assert len(texts) == 1 and "the output would have 4 rows, one per source token (4×4)" in texts[0]
     assert "3-row residual stream" in texts[0]
+
+
+def test_d_v_different_from_d_k_walks_through(tmp_path, run_cli):
+    config = tmp_path / "dv.toml"
+    w_v = [[0.1 * (i + j) for j in range(6)] for i in range(4)]
+    w_o = [[0.05 * (i - j) for j in range(4)] for i in range(6)]
+    config.write_text(
+        '[model]\ntype = "matrices"\nn_heads = 2\n'
+        '[input]\nx = [[1, 0, 1, 0], [0, 2, 0, 1], [1, 1, 1, 1]]\n'
+        '[weights]\nw_q = [[0.5, 0, 0, 0.5], [0, 0.5, 0.5, 0], [0.5, 0, 0, 0], [0, 0, 0.5, 0.5]]\n'
+        'w_k = [[0, 0.5, 0.5, 0], [0.5, 0, 0, 0.5], [0, 0.5, 0, 0], [0.5, 0, 0.5, 0]]\n'
+        f"w_v = {w_v}\nw_o = {w_o}\n", encoding="utf-8")
+    walk = attnviz.api.explain(None, str(config))
+    assert (walk.d_k, walk.d_v) == (2, 3)
+    x = walk.x
+    q, k, v = x @ walk.w_q, x @ walk.w_k, x @ torch.tensor(w_v, dtype=torch.float64)
+    heads = [F.scaled_dot_product_attention(q[None, :, 2 * h:2 * h + 2], k[None, :, 2 * h:2 * h + 2],
+                                            v[None, :, 3 * h:3 * h + 3])[0] for h in range(2)]
+    torch.testing.assert_close(walk.output, torch.cat(heads, dim=1) @ torch.tensor(w_o, dtype=torch.float64))
+    out = run_cli("explain", "--model", str(config), "--width", "200").stdout
+    assert "d_v = 3 differs from d_k = 2" in out
