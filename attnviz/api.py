@@ -107,6 +107,10 @@ def layer_stream(source: Any, texts: Sequence[str], *, kind: str = "self", targe
 
     if kind not in KINDS:
         raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
+    if not source.capabilities.self_attention:  # one cross-attention layer (a matrices config with a context)
+        from .transforms import no_self_attention
+
+        raise UsageError(no_self_attention(source.name, kind, purpose, explain=source.engine == "config"))
     if kind in ("self", "encoder"):
         return source.stream_batch(texts, truncate=truncate, layers=layers, pairs=pairs, target=target)
     if not source.capabilities.cross:
@@ -316,12 +320,13 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
     (``heatmap --query``). ``query`` is a token or its index; ``layer`` and ``head`` narrow the rows."""
     from .errors import UsageError
     from .render.view import matrix_view
-    from .transforms import kind_tensor
+    from .transforms import kind_tensor, resolved_kind
 
     every_layer = layer == "all"
     result = reading.apply(source.extract(text, pair=pair, target=target, truncate=truncate,
                                           layers=None if every_layer else [int(layer)]))
     tensor, rows, cols = kind_tensor(result, kind)
+    kind = resolved_kind(result, kind)  # a cross-only result's default: cross, in the title too
     position = find_query(rows, query)
     layers = result.metadata.get("layers") or list(range(tensor.shape[0]))
     heads = list(range(tensor.shape[1])) if head == "all" else [int(head)]
@@ -363,6 +368,11 @@ def norm_view(source: Source, text: str | None, *, layer: int | str = "all", hea
     from .metrics import norm_attention
     from .render.view import every_layer_panels, matrix_view, select_panels
 
+    if not source.capabilities.self_attention:  # one cross-attention layer: no token-over-token weights to scale
+        from .transforms import no_self_attention
+
+        raise UsageError(no_self_attention(source.name, "self", "norm-based attention ‖α f(x)‖",
+                                           explain=source.engine == "config"))
     if not source.capabilities.value_norms and source.engine == "saved":
         raise UsageError(f"norm-based attention needs each head's value vectors; {source.path} was saved without "
                          "them. Save a result of the native engine or a .toml config model")

@@ -22,7 +22,8 @@ def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: 
     """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
     ``layer`` (default: every layer), with the head statistics table (``stats``), for one text.
     Layers are quantised and compressed as the engine computes them. Encoder-decoder models get
-    their encoder, decoder and cross-attention (``kind`` chooses the one shown first)."""
+    their encoder, decoder and cross-attention (``kind`` chooses the one shown first); one
+    cross-attention layer alone (a matrices config with a context) its cross-attention."""
     from .errors import UsageError
     from .reading import Reading
     from .transforms import KINDS
@@ -31,8 +32,11 @@ def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: 
     if kind not in KINDS:
         raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
     layers = None if layer == "all" else [int(layer)]
-    if source.capabilities.cross:  # encoder-decoder: computed whole, every kind on the page
-        result = source.extract(text, truncate=truncate, pair=pair, target=target, layers=layers)
+    can = source.capabilities
+    if can.cross or not can.self_attention:  # encoder-decoder (or cross-attention alone): computed whole
+        # Cross-attention alone has no statistics; its page carries each head's q and k (details) instead.
+        details = not can.self_attention and can.details and reading.plain
+        result = source.extract(text, truncate=truncate, pair=pair, target=target, layers=layers, details=details)
         return page_of_result(reading.apply(result), head=head, kind=kind, stats=stats, view=view,
                               title=_title_text(text))
     if kind not in ("self", "encoder"):
@@ -58,13 +62,31 @@ def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: 
 def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = "self", stats: bool = True,
                    view: str = "head", title: str | None = None) -> Page:
     """The interactive page of a whole result (what ``AttentionResult._repr_html_`` and
-    :func:`attnviz.show` display): every layer and head, the decoder's and cross-attention too."""
-    layers = result.metadata.get("layers") or list(range(result.n_layers))
-    collector = _PageCollector(layers, stats, title or f"{len(result.tokens)} tokens")
-    if len(result.tokens) <= QK_TOKENS:
+    :func:`attnviz.show` display): every layer and head, the decoder's and cross-attention too.
+
+    A cross-only result (:attr:`AttentionResult.cross_only`, a matrices config with a context) has
+    its cross-attention alone, open on it, and no head statistics (they read self-attention)."""
+    from .transforms import kind_tensor, resolved_kind
+
+    layers = result.metadata.get("layers") or list(range(result.layers_held))
+    kind = resolved_kind(result, "self" if kind == "encoder" else kind)
+    cross_only = result.cross_only
+    if cross_only:
+        kind_tensor(result, kind)  # decoder: refused, saying it has cross-attention alone
+        if view == "table":
+            from .errors import UsageError
+
+            raise UsageError(f"the heads table holds statistics of self-attention; {result.model_name or 'this result'} "
+                             "has one cross-attention layer and no self-attention: open the page on head, model, "
+                             "matrix, query or qk")
+    collector = _PageCollector(layers, stats and not cross_only, title or f"{len(result.tokens)} tokens")
+    if max(len(result.tokens), len(result.target_tokens or [])) <= QK_TOKENS:
         collector.qk = qk_vectors(result)
     for position in range(result.n_layers):
         collector.add(result, position, result.attentions[position])
+    if collector.builder is None:  # cross-attention alone: no self-attention layer started the page
+        cells = result.cross_attentions.numel() if result.cross_attentions is not None else 0
+        collector.start(result.model_name, cells)
     for name, tensor, rows, cols in (("decoder", result.decoder_attentions, result.target_tokens, result.target_tokens),
                                      ("cross", result.cross_attentions, result.target_tokens, result.tokens)):
         for position in range(0 if tensor is None else tensor.shape[0]):
@@ -72,7 +94,11 @@ def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = 
                 layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,  # type: ignore[index]
                 kind=name, causal=name == "decoder", row_special=result.target_special,
                 col_special=result.target_special if name == "decoder" else result.special)
-    return _with_steps(collector.finish(head=head, kind="self" if kind == "encoder" else kind, view=view), result)
+    page = collector.finish(head=head, kind=kind, view=view)
+    if cross_only:
+        page.notes.append("one cross-attention layer (target queries over source keys) and no self-attention: "
+                          "no head statistics, which read self-attention")
+    return _with_steps(page, result)
 
 
 def _with_steps(page: Page, result: AttentionResult) -> Page:
@@ -116,7 +142,7 @@ def qk_vectors(result: AttentionResult, digits: int = 4) -> dict[str, dict[str, 
     """Each layer's and head's query and key vectors, rounded, keyed by the model's layer number."""
     if result.queries is None or result.keys is None:
         return {}
-    layers = result.metadata.get("layers") or list(range(result.n_layers))
+    layers = result.metadata.get("layers") or list(range(result.layers_held))
 
     def rounded(t: torch.Tensor) -> list[list[float]]:
         return [[float(f"{v:.{digits}g}") for v in row] for row in t.tolist()]
@@ -137,13 +163,16 @@ class _PageCollector:
         self.builder: Any = None
         self.qk: dict[str, Any] | None = None
 
-    def add(self, header: AttentionResult, position: int, attentions: Any) -> None:
+    def start(self, model: str, cells: int) -> None:
+        """The page, titled for ``model``, to hold ``cells`` weights (heads × queries × keys) in all."""
         from .render.page import PageBuilder
 
+        self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells)
+
+    def add(self, header: AttentionResult, position: int, attentions: Any) -> None:
         n = len(header.tokens)
         if self.builder is None:
-            self.builder = PageBuilder(f"{header.model_name} · {self.title}", header.model_name,
-                                       cells=len(self.layers) * attentions.shape[0] * n * n)
+            self.start(header.model_name, len(self.layers) * attentions.shape[0] * n * n)
         breaks = [i for i in range(1, n) if header.segment_ids[i] != header.segment_ids[i - 1]]
         self.builder.add_layer(self.layers[position], attentions, rows=header.tokens, cols=header.tokens,
                                causal=header.causal, row_special=header.special, col_special=header.special,
@@ -155,7 +184,8 @@ class _PageCollector:
         from .errors import UsageError
         from .render.page import stats_table
 
-        heads = self.builder.kinds["self"]["heads"]
+        shown = self.builder.kinds.get(kind) or next(iter(self.builder.kinds.values()))
+        heads = shown["heads"]
         if isinstance(head, int) and not 0 <= head < heads:
             raise UsageError(f"[[head={head}]] is out of range; {self.builder.model} has heads 0 to {heads - 1}")
         stats_data = None

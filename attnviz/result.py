@@ -43,11 +43,14 @@ class AttentionResult:
         attentions: float32 ``[layers, heads, q, k]`` (float16 when extracted with ``float16=True``);
             row i is where query i looks.
         special: True for special tokens ([CLS], [SEP], BOS, …), one per position.
-        attention_mask: 1 for real tokens, 0 for padding; padded positions are already removed
-            from ``attentions`` by every source, so this is all ones unless a source says otherwise.
+        attention_mask: 1 for real tokens, 0 for padding, one per position of ``tokens``. Where a
+            source pads texts to batch them (native engine, transformers) it removes the padded
+            positions from every result, so the mask is all ones; a ``type = "matrices"`` config with
+            ``[input] padding`` keeps its padded key positions, as columns of weight 0 marked 0 here.
         causal: whether a causal mask was applied.
         model_name: what produced it, for titles.
-        cross_attentions: ``[layers, heads, q_target, k_source]`` for encoder-decoder models.
+        cross_attentions: ``[layers, heads, q_target, k_source]`` for encoder-decoder models, and for
+            a matrices config with a context (see :attr:`cross_only`).
         decoder_attentions: ``[layers, heads, q_target, k_target]``, the decoder's self-attention.
         target_tokens: the labels of the decoder's input (query axis of ``cross_attentions``).
         target_special: which of ``target_tokens`` are special tokens.
@@ -110,6 +113,18 @@ class AttentionResult:
         return self.attentions.shape[1]
 
     @property
+    def cross_only(self) -> bool:
+        """Cross-attention alone, with no self-attention layer: ``attentions`` is ``[0, H, S, S]`` and the
+        layers are those of ``cross_attentions`` (a matrices config with a context,
+        :func:`attnviz.sources.own._cross_result`). ``n_layers`` counts self-attention layers: 0 here."""
+        return self.cross_attentions is not None and self.attentions.shape[0] == 0
+
+    @property
+    def layers_held(self) -> int:
+        """How many layers the result holds: ``n_layers``, or a cross-only result's cross-attention layers."""
+        return self.cross_attentions.shape[0] if self.cross_only else self.n_layers  # type: ignore[union-attr]
+
+    @property
     def unknown(self) -> list[bool]:
         """True where the tokenizer replaced text it has no token for by its unknown token (``[UNK]``,
         labelled ``[UNK:🍕]``), one per position: where ``token_ids`` is ``metadata["unk_token_id"]``,
@@ -138,9 +153,10 @@ class AttentionResult:
 
     def select_layers(self, layers: list[int]) -> AttentionResult:
         """The same result with only ``layers`` (in that order); the choice is kept in the metadata."""
-        bad = [la for la in layers if not 0 <= la < self.n_layers]
+        held = self.layers_held
+        bad = [la for la in layers if not 0 <= la < held]
         if bad:
-            raise ValueError(f"layers {bad} are out of range 0..{self.n_layers - 1}")
+            raise ValueError(f"layers {bad} are out of range 0..{held - 1}")
         idx = torch.tensor(layers, dtype=torch.long)
 
         def pick(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -148,10 +164,10 @@ class AttentionResult:
 
         from dataclasses import replace
 
-        chosen = [self.metadata.get("layers", list(range(self.n_layers)))[la] for la in layers]
+        chosen = [self.metadata.get("layers", list(range(held)))[la] for la in layers]
         return replace(
             self,
-            attentions=pick(self.attentions),
+            attentions=self.attentions if self.cross_only else pick(self.attentions),  # cross-only: no layer to pick
             cross_attentions=pick(self.cross_attentions),
             decoder_attentions=pick(self.decoder_attentions),
             scores=pick(self.scores),
@@ -169,12 +185,13 @@ class AttentionResult:
         """
         result = self
         if layers is not None:
-            bad = [la for la in layers if not 0 <= la < self.n_layers]
+            held = self.layers_held
+            bad = [la for la in layers if not 0 <= la < held]
             if bad:
                 from .errors import UsageError
 
                 raise UsageError(f"[[layers={bad[0]}]] is out of range; {self.model_name} has layers 0 to "
-                                 f"{self.n_layers - 1}")
+                                 f"{held - 1}")
             result = result.select_layers(sorted(set(layers)))
         if float16:
             from dataclasses import replace

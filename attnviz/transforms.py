@@ -22,10 +22,10 @@ def kind_tensor(result: AttentionResult, kind: str) -> tuple[torch.Tensor, list[
     ``encoder``) over the input; for encoder-decoder models ``decoder`` (target over target) or
     ``cross`` (target queries over source keys). A result of cross-attention alone (no self-attention
     layer: a matrices config with a context) gives its cross-attention for ``self`` too, the default."""
-    cross_only = result.cross_attentions is not None and not result.attentions.shape[0]
+    cross_only = result.cross_only
     if kind in ("self", "encoder") and not cross_only:
         return result.attentions, list(result.tokens), list(result.tokens)
-    kind = "cross" if kind in ("self", "encoder") else kind
+    kind = resolved_kind(result, kind)
     if kind not in KINDS:
         raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
     tensor = result.decoder_attentions if kind == "decoder" else result.cross_attentions
@@ -37,6 +37,24 @@ def kind_tensor(result: AttentionResult, kind: str) -> tuple[torch.Tensor, list[
                          "has only self-attention")
     cols = result.target_tokens if kind == "decoder" else result.tokens
     return tensor, list(result.target_tokens), list(cols)
+
+
+def resolved_kind(result: AttentionResult, kind: str) -> str:
+    """The kind :func:`kind_tensor` shows for ``kind``: ``cross`` for the default (``self``/``encoder``) of a
+    cross-only result (:attr:`AttentionResult.cross_only`), else ``kind`` itself."""
+    return "cross" if kind in ("self", "encoder") and result.cross_only else kind
+
+
+def no_self_attention(name: str, kind: str, purpose: str, *, explain: bool) -> str:
+    """Why ``purpose`` (head statistics, rollout…), which reads token-over-token self-attention, cannot
+    read ``name``: one cross-attention layer and no self-attention at all (whatever ``kind`` asks for),
+    and what shows it instead; ``explain``: ``attnviz explain`` can walk through it (a config, not a
+    saved result)."""
+    asked = "" if kind in ("self", "encoder") else f"[[kind={kind}]]: "
+    walk = ", or walk through it with attnviz explain" if explain else ""
+    return (f"{asked}{name} has one cross-attention layer (target queries over source keys) and no self-attention; "
+            f"{purpose} needs self-attention (token over token). Draw its cross-attention with attnviz heatmap or "
+            f"attnviz view{walk}")
 
 
 def self_attention(result: AttentionResult, kind: str, *, purpose: str) -> AttentionResult:

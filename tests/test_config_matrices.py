@@ -229,8 +229,9 @@ def test_heatmap_view_axes_without_kind():
     assert (same.panels == view.panels).all()
 
 
-@pytest.mark.parametrize("command", [["heads"], ["rollout"], ["compare-heads"], ["heatmap", "--out", "page.html"]])
+@pytest.mark.parametrize("command", [["heads"], ["rollout"], ["compare-heads"], ["rollout", "--norm"]])
 def test_commands_reading_self_attention_refuse_in_one_line(run_cli, tmp_path, monkeypatch, command):
+    # (its page, heatmap --out page.html, draws: tests/test_cross_results.py)
     monkeypatch.chdir(tmp_path)
     r = run_cli(*command, "--model", CROSS)
     assert r.exit_code == 2

@@ -59,11 +59,13 @@ def heatmap_view(
 
     ``kind`` is ``self`` (or ``encoder``) for the attentions over the input, and for
     encoder-decoder models ``decoder`` (target over target) or ``cross`` (target queries over
-    source keys).
+    source keys). A cross-only result (one cross-attention layer) shows its cross-attention for
+    ``self``, and is titled so.
     """
-    from ..transforms import kind_tensor  # torch: not at import (drawing processes never load it)
+    from ..transforms import kind_tensor, resolved_kind  # torch: not at import (drawing processes never load it)
 
     tensor, rows, cols = kind_tensor(result, kind)
+    kind = resolved_kind(result, kind)  # type: ignore[assignment]
     captured = result.metadata.get("layers")
     if captured is not None and kind in ("self", "encoder", "decoder", "cross"):
         if layer not in captured:
@@ -93,9 +95,10 @@ def head_across_layers_view(
 ) -> HeatmapView:
     """One head (or the mean of the heads, ``"mean"``) in every layer ``result`` holds: a panel per
     layer; ``head="all"``: every head of every layer, one row of the grid per layer (the model view)."""
-    from ..transforms import kind_tensor  # torch: not at import (drawing processes never load it)
+    from ..transforms import kind_tensor, resolved_kind  # torch: not at import (drawing processes never load it)
 
     tensor, rows, cols = kind_tensor(result, kind)
+    kind = resolved_kind(result, kind)  # type: ignore[assignment]  # cross-only: cross, in the title too
     layers = result.metadata.get("layers") or list(range(tensor.shape[0]))
     panels, titles, what, columns = every_layer_panels(tensor, layers, head, result.model_name)
     where = "" if kind in ("self", "encoder") else f" · {kind}"

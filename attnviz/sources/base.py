@@ -65,6 +65,7 @@ class Capabilities:
     token_ids: bool = False  # runs token ids given directly (probes)
     generation: bool = False  # a causal language model that can generate
     fixed_input: bool = False  # its input is fixed (a matrices config): no text is given
+    self_attention: bool = True  # False: one cross-attention layer alone (a matrices config with a context)
 
 
 class Source(ABC):

@@ -49,7 +49,7 @@ class ConfigSource(Source):
             if self.causal:
                 raise UsageError(f"{self.name} is cross-attention (the queries of x over its context), which is "
                                  "never causal: a decoder masks only its own self-attention; leave out [[causal=True]]")
-            self.capabilities = replace(self.capabilities, value_norms=False)
+            self.capabilities = replace(self.capabilities, value_norms=False, self_attention=False)
 
     @property
     def _cross_matrices(self) -> bool:
@@ -93,10 +93,9 @@ class ConfigSource(Source):
 
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
         if self._cross_matrices:  # what streams layers reads token-over-token self-attention: there is none
-            raise UsageError(f"{self.name} is one cross-attention layer (the queries of x over the keys of its "
-                             "context) and has no self-attention of token over token, which this reads; draw it "
-                             "with attnviz heatmap (in the terminal or as an image), or walk through it with "
-                             "attnviz explain")
+            from ..transforms import no_self_attention
+
+            raise UsageError(no_self_attention(self.name, "self", "this", explain=True))
         return super()._stream_batch(texts, pairs, options)
 
     def _one(self, text: str | None, options: ExtractOptions) -> AttentionResult:

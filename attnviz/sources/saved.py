@@ -28,6 +28,7 @@ class SavedSource(Source):
             value_norms=result.value_norms is not None,
             cross=result.cross_attentions is not None,
             fixed_input=True,
+            self_attention=not result.cross_only,
         )
 
     @classmethod
@@ -38,7 +39,7 @@ class SavedSource(Source):
     @property
     def layer_numbers(self) -> list[int]:
         """The model's numbers of the layers the file holds (all of them, unless saved with ``layers=``)."""
-        return list(self.result.metadata.get("layers") or range(self.result.n_layers))
+        return list(self.result.metadata.get("layers") or range(self.result.layers_held))
 
     @property
     def n_layers(self) -> int:
