@@ -9,10 +9,10 @@ from attnviz.render.registry import Format
 
 
 def test_the_registry_is_what_the_commands_accept(run_cli, tmp_path):
-    assert registry.output_suffixes() == [".png", ".svg", ".pdf", ".html"]
+    assert registry.output_suffixes() == [".png", ".svg", ".pdf", ".html", ".npz", ".json"]
     assert set(registry.FORMATS) >= {"png", "svg", "pdf", "html", "npz", "json"}
     r = run_cli("heatmap", "The cat sat.", "--out", str(tmp_path / "x.gif"))
-    assert r.exit_code == 1 and "use one of .png, .svg, .pdf, .html" in r.stderr
+    assert r.exit_code == 1 and "use one of .png, .svg, .pdf, .html, .npz, .json" in r.stderr
 
 
 def test_a_new_format_is_one_module_and_one_line(run_cli, tmp_path, monkeypatch):
@@ -46,6 +46,6 @@ def test_export_takes_the_shared_model_options(run_cli, tmp_path):
     name = "000000-the-cat-sat-on-the-mat.L0.png"
     assert (tmp_path / "v" / name).read_bytes() != (tmp_path / "m" / name).read_bytes()  # the colormap is used
     r = run_cli(*common, "--out", str(tmp_path / "x"), "--cmap", "jet")
-    assert r.exit_code == 2 and "--cmap 'jet': use viridis or magma" in r.stderr
+    assert r.exit_code == 2 and "--cmap 'jet': use viridis, magma, coolwarm" in r.stderr
     r = run_cli(*common, "--out", str(tmp_path / "y"), "--revision", "main")
     assert r.exit_code == 2 and "--revision applies to hub ids" in r.stderr

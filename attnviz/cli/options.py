@@ -24,6 +24,7 @@ class Fit(str, Enum):
 class Cmap(str, Enum):
     viridis = "viridis"
     magma = "magma"
+    coolwarm = "coolwarm"
 
 
 class EngineChoice(str, Enum):
@@ -63,7 +64,7 @@ PAIR_HELP = "A second sentence (for every text): a sentence pair, its boundary m
 HIDE_SPECIAL_HELP = "Drop [CLS], [SEP], BOS and other special tokens."
 RENORMALIZE_HELP = "With --hide-special: rescale each row to sum to 1."
 WORDS_HELP = "Aggregate pieces to words (sum to a word, mean from a word)."
-CMAP_HELP = "Colormap: viridis or magma."
+CMAP_HELP = "Colormap: viridis, magma, or coolwarm (diverging, for signed values)."
 Pair = typer.Option(None, "--pair", help=PAIR_HELP, show_default=False)
 Target = typer.Option(
     None, "--target", help="Encoder-decoder models (T5, BART): the decoder's input text.", show_default=False
@@ -82,7 +83,7 @@ Words = typer.Option(False, "--words", help=WORDS_HELP)
 CmapOpt = typer.Option(Cmap.viridis, "--cmap", help=CMAP_HELP)
 Width = typer.Option(None, "--width", min=20, help="Terminal width to fit (default: the terminal's).")
 Out = typer.Option(
-    None, "--out", "-o", help="Write an image instead: .png, .svg or .pdf.", show_default=False,
+    None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).", show_default=False,
 )
 
 

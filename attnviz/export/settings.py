@@ -177,8 +177,10 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
         raise UsageError(f"[[style={settings.style!r}]]: use figure or tiles")
     if settings.style == "tiles" and (set(settings.image_formats) - {"png"} or settings.page_formats):
         raise UsageError("[[style=tiles]] writes PNG only; drop svg/pdf from [[formats]] or use [[style=figure]]")
-    if settings.cmap not in ("viridis", "magma"):
-        raise UsageError(f"[[cmap={settings.cmap!r}]]: use viridis or magma")
+    from ..render.colors import COLORMAPS
+
+    if settings.cmap not in COLORMAPS:
+        raise UsageError(f"[[cmap={settings.cmap!r}]]: use {', '.join(COLORMAPS)}")
     if settings.batch_size < 1:
         raise UsageError(f"[[batch_size={settings.batch_size}]] must be at least 1")
     if settings.jobs < 1:

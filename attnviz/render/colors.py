@@ -25,6 +25,12 @@ _ANCHORS: dict[str, list[tuple[int, int, int]]] = {
         (131, 38, 129), (156, 46, 127), (183, 55, 121), (208, 65, 111), (231, 82, 99),
         (245, 107, 92), (252, 137, 97), (254, 167, 114), (254, 196, 136), (253, 226, 163), (252, 253, 191),
     ],
+    # Diverging, for signed values (attention × gradient): blue below zero, grey at zero, red above.
+    "coolwarm": [
+        (59, 76, 192), (78, 104, 216), (98, 130, 234), (119, 154, 247), (141, 176, 254), (163, 194, 254),
+        (185, 208, 249), (204, 217, 237), (221, 220, 220), (236, 211, 197), (245, 196, 172), (247, 176, 147),
+        (244, 152, 122), (235, 125, 98), (221, 95, 75), (202, 59, 55), (180, 4, 38),
+    ],
 }
 COLORMAPS = tuple(_ANCHORS)
 # Shades for terminals without colour, lightest to darkest ink.
@@ -50,6 +56,13 @@ class ColorScale:
         if vmax is not None and not (math.isfinite(vmax) and vmax > 0):
             raise UsageError(f"[[vmax={vmax}]] must be a positive number")
         return cls(0.0, top if top > 0 else 1.0, cmap)
+
+    @classmethod
+    def symmetric(cls, values: np.ndarray, *, cmap: str = "coolwarm") -> ColorScale:
+        """From −m to m, m the largest magnitude shown: zero sits in the middle of a diverging map."""
+        top = float(np.nanmax(np.abs(values))) if np.size(values) else 0.0
+        top = top if top > 0 and math.isfinite(top) else 1.0
+        return cls(-top, top, cmap)
 
     def normalize(self, values: np.ndarray) -> np.ndarray:
         """Values mapped to ``[0, 1]``."""

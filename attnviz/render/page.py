@@ -123,12 +123,15 @@ def page_of_view(view: Any) -> Page:
     (rollout, norm-based attention, a grid of heads or of layers), values scaled into [0, 1] by the
     view's colour scale, which the page shows."""
     panels = np.asarray(view.panels, dtype=np.float64)
-    top = view.scale.vmax if view.scale.vmax > 0 else 1.0
+    low = min(float(view.scale.vmin), 0.0)  # below zero only for signed values (attention × gradient)
+    span = view.scale.vmax - low if view.scale.vmax > low else 1.0
     builder = PageBuilder(view.title, view.title.split(" · ")[0], cells=int(panels.size))
-    builder.add_layer(0, np.clip(panels / top, 0.0, 1.0), rows=view.row_labels, cols=view.col_labels,
+    builder.add_layer(0, np.clip((panels - low) / span, 0.0, 1.0), rows=view.row_labels, cols=view.col_labels,
                       breaks=view.row_breaks)
     page = builder.finish(initial={"view": "matrix", "layer": 0, "head": 0}, value_name=view.value_name,
                           notes=list(view.notes))
-    page.kinds["self"]["panelTitles"] = list(view.panel_titles)
-    page.kinds["self"]["scale"] = float(top)
+    kind = page.kinds["self"]
+    kind["panelTitles"] = list(view.panel_titles)
+    # The page reads a value as offset + stored · scale and colours it from offset to vmax, as the view's scale.
+    kind["scale"], kind["offset"], kind["vmax"] = float(span), low, float(low + span)
     return page

@@ -53,6 +53,12 @@ register(Format("json", "data", ".stats.json", None, "every head's statistics an
 
 TILES = Format("tiles", "view", ".png", "attnviz.render.tiles:render_tiles", "bare colour tiles, no labels")
 
+# What a command shows, as numbers (``--out FILE.npz|.json``); export writes results, not views.
+VIEW_DATA = {f.suffix: f for f in (
+    Format("view-npz", "view", ".npz", "attnviz.render.view_data:write_view_npz", "the view's matrices and labels"),
+    Format("view-json", "view", ".json", "attnviz.render.view_data:write_view_json", "the view's matrices as JSON"),
+)}
+
 
 def view_formats() -> list[str]:
     """Names of the formats that draw a view to a file (png, svg, pdf, …)."""
@@ -60,8 +66,8 @@ def view_formats() -> list[str]:
 
 
 def output_suffixes() -> list[str]:
-    """The extensions ``--out FILE`` accepts: one per view format."""
-    return list(dict.fromkeys(FORMATS[name].suffix for name in view_formats()))
+    """The extensions ``--out FILE`` accepts: one per view format, and the view's numbers (.npz, .json)."""
+    return list(dict.fromkeys([*(FORMATS[name].suffix for name in view_formats()), *VIEW_DATA]))
 
 
 def for_path(path: str | Path) -> Format:
@@ -70,4 +76,4 @@ def for_path(path: str | Path) -> Format:
     for name in view_formats():
         if FORMATS[name].suffix == suffix:
             return FORMATS[name]
-    raise KeyError(suffix)
+    return VIEW_DATA[suffix]

@@ -180,16 +180,18 @@ def matrix_view(
     col_axis: str = "keys (attended to)",
     value_name: str = "attention weight",
     columns: int | None = None,
+    signed: bool = False,
 ) -> HeatmapView:
     """A view of any matrices ``[P, Q, K]`` (attention, rollout, distances) with printable labels;
-    ``columns``: panels per row of the grid (default: as the renderer likes)."""
+    ``columns``: panels per row of the grid (default: as the renderer likes). ``signed`` values
+    (attention × gradient) get a scale symmetric about zero."""
     return HeatmapView(
         panels=np.asarray(panels, dtype=np.float64),
         panel_titles=panel_titles,
         row_labels=[printable(t) for t in rows],
         col_labels=[printable(t) for t in cols],
         title=title,
-        scale=ColorScale.for_values(panels, vmax=vmax, cmap=cmap),
+        scale=ColorScale.symmetric(panels, cmap=cmap) if signed else ColorScale.for_values(panels, vmax=vmax, cmap=cmap),
         notes=list(notes or []),
         row_breaks=list(row_breaks or []),
         col_breaks=list(col_breaks or []),

@@ -45,16 +45,17 @@
         const k = data.kinds[kind];
         const raw = await gunzip(bytesOf(k.chunks[layerIndex][head]));
         const ints = k.bits === 16 ? new Uint16Array(raw.buffer, raw.byteOffset, raw.byteLength / 2) : raw;
-        const top = (1 << k.bits) - 1, scale = (k.scale || 1) / top;
+        const top = (1 << k.bits) - 1, scale = (k.scale || 1) / top, offset = k.offset || 0;
         const out = new Float32Array(ints.length);
-        for (let i = 0; i < ints.length; i++) out[i] = ints[i] * scale;
+        for (let i = 0; i < ints.length; i++) out[i] = offset + ints[i] * scale;
         return out;
       })());
     }
     return cache.get(key);
   }
-  const colour = (v, vmax) => {
-    const t = Math.max(0, Math.min(255, Math.round((v / (vmax || 1)) * 255)));
+  // From offset (0, or −m for signed values) to vmax.
+  const colour = (v, vmax, offset = 0) => {
+    const t = Math.max(0, Math.min(255, Math.round(((v - offset) / ((vmax - offset) || 1)) * 255)));
     return data.cmap[t];
   };
   const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : v.toFixed(data.kinds[state.kind].bits === 16 ? 4 : 3));
@@ -160,7 +161,7 @@
         const faint = focus >= 0 && state.hoverRow < 0 && i !== focus ? 0.3 : 1;
         for (let j = 0; j < cols; j++) {
           if (state.hoverCol >= 0 && j !== state.hoverCol) continue;
-          const w = m[i * cols + j] / (k.scale || 1);
+          const w = (m[i * cols + j] - (k.offset || 0)) / (k.scale || 1);
           if (w < 0.01) continue;
           ctx.globalAlpha = Math.min(1, w) * (heads.length > 1 ? 0.8 : 1) * faint;
           ctx.beginPath(); ctx.moveTo(x0 + 4, y(i)); ctx.lineTo(x1 - 4, y(j)); ctx.stroke();
@@ -198,17 +199,17 @@
   }
 
   // --- model view: every layer x head as a thumbnail --------------------------------------------
-  function paint(canvas, m, rows, cols, size, vmax) {
+  function paint(canvas, m, rows, cols, size, vmax, offset = 0) {
     // Max-pooled into size x size pixels, so a strong weight never disappears.
     const fy = Math.max(1, Math.ceil(rows / size)), fx = Math.max(1, Math.ceil(cols / size));
     const h = Math.ceil(rows / fy), w = Math.ceil(cols / fx);
     canvas.width = w; canvas.height = h;
     const ctx = canvas.getContext("2d"), img = ctx.createImageData(w, h);
     for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) {
-      let best = 0;
+      let best = offset;
       for (let i = r * fy; i < Math.min(rows, (r + 1) * fy); i++)
         for (let j = c * fx; j < Math.min(cols, (c + 1) * fx); j++) best = Math.max(best, m[i * cols + j]);
-      const [R, G, B] = colour(best, vmax), o = (r * w + c) * 4;
+      const [R, G, B] = colour(best, vmax, offset), o = (r * w + c) * 4;
       img.data[o] = R; img.data[o + 1] = G; img.data[o + 2] = B; img.data[o + 3] = 255;
     }
     ctx.putImageData(img, 0, 0);
@@ -234,7 +235,7 @@
     });
     for (const [canvas, li, h] of jobs) {  // one head at a time, so the first thumbnails show at once
       const m = await matrix(state.kind, li, h);
-      paint(canvas, m, k.rows.length, k.cols.length, size, k.vmax * 1 || 1);
+      paint(canvas, m, k.rows.length, k.cols.length, size, k.vmax * 1 || 1, k.offset || 0);
       canvas.dataset.drawn = "1";
       await new Promise((resolve) => requestAnimationFrame(resolve));
     }
@@ -253,7 +254,7 @@
     ctx.clearRect(0, 0, width, height);
     const m = await matrix(state.kind, state.layer, state.head), vmax = k.vmax || 1;
     for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
-      const [R, G, B] = colour(m[i * cols + j], vmax);
+      const [R, G, B] = colour(m[i * cols + j], vmax, k.offset || 0);
       ctx.fillStyle = `rgb(${R},${G},${B})`;
       ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
     }
@@ -387,7 +388,7 @@
     ctx.font = Math.min(11, rowH) + "px system-ui, sans-serif"; ctx.textBaseline = "middle"; ctx.textAlign = "right";
     rows.forEach(([li, h], r) => {
       for (let j = 0; j < cols; j++) {
-        const [R, G, B] = colour(mats[r][state.query * cols + j], k.vmax || 1);
+        const [R, G, B] = colour(mats[r][state.query * cols + j], k.vmax || 1, k.offset || 0);
         ctx.fillStyle = `rgb(${R},${G},${B})`; ctx.fillRect(left + j * cell, top + r * rowH, cell, rowH);
       }
       if (rowH >= 8 || h === 0) { ctx.fillStyle = "#1d1d1f"; ctx.fillText(`L${k.layers[li]}H${h}`, left - 4, top + r * rowH + rowH / 2); }
