@@ -1,23 +1,31 @@
 """The Python API the CLI is a shell over: each command's data comes from one function here.
 
 ``load`` gives a source (a model loaded once); ``extract``/``extract_batch`` give results;
-``attention_view``, ``rollout_view`` and ``norm_view`` give what ``heatmap`` and ``rollout`` draw;
+``attention_view`` gives what ``heatmap`` draws and ``attribution_view`` (:mod:`attnviz.attribution`)
+what ``rollout --method`` draws;
 ``heads_of``, ``compare_heads_of_text`` and ``explain`` give what ``heads``, ``compare-heads`` and
 ``explain`` show. The CLI only parses, calls one of these, and picks a renderer.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .attribution import (  # noqa: F401 (what ``attnviz rollout`` shows: attnviz.attribution, here for callers)
+    METHODS,
+    attribution_view,
+    flow_of_text,
+    flow_view,
+    norm_view,
+    rollout_of_text,
+    rollout_view,
+)
 from .pages import page_of_result, page_view  # noqa: F401 (the page's data: attnviz.pages, here for callers)
 from .reading import Reading
 from .sources.resolve import Engine, load_source
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
     from .compare import HeadsOverview
     from .errata import Erratum
@@ -167,46 +175,6 @@ def _add_read_layer(builder: Any, results: list[AttentionResult], position: int,
             builder.add_layer(read, position, read.attentions[0], text=first + number)
 
 
-def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: str = "mean",
-                    truncate: bool = False, pair: str | None = None, reading: Reading = Reading(),
-                    kind: str = "self", target: str | None = None) -> tuple[torch.Tensor, AttentionResult]:
-    """Attention rollout (:func:`attnviz.metrics.rollout`) of ``text`` through ``layer`` (default: the
-    last): ``[q, k]`` float64, and the result describing the tokens (``metadata["rolled_through"]``:
-    the layers chained). Layers are fused as the engine computes them, so memory holds one layer's
-    matrices and one ``[q, k]`` product at a time. ``kind="decoder"`` (with ``target``) rolls out an
-    encoder-decoder model's decoder self-attention."""
-    from . import metrics
-    from .errors import UsageError
-
-    n_layers = source.n_layers
-    if (layer is not None and layer < 0) or (kind in ("self", "encoder") and layer is not None and layer >= n_layers):
-        raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
-    held = source.layer_numbers
-    missing = [la for la in range(n_layers if layer is None else layer + 1) if la not in held]
-    if kind in ("self", "encoder") and missing:  # a saved result that kept only some layers
-        raise UsageError(f"rollout chains every layer from 0; {source.name} holds only layers "
-                         f"{', '.join(map(str, held))}, not layer {missing[0]}")
-    wanted = None if layer is None else list(range(layer + 1))
-    stream = layer_stream(source, [text], kind=kind, target=target, truncate=truncate, layers=wanted, pairs=[pair],
-                          purpose="rollout")
-    header = [stream.results[0]]  # as read (fewer tokens without special ones, or words)
-
-    def layers() -> Iterator[torch.Tensor]:
-        for _, parts in stream:
-            attentions = parts[0].attentions
-            del parts
-            if not reading.plain:
-                read = reading.layer(stream.results[0], attentions)
-                header[0], attentions = read, read.attentions[0]
-            yield attentions
-            del attentions  # before the next layer is computed
-
-    last = deque(metrics.rollout_steps(layers(), head_fusion=head_fusion), maxlen=1)  # type: ignore[arg-type]
-    from dataclasses import replace
-
-    return last[0], replace(header[0], metadata={**header[0].metadata, "rolled_through": list(stream.layers)})
-
-
 def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, truncate: bool = False,
                           all_rows: bool = False, pair: str | None = None, reading: Reading = Reading(),
                           kind: str = "self", target: str | None = None) -> HeadsOverview:
@@ -339,62 +307,6 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
                        title=f"{result.model_name}{where} · what {rows[position]!r} (token {position}) attends to",
                        panel_titles=[f"query {position}: {rows[position]}"], row_axis="layer · head",
                        col_axis="keys (attended to)")
-
-
-def rollout_view(source: Source, text: str | None, *, layer: int | None = None, fusion: str = "mean", truncate: bool = False,
-                 cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
-                 target: str | None = None) -> HeatmapView:
-    """What ``attnviz rollout`` draws: attention rollout (Abnar & Zuidema 2020) through ``layer``
-    (default: the last), heads fused by ``fusion`` (mean, max or min)."""
-    from .render.view import matrix_view
-
-    rolled, result = rollout_of_text(source, text, layer=layer, head_fusion=fusion, truncate=truncate, pair=pair,
-                                     reading=reading, kind=kind, target=target)
-    last = result.metadata["rolled_through"][-1]
-    where = " · decoder" if kind == "decoder" else ""
-    return matrix_view(rolled[None].numpy(), result.tokens, result.tokens, cmap=cmap,
-                       title=f"{result.model_name}{where} · attention rollout ({fusion} of heads) through layers 0–{last}",
-                       panel_titles=[f"rollout to layer {last}"], row_axis="positions (after the layers)",
-                       col_axis="input tokens", value_name="share of the input token")
-
-
-def norm_view(source: Source, text: str | None, *, layer: int | str = "all", head: int | str = "mean",
-              truncate: bool = False, cmap: str = "viridis", pair: str | None = None,
-              reading: Reading = Reading()) -> HeatmapView:
-    """Norm-based attention ‖α_ij f(x_j)‖ (Kobayashi et al. 2020) of one layer or every layer
-    (``"all"``, the default): a head, ``"all"`` or ``"mean"``. Needs each head's value vectors
-    (native engine, config models)."""
-    from .errors import UsageError
-    from .metrics import norm_attention
-    from .render.view import every_layer_panels, matrix_view, select_panels
-
-    if not source.capabilities.self_attention:  # one cross-attention layer: no token-over-token weights to scale
-        from .transforms import no_self_attention
-
-        raise UsageError(no_self_attention(source.name, "self", "norm-based attention ‖α f(x)‖",
-                                           explain=source.engine == "config"))
-    if not source.capabilities.value_norms and source.engine == "saved":
-        raise UsageError(f"norm-based attention needs each head's value vectors; {source.path} was saved without "
-                         "them. Save a result of the native engine or a .toml config model")
-    if not source.capabilities.value_norms:
-        raise UsageError(f"norm-based attention needs each head's value vectors; the {source.engine} engine does not "
-                         "give them. Use the native engine (BERT, GPT-2, LLaMA families) or a .toml config model")
-    if not reading.plain:
-        raise UsageError("norm-based attention is per token: [[hide_special]] and [[words]] do not apply to it")
-    every_layer = layer == "all"
-    # Only the layer shown is built (or every layer, as each is computed).
-    result = source.extract(text, truncate=truncate, layers=None if every_layer else [int(layer)], pair=pair)
-    tensor = norm_attention(result.attentions, result.value_norms)
-    if every_layer:
-        layers = result.metadata.get("layers") or list(range(result.n_layers))
-        panels, titles, what, columns = every_layer_panels(tensor, layers, head, result.model_name)  # type: ignore[arg-type]
-        where = "every layer"
-    else:
-        panels, titles, what = select_panels(tensor, 0, head, result.model_name)  # type: ignore[arg-type]
-        columns, where = None, f"layer {layer}"
-    return matrix_view(panels, result.tokens, result.tokens, cmap=cmap, panel_titles=titles, columns=columns,
-                       title=f"{result.model_name} · norm-based attention ‖α f(x)‖ · {where} · {what}",
-                       value_name="‖α f(x)‖")
 
 
 def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str | None = None, truncate: bool = False,

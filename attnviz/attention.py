@@ -152,6 +152,8 @@ def attention_weights(
         mask = combine_masks(mask, causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device))
     low = scores.dtype in _LOW_PRECISION
     work = scores.float() if low else scores
+    if torch.is_grad_enabled() and scores.requires_grad:  # a gradient run: no out= (autograd cannot differentiate it)
+        return _recorded_weights(work, mask).to(scores.dtype)
     inplace = inplace or low  # a float32 copy of half-precision scores is ours to overwrite
     if mask is None:
         weights = torch.softmax(work, dim=-1, out=work) if inplace else torch.softmax(work, dim=-1)
@@ -165,6 +167,16 @@ def attention_weights(
     work.masked_fill_(~has_key, 0.0)
     weights = torch.softmax(work, dim=-1, out=work).masked_fill_(~has_key, 0.0)
     return weights.to(scores.dtype)
+
+
+def _recorded_weights(work: Tensor, mask: Tensor | None) -> Tensor:
+    """:func:`attention_weights` out of place, for autograd (gradients with respect to the weights,
+    :mod:`attnviz.sources.gradients`): the same numbers, rows with no allowed key all 0."""
+    if mask is None:
+        return torch.softmax(work, dim=-1)
+    has_key = mask.any(dim=-1, keepdim=True)  # [..., Tq, 1]
+    weights = torch.softmax(work.masked_fill(~mask, float("-inf")).masked_fill(~has_key, 0.0), dim=-1)
+    return weights if bool(has_key.all()) else weights.masked_fill(~has_key, 0.0)
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:

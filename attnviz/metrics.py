@@ -456,3 +456,17 @@ def norm_attention(attn: Tensor, value_norms: Tensor) -> Tensor:
     if value_norms.shape != a.shape[:2] + a.shape[-1:]:
         raise ValueError(f"value_norms must be [layers, heads, k] = {tuple(a.shape[:2] + a.shape[-1:])}")
     return a * value_norms.to(torch.float64)[:, :, None, :]
+
+from .flow import attention_flow, attention_flow_to, check_flow_cost, flow_cost  # noqa: E402,F401
+from .mixing import (  # noqa: E402,F401
+    LayerMixing,
+    MixingParts,
+    layer_mixing,
+    layer_norm_attention,
+    layernorm_norm_attention,
+    mixing_ratio,
+    pair_vectors,
+    reconstruct,
+    residual_norm_attention,
+)
+from .relevance import attention_times_gradient, gradient_rollout  # noqa: E402,F401

@@ -58,7 +58,7 @@ def test_rollout_and_norm_views(minilm):
 
 def test_rollout_refuses_what_it_would_ignore(run_cli):
     r = run_cli("rollout", TEXT, "--head", "3")
-    assert r.exit_code == 2 and "--head applies to --norm" in r.stderr
+    assert r.exit_code == 2 and "--head applies to norm and attn-grad" in r.stderr
     r = run_cli("rollout", "--model", SEED, "--width", "80")  # a fixed input needs no TEXT, as in heatmap
     assert r.exit_code == 0, r.stderr
 

@@ -44,7 +44,8 @@ FILES = {
     "data.csv": "id,text\n" + "".join(f'{i},"{t}"\n' for i, t in enumerate(TEXTS)),
 }
 HUB_IDS = ("gpt2", "t5-small")
-IMAGE_MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<", ".pdf": b"%PDF", ".html": b"<!DOCTYPE html>", ".npz": b"PK"}
+IMAGE_MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<", ".pdf": b"%PDF", ".html": b"<!DOCTYPE html>", ".npz": b"PK",
+               ".json": b"{"}
 
 
 # --- reading the README ------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_rollout_and_compare_heads_read_the_text_as_asked(run_cli):
     r = run_cli("rollout", TEXT, "--renormalize")
     assert r.exit_code == 2 and "--renormalize rescales rows after --hide-special" in r.stderr
     r = run_cli("rollout", TEXT, "--norm", "--words")
-    assert r.exit_code == 2 and "--words do not apply" in r.stderr
+    assert r.exit_code == 2 and "--words apply to rollout and flow only" in r.stderr
     r = run_cli("compare-heads", "The cat sat.", "--pair", "It was tired.", "--layer", "0", "--width", "100")
     assert r.exit_code == 0, r.stderr
 

@@ -1,18 +1,21 @@
-"""``attnviz rollout``: how much of each input token reaches each position, or norm-based attention."""
+"""``attnviz rollout``: how much of each input token reaches each position (rollout, flow), attention weighted by
+gradients, and norm-based mixing (``--method``)."""
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 
 import typer
 
 from ..errors import UsageError
+from ..labels import safe_text
 from .common import cli_command, show_view
 from .options import (
+    CMAP_HELP,
     Causal,
     Cmap,
-    CmapOpt,
     Device,
     DeviceMap,
     DeviceOpt,
@@ -48,20 +51,43 @@ class Fusion(str, Enum):
     min = "min"
 
 
+class MethodChoice(str, Enum):
+    rollout = "rollout"
+    flow = "flow"
+    grad_rollout = "grad-rollout"
+    attn_grad = "attn-grad"
+    norm = "norm"
+    norm_layer = "norm-layer"
+    norm_res = "norm-res"
+    norm_resln = "norm-resln"
+    mixing = "mixing"
+
+
+METHOD_HELP = ("What to show (rollout, flow and grad-rollout chain the layers through --layer; the others show --layer, "
+               "or a panel per layer): rollout (default), flow (attention flow, max-flow), grad-rollout (Chefer et al. 2021), "
+               "attn-grad (attention × gradient, per head), norm (‖α f(x)‖ per head), norm-layer (heads summed "
+               "through W_O), norm-res (+ the residual), norm-resln (+ residual and LayerNorm, post-LN models), "
+               "mixing (context-mixing ratio per token). The README says what each can and cannot tell.")
+
+
 @cli_command
 def rollout(
     text: str | None = typer.Argument(None, metavar="[TEXT]", help="Input text (leave out for configs with a fixed input).", show_default=False),
     model: str | None = Model,
-    fusion: Fusion | None = typer.Option(None, "--fusion", help="How a layer's heads are combined before rolling out (default mean).", show_default=False),
-    norm: bool = typer.Option(False, "--norm", help="Show norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020) instead."),
+    method: MethodChoice = typer.Option(MethodChoice.rollout, "--method", help=METHOD_HELP),
+    fusion: Fusion | None = typer.Option(None, "--fusion", help="rollout, flow: how a layer's heads are combined (default mean).", show_default=False),
+    norm: bool = typer.Option(False, "--norm", help="Same as --method norm: norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020)."),
     layer: str = Layer,
-    head: str | None = typer.Option(None, "--head", help="With --norm: a head number, 'all' or 'mean' (default).", show_default=False),
+    head: str | None = typer.Option(None, "--head", help="norm, attn-grad: a head number, 'all' or 'mean' (default).", show_default=False),
+    target_token: str | None = typer.Option(None, "--target-token", help="grad-rollout, attn-grad: the token whose logit is y (a decoder's next token, or a [MASK]'s filler; default: the predicted one).", show_default=False),
+    vs: str | None = typer.Option(None, "--vs", help="grad-rollout, attn-grad on a sentence encoder (the default MiniLM): y is the cosine similarity of TEXT's mean-pooled embedding with this text's.", show_default=False),
+    force: bool = typer.Option(False, "--force", help="flow: run even past the cost limit (max-flow grows quickly with the text's length)."),
     kind: KindChoice = Kind,
     target: str | None = Target,
     out: Path | None = Out,
     values: bool = typer.Option(False, "--values", help="Write each value into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
-    cmap: Cmap = CmapOpt,
+    cmap: Cmap | None = typer.Option(None, "--cmap", help=CMAP_HELP + " Default: coolwarm for attn-grad, else viridis.", show_default=False),
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -76,36 +102,38 @@ def rollout(
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
-    """Attention rollout (Abnar & Zuidema 2020): attention chained through the layers with the residual stream
-    (through --layer; all: every layer). --norm: norm-based attention in --layer, or in every layer.
+    """Attention rollout (Abnar & Zuidema 2020) and attribution beyond raw attention (--method): attention flow,
+    gradient-weighted attention (Chefer et al. 2021), norm-based mixing with the residual and LayerNorm
+    (Kobayashi et al. 2020, 2021).
 
-    Example: attnviz rollout "The cat sat on the mat." --fusion max
+    Example: attnviz rollout "The cat sat on the mat." --method flow
     """
-    if head is not None and not norm:
-        raise UsageError("--head applies to --norm; rollout fuses every head of a layer (choose how with --fusion)")
-    head_choice = parse_head(head or "mean")
-    if norm and fusion is not None:
-        raise UsageError("--fusion belongs to rollout; --norm shows one layer's heads (choose them with --head)")
-    fusion = fusion or Fusion.mean
+    if norm and method is not MethodChoice.rollout and method is not MethodChoice.norm:
+        raise UsageError(f"--norm is --method norm; it cannot go with --method {method.value}")
+    chosen_method = "norm" if norm else method.value
     chosen = parse_index_or_word(layer, "--layer", "layer", ("all",))
-    last = None if chosen == "all" else int(chosen)
-    if norm and (target is not None or kind is not KindChoice.encoder):
-        raise UsageError("--norm reads the value vectors of the native engine, which runs no encoder-decoder model; "
-                         "--kind and --target go with rollout")
     if out is not None:
         from ..fileio import check_output_path
 
         check_output_path(out)
     view = reading(hide_special, renormalize, words)
+    from ..attribution import check_method_options
+
+    # Before the model loads: an option the method does not use is a mistake worth saying at once.
+    check_method_options(chosen_method, fusion=None if fusion is None else fusion.value,
+                         head=None if head is None else parse_head(head), target_token=target_token, vs=vs,
+                         force=force, kind=kind_name(kind), target=target, reading=view)
+    if chosen_method == "norm" and kind is not KindChoice.encoder:
+        raise UsageError("--method norm reads the value vectors of the native engine, which runs no encoder-decoder "
+                         "model; --kind and --target go with rollout and flow")
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                          trust_remote_code=trust_remote_code, verbose=verbose)
-    from ..api import norm_view, rollout_view
+    from ..api import attribution_view
 
-    if norm:
-        shown = norm_view(source, text, layer=chosen, head=head_choice, truncate=truncate, cmap=cmap.value, pair=pair,
-                          reading=view)
-    else:
-        # Layers are fused as they are computed, up to the one shown: one layer's matrices at a time.
-        shown = rollout_view(source, text, layer=last, fusion=fusion.value, truncate=truncate, cmap=cmap.value,
-                             pair=pair, reading=view, kind=kind_name(kind), target=target)
+    shown = attribution_view(
+        source, text, method=chosen_method, layer=chosen, head=None if head is None else parse_head(head),
+        fusion=None if fusion is None else fusion.value, target_token=target_token, vs=vs, force=force,
+        truncate=truncate, cmap=None if cmap is None else cmap.value, pair=pair, reading=view, kind=kind_name(kind),
+        target=target, notice=lambda line: sys.stderr.write(f"attnviz: {safe_text(line)}\n"),
+    )
     show_view(shown, out, values=values, fit=fit.value, width=width)

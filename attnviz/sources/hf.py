@@ -101,6 +101,9 @@ class HFSource(ModelSource):
         )
         if device_map is None:
             self.model.to(device)
+        self._reload = {"ref": ref, "revision": revision, "trust_remote_code": trust_remote_code,
+                        "device_map": device_map, "local_files_only": local_files_only}
+        self._task_models: dict[str, Any] = {}
         config = self.model.config
         self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
         # transformers returns every layer at once: handed on one at a time, but not computed so.
@@ -135,6 +138,34 @@ class HFSource(ModelSource):
             raise UsageError(f"{needs}, and {self.name} runs on transformers here; pass [[engine=native]]")
         raise UsageError(f"{needs}, and {self.name} is a {self.family} model it cannot run; explain a checkpoint of "
                          "those families or a config model (.toml)")
+
+    def task_model(self, task: str) -> Any | None:
+        """The checkpoint with its head, for gradients of a logit (:mod:`attnviz.sources.gradients`):
+        ``task`` ``"causal-lm"`` loads ``AutoModelForCausalLM``, ``"masked-lm"`` ``AutoModelForMaskedLM``,
+        with eager attention. None where the checkpoint lacks the head (transformers would fill it
+        with random weights: any missing key counts). Loaded on first use and kept; extraction never
+        loads it (it runs the ``AutoModel`` loaded at start)."""
+        if task not in self._task_models:
+            import transformers
+
+            auto = {"causal-lm": transformers.AutoModelForCausalLM, "masked-lm": transformers.AutoModelForMaskedLM}[task]
+            a = self._reload
+            cpu = self.model.device.type == "cpu" and a["device_map"] is None
+            dtype = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+            try:
+                model, info = auto.from_pretrained(
+                    a["ref"], attn_implementation="eager", device_map=a["device_map"], revision=a["revision"],
+                    trust_remote_code=a["trust_remote_code"], local_files_only=a["local_files_only"],
+                    output_loading_info=True, **(dtype if cpu else {}))
+            except (ValueError, KeyError, OSError):  # no such head for this architecture
+                model, info = None, {}
+            if model is not None and not info.get("missing_keys"):
+                if a["device_map"] is None:
+                    model.to(self.model.device)
+                self._task_models[task] = model.eval()
+            else:
+                self._task_models[task] = None
+        return self._task_models[task]
 
     @torch.no_grad()
     def _attentions(self, ids: Tensor, mask: Tensor, types: Tensor) -> list[Tensor]:

@@ -69,17 +69,23 @@ class OwnTransformer(nn.Module):
     def _init_weights(self) -> None:
         seeded_init(self, self.cfg)
 
-    @torch.no_grad()
     def forward(
         self, ids: Tensor, attention_mask: Tensor | None = None, *, causal: bool = False, cache: KVCache | None = None,
-        streams: list[Tensor] | None = None,
+        streams: list[Tensor] | None = None, grad: bool = False,
     ) -> list[tuple[Tensor, AttentionOutput]]:
         """Run ``ids`` ``[B, T]``; return, per layer, (attention input ``[B, T, d]``, its attention output).
 
         With a ``cache`` (causal only), ``ids`` are the new tokens after ``cache.length`` earlier ones,
         whose keys and values the cache holds; it is updated, and ``cache.hidden`` is the last
         layer's output (for :meth:`next_token_logits`). A ``streams`` list receives each block's input
-        (the residual stream before its LayerNorm), for ``explain``'s first step."""
+        (the residual stream before its LayerNorm), for ``explain``'s first step, and then the last
+        block's output. ``grad`` records autograd's graph (gradients with respect to the attention
+        weights, :mod:`attnviz.sources.gradients`); by default none is built."""
+        with torch.set_grad_enabled(grad):
+            return self._forward(ids, attention_mask, causal=causal, cache=cache, streams=streams)
+
+    def _forward(self, ids: Tensor, attention_mask: Tensor | None, *, causal: bool, cache: KVCache | None,
+                 streams: list[Tensor] | None) -> list[tuple[Tensor, AttentionOutput]]:
         t = ids.shape[1]
         start = 0 if cache is None else cache.length
         x = self.embed(ids)  # (B, T, d)
@@ -100,15 +106,18 @@ class OwnTransformer(nn.Module):
             x = x + block.mlp(block.ln_mlp(x))
         if cache is not None:
             cache.length, cache.hidden = start + t, x
+        if streams is not None:
+            streams.append(x)
         return captured
 
-    @torch.no_grad()
     def next_token_logits(self, hidden: Tensor, word_ids: Tensor) -> Tensor:
         """Logits ``[n_words]`` of the next token after ``hidden`` ``[d]``: a LayerNorm without weights,
         then the dot product with each word's embedding (a head tied to the embedding, as GPT-2's),
-        divided by √d so that random weights give logits of unit variance (sampling has a choice)."""
-        final = torch.nn.functional.layer_norm(hidden, (self.cfg.d_model,))
-        return (self.embed.weight[word_ids] @ final) / math.sqrt(self.cfg.d_model)
+        divided by √d so that random weights give logits of unit variance (sampling has a choice).
+        Recorded by autograd only when ``hidden`` is (a gradient run)."""
+        with torch.set_grad_enabled(hidden.requires_grad):
+            final = torch.nn.functional.layer_norm(hidden, (self.cfg.d_model,))
+            return (self.embed.weight[word_ids] @ final) / math.sqrt(self.cfg.d_model)
 
 
 def matrix_attention(cfg: MatrixConfig) -> MultiHeadAttention:

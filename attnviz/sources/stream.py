@@ -23,10 +23,15 @@ from ..result import AttentionResult
 class Capture:
     """What one run builds: which layers' attention matrices (``None``: every layer), and whether it
     keeps their pre-softmax scores and value vectors (``details``). Passed to every run, so a
-    result depends on its arguments alone, never on what an earlier call set."""
+    result depends on its arguments alone, never on what an earlier call set.
+
+    ``grad`` runs with autograd recording (every layer's weights built, none through a fused kernel),
+    so gradients with respect to the attention weights can be taken
+    (:mod:`attnviz.sources.gradients`); by default no graph is built."""
 
     layers: frozenset[int] | None = None
     details: bool = False
+    grad: bool = False
 
     def wants(self, layer: int) -> bool:
         return self.layers is None or layer in self.layers

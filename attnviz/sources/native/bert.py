@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import torch
@@ -10,8 +10,21 @@ from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention, padding_mask
 from ..engine import Capture
-from .common import ACTIVATIONS, NativeModel, load_layer_norm, load_linear
+from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_layer_norm, load_linear, tracked
 from .weights import take
+
+
+class MaskedLMHead(nn.Module):
+    """transformers' ``BertLMPredictionHead``: dense, activation, LayerNorm, then the decoder (the word
+    embeddings, transposed, unless the checkpoint stores its own) plus a bias per vocabulary entry."""
+
+    def __init__(self, dense: nn.Linear, act: Any, norm: nn.LayerNorm, decoder: Tensor, bias: Tensor) -> None:
+        super().__init__()
+        self.dense, self.act, self.norm = dense, act, norm
+        self.decoder, self.bias = decoder, bias  # (V, d), (V,)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.act(self.dense(x))) @ self.decoder.T + self.bias  # (..., V)
 
 
 class Bert(NativeModel):
@@ -20,7 +33,7 @@ class Bert(NativeModel):
     def __init__(self, config: dict[str, Any], weights: dict[str, Tensor]) -> None:
         super().__init__(config)
         d, h = config["hidden_size"], config["num_attention_heads"]
-        eps = config.get("layer_norm_eps", 1e-12)
+        eps = self.eps = config.get("layer_norm_eps", 1e-12)
         self.act = ACTIVATIONS[config.get("hidden_act", "gelu")]
         self.word = take(weights, "embeddings.word_embeddings.weight")
         self.vocab_rows = self.word.shape[0]
@@ -42,15 +55,28 @@ class Bert(NativeModel):
                 "ln_out": load_layer_norm(weights, p + "output.LayerNorm", d, eps),
             }))
 
-    @torch.no_grad()
+    def masked_lm_head(self, weights: Any) -> MaskedLMHead | None:
+        """The masked-language-model head of a ...ForMaskedLM (or ...ForPreTraining) checkpoint, read
+        from its ``cls.predictions.*`` tensors on demand; None where the checkpoint has none (a bare
+        encoder such as all-MiniLM-L6-v2)."""
+        p = "cls.predictions."
+        if p + "transform.dense.weight" not in weights:
+            return None
+        d = self.word.shape[1]
+        decoder = weights.get(p + "decoder.weight", self.word)
+        bias = take(weights, p + "bias") if p + "bias" in weights else take(weights, p + "decoder.bias")
+        return MaskedLMHead(load_linear(nn.Linear(d, d), weights, p + "transform.dense"), self.act,
+                            load_layer_norm(weights, p + "transform.LayerNorm", d, self.eps), decoder, bias)
+
+    @grad_as_captured
     def run(
         self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture
-    ) -> Iterator[AttentionOutput]:
+    ) -> Generator[AttentionOutput, None, Tensor]:
         t = ids.shape[1]
         x = self.word[ids] + self.pos[:t]  # (B, T, d)
         if self.types is not None:
             x = x + self.types[token_type_ids if token_type_ids is not None else torch.zeros_like(ids)]
-        x = self.ln_embed(x)
+        x = tracked(self.ln_embed(x), capture)
         mask = padding_mask(attention_mask)
         for i, layer in enumerate(self.layers[:n_layers]):
             out = self.attend(i, layer["attn"], x, capture, mask=mask)
@@ -58,4 +84,5 @@ class Bert(NativeModel):
             x = layer["ln_attn"](x + out.output)
             del out  # the consumer has this layer's weights: never two layers' matrices held here
             x = layer["ln_out"](x + layer["down"](self.act(layer["up"](x))))
+        return x
 

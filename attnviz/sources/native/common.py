@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Generator
 from typing import Any, ClassVar
 
 import torch
@@ -67,6 +68,42 @@ def load_layer_norm(weights: dict[str, Tensor], prefix: str, d: int, eps: float)
     return ln
 
 
+Run = Callable[..., Generator[AttentionOutput, None, Tensor]]
+
+
+def grad_as_captured(run: Run) -> Run:
+    """A family's ``run`` with each of its steps computed under ``torch.set_grad_enabled(capture.grad)``:
+    no autograd graph by default (what ``@torch.no_grad()`` gave), a graph for a gradient run
+    (:mod:`attnviz.sources.gradients`). The generator's return value, the last layer's output, is
+    passed on."""
+
+    @functools.wraps(run)
+    def wrapper(self: NativeModel, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int,
+                capture: Capture, *args: Any, **kwargs: Any) -> Generator[AttentionOutput, None, Tensor]:
+        return _stepped(run(self, ids, attention_mask, token_type_ids, n_layers, capture, *args, **kwargs), capture.grad)
+
+    return wrapper
+
+
+def _stepped(steps: Generator[AttentionOutput, None, Tensor], grad: bool) -> Generator[AttentionOutput, None, Tensor]:
+    try:
+        while True:
+            with torch.set_grad_enabled(grad):
+                out = next(steps)
+            yield out
+            del out  # not held while the next layer is computed
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        steps.close()
+
+
+def tracked(x: Tensor, capture: Capture) -> Tensor:
+    """The embedding output ``x``, made a leaf that autograd records from when ``capture.grad`` (the
+    checkpoint's parameters do not require gradients, so nothing would be recorded otherwise)."""
+    return x.detach().requires_grad_() if capture.grad else x
+
+
 class NativeModel:
     """A family's forward pass on our attention; subclasses implement :meth:`run`, a generator that
     yields each layer's :class:`AttentionOutput` as soon as it is computed."""
@@ -80,8 +117,9 @@ class NativeModel:
 
     def attend(self, i: int, attn: nn.Module, x: Tensor, capture: Capture, **kwargs: Any) -> AttentionOutput:
         """Run layer ``i``'s attention, building its weights only if ``capture`` wants that layer
-        (the others go through torch's fused kernel and never build a ``[T, T]`` matrix)."""
-        wanted = capture.wants(i)
+        (the others go through torch's fused kernel and never build a ``[T, T]`` matrix). A gradient
+        run (``capture.grad``) builds every layer's: the output must come from the weights."""
+        wanted = capture.wants(i) or capture.grad
         return attn(x, need_weights=wanted, keep_scores=wanted and capture.details, **kwargs)
 
     @property
@@ -98,8 +136,9 @@ class NativeModel:
     def run(
         self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture,
         cache: KVCache | None = None,
-    ) -> Iterator[AttentionOutput]:  # pragma: no cover - abstract
-        """The first ``n_layers`` layers' attention outputs, one at a time.
+    ) -> Generator[AttentionOutput, None, Tensor]:  # pragma: no cover - abstract
+        """The first ``n_layers`` layers' attention outputs, one at a time; the generator returns the
+        output of layer ``n_layers - 1`` (``[B, T, d]``, before any final norm) when it ends.
 
         Causal families also decode incrementally: with a ``cache``, ``ids`` are the new tokens only
         (at positions ``cache.length`` onwards), ``attention_mask`` covers every key so far, and

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention, combine_masks, decoding_mask, padding_mask
 from ...decoding import KVCache
 from ..engine import Capture
-from .common import ACTIVATIONS, NativeModel, load_layer_norm, load_linear, set_parameter
+from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_layer_norm, load_linear, set_parameter, tracked
 from .weights import take
 
 
@@ -64,14 +63,14 @@ class GPT2(NativeModel):
     def final_norm(self, weights: Any) -> nn.Module:
         return load_layer_norm(weights, "ln_f", self.d, self.eps)
 
-    @torch.no_grad()
+    @grad_as_captured
     def run(
         self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture,
         cache: KVCache | None = None,
-    ) -> Iterator[AttentionOutput]:
+    ) -> Generator[AttentionOutput, None, Tensor]:
         t = ids.shape[1]
         start = 0 if cache is None else cache.length
-        x = self.wte[ids] + self.wpe[start : start + t]  # (B, T, d)
+        x = tracked(self.wte[ids] + self.wpe[start : start + t], capture)  # (B, T, d)
         mask = combine_masks(padding_mask(attention_mask), decoding_mask(start, t, device=ids.device))
         for i, layer in enumerate(self.layers[:n_layers]):
             out = self.attend(i, layer["attn"], layer["ln_1"](x), capture, mask=mask,
@@ -84,3 +83,4 @@ class GPT2(NativeModel):
             x = x + layer["proj"](self.act(layer["fc"](layer["ln_2"](x))))
         if cache is not None:
             cache.length, cache.hidden = start + t, x
+        return x

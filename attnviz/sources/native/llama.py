@@ -6,7 +6,7 @@ attention and the default rotary embedding (no ``rope_scaling``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import torch
@@ -22,7 +22,7 @@ from ...attention import (
 )
 from ...decoding import KVCache
 from ..engine import Capture
-from .common import ACTIVATIONS, NativeModel, load_linear
+from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_linear, tracked
 from .weights import take
 
 
@@ -105,14 +105,14 @@ class Llama(NativeModel):
     def final_norm(self, weights: Any) -> nn.Module:
         return RMSNorm(take(weights, "norm.weight"), self.eps)
 
-    @torch.no_grad()
+    @grad_as_captured
     def run(
         self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None, n_layers: int, capture: Capture,
         cache: KVCache | None = None,
-    ) -> Iterator[AttentionOutput]:
+    ) -> Generator[AttentionOutput, None, Tensor]:
         t = ids.shape[1]
         start = 0 if cache is None else cache.length
-        x = self.embed[ids]  # (B, T, d)
+        x = tracked(self.embed[ids], capture)  # (B, T, d)
         rotary = rotary_tables(torch.arange(start, start + t, device=ids.device), self.d_head, self.theta)
         mask = combine_masks(padding_mask(attention_mask), decoding_mask(start, t, window=self.window, device=ids.device))
         for i, layer in enumerate(self.layers[:n_layers]):
@@ -127,3 +127,4 @@ class Llama(NativeModel):
             x = x + layer["down"](self.act(layer["gate"](h)) * layer["up"](h))
         if cache is not None:
             cache.length, cache.hidden = start + t, x
+        return x

@@ -1,0 +1,149 @@
+"""``attnviz rollout --method``: every method behind one command, in every output, equal to its pure
+function (the pure functions themselves are checked against their papers' independent references in
+test_flow.py, test_relevance.py and test_mixing.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz import api, metrics
+from attnviz.errors import UsageError
+from attnviz.render.page import decode_matrix, page_of_view
+
+TEXT = "The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return api.load()
+
+
+def test_grad_rollout_and_attn_grad_views_are_their_functions(minilm):
+    from attnviz.sources.gradients import attention_gradients
+
+    found = attention_gradients(minilm, TEXT, vs="A dog barked.")
+    view = api.attribution_view(minilm, TEXT, method="grad-rollout", layer=3, vs="A dog barked.")
+    expected = metrics.gradient_rollout(found.result.attentions[:4], found.gradients[:4])[-1]
+    assert np.allclose(view.panels[0], expected.numpy(), atol=1e-6)
+    assert "cosine similarity" in view.notes[0] and "through layers 0–3" in view.title
+    grads = api.attribution_view(minilm, TEXT, method="attn-grad", layer=2, head="all", vs="A dog barked.")
+    signed = metrics.attention_times_gradient(found.result.attentions, found.gradients)[2]
+    assert np.allclose(grads.panels, signed.numpy(), atol=1e-9)
+    assert grads.scale.vmin == -grads.scale.vmax and grads.scale.cmap == "coolwarm"  # zero in the middle
+    assert (grads.panels < 0).any() and (grads.panels > 0).any()
+
+
+def test_mixing_views_are_their_functions(minilm):
+    from attnviz import mixing
+    from attnviz.sources.mixing import mixing_parts
+
+    _, parts = mixing_parts(minilm, TEXT, layers=[1])
+    part = next(iter(parts))
+    layer = api.attribution_view(minilm, TEXT, method="norm-layer", layer=1)
+    assert np.allclose(layer.panels[0], mixing.layer_norm_attention(part.attentions, part.transformed).numpy())
+    ratio = api.attribution_view(minilm, TEXT, method="mixing")
+    assert ratio.panels.shape == (1, minilm.n_layers, len(layer.row_labels)) and ratio.row_labels[0] == "L0"
+    assert ((ratio.panels > 0) & (ratio.panels < 1)).all()
+
+
+def test_every_method_in_every_output(minilm, run_cli, tmp_path):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from attnviz.render.registry import for_path
+    from attnviz.render.terminal import render_terminal
+
+    methods = {"flow": {}, "grad-rollout": {"vs": "A dog barked."}, "attn-grad": {"vs": "A dog barked.", "layer": 5},
+               "norm-layer": {"layer": 1}, "norm-res": {"layer": 1}, "norm-resln": {"layer": 1}, "mixing": {}}
+    for method, options in methods.items():
+        view = api.attribution_view(minilm, TEXT, method=method, **options)
+        for suffix in (".png", ".html", ".npz", ".json"):
+            out = for_path(f"x{suffix}").render(view, tmp_path / f"{method}{suffix}")
+            assert out.stat().st_size > 0
+        numbers = np.load(tmp_path / f"{method}.npz")["panels"]
+        document = json.loads((tmp_path / f"{method}.json").read_text(encoding="utf-8"))
+        assert np.allclose(np.array(document["panels"], dtype=float), numbers) and np.allclose(numbers, view.panels)
+        console = Console(file=StringIO(), width=120, color_system=None)
+        render_terminal(view, console, values=False, fit="downsample")
+        assert view.title.split(" · ")[1][:12] in console.file.getvalue().replace("\n", " ")
+    # The command draws the same views (one output each, to keep the suite fast).
+    for method, args, suffix in (("flow", (), ".json"), ("grad-rollout", ("--vs", "A dog barked."), ".npz"),
+                                 ("mixing", (), ".png")):
+        r = run_cli("rollout", TEXT, "--method", method, *args, "--out", str(tmp_path / f"cli{suffix}"))
+        assert r.exit_code == 0, (method, r.stderr)
+    assert np.allclose(np.load(tmp_path / "cli.npz")["panels"], np.load(tmp_path / "grad-rollout.npz")["panels"])
+    cli_flow = json.loads((tmp_path / "cli.json").read_text(encoding="utf-8"))["panels"]
+    assert np.allclose(np.array(cli_flow, dtype=float), np.load(tmp_path / "flow.npz")["panels"])
+
+
+def test_attn_grad_page_reads_back_the_signed_numbers(minilm, tmp_path):
+    view = api.attribution_view(minilm, TEXT, method="attn-grad", layer=0, head=1, vs="A dog barked.")
+    kind = page_of_view(view).kinds["self"]
+    shape = view.panels.shape[1:]
+    stored = decode_matrix(kind["chunks"][0][0], kind["bits"], shape)
+    step = (kind["vmax"] - kind["offset"]) / ((1 << kind["bits"]) - 1)
+    assert np.allclose(kind["offset"] + stored * kind["scale"], view.panels[0], atol=step)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--method", "flow", "--head", "2"), "--head applies to norm and attn-grad"),
+    (("--method", "flow", "--vs", "x"), "--target-token and --vs choose the output y"),
+    (("--method", "mixing", "--force"), "--force lets attention flow run past"),
+    (("--method", "mixing", "--fusion", "max"), "--fusion belongs to rollout and flow"),
+    (("--method", "attn-grad", "--words"), "attn-grad is per token"),
+    (("--method", "norm-layer", "--pair", "It was tired."), "--pair goes with rollout and flow"),
+    (("--method", "mixing", "--norm"), "--norm is --method norm"),
+    (("--method", "attn-grad"), "--vs"),  # a sentence encoder: y needs a second text
+])
+def test_an_option_the_method_does_not_use_is_refused(run_cli, args, message):
+    r = run_cli("rollout", TEXT, *args)
+    assert r.exit_code != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_norm_resln_on_a_pre_ln_model_says_why(tiny_hf, run_cli):
+    r = run_cli("rollout", "the cat sat", "--model", tiny_hf["gpt2"], "--method", "norm-resln")
+    assert r.exit_code != 0 and "pre-LN" in r.stderr and "--method norm-res" in r.stderr, r.stderr
+    r = run_cli("rollout", "the cat sat", "--model", tiny_hf["gpt2"], "--method", "mixing")
+    assert r.exit_code == 0 and "pre-LN model" in r.stdout, r.stderr
+    view = api.attribution_view(api.load(tiny_hf["gpt2"]), "the cat sat", method="grad-rollout")
+    assert "predicted next token" in view.notes[0]
+
+
+def test_the_python_api_refuses_an_unknown_method(minilm):
+    with pytest.raises(UsageError, match="method='saliency' is unknown"):
+        api.attribution_view(minilm, TEXT, method="saliency")
+    assert torch.is_tensor(api.rollout_of_text(minilm, TEXT)[0])
+
+
+def test_flow_says_its_cost_first_and_refuses_past_the_limit_unless_forced(run_cli, monkeypatch):
+    import attnviz.attribution
+    import attnviz.flow
+
+    text = "The cat sat on the mat while the dog slept."
+    monkeypatch.setattr(attnviz.attribution, "FLOW_NOTICE_SECONDS", 0.0)
+    r = run_cli("rollout", text, "--method", "flow", "--layer", "3", "--width", "120")
+    assert r.exit_code == 0 and "attention flow: 169 max-flow problems over 13 tokens and 4 layers" in r.stderr, r.stderr
+    monkeypatch.setattr(attnviz.flow, "FLOW_SECONDS_LIMIT", 1e-9)
+    r = run_cli("rollout", text, "--method", "flow", "--layer", "3")
+    assert r.exit_code == 2 and "solves 169 max-flow problems" in r.stderr and "or pass --force" in r.stderr, r.stderr
+    r = run_cli("rollout", text, "--method", "flow", "--layer", "3", "--force", "--width", "120")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_the_readme_attribution_example_runs_as_written():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    marker = readme.index("from attnviz.sources.gradients import attention_gradients")
+    block = readme[readme.rindex("```python", 0, marker) + len("```python"): readme.index("```", marker)]
+    names: dict = {}
+    exec(compile(block, "README.md", "exec"), names)  # noqa: S102 - the README's own example
+    t = len(names["result"].tokens)
+    assert names["flow"].shape == (6, t, t) and torch.allclose(names["flow"].sum(-1), torch.ones(6, t, dtype=torch.float64))
+    assert names["signed"].shape == (6, 12, t, t) and names["mixed"].ratio.shape == (t,)
+    assert "flow" in names["view"].title
