@@ -142,7 +142,7 @@ def test_the_readme_attribution_example_runs_as_written():
     marker = readme.index("from attnviz.sources.gradients import attention_gradients")
     block = readme[readme.rindex("```python", 0, marker) + len("```python"): readme.index("```", marker)]
     names: dict = {}
-    exec(compile(block, "README.md", "exec"), names)  # noqa: S102 - the README's own example
+    exec(compile(block, "README.md", "exec"), names)  # the README's own example
     t = len(names["result"].tokens)
     assert names["flow"].shape == (6, t, t) and torch.allclose(names["flow"].sum(-1), torch.ones(6, t, dtype=torch.float64))
     assert names["signed"].shape == (6, 12, t, t) and names["mixed"].ratio.shape == (t,)
