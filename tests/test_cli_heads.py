@@ -205,7 +205,8 @@ def test_rollout_matches_the_metric(run_cli):
 
 def test_rollout_norm_and_errors(run_cli, tmp_path):
     out = tmp_path / "norm.png"
-    assert run_cli("rollout", TEXT, "--norm", "--head", "all", "--out", str(out)).exit_code == 0 and out.exists()
+    r = run_cli("rollout", TEXT, "--norm", "--layer", "2", "--head", "all", "--out", str(out))
+    assert r.exit_code == 0 and out.exists()
     r = run_cli("rollout", TEXT, "--norm", "--engine", "hf")
     assert r.exit_code == 2 and "norm-based attention needs each head's value vectors" in r.stderr
     r = run_cli("rollout", TEXT, "--fusion", "median")
