@@ -53,10 +53,13 @@ FLOW_NOTICE_SECONDS = 2.0
 
 def check_method_options(method: str, *, fusion: str | None = None, head: int | str | None = None,
                          target_token: str | None = None, vs: str | None = None, force: bool = False,
-                         kind: str = "self", target: str | None = None, reading: Reading = Reading()) -> None:
+                         kind: str = "self", target: str | None = None, reading: Reading = Reading(),
+                         pair: str | None = None) -> None:
     """Refuse, before any model runs, an option the method does not use (the user meant something)."""
     if method not in METHODS:
         raise UsageError(f"[[method={method!r}]] is unknown; use one of {', '.join(METHODS)}")
+    if pair is not None and method in (*GRADIENT, *MIXING):
+        raise UsageError(f"{method} reads one text; [[pair]] goes with rollout, flow and norm")
     if fusion is not None and method not in ("rollout", "flow"):
         raise UsageError(f"[[fusion]] belongs to rollout and flow, which fuse a layer's heads; {method} does not")
     if head is not None and method not in ("norm", "attn-grad"):
@@ -90,7 +93,7 @@ def attribution_view(source: Source, text: str | None, *, method: str = "rollout
     attention flow run past :func:`attnviz.flow.check_flow_cost`'s limit. ``notice`` receives a
     line before a long computation (the flow's cost)."""
     check_method_options(method, fusion=fusion, head=head, target_token=target_token, vs=vs, force=force,
-                         kind=kind, target=target, reading=reading)
+                         kind=kind, target=target, reading=reading, pair=pair)
     through = None if layer in (None, "all") else int(layer)
     shown_layer = "all" if layer is None else layer
     if method == "rollout":

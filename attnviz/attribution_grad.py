@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
 from .errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,11 +36,15 @@ def gradient_view(source: Source, text: str | None, *, method: str, layer: int |
     if method == "grad-rollout":
         last = n_layers - 1 if layer is None else int(layer)
         relevance = gradient_rollout(result.attentions[: last + 1], found.gradients[: last + 1])[-1]
-        return matrix_view(relevance[None].cpu().numpy(), result.tokens, result.tokens, cmap=cmap or "viridis",
-                           title=f"{result.model_name} · gradient-weighted rollout (Chefer et al. 2021) through layers "
-                                 f"0–{last}",
-                           panel_titles=[f"R after layer {last}"], row_axis="positions (after the layers)",
-                           col_axis="input tokens", value_name="relevance", notes=[note])
+        # R starts as I: its 1s would take the whole colour scale, and what the layers add is the reading.
+        added = relevance - torch.eye(relevance.shape[-1], dtype=relevance.dtype, device=relevance.device)
+        return matrix_view(added[None].cpu().numpy(), result.tokens, result.tokens, cmap=cmap or "viridis",
+                           title=f"{result.model_name} · gradient-weighted rollout (Chefer et al. 2021) R − I through "
+                                 f"layers 0–{last}",
+                           panel_titles=[f"R − I after layer {last}"], row_axis="positions (after the layers)",
+                           col_axis="input tokens", value_name="relevance added by the layers (R − I)",
+                           notes=[note, "R starts as the identity I, which is left out here (metrics.gradient_rollout "
+                                        "returns R itself)"])
     tensor = attention_times_gradient(result.attentions, found.gradients)
     if layer == "all":
         panels, titles, what, columns = every_layer_panels(tensor, list(range(result.n_layers)), head,

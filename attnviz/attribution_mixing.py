@@ -6,6 +6,7 @@ are reduced at once by the pure functions of :mod:`attnviz.mixing`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,10 +52,11 @@ def mixing_view(source: Source, text: str | None, *, method: str, layer: int | s
         "pre-LN model: the residual is the un-normalised stream x_i, the LayerNorm before attention is inside "
         "f(x) (it acts per token), and no LayerNorm follows the sum"]
     if method == "mixing":
-        return matrix_view(np.stack(panels)[None], [f"L{n}" for n in numbers], result.tokens, cmap=cmap,
-                           title=f"{result.model_name} · context-mixing ratio (Kobayashi et al. 2021) · {where}",
-                           panel_titles=["mixing ratio"], row_axis="layers", col_axis="tokens",
-                           value_name="share from other tokens", notes=notes)
+        ratio = matrix_view(np.stack(panels)[None], [f"L{n}" for n in numbers], result.tokens, cmap=cmap,
+                            title=f"{result.model_name} · context-mixing ratio (Kobayashi et al. 2021) · {where}",
+                            panel_titles=["mixing ratio"], row_axis="layers", col_axis="tokens",
+                            value_name="share from other tokens", notes=notes)
+        return replace(ratio, pool_rows=False)  # rows are layers: a long text shrinks its columns only
     title, value_name = TITLES[method]
     return matrix_view(np.stack(panels), result.tokens, result.tokens, cmap=cmap,
                        title=f"{result.model_name} · {title} (Kobayashi et al. 2021) · {where}",

@@ -24,8 +24,9 @@ Where we depart from their code, the values do not change:
   authors' ``edmonds_karp``, at 16 to 32 tokens (benchmarks/bench_flow.py).
 - Their result is an n×n matrix over every node; ours is ``[layers, q, k]`` like rollout's.
 
-There are T² maximum-flow problems per layer, so the time grows about as T⁴: :func:`flow_cost`
-estimates it beforehand and :func:`check_flow_cost` refuses past :data:`FLOW_SECONDS_LIMIT`.
+There are T² maximum-flow problems per layer shown, each on a graph of T·(layers + 1) nodes, so the
+time grows about as T^3.5·√layers here: :func:`flow_cost` estimates it beforehand and
+:func:`check_flow_cost` refuses past :data:`FLOW_SECONDS_LIMIT`.
 """
 
 from __future__ import annotations

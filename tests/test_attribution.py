@@ -28,7 +28,7 @@ def test_grad_rollout_and_attn_grad_views_are_their_functions(minilm):
     found = attention_gradients(minilm, TEXT, vs="A dog barked.")
     view = api.attribution_view(minilm, TEXT, method="grad-rollout", layer=3, vs="A dog barked.")
     expected = metrics.gradient_rollout(found.result.attentions[:4], found.gradients[:4])[-1]
-    assert np.allclose(view.panels[0], expected.numpy(), atol=1e-6)
+    assert np.allclose(view.panels[0], expected.numpy() - np.eye(expected.shape[0]), atol=1e-6)  # drawn: R − I
     assert "cosine similarity" in view.notes[0] and "through layers 0–3" in view.title
     grads = api.attribution_view(minilm, TEXT, method="attn-grad", layer=2, head="all", vs="A dog barked.")
     signed = metrics.attention_times_gradient(found.result.attentions, found.gradients)[2]
@@ -96,7 +96,9 @@ def test_attn_grad_page_reads_back_the_signed_numbers(minilm, tmp_path):
     (("--method", "mixing", "--force"), "--force lets attention flow run past"),
     (("--method", "mixing", "--fusion", "max"), "--fusion belongs to rollout and flow"),
     (("--method", "attn-grad", "--words"), "attn-grad is per token"),
-    (("--method", "norm-layer", "--pair", "It was tired."), "--pair goes with rollout and flow"),
+    (("--method", "norm-layer", "--pair", "It was tired."), "--pair goes with rollout, flow and norm"),
+    (("--method", "grad-rollout", "--vs", "A dog.", "--pair", "It was tired."), "--pair goes with rollout, flow"),
+    (("--method", "grad-rollout", "--vs", ""), "--vs: the text is empty"),
     (("--method", "mixing", "--norm"), "--norm is --method norm"),
     (("--method", "attn-grad"), "--vs"),  # a sentence encoder: y needs a second text
 ])
@@ -147,3 +149,23 @@ def test_the_readme_attribution_example_runs_as_written():
     assert names["flow"].shape == (6, t, t) and torch.allclose(names["flow"].sum(-1), torch.ones(6, t, dtype=torch.float64))
     assert names["signed"].shape == (6, 12, t, t) and names["mixed"].ratio.shape == (t,)
     assert "flow" in names["view"].title
+
+
+def test_shrinking_keeps_strong_negatives_and_a_mixing_ratio_keeps_its_layers():
+    from dataclasses import replace
+
+    from attnviz.render.view import matrix_view, max_pool
+
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(1, 8, 8))
+    values[0, 5, 2] = -9.0  # the strongest cell is negative
+    view = matrix_view(values, list("abcdefgh"), list("abcdefgh"), title="t", panel_titles=["p"], signed=True)
+    pooled = max_pool(view, 4)
+    blocks = values[0].reshape(2, 4, 2, 4).transpose(0, 2, 1, 3).reshape(2, 2, 16)
+    expected = np.take_along_axis(blocks, np.abs(blocks).argmax(-1)[..., None], -1)[..., 0]  # by magnitude, signed
+    assert np.array_equal(pooled.panels[0], expected) and pooled.panels[0, 1, 0] == -9.0
+    ratio = replace(matrix_view(rng.random((1, 6, 40)), [f"L{i}" for i in range(6)], [str(i) for i in range(40)],
+                                title="t", panel_titles=["p"]), pool_rows=False)
+    shrunk = max_pool(ratio, 4)
+    assert shrunk.panels.shape == (1, 6, 10) and shrunk.row_labels == [f"L{i}" for i in range(6)]
+    assert np.array_equal(shrunk.panels[0], ratio.panels[0].reshape(6, 10, 4).max(-1))

@@ -122,10 +122,7 @@ def rollout(
     # Before the model loads: an option the method does not use is a mistake worth saying at once.
     check_method_options(chosen_method, fusion=None if fusion is None else fusion.value,
                          head=None if head is None else parse_head(head), target_token=target_token, vs=vs,
-                         force=force, kind=kind_name(kind), target=target, reading=view)
-    if chosen_method == "norm" and kind is not KindChoice.encoder:
-        raise UsageError("--method norm reads the value vectors of the native engine, which runs no encoder-decoder "
-                         "model; --kind and --target go with rollout and flow")
+                         force=force, kind=kind_name(kind), target=target, reading=view, pair=pair)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                          trust_remote_code=trust_remote_code, verbose=verbose)
     from ..api import attribution_view

@@ -41,6 +41,7 @@ class HeatmapView:
     value_name: str = "attention weight"
     columns: int | None = None  # panels per row of a grid (every head of every layer: one row per layer)
     marks: list[list[int]] = field(default_factory=list)  # per panel: its attention sinks' key columns
+    pool_rows: bool = True  # False: rows are not tokens (layers of a mixing ratio) and are never pooled
 
     def with_note(self, note: str) -> HeatmapView:
         return replace(self, notes=[*self.notes, note])
@@ -206,30 +207,45 @@ def max_pool(view: HeatmapView, factor: int) -> HeatmapView:
     """Shrink both axes by ``factor`` with max-pooling, so a strong weight never disappears.
 
     A pooled cell holds the largest weight of its ``factor × factor`` block; its label is the
-    first token of the block, and rows also show the range of positions the block covers.
+    first token of the block, and rows also show the range of positions the block covers. In a
+    signed view (a scale below zero: attention × gradient) the cell holds the value of largest
+    magnitude, sign kept, so a strong negative survives as well as a strong positive. A view whose
+    rows are not tokens (``pool_rows=False``) is pooled along its columns only.
     """
     if factor <= 1:
         return view
+    rf = factor if view.pool_rows else 1
     p, q, k = view.panels.shape
-    qn, kn = -(-q // factor), -(-k // factor)
-    padded = np.full((p, qn * factor, kn * factor), -np.inf)
-    padded[:, :q, :k] = view.panels
-    pooled = padded.reshape(p, qn, factor, kn, factor).max(axis=(2, 4))
+    qn, kn = -(-q // rf), -(-k // factor)
+    if view.scale.vmin < 0:
+        padded = np.zeros((p, qn * rf, kn * factor))
+        padded[:, :q, :k] = view.panels
+        size = np.full(padded.shape, -1.0)  # padding never wins
+        size[:, :q, :k] = np.abs(np.nan_to_num(view.panels, nan=-1.0))
+        blocks = padded.reshape(p, qn, rf, kn, factor).transpose(0, 1, 3, 2, 4).reshape(p, qn, kn, -1)
+        which = size.reshape(p, qn, rf, kn, factor).transpose(0, 1, 3, 2, 4).reshape(p, qn, kn, -1).argmax(-1)
+        pooled = np.take_along_axis(blocks, which[..., None], axis=-1)[..., 0]
+    else:
+        padded = np.full((p, qn * rf, kn * factor), -np.inf)
+        padded[:, :q, :k] = view.panels
+        pooled = padded.reshape(p, qn, rf, kn, factor).max(axis=(2, 4))
 
-    def labels(names: list[str], n: int, ranges: bool) -> list[str]:
-        first = [names[i * factor] for i in range(n)]
-        if not ranges:
+    def labels(names: list[str], n: int, step: int, ranges: bool) -> list[str]:
+        first = [names[i * step] for i in range(n)]
+        if not ranges or step == 1:
             return first
-        return [f"{i * factor}-{min((i + 1) * factor, len(names)) - 1} {t}" for i, t in enumerate(first)]
+        return [f"{i * step}-{min((i + 1) * step, len(names)) - 1} {t}" for i, t in enumerate(first)]
 
-    note = f"downsampled {q}×{k} → {qn}×{kn} by max-pooling blocks of {factor}×{factor} tokens"
+    how = "the value of largest magnitude in" if view.scale.vmin < 0 else "max-pooling"
+    unit = f"{rf}×{factor} tokens" if view.pool_rows else f"{factor} tokens along the columns"
+    note = f"downsampled {q}×{k} → {qn}×{kn} by {how} blocks of {unit}"
     return replace(
         view,
         panels=pooled,
-        row_labels=labels(view.row_labels, qn, True),
-        col_labels=labels(view.col_labels, kn, False),
+        row_labels=labels(view.row_labels, qn, rf, True),
+        col_labels=labels(view.col_labels, kn, factor, False),
         notes=[*view.notes, note],
-        row_breaks=sorted({b // factor for b in view.row_breaks if b % factor == 0}),
+        row_breaks=sorted({b // rf for b in view.row_breaks if b % rf == 0}),
         col_breaks=sorted({b // factor for b in view.col_breaks if b % factor == 0}),
         marks=[sorted({k // factor for k in keys}) for keys in view.marks],
     )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..errors import ModelNotFoundError, UsageError
+from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .gradient_targets import (
     Plan,
@@ -76,6 +76,8 @@ def attention_gradients(source: Source, text: str | None, *, target_token: str |
     from .native import NativeSource
     from .own import ConfigSource
 
+    if vs is not None and isinstance(source, (NativeSource, HFSource, ConfigSource)):
+        _check_second_text(source, vs, truncate)
     if isinstance(source, NativeSource):
         return _native(source, text, target_token, vs, truncate)
     if isinstance(source, HFSource):
@@ -87,6 +89,17 @@ def attention_gradients(source: Source, text: str | None, *, target_token: str |
                          "gradients need the model run again; give the model it was computed with")
     raise UsageError(f"gradients need a model attnviz runs (a checkpoint, or a transformer config model); "
                      f"{source.name} is {source._kind()}")
+
+
+def _check_second_text(source: Any, vs: str, truncate: bool) -> None:
+    """Encode ``vs`` first, so that an empty or too long second text is named as such, not as TEXT."""
+    try:
+        if hasattr(source, "encode"):
+            source.encode(vs, truncate=truncate)
+        else:
+            source.tokenize(vs, truncate=truncate)
+    except InputError as exc:
+        raise InputError(f"[[vs]]: {exc.template}") from None
 
 
 def _finish(result: AttentionResult, weights: list[Tensor], y: Tensor, target: str) -> AttentionGradients:

@@ -206,9 +206,13 @@
     canvas.width = w; canvas.height = h;
     const ctx = canvas.getContext("2d"), img = ctx.createImageData(w, h);
     for (let r = 0; r < h; r++) for (let c = 0; c < w; c++) {
-      let best = offset;
+      // Signed values (offset < 0) keep the one of largest magnitude, so strong negatives show too.
+      let best = offset < 0 ? 0 : offset;
       for (let i = r * fy; i < Math.min(rows, (r + 1) * fy); i++)
-        for (let j = c * fx; j < Math.min(cols, (c + 1) * fx); j++) best = Math.max(best, m[i * cols + j]);
+        for (let j = c * fx; j < Math.min(cols, (c + 1) * fx); j++) {
+          const v = m[i * cols + j];
+          if (offset < 0 ? Math.abs(v) > Math.abs(best) : v > best) best = v;
+        }
       const [R, G, B] = colour(best, vmax, offset), o = (r * w + c) * 4;
       img.data[o] = R; img.data[o + 1] = G; img.data[o + 2] = B; img.data[o + 3] = 255;
     }
