@@ -104,13 +104,14 @@ def attribution_view(source: Source, text: str | None, *, method: str = "rollout
                          cmap=cmap or "viridis", pair=pair, reading=reading, kind=kind, target=target, force=force,
                          notice=notice)
     if method == "norm":
-        return norm_view(source, text, layer=shown_layer, head=head or "mean", truncate=truncate,
+        return norm_view(source, text, layer=shown_layer, head="mean" if head is None else head, truncate=truncate,
                          cmap=cmap or "viridis", pair=pair, reading=reading)
     if method in GRADIENT:
         from .attribution_grad import gradient_view
 
         return gradient_view(source, text, method=method, layer=through if method == "grad-rollout" else shown_layer,
-                             head=head or "mean", target_token=target_token, vs=vs, truncate=truncate, cmap=cmap)
+                             head="mean" if head is None else head, target_token=target_token, vs=vs,
+                             truncate=truncate, cmap=cmap)
     from .attribution_mixing import mixing_view
 
     return mixing_view(source, text, method=method, layer=shown_layer, truncate=truncate, cmap=cmap or "viridis",

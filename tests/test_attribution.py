@@ -116,6 +116,15 @@ def test_norm_resln_on_a_pre_ln_model_says_why(tiny_hf, run_cli):
     assert "predicted next token" in view.notes[0]
 
 
+def test_head_zero_is_head_zero_not_the_mean(minilm):
+    from attnviz.metrics import norm_attention
+
+    view = api.attribution_view(minilm, TEXT, method="norm", layer=1, head=0)
+    result = minilm.extract(TEXT, layers=[1])
+    assert "head 0" in view.title and np.allclose(view.panels[0], norm_attention(result.attentions,
+                                                                                result.value_norms)[0, 0].numpy())
+
+
 def test_the_python_api_refuses_an_unknown_method(minilm):
     with pytest.raises(UsageError, match="method='saliency' is unknown"):
         api.attribution_view(minilm, TEXT, method="saliency")
@@ -169,3 +178,19 @@ def test_shrinking_keeps_strong_negatives_and_a_mixing_ratio_keeps_its_layers():
     shrunk = max_pool(ratio, 4)
     assert shrunk.panels.shape == (1, 6, 10) and shrunk.row_labels == [f"L{i}" for i in range(6)]
     assert np.array_equal(shrunk.panels[0], ratio.panels[0].reshape(6, 10, 4).max(-1))
+
+
+def test_tiny_signed_values_print_in_readable_units():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from attnviz.render.terminal import render_terminal
+    from attnviz.render.view import matrix_view
+
+    view = matrix_view(np.array([[[-4.2e-4, 1.5e-4], [3.0e-5, 2.0e-4]]]), ["a", "b"], ["a", "b"], title="t",
+                       panel_titles=["p"], signed=True)
+    console = Console(file=StringIO(), width=80, color_system=None)
+    render_terminal(view, console, values=True)
+    text = console.file.getvalue()
+    assert "units of 1e-4" in text and "-4" in text and "1.5" in text and ".30" in text

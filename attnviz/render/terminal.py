@@ -39,6 +39,8 @@ def render_terminal(view: HeatmapView, console: Console, *, values: bool = False
     a single heatmap.
     """
     view = terminal_safe(view)
+    if values:
+        view = _in_readable_units(view)
     colour = not (console.no_color or console.color_system is None)
     cell_w = 4 if values else 2
     n_panels = view.panels.shape[0]
@@ -152,12 +154,31 @@ def _cells(
             row.append(text)
 
 
+def _in_readable_units(view: HeatmapView) -> HeatmapView:
+    """Values far below 1 (gradients) or signed ones would print as ``.00``: scale them by a power of
+    ten that brings the largest magnitude into [1, 10) and say so in a note."""
+    top = float(np.nanmax(np.abs(view.panels))) if view.panels.size else 0.0
+    if not (math.isfinite(top) and top > 0) or (view.scale.vmin >= 0 and top >= 0.1):
+        return view
+    exponent = math.floor(math.log10(top))
+    if exponent == 0:
+        return view
+    factor = 10.0 ** -exponent
+    scale = ColorScale(view.scale.vmin * factor, view.scale.vmax * factor, view.scale.cmap)
+    return replace(view, panels=view.panels * factor, scale=scale,
+                   notes=[*view.notes, f"cell values (and the scale) are in units of 1e{exponent}"])
+
+
 def _format_value(w: float, cell_w: int) -> str:
-    """A weight in ``cell_w`` cells: ``.42``, ``1.0``; values beyond [0, 1] (scores) as ``±n``."""
+    """A weight in ``cell_w`` cells: ``.42``, ``1.0``; ``-.4``, ``3.5``, ``-3``; beyond, as ``±n``."""
     if 0.0 <= w < 0.995:
         body = f"{w:.2f}"[1:]
     elif 0.995 <= w <= 1.0:
         body = "1.0"
+    elif -0.95 < w < 0:
+        body = "-" + f"{-w:.1f}"[1:]
+    elif 1.0 < w < 9.95:
+        body = f"{w:.1f}"
     else:
         body = f"{w:.0f}" if abs(w) < 10 ** (cell_w - 1) else "∞"
     return body.rjust(cell_w - 1)[: cell_w - 1] + " "
