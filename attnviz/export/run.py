@@ -20,7 +20,7 @@ from .items import Item, blocks, read_items
 from .lock import folder_lock
 from .manifest import Journal, file_sizes
 from .settings import ExportSettings
-from .workers import render_task, workers
+from .workers import render_task, render_tasks, workers
 
 
 @dataclass
@@ -84,7 +84,7 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
                          device=settings.device, trust_remote_code=settings.trust_remote_code, causal=settings.causal)
     if on_source is not None:
         on_source(source)
-    pending: deque[tuple[Item, list[str], dict[str, Any], list[Future[str]]]] = deque()
+    pending: deque[tuple[Item, list[str], dict[str, Any], list[Future[Any]]]] = deque()
     with workers(settings, sum(len(batch) for batch in todo)) as pool:
         for batch in todo:
             # The whole block runs again, so its numbers match an uninterrupted run; finished items keep their files.
@@ -93,7 +93,7 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
                     _fail(journal, summary, item, outcome, on_item)
                     continue
                 files, stats, tasks = outcome
-                futures = [_submit(pool, view, path, settings.style) for view, path in tasks]
+                futures = _submit_item(pool, tasks, settings.style)
                 pending.append((item, files, stats, futures))
             # Images of the previous batch render while this one ran through the model.
             while len(pending) > settings.batch_size:
@@ -269,6 +269,14 @@ class ItemExport:
             self.npz.abort()
 
 
+def _submit_item(pool: ProcessPoolExecutor | None, tasks: list[tuple[Any, Path]], style: str) -> list[Future[Any]]:
+    """One text's images: to one drawing process together (its layers share one figure there), or
+    drawn here one by one."""
+    if pool is not None and style != "tiles" and tasks:
+        return [pool.submit(render_tasks, [(view, str(path)) for view, path in tasks], style)]
+    return [_submit(pool, view, path, style) for view, path in tasks]
+
+
 def _submit(pool: ProcessPoolExecutor | None, view: Any, path: Path, style: str) -> Future[str]:
     """An image drawn by a worker, or here (tiles take milliseconds: no worker round trip). Either way
     a failure (a full disk) is the item's, recorded when it settles, and the run goes on."""
@@ -282,7 +290,7 @@ def _submit(pool: ProcessPoolExecutor | None, view: Any, path: Path, style: str)
     return future
 
 
-def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[str]]], journal: Journal,
+def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[Any]]], journal: Journal,
             summary: ExportSummary, on_item: Any) -> None:
     item, files, stats, futures = job
     try:

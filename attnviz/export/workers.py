@@ -18,17 +18,41 @@ from typing import Any
 from ..errors import AttnvizWarning
 from .settings import ExportSettings
 
+FIGURE_RENDERER = "attnviz.render.image:render_image"  # the registry's renderer of labelled figures
+_drawer: Any = None  # this process's FigureDrawer: the figure of the last view, kept for the next
+
 
 def render_task(view: Any, path: str, style: str = "figure") -> str:
-    """Run in a worker process: draw one image (its missing-glyph warnings were given by the parent)."""
+    """Run in a worker process: draw one image (its missing-glyph warnings were given by the parent).
+
+    Labelled figures are drawn by one :class:`~attnviz.render.image.FigureDrawer` per process, so
+    the layers of a text, which share a layout, reuse one figure (the same files, drawn faster)."""
     from ..render.registry import TILES, for_path
 
     if style == "tiles":
         return str(TILES.render(view, path))
-
+    fmt = for_path(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return str(for_path(path).render(view, path))
+        if fmt.renderer == FIGURE_RENDERER:
+            global _drawer
+            if _drawer is None:
+                from ..render.image import FigureDrawer
+
+                _drawer = FigureDrawer(keep=4)
+            return str(_drawer.draw(view, path))
+        return str(fmt.render(view, path))
+
+
+def render_tasks(tasks: list[tuple[Any, str]], style: str = "figure") -> list[str]:
+    """Run in a worker process: draw one text's images in turn (its layers share one figure)."""
+    return [render_task(view, path, style) for view, path in tasks]
+
+
+def release_figures() -> None:
+    """Let go of the figure kept by :func:`render_task` in this process."""
+    global _drawer
+    _drawer = None
 
 
 def worker_count(jobs: int, items: int, cpus: int | None = None) -> int:
@@ -41,7 +65,10 @@ def worker_count(jobs: int, items: int, cpus: int | None = None) -> int:
 @contextmanager
 def workers(settings: ExportSettings, items: int) -> Iterator[ProcessPoolExecutor | None]:
     if settings.jobs < 2 or not settings.image_formats or settings.style == "tiles":
-        yield None
+        try:
+            yield None  # images are drawn in this process
+        finally:
+            release_figures()
         return
     count = worker_count(settings.jobs, items)
     if count < settings.jobs:
@@ -49,7 +76,10 @@ def workers(settings: ExportSettings, items: int) -> Iterator[ProcessPoolExecuto
                       f"{worker_count(settings.jobs, settings.jobs)} CPUs for it, and {items} items to draw)",
                       AttnvizWarning, stacklevel=3)
     if count < 2:
-        yield None
+        try:
+            yield None
+        finally:
+            release_figures()
         return
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_ignore_interrupts)

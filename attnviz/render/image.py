@@ -10,8 +10,7 @@ import math
 import os
 import warnings
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from ..errors import AttnvizWarning
 from ..fileio import atomic_write, check_output_path
@@ -19,8 +18,8 @@ from .fonts import clean_label, font_chain
 from .view import FIGURE_CELLS, HeatmapView, max_pool
 
 DPI = 150
-_MAX_TICKS = 64  # labels per axis; beyond, every n-th label is drawn
-_MAX_VALUE_CELLS = 400  # numbers are written into cells only up to this many per panel
+MAX_TICKS = 64  # labels per axis; beyond, every n-th label is drawn
+MAX_VALUE_CELLS = 400  # numbers are written into cells only up to this many per panel
 # The same figure gives the same bytes: no creation dates, fixed SVG ids, glyphs as paths.
 _STABLE_METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
 STABLE_RC = {"svg.fonttype": "path", "svg.hashsalt": "attnviz"}
@@ -47,71 +46,103 @@ def figure_size(view: HeatmapView) -> tuple[float, float]:
     cols = view.columns or math.ceil(math.sqrt(n_panels))
     rows = math.ceil(n_panels / cols)
     cell = 0.28 if n_panels == 1 else 0.16
-    width = min(30.0, max(4.5, cols * (1.2 + cell * min(k, _MAX_TICKS)) + 1.6))
-    height = min(30.0, max(3.5, rows * (1.2 + cell * min(q, _MAX_TICKS)) + 0.8))
+    width = min(30.0, max(4.5, cols * (1.2 + cell * min(k, MAX_TICKS)) + 1.6))
+    height = min(30.0, max(3.5, rows * (1.2 + cell * min(q, MAX_TICKS)) + 0.8))
     return round(width, 2), round(height, 2)
 
 
 def render_image(view: HeatmapView, path: str | os.PathLike[str], *, values: bool = False) -> Path:
-    """Draw ``view`` to ``path`` (.png, .svg or .pdf): token labels, a title, a colorbar."""
-    from matplotlib import colormaps, rc_context
-    from matplotlib.figure import Figure
+    """Draw ``view`` to ``path`` (.png, .svg or .pdf): token labels, a title, a colorbar.
 
-    path = check_output_path(path)
-    _, q, k = view.panels.shape
-    if max(q, k) > FIGURE_CELLS:
-        view = max_pool(view, math.ceil(max(q, k) / FIGURE_CELLS))
-    rows_l = [clean_label(s) for s in view.row_labels]
-    cols_l = [clean_label(s) for s in view.col_labels]
-    families, missing = font_chain([*rows_l, *cols_l, view.title])
-    warn_missing(missing)
-    with rc_context({"font.family": families, **STABLE_RC}):
-        fig = Figure(figsize=figure_size(view), dpi=DPI, layout="constrained")
-        _draw(fig, view, rows_l, cols_l, values, colormaps[view.scale.cmap])
-        save_figure(fig, path)
-    return path
+    To draw many views (the layers of a text), a :class:`FigureDrawer` reuses one figure for them."""
+    return FigureDrawer().draw(view, path, values=values)
 
 
-def _draw(fig, view: HeatmapView, rows_l: list[str], cols_l: list[str], values: bool, cmap) -> None:
-    n_panels, q, k = view.panels.shape
-    cols = view.columns or math.ceil(math.sqrt(n_panels))
-    n_rows = math.ceil(n_panels / cols)
-    # In a grid the panels share their axes: token labels go on the outer panels only (the text
-    # of tick labels is most of what a figure costs to lay out and draw).
-    axes = np.atleast_1d(fig.subplots(n_rows, cols, squeeze=False, sharex=True, sharey=True)).ravel()
-    fontsize = 8 if n_panels == 1 else 6
-    image = None
-    for p, ax in enumerate(axes):
-        if p >= n_panels:
-            ax.set_axis_off()
-            continue
-        image = ax.imshow(view.panels[p], cmap=cmap, vmin=view.scale.vmin, vmax=view.scale.vmax,
-                          interpolation="nearest", aspect="auto")
-        if n_panels > 1:
-            ax.set_title(view.panel_titles[p], fontsize=8)
-        x_step, y_step = max(1, math.ceil(k / _MAX_TICKS)), max(1, math.ceil(q / _MAX_TICKS))
-        ax.set_xticks(range(0, k, x_step), cols_l[::x_step], rotation=90, fontsize=fontsize)
-        ax.set_yticks(range(0, q, y_step), rows_l[::y_step], fontsize=fontsize)
-        ax.tick_params(length=0, labelbottom=p // cols == n_rows - 1 or p + cols >= n_panels, labelleft=p % cols == 0)
-        for b in view.row_breaks:  # a sentence pair's boundary
-            ax.axhline(b - 0.5, color="white", linewidth=1.2)
-        for b in view.col_breaks:
-            ax.axvline(b - 0.5, color="white", linewidth=1.2)
-        if view.marks and view.marks[p]:  # attention sinks: a marker above each one's column
-            ax.scatter(view.marks[p], [-0.5] * len(view.marks[p]), marker="v", s=18, color="#e8175d",
-                       clip_on=False, zorder=3)
-        if values and q * k <= _MAX_VALUE_CELLS:
-            _annotate(ax, view.panels[p], view.scale.normalize(view.panels[p]))
-    axes[0].figure.colorbar(image, ax=list(axes[:n_panels]), label=view.value_name, shrink=0.9)
-    fig.suptitle(view.title + "".join(f"\n{note}" for note in view.notes), fontsize=10)
-    fig.supxlabel(view.col_axis, fontsize=8)
-    fig.supylabel(view.row_axis, fontsize=8)
+TITLE_CHARS_PER_INCH = 11.5
+"""Characters of the 10-point title per inch of figure width (DejaVu Sans averages about 6 points
+a character; a little less than the 12 that fit, so that wide glyphs still fit)."""
 
 
-def _annotate(ax, matrix: np.ndarray, shade: np.ndarray) -> None:
-    for (i, j), w in np.ndenumerate(matrix):
-        ax.text(j, i, f"{w:.2f}", ha="center", va="center", fontsize=5,
-                color="black" if shade[i, j] > 0.6 else "white")
+def wrap_title(view: HeatmapView, width_in: float) -> HeatmapView:
+    """The title and each note wrapped to the figure's width (a line longer than the figure would be
+    cut at both edges; CJK characters count double)."""
+    import textwrap
+    from dataclasses import replace
+
+    from rich.cells import cell_len
+
+    chars = max(20, int(width_in * TITLE_CHARS_PER_INCH))
+
+    def wrap(text: str) -> str:
+        if cell_len(text) <= chars:
+            return text
+        limit = max(10, chars * len(text) // max(1, cell_len(text)))  # fewer characters where they are wide
+        return "\n".join(part for line in text.split("\n") for part in (textwrap.wrap(line, limit) or [""]))
+
+    title, notes = wrap(view.title), [wrap(note) for note in view.notes]
+    if title == view.title and notes == view.notes:
+        return view
+    return replace(view, title=title, notes=notes)
+
+
+class FigureDrawer:
+    """Draws views to image files, keeping the last figures for the next views with the same layout.
+
+    The layers of one text share their tokens, grid and labels (a :class:`~.labelled_figure.FigureKey`):
+    the second and later are drawn into the first one's figure, which keeps its axes, its tick
+    labels and, in PNG, their pixels, so only the panels' content is drawn again. The files are
+    the same as :func:`render_image` writes for each view alone, pixel for pixel. ``keep``: how many
+    figures of different layouts to keep (export's grid and single heads of one layer take turns),
+    within about :data:`KEEP_PIXELS` pixels in all.
+    """
+
+    def __init__(self, keep: int = 1) -> None:
+        self.keep = keep
+        self._figures: dict[Any, Any] = {}  # FigureKey → LabelledFigure, the last used last
+
+    def draw(self, view: HeatmapView, path: str | os.PathLike[str], *, values: bool = False) -> Path:
+        """Draw ``view`` to ``path`` (see :func:`render_image`); reuse a kept figure where one fits."""
+        from .labelled_figure import FigureKey, LabelledFigure, colorbar_sample
+
+        path = check_output_path(path)
+        _, q, k = view.panels.shape
+        if max(q, k) > FIGURE_CELLS:
+            view = max_pool(view, math.ceil(max(q, k) / FIGURE_CELLS))
+        view = wrap_title(view, figure_size(view)[0])
+        rows_l = tuple(clean_label(s) for s in view.row_labels)
+        cols_l = tuple(clean_label(s) for s in view.col_labels)
+        families, missing = font_chain([*rows_l, *cols_l, view.title, *view.notes])
+        warn_missing(missing)
+        n_panels, q, k = view.panels.shape
+        key = FigureKey(
+            size=figure_size(view), shape=(n_panels, q, k), columns=view.columns, row_labels=rows_l,
+            col_labels=cols_l, row_breaks=tuple(view.row_breaks), col_breaks=tuple(view.col_breaks),
+            title_lines=1 + view.title.count("\n") + sum(1 + note.count("\n") for note in view.notes),
+            row_axis=view.row_axis, col_axis=view.col_axis, value_name=view.value_name, cmap=view.scale.cmap,
+            families=tuple(families), values=values and q * k <= MAX_VALUE_CELLS,
+            colorbar_sample=colorbar_sample(view.scale.vmin, view.scale.vmax),
+        )
+        figure = self._figures.pop(key, None)
+        if figure is None:
+            while self._figures and (len(self._figures) >= self.keep
+                                     or sum(map(_pixels, [key, *self._figures])) > KEEP_PIXELS):
+                del self._figures[next(iter(self._figures))]  # the least recently used goes first
+            figure = LabelledFigure(key)
+        self._figures[key] = figure
+        figure.show(view)
+        figure.save(path)
+        return path
+
+    def close(self) -> None:
+        """Let the kept figures go (each holds its pixels twice: a few tens of MB)."""
+        self._figures.clear()
+
+
+KEEP_PIXELS = 32_000_000  # a FigureDrawer keeps figures of about this many pixels in all (8 bytes each)
+
+
+def _pixels(key: Any) -> float:
+    return key.size[0] * key.size[1] * DPI * DPI
 
 
 def save_figure(fig, path: Path) -> None:
