@@ -127,3 +127,21 @@ def test_colorbar_room_holds_matplotlibs_widest_tick_label(vmin, vmax):
     assert len(labels) >= 5
     sample = colorbar_sample(vmin, vmax)
     assert max(len(re.sub(r"\d", "0", label)) for label in labels) <= len(sample)
+
+
+def test_a_long_title_and_notes_are_wrapped_to_the_figure():
+    import numpy as np
+    from rich.cells import cell_len
+
+    from attnviz.render.image import TITLE_CHARS_PER_INCH, wrap_title
+    from attnviz.render.view import matrix_view
+
+    note = "pre-LN model: the residual is the un-normalised stream x_i, and no LayerNorm follows the sum " * 2
+    view = matrix_view(np.eye(3)[None], list("abc"), list("abc"), title="注意力 · " * 20, panel_titles=["p"],
+                       notes=[note])
+    wrapped = wrap_title(view, 5.0)
+    lines = [*wrapped.title.split("\n"), *wrapped.notes[0].split("\n")]
+    assert len(lines) > 3 and all(cell_len(line) <= 5.0 * TITLE_CHARS_PER_INCH for line in lines)
+    assert " ".join(wrapped.notes[0].split("\n")) == note.strip()  # nothing lost, only broken into lines
+    short = matrix_view(np.eye(3)[None], list("abc"), list("abc"), title="short", panel_titles=["p"])
+    assert wrap_title(short, 5.0) is short
