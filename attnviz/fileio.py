@@ -51,6 +51,7 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:80]}.{os.getpid()}.", suffix=".tmp" + path.suffix,
                                    dir=path.parent)
+        IN_PROGRESS.add(tmp)
         os.close(fd)
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
@@ -58,9 +59,24 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
     except OSError as exc:
         raise RenderError(f"cannot write {path}: {exc.strerror or exc}; check free space and permissions") from None
     finally:
+        IN_PROGRESS.discard(tmp)
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+IN_PROGRESS: set[str] = set()
+"""Temporary files this process is writing now (:func:`atomic_write`)."""
+
+
+def remove_own_temporaries() -> None:
+    """Delete the temporary files this process is writing, before it exits without unwinding
+    (``os._exit``: a drawing process whose export was killed), so none is left behind."""
+    for tmp in list(IN_PROGRESS):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 _TEMP = re.compile(r"^\..*\.(\d+)\.[^.]+\.tmp")
@@ -92,4 +108,14 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited but not been reaped (a killed export's drawing process whose new
+    parent, in a container, never reaps it): it writes nothing more, so its files are stale."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False  # no /proc (macOS): trust the signal check
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]

@@ -371,3 +371,29 @@ def test_tiles_are_the_colour_mapped_weights(run_cli, tmp_path):
     r = run_cli("export", str(_texts(tmp_path, SENTENCES[:1])), "--out", str(out), "--formats", "svg",
                 "--style", "tiles")
     assert r.exit_code == 2 and "--style tiles writes PNG only" in r.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="zombies are read from /proc (Linux)")
+def test_a_dead_unreaped_writer_leaves_no_temporary(tmp_path):
+    """A killed export's drawing process may stay a zombie (in a container whose PID 1 never reaps):
+    it writes nothing more, so its temporary files are stale and a rerun removes them."""
+    import time
+
+    from attnviz.fileio import remove_stale_temporaries
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        stale = tmp_path / f".000002-text.L0.png.{pid}.abcd.tmp.png"
+        stale.write_bytes(b"")
+        mine = tmp_path / f".000003-text.L0.png.{os.getppid()}.abcd.tmp.png"  # another live writer: kept
+        mine.write_bytes(b"")
+        for _ in range(100):  # until the child has exited (it is a zombie: not reaped yet)
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z":
+                break
+            time.sleep(0.01)
+        assert remove_stale_temporaries(tmp_path) == 1
+        assert not stale.exists() and mine.exists()
+    finally:
+        os.waitpid(pid, 0)

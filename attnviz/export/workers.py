@@ -123,6 +123,9 @@ def _follow_parent(parent: int, every: float = 0.5) -> None:
 
     while os.getppid() == parent:
         time.sleep(every)
+    from ..fileio import remove_own_temporaries
+
+    remove_own_temporaries()  # os._exit skips atomic_write's cleanup: a killed run leaves no temporary file
     os._exit(1)
 
 
