@@ -5,6 +5,7 @@ A crash, a full disk or a kill mid-write never leaves half a file under the fina
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -73,10 +74,8 @@ def remove_own_temporaries() -> None:
     """Delete the temporary files this process is writing, before it exits without unwinding
     (``os._exit``: a drawing process whose export was killed), so none is left behind."""
     for tmp in list(IN_PROGRESS):
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
 
 
 _TEMP = re.compile(r"^\..*\.(\d+)\.[^.]+\.tmp")
