@@ -21,7 +21,7 @@ is ``first_token_score`` whenever a text starts with [CLS] or BOS, so the table 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -398,53 +398,6 @@ def paired_head_distance(attn_a: Tensor, attn_b: Tensor) -> Tensor:
     return _js_rows(_smoothed(a), _smoothed(b))
 
 
-def fuse_heads(layer: Tensor, head_fusion: HeadFusion = "mean") -> Tensor:
-    """One layer's heads ``[heads, q, k]`` fused into one ``[q, k]`` float64 matrix: their mean, max or min."""
-    if layer.dim() != 3:
-        raise ValueError(f"a layer must be [heads, q, k], got shape {tuple(layer.shape)}")
-    if head_fusion == "mean":
-        return layer.sum(0).double() / layer.shape[0]
-    if head_fusion == "max":
-        return layer.amax(0).double()
-    if head_fusion == "min":
-        return layer.amin(0).double()
-    raise ValueError(f"head_fusion {head_fusion!r} must be mean, max or min")
-
-
-def rollout_steps(layers: Iterable[Tensor], *, head_fusion: HeadFusion = "mean") -> Iterator[Tensor]:
-    """:func:`rollout` one layer at a time: given each layer's ``[heads, q, k]`` in order (a tensor
-    ``[layers, heads, q, k]`` iterates so), yields ``R_l`` ``[q, k]`` after each. Holds one product at a time."""
-    current: Tensor | None = None
-    eye: Tensor | None = None
-    for layer in layers:
-        fused = fuse_heads(layer, head_fusion)
-        if fused.shape[-1] != fused.shape[-2]:
-            raise ValueError("rollout needs square self-attention")
-        if eye is None:
-            eye = torch.eye(fused.shape[-1], dtype=torch.float64)
-        hat = fused + eye
-        hat = hat / hat.sum(-1, keepdim=True)
-        del fused, layer  # this layer is fused: let it go before the next is computed
-        current = hat if current is None else hat @ current
-        yield current
-
-
-def rollout(attn: Tensor, *, head_fusion: HeadFusion = "mean") -> Tensor:
-    """Attention rollout, ``[layers, q, k]`` (Abnar & Zuidema 2020, "Quantifying Attention Flow").
-
-    1. fuse the heads of each layer (mean, max or min);
-    2. add the residual connection, ``Â = A + I``, and renormalise each row to sum to 1;
-    3. chain the layers, ``R_0 = Â_0`` and ``R_l = Â_l · R_{l−1}``.
-
-    ``R_l[i, j]`` is how much of input token j reaches position i after layer l. See
-    :func:`rollout_steps` for the same one layer at a time.
-    """
-    a = _read(attn)
-    if a.shape[-1] != a.shape[-2]:
-        raise ValueError("rollout needs square self-attention")
-    return torch.stack(list(rollout_steps(a, head_fusion=head_fusion)))
-
-
 def norm_attention(attn: Tensor, value_norms: Tensor) -> Tensor:
     """Norm-based attention ``‖α_ij f(x_j)‖ = α_ij ‖f(x_j)‖``, ``[layers, heads, q, k]`` (Kobayashi et al. 2020).
 
@@ -470,3 +423,4 @@ from .mixing import (  # noqa: E402,F401
     residual_norm_attention,
 )
 from .relevance import attention_times_gradient, gradient_rollout  # noqa: E402,F401
+from .rollout import fuse_heads, rollout, rollout_steps  # noqa: E402,F401
