@@ -1,5 +1,5 @@
 """(c) Our MultiHeadAttention, weights returned, against torch.nn.MultiheadAttention(need_weights=True,
-average_attn_weights=False) at B=8, L=512, d=768, h=12 on the CPU. Goal: ≤ 1.0×.
+average_attn_weights=False) at B=8, L=512, d=768, h=12 on the CPU. Goal (issue 17): ≤ 0.9×.
 
 Run: python benchmarks/bench_mha.py [--runs N]
 """
@@ -39,7 +39,7 @@ def main() -> None:
         t_ours = time_call(lambda: ours(x, keep_scores=False), args.runs)  # weights only, as torch returns
         t_ref = time_call(lambda: ref(x, x, x, need_weights=True, average_attn_weights=False), args.runs)
     report(f"multi-head attention with weights, B={args.batch} L={args.length} d={d} h={h}",
-           "attnviz MultiHeadAttention", t_ours, "torch.nn.MultiheadAttention", t_ref, goal="<= 1.0x")
+           "attnviz MultiHeadAttention", t_ours, "torch.nn.MultiheadAttention", t_ref, goal="<= 0.9x")
 
 
 if __name__ == "__main__":
