@@ -194,9 +194,14 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
     wanted = list(stream.layers)
     builder: OverviewBuilder | None = None
     for _, parts in stream:
+        header = stream.results[0]
+        if reading.plain and parts[0].lazy:  # too long to hold a layer: pooled and sampled block by block
+            if builder is None:
+                builder = OverviewBuilder(header, wanted, n_heads=parts[0].n_heads, all_rows=all_rows)
+            builder.add_rows(parts[0])
+            continue
         attentions = parts[0].attentions
         del parts
-        header = stream.results[0]
         if not reading.plain:
             header = reading.layer(header, attentions)
             attentions = header.attentions[0]
@@ -247,6 +252,10 @@ def attention_view(
     from .render.view import head_across_layers_view, heatmap_view
 
     reading = Reading(hide_special=hide_special, renormalize=renormalize, words=words)
+    if reading.plain and kind in ("self", "encoder") and _long_for_a_picture(source, text, pair, truncate):
+        from .pooled_view import pooled_view
+
+        return pooled_view(source, text, layer=layer, head=head, pair=pair, truncate=truncate, vmax=vmax, cmap=cmap)
     every_layer = layer == "all"
     # Only the layer shown is built: the native engine stops after it and skips the others' matrices.
     result = source.extract(text, pair=pair, target=target, truncate=truncate,
@@ -255,6 +264,16 @@ def attention_view(
     if every_layer:
         return head_across_layers_view(result, head=head, kind=kind, vmax=vmax, cmap=cmap)
     return heatmap_view(result, layer=int(layer), head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
+
+
+def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncate: bool) -> bool:
+    """More tokens than a picture has cells (so it is pooled anyway), from an engine that hands
+    layers over one at a time: then each layer is pooled as it is computed (:mod:`attnviz.pooled_view`)."""
+    from .render.view import FIGURE_CELLS
+
+    if text is None or not source.capabilities.streaming or not hasattr(source, "encode"):
+        return False
+    return len(source.encode(text, pair, truncate=truncate).ids) > FIGURE_CELLS
 
 
 def find_query(tokens: Sequence[str], query: int | str) -> int:

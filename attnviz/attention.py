@@ -10,10 +10,13 @@ Shapes are written where they change: B batch, H heads, T sequence, d head width
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .attention_rows import AttentionRows, RowMask
 
 __all__ = [
     "AttentionOutput",
@@ -243,6 +246,7 @@ class AttentionOutput(NamedTuple):
     values: Tensor  # [B, H, Tk, d], each head's value vectors (shared ones repeated under GQA)
     queries: Tensor | None = None  # [B, H, Tq, d], each head's query vectors (after RoPE)
     keys: Tensor | None = None  # [B, H, Tk, d], each head's key vectors (after RoPE; repeated under GQA)
+    rows: AttentionRows | None = None  # the weights as blocks of rows on demand (need_weights="rows")
 
 
 class MultiHeadAttention(nn.Module):
@@ -292,11 +296,11 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         context: Tensor | None = None,
         *,
-        mask: Tensor | None = None,
+        mask: Tensor | RowMask | None = None,
         causal: bool = False,
         rotary: tuple[Tensor, Tensor] | None = None,
         scale: float | None = None,
-        need_weights: bool = True,
+        need_weights: bool | Literal["rows"] = True,
         keep_scores: bool = True,
         past: tuple[Tensor, Tensor] | None = None,
     ) -> AttentionOutput:
@@ -309,7 +313,10 @@ class MultiHeadAttention(nn.Module):
         ``need_weights=False`` computes only the output, with torch's fused kernel: the
         ``[Tq, Tk]`` matrices are never built (``weights`` and ``scores`` are None). That is how a
         layer nobody asked to see costs no attention-matrix memory. ``keep_scores=False`` drops
-        the pre-softmax scores as soon as the weights exist.
+        the pre-softmax scores as soon as the weights exist. ``need_weights="rows"`` computes the
+        output the same way and returns the weights as :class:`attnviz.attention_rows.AttentionRows`
+        (``rows``), blocks of query rows made on demand: how inputs too long for one ``[H, T, T]`` are read.
+        ``mask`` may be a :class:`attnviz.attention_rows.RowMask`, a mask described rather than built.
 
         ``past`` is a key/value cache for incremental decoding: the ``(keys, values)`` an earlier call
         returned (``[B, H, T_past, d]``, after RoPE, repeated under GQA). The new keys and values are
@@ -334,7 +341,22 @@ class MultiHeadAttention(nn.Module):
             k, v = torch.cat((past[0], k), dim=-2), torch.cat((past[1], v), dim=-2)  # (B, H, T_past + Tk, d)
         scores: Tensor | None
         weights: Tensor | None
-        if need_weights:
+        rows: AttentionRows | None = None
+        if need_weights == "rows" or (not need_weights and not isinstance(mask, Tensor)):
+            from .attention_rows import AttentionRows, RowMask, blocked_attention
+
+            if isinstance(mask, Tensor):
+                raise ValueError('need_weights="rows" takes a RowMask (a mask described, not built), not a tensor')
+            described = mask
+            if causal:
+                described = RowMask(q.shape[-2], k.shape[-2], None if described is None else described.padding, 0,
+                                    None if described is None else described.window)
+            heads = blocked_attention(q, k, v, described, scale=scale)  # (B, H, Tq, d)
+            rows = AttentionRows(q, k, described, scale) if need_weights == "rows" else None
+            scores = weights = None
+        elif need_weights:
+            if mask is not None and not isinstance(mask, Tensor):
+                mask = mask.dense()
             scores = attention_scores(q, k, scale=scale)  # (B, H, Tq, Tk)
             # Scores nobody keeps become the weights in place: one [Tq, Tk] buffer per head, not three.
             weights = attention_weights(scores, mask=mask, causal=causal, inplace=not keep_scores)
@@ -348,4 +370,4 @@ class MultiHeadAttention(nn.Module):
         out = merge_heads(heads)  # (B, Tq, H·d)
         if self.o_proj is not None:
             out = self.o_proj(out)  # (B, Tq, d_out)
-        return AttentionOutput(out, weights, scores, v, q, k)
+        return AttentionOutput(out, weights, scores, v, q, k, rows)

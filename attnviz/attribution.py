@@ -129,11 +129,27 @@ def _check_through(source: Any, layer: int | None, kind: str, what: str) -> None
                          f"{', '.join(map(str, held))}, not layer {missing[0]}")
 
 
+def fused_rows(part: Any, head_fusion: str) -> torch.Tensor:
+    """One layer's heads fused (:func:`attnviz.metrics.fuse_heads`) into ``[q, k]`` float64, from its
+    blocks of query rows (:meth:`attnviz.sources.stream.ItemLayer.row_blocks`): never the whole ``[H, q, k]``."""
+    import torch
+
+    from .metrics import fuse_heads
+
+    n = part.n_tokens
+    fused = torch.zeros(n, n, dtype=torch.float64)
+    for first, block in part.row_blocks():
+        fused[first : first + block.shape[1], : block.shape[2]] = fuse_heads(block, head_fusion)  # type: ignore[arg-type]
+    return fused
+
+
 def _read_layers(source: Any, text: str | None, *, layer: int | None, truncate: bool, pair: str | None,
-                 reading: Reading, kind: str, target: str | None, purpose: str
+                 reading: Reading, kind: str, target: str | None, purpose: str, head_fusion: str | None = None,
                  ) -> tuple[Iterator[torch.Tensor], list[AttentionResult], list[int]]:
     """Each layer's ``[heads, q, k]`` from 0 through ``layer`` as the engine computes it, read as
-    ``reading`` says; the header result (tokens as read) is filled in as layers arrive."""
+    ``reading`` says; the header result (tokens as read) is filled in as layers arrive. With
+    ``head_fusion``, a layer the engine hands over as row blocks (a long input) comes already fused,
+    ``[q, k]``, built block by block."""
     from .api import layer_stream
 
     _check_through(source, layer, kind, purpose)
@@ -144,6 +160,9 @@ def _read_layers(source: Any, text: str | None, *, layer: int | None, truncate: 
 
     def layers() -> Iterator[torch.Tensor]:
         for _, parts in stream:
+            if head_fusion is not None and reading.plain and parts[0].lazy:  # too long to hold: fused block by block
+                yield fused_rows(parts[0], head_fusion)
+                continue
             attentions = parts[0].attentions
             del parts
             if not reading.plain:
@@ -168,7 +187,7 @@ def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, 
     from . import metrics
 
     layers, header, numbers = _read_layers(source, text, layer=layer, truncate=truncate, pair=pair, reading=reading,
-                                           kind=kind, target=target, purpose="rollout")
+                                           kind=kind, target=target, purpose="rollout", head_fusion=head_fusion)
     last = deque(metrics.rollout_steps(layers, head_fusion=head_fusion), maxlen=1)  # type: ignore[arg-type]
     return last[0], replace(header[0], metadata={**header[0].metadata, "rolled_through": numbers})
 
@@ -188,8 +207,8 @@ def flow_of_text(source: Any, text: str | None, *, layer: int | None = None, hea
     from .metrics import fuse_heads
 
     layers, header, numbers = _read_layers(source, text, layer=layer, truncate=truncate, pair=pair, reading=reading,
-                                           kind=kind, target=target, purpose="attention flow")
-    fused = torch.stack([fuse_heads(attentions, head_fusion) for attentions in layers])  # (L, T, T)
+                                           kind=kind, target=target, purpose="attention flow", head_fusion=head_fusion)
+    fused = torch.stack([fuse_heads(a, head_fusion) if a.dim() == 3 else a for a in layers])  # (L, T, T)
     cost = check_flow_cost(fused.shape[-1], fused.shape[0], force=force)
     if notice is not None and cost.seconds > FLOW_NOTICE_SECONDS:
         notice(f"attention flow: {cost.problems:,} max-flow problems over {cost.n_tokens} tokens and {cost.n_layers} "

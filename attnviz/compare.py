@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -136,6 +137,26 @@ class OverviewBuilder:
         pooled = a if self.factor == 1 else torch.nn.functional.max_pool2d(a[None], self.factor, ceil_mode=True)[0]
         self.display.append(pooled.clone())
         self.kept.append(a.clone() if self.rows is None else a[:, self.rows].clone())
+
+    def add_rows(self, part: Any) -> None:
+        """The next layer as blocks of query rows (:meth:`attnviz.sources.stream.ItemLayer.row_blocks`,
+        a long input): pooled and its distance rows kept block by block, never the whole ``[H, q, k]``."""
+        from .attention_rows import rows_per_block
+
+        n, heads, f = part.n_tokens, part.n_heads, self.factor
+        side = -(-n // f)
+        pooled = torch.zeros(heads, side, side)  # weights are ≥ 0: columns a block leaves out are 0 anyway
+        chosen = torch.arange(n) if self.rows is None else torch.tensor(self.rows)
+        kept = torch.zeros(heads, len(chosen), n)
+        step = max(f, rows_per_block(heads, n) // f * f)  # whole pooling windows in every block
+        for first, block in part.row_blocks(step):
+            stop = first + block.shape[1]
+            small = block if f == 1 else torch.nn.functional.max_pool2d(block[None], f, ceil_mode=True)[0]
+            pooled[:, first // f : first // f + small.shape[1], : small.shape[2]] = small
+            inside = ((chosen >= first) & (chosen < stop)).nonzero().flatten()
+            kept[:, inside, : block.shape[2]] = block[:, chosen[inside] - first]
+        self.display.append(pooled)
+        self.kept.append(kept)
 
     def finish(self) -> HeadsOverview:
         n = len(self.header.tokens)

@@ -29,11 +29,12 @@ def fuse_heads(layer: Tensor, head_fusion: HeadFusion = "mean") -> Tensor:
 
 def rollout_steps(layers: Iterable[Tensor], *, head_fusion: HeadFusion = "mean") -> Iterator[Tensor]:
     """:func:`rollout` one layer at a time: given each layer's ``[heads, q, k]`` in order (a tensor
-    ``[layers, heads, q, k]`` iterates so), yields ``R_l`` ``[q, k]`` after each. Holds one product at a time."""
+    ``[layers, heads, q, k]`` iterates so), or its heads already fused, ``[q, k]``, yields ``R_l``
+    ``[q, k]`` after each. Holds one product at a time."""
     current: Tensor | None = None
     eye: Tensor | None = None
     for layer in layers:
-        fused = fuse_heads(layer, head_fusion)
+        fused = layer.double() if layer.dim() == 2 else fuse_heads(layer, head_fusion)  # [q, k]: fused already
         if fused.shape[-1] != fused.shape[-2]:
             raise ValueError("rollout needs square self-attention")
         if eye is None:

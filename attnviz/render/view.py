@@ -113,18 +113,25 @@ def head_across_layers_view(
     return with_sinks(view, causal=result.causal and kind in ("self", "decoder"))
 
 
-def with_sinks(view: HeatmapView, *, causal: bool) -> HeatmapView:
+def with_sinks(view: HeatmapView, *, causal: bool, importance: Any = None, labels: list[str] | None = None,
+               factor: int = 1) -> HeatmapView:
     """``view`` with each attention panel's sinks marked (keys k with α_k > 0.3, Gu et al. 2024; see
-    :func:`attnviz.metrics.sink_importance`) and named in a note. The mean of heads has none."""
+    :func:`attnviz.metrics.sink_importance`) and named in a note. The mean of heads has none.
+
+    A view already pooled by ``factor`` gives each panel's ``importance`` ``[P, k]`` and the key
+    ``labels`` at full resolution: sinks are found on the tokens, and marked on their blocks."""
     import torch
 
     from .. import metrics
 
-    importance = metrics.sink_importance(torch.from_numpy(np.ascontiguousarray(view.panels))[None], causal=causal)[0]
-    marks = [[] if title == "mean of heads" else metrics.sink_positions(importance[p])
+    if importance is None:
+        importance = metrics.sink_importance(torch.from_numpy(np.ascontiguousarray(view.panels))[None], causal=causal)[0]
+    labels = view.col_labels if labels is None else labels
+    found = [[] if title == "mean of heads" else metrics.sink_positions(importance[p])
              for p, title in enumerate(view.panel_titles)]
-    named = [f"{title}: " + ", ".join(f"{view.col_labels[k]} ({k})" for k in keys[:4]) + (" …" if len(keys) > 4 else "")
-             for title, keys in zip(view.panel_titles, marks, strict=True) if keys]
+    marks = [sorted({k // factor for k in keys}) for keys in found]
+    named = [f"{title}: " + ", ".join(f"{labels[k]} ({k})" for k in keys[:4]) + (" …" if len(keys) > 4 else "")
+             for title, keys in zip(view.panel_titles, found, strict=True) if keys]
     if not named:
         return replace(view, marks=marks)
     shown = "; ".join(named[:4]) + (f"; and {len(named) - 4} more panels" if len(named) > 4 else "")
@@ -230,22 +237,24 @@ def max_pool(view: HeatmapView, factor: int) -> HeatmapView:
         padded[:, :q, :k] = view.panels
         pooled = padded.reshape(p, qn, rf, kn, factor).max(axis=(2, 4))
 
-    def labels(names: list[str], n: int, step: int, ranges: bool) -> list[str]:
-        first = [names[i * step] for i in range(n)]
-        if not ranges or step == 1:
-            return first
-        return [f"{i * step}-{min((i + 1) * step, len(names)) - 1} {t}" for i, t in enumerate(first)]
-
     how = "the value of largest magnitude in" if view.scale.vmin < 0 else "max-pooling"
     unit = f"{rf}×{factor} tokens" if view.pool_rows else f"{factor} tokens along the columns"
     note = f"downsampled {q}×{k} → {qn}×{kn} by {how} blocks of {unit}"
     return replace(
         view,
         panels=pooled,
-        row_labels=labels(view.row_labels, qn, rf, True),
-        col_labels=labels(view.col_labels, kn, factor, False),
+        row_labels=pooled_labels(view.row_labels, rf, ranges=True),
+        col_labels=pooled_labels(view.col_labels, factor),
         notes=[*view.notes, note],
         row_breaks=sorted({b // rf for b in view.row_breaks if b % rf == 0}),
         col_breaks=sorted({b // factor for b in view.col_breaks if b % factor == 0}),
         marks=[sorted({k // factor for k in keys}) for keys in view.marks],
     )
+
+
+def pooled_labels(names: list[str], step: int, *, ranges: bool = False) -> list[str]:
+    """The label of each block of ``step`` tokens: its first token's, after the positions it covers with ``ranges``."""
+    first = [names[i] for i in range(0, len(names), step)]
+    if not ranges or step == 1:
+        return first
+    return [f"{i * step}-{min((i + 1) * step, len(names)) - 1} {t}" for i, t in enumerate(first)]

@@ -9,14 +9,18 @@ every layer's ``[H, T, T]`` matrices at once: that is how long inputs fit in mem
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from ..errors import NumericalError
 from ..result import AttentionResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..attention_rows import AttentionRows
 
 
 @dataclass(frozen=True)
@@ -27,11 +31,16 @@ class Capture:
 
     ``grad`` runs with autograd recording (every layer's weights built, none through a fused kernel),
     so gradients with respect to the attention weights can be taken
-    (:mod:`attnviz.sources.gradients`); by default no graph is built."""
+    (:mod:`attnviz.sources.gradients`); by default no graph is built.
+
+    ``rows`` hands each captured layer's weights over as blocks of query rows computed on demand
+    (:class:`attnviz.attention_rows.AttentionRows`) instead of one ``[B, H, T, T]`` tensor: engines
+    that can set it for inputs too long to hold a layer (:data:`ROWS_FROM_BYTES`)."""
 
     layers: frozenset[int] | None = None
     details: bool = False
     grad: bool = False
+    rows: bool = False
 
     def wants(self, layer: int) -> bool:
         return self.layers is None or layer in self.layers
@@ -39,28 +48,82 @@ class Capture:
 
 @dataclass
 class LayerOut:
-    """One layer of one padded batch, as an engine computed it."""
+    """One layer of one padded batch, as an engine computed it: its weights whole, or as row blocks."""
 
     layer: int  # the model's number for it
-    weights: Tensor  # [B, H, T, T]
+    weights: Tensor | None  # [B, H, T, T]; None when given as ``rows``
     scores: Tensor | None = None  # [B, H, T, T], with details
     values: Tensor | None = None  # [B, H, T, d], with details
     value_norms: Tensor | None = None  # [B, H, T]: ‖f(x_j)‖ for norm-based attention (native engine)
     queries: Tensor | None = None  # [B, H, T, d], with details
     keys: Tensor | None = None  # [B, H, T, d], with details
+    rows: AttentionRows | None = None  # the weights as row blocks on demand (``Capture.rows``)
 
 
-@dataclass
+# A layer whose [B, H, T, T] float32 weights would pass this many bytes is handed over as row blocks
+# by engines that can (the native engine): consumers reduce block by block, so memory grows with T, not T².
+ROWS_FROM_BYTES = 512 * 2**20
+
+
 class ItemLayer:
-    """One layer of one text, cut out of its padded batch (views of the batch's tensors, no copies)."""
+    """One layer of one text, cut out of its padded batch (views of the batch's tensors, no copies).
 
-    layer: int
-    attentions: Tensor  # [H, n, n]
-    scores: Tensor | None = None  # [H, n, n]
-    values: Tensor | None = None  # [H, n, d]
-    value_norms: Tensor | None = None  # [H, n]
-    queries: Tensor | None = None  # [H, n, d]
-    keys: Tensor | None = None  # [H, n, d]
+    Its weights ``[H, n, n]`` are either whole or made on demand from an engine's
+    :class:`~attnviz.attention_rows.AttentionRows`. :meth:`row_blocks` reads them a block of query
+    rows at a time either way, which is what long inputs need; ``attentions`` builds the whole
+    matrix when a consumer needs every number at once (kept once built).
+    """
+
+    def __init__(self, layer: int, attentions: Tensor | None = None, scores: Tensor | None = None,
+                 values: Tensor | None = None, value_norms: Tensor | None = None, queries: Tensor | None = None,
+                 keys: Tensor | None = None, *, rows: tuple[AttentionRows, int, int] | None = None,
+                 check: Callable[[Tensor], None] | None = None) -> None:
+        if attentions is None and rows is None:
+            raise ValueError("an ItemLayer needs its attentions or the rows to make them from")
+        self.layer, self._attentions, self.scores, self.values = layer, attentions, scores, values
+        self.value_norms, self.queries, self.keys = value_norms, queries, keys
+        self._rows, self._check = rows, check
+
+    @property
+    def lazy(self) -> bool:
+        """True while the weights are made block by block (never built whole yet)."""
+        return self._attentions is None
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self._attentions.shape[-1]) if self._rows is None else self._rows[2]  # type: ignore[union-attr]
+
+    @property
+    def n_heads(self) -> int:
+        return int(self._attentions.shape[0]) if self._rows is None else self._rows[0].n_heads  # type: ignore[union-attr]
+
+    @property
+    def attentions(self) -> Tensor:
+        """``[H, n, n]``, built whole from the row blocks the first time it is asked for."""
+        if self._attentions is None:
+            rows, item, n = self._rows  # type: ignore[misc]
+            self._attentions = rows.dense(item, n)
+            if self._check is not None:
+                self._check(self._attentions)
+        return self._attentions
+
+    def row_blocks(self, rows: int | None = None) -> Iterator[tuple[int, Tensor]]:
+        """``(first row, block [H, rows, width])`` over every query row in order. Columns from ``width``
+        on are exactly 0 for those rows and left out (causal attention), so a block costs what its
+        rows can see. Whole weights are cut into views; row-block weights are computed per block."""
+        from ..attention_rows import rows_per_block
+
+        if self._attentions is not None:
+            from ..row_statistics import blocks_of
+
+            yield from blocks_of(self._attentions, rows or rows_per_block(self.n_heads, self.n_tokens),
+                                 causal_trim=True)
+            return
+        source, item, n = self._rows  # type: ignore[misc]
+        for first, block in source.blocks(item, n, rows):
+            if self._check is not None:
+                self._check(block)
+            yield first, block
 
 
 class LayerStream:
@@ -84,9 +147,11 @@ class LayerStream:
         """
         lengths = [len(r.tokens) for r in self.results]
         position = 0
+        name = self.results[0].model_name
         for out in self._outs:
-            check_finite(out.weights, out.layer, self.results[0].model_name)
-            yield position, [_cut(out, b, n) for b, n in enumerate(lengths)]
+            if out.weights is not None:
+                check_finite(out.weights, out.layer, name)
+            yield position, [_cut(out, b, n, name) for b, n in enumerate(lengths)]
             del out  # before the next layer is computed: one layer's matrices at a time
             position += 1  # noqa: SIM113 (enumerate would keep the last layer alive)
 
@@ -122,15 +187,18 @@ def check_finite(weights: Tensor, layer: int | str, model_name: str) -> None:
                              "scores overflowed. Check the model's weights (a config's init_scale, say) or its dtype")
 
 
-def _cut(out: LayerOut, b: int, n: int) -> ItemLayer:
+def _cut(out: LayerOut, b: int, n: int, model_name: str = "") -> ItemLayer:
     def square(t: Tensor | None) -> Tensor | None:
         return None if t is None else t[b, :, :n, :n]
 
     def rows(t: Tensor | None) -> Tensor | None:
         return None if t is None else t[b, :, :n]
 
-    return ItemLayer(out.layer, out.weights[b, :, :n, :n], square(out.scores), rows(out.values), rows(out.value_norms),
-                     rows(out.queries), rows(out.keys))
+    whole = None if out.weights is None else out.weights[b, :, :n, :n]
+    layer = out.layer
+    return ItemLayer(layer, whole, square(out.scores), rows(out.values), rows(out.value_norms), rows(out.queries),
+                     rows(out.keys), rows=None if out.rows is None else (out.rows, b, n),
+                     check=lambda block: check_finite(block, layer, model_name))
 
 
 def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResult]:

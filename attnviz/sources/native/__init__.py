@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...errors import AttnvizError, ModelNotFoundError
+from .. import stream
 from ..base import Capabilities
 from ..engine import Capture, LayerOut, ModelSource
 from ..files import read_config, weight_files
@@ -138,12 +139,15 @@ class NativeSource(ModelSource):
         from ...attention import head_value_norms
 
         n_layers = self.n_layers if capture.layers is None else max(capture.layers) + 1
+        heads = self.model.layers[0]["attn"].n_heads
+        if ids.shape[0] * heads * ids.shape[1] ** 2 * 4 > stream.ROWS_FROM_BYTES and not (capture.details or capture.grad):
+            capture = replace(capture, rows=True)  # too long to hold a layer: its weights as row blocks
         i = -1
         for out in self.model.run(ids, mask, types, n_layers, capture):  # (enumerate would hold the last layer)
             i += 1
             if capture.wants(i):
                 yield LayerOut(
-                    layer=i, weights=out.weights,
+                    layer=i, weights=out.weights, rows=out.rows,
                     scores=out.scores if capture.details else None,
                     values=out.values if capture.details else None,
                     queries=out.queries if capture.details else None,

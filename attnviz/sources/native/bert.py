@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...attention import AttentionOutput, MultiHeadAttention, padding_mask
+from ...attention import AttentionOutput, MultiHeadAttention
+from ...attention_rows import RowMask
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_layer_norm, load_linear, tracked
 from .weights import take
@@ -77,7 +78,7 @@ class Bert(NativeModel):
         if self.types is not None:
             x = x + self.types[token_type_ids if token_type_ids is not None else torch.zeros_like(ids)]
         x = tracked(self.ln_embed(x), capture)
-        mask = padding_mask(attention_mask)
+        mask = RowMask.of(attention_mask, t)
         for i, layer in enumerate(self.layers[:n_layers]):
             out = self.attend(i, layer["attn"], x, capture, mask=mask)
             yield out

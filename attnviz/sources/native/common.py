@@ -117,10 +117,12 @@ class NativeModel:
 
     def attend(self, i: int, attn: nn.Module, x: Tensor, capture: Capture, **kwargs: Any) -> AttentionOutput:
         """Run layer ``i``'s attention, building its weights only if ``capture`` wants that layer
-        (the others go through torch's fused kernel and never build a ``[T, T]`` matrix). A gradient
-        run (``capture.grad``) builds every layer's: the output must come from the weights."""
+        (the others go through torch's fused kernel and never build a ``[T, T]`` matrix), as blocks
+        of rows on demand with ``capture.rows``. A gradient run (``capture.grad``) builds every
+        layer's whole: the output must come from the weights."""
         wanted = capture.wants(i) or capture.grad
-        return attn(x, need_weights=wanted, keep_scores=wanted and capture.details, **kwargs)
+        mode = "rows" if wanted and capture.rows and not (capture.grad or capture.details) else wanted
+        return attn(x, need_weights=mode, keep_scores=wanted and capture.details, **kwargs)
 
     @property
     def n_layers(self) -> int:

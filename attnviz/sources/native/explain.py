@@ -60,6 +60,13 @@ def explain_inputs(source: NativeSource, text: str | None, layer: int) -> Explai
     )
 
 
+def _built(mask: Any) -> Any:
+    """A copy of the mask a layer received, built if it came described (a RowMask)."""
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        mask = mask.dense()
+    return None if mask is None else mask.detach().clone()
+
+
 def run_to_layer(source: NativeSource, info: TokenInfo, layer: int, attention: MultiHeadAttention) -> Entered:
     """Run ``info`` (one encoded text) through the model up to ``layer`` and record what enters
     ``attention``, through the same path as an extraction (the run stops after that layer)."""
@@ -72,7 +79,7 @@ def run_to_layer(source: NativeSource, info: TokenInfo, layer: int, attention: M
         extra = [name for name, value in (("context", context), ("past", kwargs.get("past"))) if value is not None]
         seen.append(Entered(
             x=x[0].detach().clone(),
-            mask=None if kwargs.get("mask") is None else kwargs["mask"].detach().clone(),
+            mask=_built(kwargs.get("mask")),
             causal=bool(kwargs.get("causal", False)),
             rotary=None if rotary is None else (rotary[0].detach().clone(), rotary[1].detach().clone()),
             scale=kwargs.get("scale"),

@@ -7,7 +7,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ...attention import AttentionOutput, MultiHeadAttention, combine_masks, decoding_mask, padding_mask
+from ...attention import AttentionOutput, MultiHeadAttention
+from ...attention_rows import RowMask
 from ...decoding import KVCache
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_layer_norm, load_linear, set_parameter, tracked
@@ -71,7 +72,7 @@ class GPT2(NativeModel):
         t = ids.shape[1]
         start = 0 if cache is None else cache.length
         x = tracked(self.wte[ids] + self.wpe[start : start + t], capture)  # (B, T, d)
-        mask = combine_masks(padding_mask(attention_mask), decoding_mask(start, t, device=ids.device))
+        mask = RowMask.of(attention_mask, t, start=start)  # described: built only as far as a layer needs
         for i, layer in enumerate(self.layers[:n_layers]):
             out = self.attend(i, layer["attn"], layer["ln_1"](x), capture, mask=mask,
                               past=None if cache is None else cache.past(i))

@@ -15,11 +15,9 @@ from torch import Tensor, nn
 from ...attention import (
     AttentionOutput,
     MultiHeadAttention,
-    combine_masks,
-    decoding_mask,
-    padding_mask,
     rotary_tables,
 )
+from ...attention_rows import RowMask
 from ...decoding import KVCache
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_linear, tracked
@@ -114,7 +112,7 @@ class Llama(NativeModel):
         start = 0 if cache is None else cache.length
         x = tracked(self.embed[ids], capture)  # (B, T, d)
         rotary = rotary_tables(torch.arange(start, start + t, device=ids.device), self.d_head, self.theta)
-        mask = combine_masks(padding_mask(attention_mask), decoding_mask(start, t, window=self.window, device=ids.device))
+        mask = RowMask.of(attention_mask, t, start=start, window=self.window)  # described, built as far as needed
         for i, layer in enumerate(self.layers[:n_layers]):
             out = self.attend(i, layer["attn"], layer["norm_attn"](x), capture, mask=mask, rotary=rotary,
                               past=None if cache is None else cache.past(i))
