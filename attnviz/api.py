@@ -168,8 +168,8 @@ def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = F
 def _add_read_layer(builder: Any, results: list[AttentionResult], position: int, parts: list[Any], first: int,
                     reading: Reading) -> None:
     for number, (result, part) in enumerate(zip(results, parts, strict=True)):
-        if reading.plain:
-            builder.add_layer(result, position, part.attentions, text=first + number)
+        if reading.plain:  # read a block of rows at a time (a long input's layer is never built whole)
+            builder.add_layer(result, position, part, text=first + number)
         else:
             read = reading.layer(result, part.attentions)
             builder.add_layer(read, position, read.attentions[0], text=first + number)

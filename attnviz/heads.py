@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -229,20 +230,30 @@ class HeadTableBuilder:
     _sinks: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # of the first text
     layers: list[int] | None = None  # the model's numbers of the layer positions, where not 0, 1, …
 
-    def add_layer(self, result: AttentionResult, position: int, attentions: Tensor, *, text: int = 0) -> None:
+    def add_layer(self, result: AttentionResult, position: int, attentions: Tensor | Any, *, text: int = 0) -> None:
         """Add layer ``position`` (its index among the layers tabled) of text number ``text``:
-        ``attentions`` ``[heads, q, k]`` over ``result``'s tokens."""
-        stats = layer_statistics(result, attentions[None])
+        ``attentions`` ``[heads, q, k]`` over ``result``'s tokens, or a layer an engine hands over as
+        blocks of query rows (an :class:`attnviz.sources.stream.ItemLayer`: anything with ``n_heads``
+        and ``row_blocks()``). Either way the statistics are reduced a block of rows at a time
+        (:mod:`attnviz.row_statistics`), so a long input's layer is never needed whole."""
+        from .row_statistics import LayerRowStatistics, blocks_of
+
+        whole = isinstance(attentions, Tensor)
+        layer = LayerRowStatistics(n=len(result.tokens), n_heads=attentions.shape[0] if whole else attentions.n_heads,
+                                   token_ids=token_ids(result), tokens=result.tokens, sep=sep_keys(result),
+                                   causal=result.causal)
+        for first, block in blocks_of(attentions, causal_trim=result.causal) if whole else attentions.row_blocks():
+            layer.add(first, block)
         sums = self._sums.setdefault(position, {})
-        for name, value in stats.items():
-            sums[name] = sums[name] + value[0] if name in sums else value[0]
+        for name, value in layer.statistics().items():
+            sums[name] = sums[name] + value if name in sums else value
         self._counts[position] = self._counts.get(position, 0) + 1
         self._texts.add(text)
         self.model_name = self.model_name or result.model_name
         if self._first_tokens is None:
             self._first_tokens, self._first_text = list(result.tokens), text
         if text == self._first_text:  # where its sinks are (a table of one text lists them per head)
-            importance = metrics.sink_importance(attentions[None], causal=result.causal)[0]
+            importance = layer.sink_importance()
             for head in range(importance.shape[0]):
                 self._sinks[(position, head)] = metrics.sink_positions(importance[head])
         n = len(result.tokens)

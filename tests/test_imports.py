@@ -10,7 +10,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attnviz"
 ANALYSIS = ("metrics", "heads", "compare", "transforms", "reading", "probes", "explain", "explain_inputs",
-            "explain_reference", "explain_text", "errata", "errata_code", "rollout", "relevance", "mixing", "flow")
+            "explain_reference", "explain_text", "errata", "errata_code", "rollout", "relevance", "mixing", "flow",
+            "row_statistics")
 
 
 def _module(path: Path) -> str:
