@@ -181,11 +181,14 @@ class ItemExport:
 
     def add(self, position: int, part: Any) -> None:
         """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``."""
-        heads = part.attentions.shape[0]
+        heads = part.n_heads
         if self.settings.heads is not None and max(self.settings.heads) >= heads:
             raise UsageError(f"[[heads={max(self.settings.heads)}]] is out of range; {self.header.model_name} has "
                              f"heads 0 to {heads - 1}")
         self.layers.append(part.layer)
+        if self.reading.plain and self.npz is None and not self.settings.page_formats and not self.settings.image_formats:
+            self.stats.add_layer(self.shown, position, part)  # statistics alone: a block of rows at a time
+            return
         attentions, norms = part.attentions, part.value_norms
         if not self.reading.plain:
             self.shown = self.reading.layer(self.header, attentions)
