@@ -153,3 +153,29 @@ def test_a_long_heatmap_refuses_a_head_or_layer_out_of_range(tiny_hf, monkeypatc
         api.attention_view(source, TEXTS[0], layer=0, head=9)
     with pytest.raises(UsageError, match="layer=7 is out of range"):
         api.attention_view(source, TEXTS[0], layer=7, head=0)
+
+
+def test_the_commands_read_a_long_input_block_by_block(tiny_hf, monkeypatch, run_cli, tmp_path):
+    """heads (table and --file), compare-heads, rollout and a heatmap to PNG, run as a user runs them,
+    on layers handed over as row blocks: none builds a layer whole, and heads prints what it printed."""
+    model = ["--model", tiny_hf["llama"]]
+    text = TEXTS[0]
+    before = run_cli("heads", text, *model, "--format", "json")
+    assert before.exit_code == 0, before.output
+    monkeypatch.setattr(stream, "ROWS_FROM_BYTES", -1)
+    monkeypatch.setattr("attnviz.render.view.FIGURE_CELLS", 6)
+    _never_whole(monkeypatch)
+    after = run_cli("heads", text, *model, "--format", "json")
+    assert after.exit_code == 0, after.output
+    import json
+
+    rows_before, rows_after = json.loads(before.stdout)["heads"], json.loads(after.stdout)["heads"]
+    assert [r["labels"] for r in rows_before] == [r["labels"] for r in rows_after]
+    assert all(abs(a["entropy"] - b["entropy"]) < 1e-5 for a, b in zip(rows_before, rows_after, strict=True))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    for args in (["heads", "--file", str(texts)], ["compare-heads", text], ["rollout", text],
+                 ["heatmap", text, "--layer", "1", "--out", str(tmp_path / "long.png")]):
+        done = run_cli(*args, *model)
+        assert done.exit_code == 0, (args, done.output)
+    assert (tmp_path / "long.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

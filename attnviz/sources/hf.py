@@ -1,14 +1,18 @@
 """The transformers engine: any model transformers can load, with eager attention and its attentions.
 
-Loads with ``attn_implementation="eager"`` (fused kernels never build the attention matrix) and
-asks for ``output_attentions=True``. Encoder-decoder models (T5, BART) give three kinds of
-attention: the encoder's, the decoder's and the decoder's cross-attention over the source.
+Loads with ``attn_implementation="eager"`` (fused kernels never build the attention matrix).
+Each layer's weights are taken as the forward computes them (:mod:`attnviz.sources.hf_layers`), so
+a long input holds about one layer's at a time; where that cannot be established for a model, it
+asks for ``output_attentions=True`` and hands the layers on one at a time. Encoder-decoder models
+(T5, BART) give three kinds of attention: the encoder's, the decoder's and the decoder's
+cross-attention over the source.
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,6 +22,7 @@ from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions
 from .engine import Capture, LayerOut, ModelSource
+from .hf_layers import LayerPlan, plan_layers, stream_layers
 from .stream import LayerStream
 from .tokens import TokenInfo, unknown_token_id
 
@@ -106,7 +111,7 @@ class HFSource(ModelSource):
         self._task_models: dict[str, Any] = {}
         config = self.model.config
         self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
-        # transformers returns every layer at once: handed on one at a time, but not computed so.
+        # streaming once each layer can be taken as it is computed (below)
         self.capabilities = Capabilities(pairs=True, cross=self.encoder_decoder, token_ids=not self.encoder_decoder,
                                          streaming=False)
         self.hf_tokenizer = hf_tokenizer
@@ -121,8 +126,13 @@ class HFSource(ModelSource):
             vocab_rows=self.model.get_input_embeddings().num_embeddings,
         )
         self._types = getattr(config, "type_vocab_size", 0) > 1
+        self._plan: LayerPlan | None = None  # None: every layer from output_attentions=True at once
         if not self.encoder_decoder:
-            self.causal = self._reads_causal()
+            inputs, attentions = self._probe()
+            self.causal = self._reads_causal(attentions)
+            self._plan = plan_layers(self.model, self.n_layers, inputs, attentions)
+            if self._plan is not None:
+                self.capabilities = replace(self.capabilities, streaming=True)
 
     @property
     def n_layers(self) -> int:
@@ -167,23 +177,37 @@ class HFSource(ModelSource):
                 self._task_models[task] = None
         return self._task_models[task]
 
+    def _inputs(self, ids: Tensor, mask: Tensor, types: Tensor) -> dict[str, Tensor]:
+        return {"input_ids": ids, "attention_mask": mask, **({"token_type_ids": types} if self._types else {})}
+
     @torch.no_grad()
     def _attentions(self, ids: Tensor, mask: Tensor, types: Tensor) -> list[Tensor]:
-        kwargs = {"input_ids": ids, "attention_mask": mask, "output_attentions": True}
-        if self._types:
-            kwargs["token_type_ids"] = types
-        return list(self.model(**kwargs).attentions)
+        return list(self.model(**self._inputs(ids, mask, types), output_attentions=True).attentions)
 
-    def _reads_causal(self) -> bool:
-        """Causal or not, read off the weights of a three-token forward pass: every upper triangle is 0."""
+    def _probe(self) -> tuple[dict[str, Tensor], list[Tensor]]:
+        """A three-token forward pass: its inputs, and every layer's weights (``output_attentions=True``)."""
         ids = torch.arange(3, device=self.model.device)[None] % self.model.get_input_embeddings().num_embeddings
-        attentions = self._attentions(ids, torch.ones_like(ids), torch.zeros_like(ids))
-        upper = torch.ones(3, 3, dtype=torch.bool, device=ids.device).triu(1)
+        mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+        return self._inputs(ids, mask, types), self._attentions(ids, mask, types)
+
+    def _reads_causal(self, attentions: list[Tensor] | None = None) -> bool:
+        """Causal or not, read off the weights of a three-token forward pass (:meth:`_probe`): every upper triangle is 0."""
+        attentions = self._probe()[1] if attentions is None else attentions
+        upper = torch.ones(3, 3, dtype=torch.bool, device=self.model.device).triu(1)
         return all(bool((a[..., upper] == 0).all()) for a in attentions)
 
     def forward_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
-        """transformers builds every layer's attention at once; they are handed on one at a time and
-        each is released once passed on."""
+        """Each layer as transformers computes it (:func:`~attnviz.sources.hf_layers.stream_layers`):
+        the forward waits while the consumer works on a layer and stops after the last one wanted.
+        Models where that cannot be established run whole (:meth:`_whole_layers`)."""
+        if self._plan is None or capture.grad:
+            return self._whole_layers(ids, mask, types, capture)
+        return stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,
+                             whole=lambda: self._whole_layers(ids, mask, types, capture))
+
+    def _whole_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
+        """transformers builds every layer's attention at once (``output_attentions=True``); they are
+        handed on one at a time and each is released once passed on."""
         attentions: list[Tensor | None] = list(self._attentions(ids, mask, types))
         for i in range(len(attentions)):
             weights, attentions[i] = attentions[i], None

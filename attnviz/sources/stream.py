@@ -148,12 +148,17 @@ class LayerStream:
         lengths = [len(r.tokens) for r in self.results]
         position = 0
         name = self.results[0].model_name
-        for out in self._outs:
-            if out.weights is not None:
-                check_finite(out.weights, out.layer, name)
-            yield position, [_cut(out, b, n, name) for b, n in enumerate(lengths)]
-            del out  # before the next layer is computed: one layer's matrices at a time
-            position += 1  # noqa: SIM113 (enumerate would keep the last layer alive)
+        try:
+            for out in self._outs:
+                if out.weights is not None:
+                    check_finite(out.weights, out.layer, name)
+                yield position, [_cut(out, b, n, name) for b, n in enumerate(lengths)]
+                del out  # before the next layer is computed: one layer's matrices at a time
+                position += 1  # (not enumerate: it would keep the last layer alive)
+        finally:  # a consumer that stops early (or fails) ends the engine's run now, not when collected
+            close = getattr(self._outs, "close", None)
+            if close is not None:
+                close()
 
     @classmethod
     def of_results(cls, results: list[AttentionResult]) -> LayerStream:
