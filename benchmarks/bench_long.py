@@ -10,7 +10,11 @@ Goals (issue 10): peak RSS ≤ 0.5× and time ≤ 1.0× of the baseline, for ``e
 ``heads``, ``rollout`` and ``compare-heads``. The export writes 2.4 GB of float32 attentions: on a
 disk that writes ~260 MB/s that alone is ~9 s, overlapped with computing the next layer.
 
-Run: python benchmarks/bench_long.py [--length 2048] [--runs 3] [--only export,heads]
+Issue 17 asks more of ``heads`` on 4,096 tokens: peak RSS ≤ 0.15× and time ≤ 1.0× (one layer's
+``[12, 4096, 4096]`` alone is 805 MB, so the native engine hands each layer over as blocks of query
+rows and the statistics are reduced block by block). Run it with ``--length 4096 --only heads --rss-goal 0.15``.
+
+Run: python benchmarks/bench_long.py [--length 2048] [--runs 3] [--only export,heads] [--rss-goal 0.5]
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="export,heads,rollout,compare-heads",
                         help="comma-separated commands to time (default: all four)")
+    parser.add_argument("--rss-goal", type=float, default=0.5, help="the peak-RSS ratio to meet (issue 17: 0.15)")
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     attnviz = [sys.executable, "-m", "attnviz"]
@@ -114,7 +119,7 @@ def main() -> None:
     for name in chosen:
         s, m = med[name]
         print(f"   {'attnviz ' + name:<40} {s:7.2f} s   peak {m:7.0f} MiB   "
-              f"time {s / base_s:.2f}x (goal <= 1.0x)   peak RSS {m / base_m:.2f}x (goal <= 0.5x)")
+              f"time {s / base_s:.2f}x (goal <= 1.0x)   peak RSS {m / base_m:.2f}x (goal <= {args.rss_goal}x)")
 
 
 if __name__ == "__main__":
