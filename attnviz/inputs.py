@@ -16,9 +16,11 @@ from .errors import InputError
 
 def read_texts(source: str | Path, *, field: str = "text", column: str = "text", kind: str = "auto") -> list[str]:
     """Texts from ``source`` (``-`` for stdin). ``kind`` ``auto`` goes by the extension (``.jsonl``,
-    ``.csv``, else one text per line); ``lines``, ``jsonl`` and ``csv`` say it outright."""
+    ``.csv``, ``.parquet``, else one text per line); ``lines``, ``jsonl``, ``csv`` and ``parquet`` say it outright."""
     name = "stdin" if source == "-" else source
     raw = sys.stdin.buffer.read() if source == "-" else _read_bytes(Path(source))
+    if kind == "parquet" or (kind in ("auto", "csv") and Path(source).suffix.lower() == ".parquet"):
+        return _parquet(raw, column, name)  # [[column]] names a Parquet file's column as it names a CSV's
     try:
         text = raw.decode("utf-8-sig")  # a byte-order mark is not part of the first text
     except UnicodeDecodeError as exc:
@@ -90,3 +92,29 @@ def _csv(text: str, column: str, name: str) -> list[str]:
         return [row[column] for row in reader if (row.get(column) or "").strip()]
     except csv.Error as exc:
         raise InputError(f"{name} line {reader.line_num} is not valid CSV ({exc})") from None
+
+
+def _parquet(raw: bytes, column: str, name: str) -> list[str]:
+    """The non-blank texts of a Parquet file's string ``column`` (needs pyarrow, the ``parquet`` extra)."""
+    from .errors import UsageError
+
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError(f"reading {name} needs pyarrow: pip install 'attnviz[parquet]'") from None
+    try:
+        schema = pq.read_schema(pa.BufferReader(raw))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{name} is not a Parquet file ({exc})") from None
+    if column not in schema.names:
+        raise InputError(f"{name} has no column {column!r} (columns: {', '.join(schema.names) or 'none'}); "
+                         "choose it with [[column]]")
+    field = schema.field(column)
+    if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+        raise InputError(f"{name}: column {column!r} holds {field.type}, not text; choose a text column with [[column]]")
+    values = pq.read_table(pa.BufferReader(raw), columns=[column]).column(column).to_pylist()
+    texts = [v for v in values if v is not None and v.strip()]
+    if not texts:
+        raise InputError(f"{name} has no texts in column {column!r}")
+    return texts

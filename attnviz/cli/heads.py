@@ -44,6 +44,7 @@ class Format(str, Enum):
     table = "table"
     json = "json"
     csv = "csv"
+    parquet = "parquet"
 
 
 class Probe(str, Enum):
@@ -59,7 +60,9 @@ def heads(
     sort: str | None = typer.Option(None, "--sort", help="Sort by this statistic, largest first (full or short name: prev_score or prev, induction or ind), or by layer or head.", show_default=False),
     top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (after --sort).", show_default=False),
     columns: str | None = typer.Option(None, "--columns", help="The statistics the table shows, in this order, e.g. prev,ind,dup (full or short names; 'all' for every one). JSON and CSV always have every statistic.", show_default=False),
-    fmt: Format = typer.Option(Format.table, "--format", help="table, json (one object: model, text, tokens, heads) or csv (one row per head)."),
+    fmt: Format = typer.Option(Format.table, "--format", help="table, json (one object: model, text, tokens, heads), csv (one row per head), or parquet (with --file and --out: one row per text × layer × head, not averaged)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="With --format parquet: the folder for heads.parquet, texts.parquet and a manifest (a rerun resumes).", show_default=False),
+    column: str | None = typer.Option(None, "--column", help="A CSV or Parquet --file: the column holding the texts (default text).", show_default=False),
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -88,11 +91,29 @@ def heads(
     given = sum(x is not None for x in (text, file, probe))
     if given > 1 or (given == 0 and model is None):
         raise UsageError(EXACTLY_ONE)
+    if fmt is Format.parquet or out is not None:
+        from .heads_parquet import refuse_options, write_parquet
+
+        if fmt is not Format.parquet:
+            raise UsageError("--out is the folder of --format parquet; the other formats print to stdout")
+        refuse_options(text=text, probe=probe, out=out, given={
+            "--sort": sort is not None, "--top": top is not None, "--columns": columns is not None,
+            "--head": head != "all", "--pair": pair is not None, "--target": target is not None,
+            "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": device_map is not None})
+        assert file is not None and out is not None  # checked above
+        write_parquet(file, out, {
+            "model": model, "engine": engine.value, "revision": revision, "device": device.value, "causal": causal,
+            "truncate": truncate, "layers": None if layer == "all" else layer, "column": column,
+            "hide_special": hide_special, "renormalize": renormalize, "words": words,
+            "trust_remote_code": trust_remote_code, "batch_size": BATCH}, verbose=verbose)
+        return
     texts = None
     if file is not None:
-        from ..inputs import read_lines
+        from ..inputs import read_texts
 
-        texts = read_lines(file)
+        # One text per line; a CSV or Parquet file (or --column) gives the texts of a column.
+        tabular = column is not None or file.suffix.lower() in (".csv", ".parquet")
+        texts = read_texts(str(file), column=column or "text", kind="auto" if tabular else "lines")
     if pair is not None and text is None:
         raise UsageError("--pair is a second sentence for TEXT; it does not go with --file or --probe")
     if target is not None and text is None:

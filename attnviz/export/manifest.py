@@ -152,7 +152,7 @@ class Journal:
         indices = {f"{item.index:06d}" for item in items}
         return sorted(path for path in self.out_dir.iterdir()
                       if path.is_file() and path.name not in listed and (m := _OUTPUT.fullmatch(path.name))
-                      and m.group(1) in indices)
+                      and (m.group(1) or m.group(2)) in indices)
 
 
 def _files_intact(folder: Path, entry: dict[str, Any]) -> bool:
@@ -175,7 +175,8 @@ def safe_name(name: object) -> bool:
 
 _SAFE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
 # What an export writes for an item: {index:06d}-{slug}.npz, .stats.json, .L{layer}[H{head}].{png,svg,pdf}
-_OUTPUT = re.compile(r"(\d{6})-[a-z0-9-]+\.(?:npz|stats\.json|html|L\d+(?:H\d+)?\.(?:png|svg|pdf))")
+# and heads-{first index:06d}.parquet, the Parquet part of the block an item starts.
+_OUTPUT = re.compile(r"(\d{6})-[a-z0-9-]+\.(?:npz|stats\.json|html|L\d+(?:H\d+)?\.(?:png|svg|pdf))|heads-(\d{6})\.parquet")
 _REQUIRED = ("index", "hash", "status", "settings", "of")
 
 
@@ -214,6 +215,10 @@ def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
     final = out / MANIFEST
     lines = "".join(_line(entries[i]) for i in sorted(entries))
     atomic_write(final, lambda tmp: Path(tmp).write_text(lines, encoding="utf-8"))
+    if any(name.endswith(".parquet") for entry in entries.values() for name in entry.get("files", [])):
+        from .table import assemble
+
+        assemble(out, entries)  # one heads.parquet and texts.parquet for every shard's items
     return final, len(entries)
 
 

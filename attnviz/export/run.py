@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,11 @@ def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item
     if todo:
         _export(todo, out_dir, settings, journal, summary, on_item or (lambda: None), on_source)
     summary.manifest = journal.finish(items)
+    if "parquet" in settings.formats:  # the tables, from the parts of every finished item of this shard
+        from .table import assemble
+
+        wanted = {item.index for item in items}
+        assemble(out_dir, {i: e for i, e in journal.entries.items() if i in wanted})
     for path in journal.stale_files(items):  # an earlier run's outputs that these settings no longer make
         path.unlink(missing_ok=True)
         summary.removed.append(path.name)
@@ -120,16 +125,27 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
         if len(batch) == 1:
             return [(batch[0], exc.template)]
         return [pair for item in batch for pair in _run_block(source, [item], out_dir, settings, journal)]
-    exports = [None if journal.finished(item) else ItemExport(item, header, out_dir, settings, len(stream.layers))
-               for item, header in zip(batch, stream.results, strict=True)]
+    table = "parquet" in settings.formats
+    done = [journal.finished(item) for item in batch]
+    # A finished item of a block that runs again gives its statistics again (the same numbers): the block's part holds every item.
+    exports = [ItemExport(item, header, out_dir, replace(settings, formats=("parquet",)) if finished else settings,
+                          len(stream.layers)) if table or not finished else None
+               for item, header, finished in zip(batch, stream.results, done, strict=True)]
     try:
         for position, parts in stream:
             _add_layer(exports, position, parts)
             del parts  # this layer is written: drop it before the next is computed
         outcomes: list[tuple[Item, Outcome | str]] = []
+        rows = []
         for i, (item, export) in enumerate(zip(batch, exports, strict=True)):
             if export is not None:
-                outcomes.append((item, export.finish(stream.results[i] if stream.whole else None)))
+                outcome = export.finish(stream.results[i] if stream.whole else None)
+                if table:
+                    rows.append(export.text_rows())
+                if not done[i]:
+                    outcomes.append((item, outcome))
+        if table:
+            _write_part(out_dir, batch, rows, outcomes, done, journal)
         return outcomes
     except AttnvizError as exc:
         for export in exports:
@@ -137,12 +153,30 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
                 export.abort()
         if isinstance(exc, UsageError):
             raise  # e.g. --heads beyond the model's heads: wrong for every item alike
-        return [(item, exc.template) for item, export in zip(batch, exports, strict=True) if export is not None]
+        return [(item, exc.template) for item, export, finished in zip(batch, exports, done, strict=True)
+                if export is not None and not finished]
     except BaseException:
         for export in exports:
             if export is not None:
                 export.abort()
         raise
+
+
+def _write_part(out_dir: Path, batch: list[Item], rows: list[Any], outcomes: list[tuple[Item, Any]],
+                done: list[bool], journal: Journal) -> None:
+    """The block's statistics as one Parquet part, listed with each of its items; the items finished
+    by an earlier run are recorded again, with the part's new size."""
+    from .table import write_part
+
+    name = write_part(out_dir, batch[0].index, rows)
+    for _, (files, _stats, _tasks) in outcomes:
+        files.insert(0, name)
+    for item, finished in zip(batch, done, strict=True):
+        if finished:
+            entry = dict(journal.entries[item.index])
+            entry["files"] = list(dict.fromkeys([name, *entry.get("files", [])]))
+            entry["sizes"] = file_sizes(out_dir, entry["files"])
+            journal.record(entry)
 
 
 def _add_layer(exports: list[ItemExport | None], position: int, parts: list[Any]) -> None:
@@ -253,10 +287,18 @@ class ItemExport:
             files.append(path.name)
         # Images are listed by layer, then head, then format, as they were queued.
         files.extend(path.name for _, path in self.images)
+        self.rows = rows
         labels = Counter(label for row in rows for label in row["labels"])  # type: ignore[union-attr]
         stats = {"tokens": len(self.shown.tokens), "labels": dict(sorted(labels.items())),
                  "entropy_norm_mean": round(sum(float(r["entropy_norm"]) for r in rows) / len(rows), 6)}
         return files, stats, self.images
+
+    def text_rows(self) -> Any:
+        """This text's head rows for the Parquet tables (after :meth:`finish`)."""
+        from .table import TextRows
+
+        return TextRows(self.item.index, self.item.hash, self.item.text, self.header.model_name,
+                        len(self.shown.tokens), self.rows)
 
     def _write_pages(self, rows: list[dict[str, Any]]) -> list[Path]:
         """The text's page in each per-text format (the registry's), every exported layer on it."""

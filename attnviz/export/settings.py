@@ -33,9 +33,9 @@ class ExportSettings:
     batch_size: int = 8
     jobs: int = 2
     shard: tuple[int, int] = (1, 1)  # (K, N), K from 1
-    input_format: str = "auto"  # auto (by extension; --field means JSONL, --column CSV), lines, jsonl, csv
+    input_format: str = "auto"  # auto (by extension; --field means JSONL, --column CSV or Parquet), lines, jsonl, csv, parquet
     field: str = "text"  # JSONL
-    column: str = "text"  # CSV
+    column: str = "text"  # CSV and Parquet
     float16: bool = False
     truncate: bool = False
     quiet: bool = False
@@ -139,7 +139,7 @@ _KINDS = {"batch_size": int, "jobs": int, "trust_remote_code": bool, "causal": b
           "grid": bool, "model": str, "revision": str, "engine": str, "device": str, "field": str, "column": str,
           "cmap": str, "input_format": str, "style": str, "pair": str,
           "hide_special": bool, "renormalize": bool, "words": bool}
-_INPUT_FORMATS = ("auto", "lines", "jsonl", "csv")
+_INPUT_FORMATS = ("auto", "lines", "jsonl", "csv", "parquet")
 
 
 def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> ExportSettings:
@@ -173,6 +173,10 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
         settings = replace(settings, input_format="csv")
     if not settings.grid and not settings.heads and settings.image_formats:
         raise UsageError("[[grid=False]] draws nothing without [[heads]]; give heads to draw, or drop image formats")
+    if "parquet" in settings.formats:
+        from .table import pyarrow
+
+        pyarrow()  # not installed: say so before any work
     if settings.style not in ("figure", "tiles"):
         raise UsageError(f"[[style={settings.style!r}]]: use figure or tiles")
     if settings.style == "tiles" and (set(settings.image_formats) - {"png"} or settings.page_formats):

@@ -50,6 +50,8 @@ register(Format("html", "view", ".html", "attnviz.render.html:render_html",
                 "an interactive page: head view, model view, matrices, one self-contained file", per_text=True))
 register(Format("npz", "data", ".npz", None, "tokens, ids and attentions (AttentionResult.load reads it)"))
 register(Format("json", "data", ".stats.json", None, "every head's statistics and labels"))
+register(Format("parquet", "data", ".parquet", None,
+                "every head's statistics, one row per text × layer × head: heads.parquet and texts.parquet"))
 
 TILES = Format("tiles", "view", ".png", "attnviz.render.tiles:render_tiles", "bare colour tiles, no labels")
 

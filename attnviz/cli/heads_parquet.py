@@ -1,0 +1,47 @@
+"""``attnviz heads --file TEXTS --format parquet --out DIR``: one row per text × layer × head, as an export.
+
+The statistics of each text are kept apart (not averaged) and written by the export pipeline with
+``--formats parquet``, so the folder gets what an export gives: ``heads.parquet``, ``texts.parquet``,
+a manifest, and a rerun that resumes where an interrupted one stopped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import UsageError
+
+ALONE = "--format parquet writes one row per text × layer × head of --file's texts"
+
+
+def refuse_options(*, text: str | None, probe: Any, out: Path | None, given: dict[str, bool]) -> None:
+    """What --format parquet cannot do, said before any work."""
+    if out is None:
+        raise UsageError("--format parquet needs --out DIR, the folder for heads.parquet and texts.parquet")
+    if text is not None or probe is not None:
+        raise UsageError(f"{ALONE}; put the text in a file (one per line) and give --file, or use --format json")
+    for flag, is_given in given.items():
+        if is_given:
+            raise UsageError(f"{flag} does not go with --format parquet: {ALONE}, every head of every layer asked "
+                             "for; filter and sort the table when you read it")
+
+
+def write_parquet(file: Path, out: Path, options: dict[str, Any], *, verbose: bool) -> None:
+    """Run the export of ``file`` with ``--formats parquet`` into ``out`` and say what it wrote."""
+    from ..export import build_settings, run_export
+    from ..export.table import HEADS_TABLE, TEXTS_TABLE
+
+    settings = build_settings(None, {**options, "formats": "parquet", "quiet": True})
+    said = (lambda source: sys.stderr.write(f"attnviz: {source.describe()}\n")) if verbose else None
+    summary = run_export(str(file), out, settings, on_source=said)
+    if summary.failed:
+        first = "; ".join(f"text {i}: {message}" for i, message in summary.failed[:3])
+        sys.stderr.write(f"attnviz: error: {len(summary.failed)} of {summary.items} texts failed (left out of the "
+                         f"tables; see {summary.manifest}): {first}\n")
+        raise typer.Exit(1)
+    typer.echo(f"{summary.items} texts ({summary.exported} now, {summary.skipped} already done): "
+               f"{out / HEADS_TABLE} and {out / TEXTS_TABLE}")
