@@ -322,9 +322,19 @@ def check_export(step: Step, argv: list[str]) -> None:
         for name in images:
             assert (out / name).read_bytes().startswith(IMAGE_MAGIC[".png"]), name
         npz = [n for n in files if n.endswith(".npz")]
+        if "parquet" in formats:
+            _check_tables(out, len(TEXTS))
         if "--float16" in argv:
             with np.load(out / npz[0]) as arrays:
                 assert arrays["attentions"].dtype == np.float16
+
+
+def _check_tables(folder: Path, n_texts: int) -> None:
+    """heads.parquet and texts.parquet: Parquet files with a row per text (and per text × layer × head)."""
+    import pyarrow.parquet as pq
+
+    texts, heads = pq.read_table(folder / "texts.parquet"), pq.read_table(folder / "heads.parquet")
+    assert texts.num_rows == n_texts and heads.num_rows % n_texts == 0 and heads.num_rows > n_texts
 
 
 def check_step(step: Step, argv: list[str], result) -> None:
@@ -332,6 +342,8 @@ def check_step(step: Step, argv: list[str], result) -> None:
     out = _option(argv, "--out", "-o")
     if command == "export":
         check_export(step, argv)
+    elif command == "heads" and _option(argv, "--format") == "parquet":
+        _check_tables(Path(out), len(TEXTS))
     elif out is not None:
         path = Path(out)
         assert path.is_file() and path.read_bytes().startswith(IMAGE_MAGIC[path.suffix]), step.line

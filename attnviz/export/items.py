@@ -50,13 +50,27 @@ def read_items(source: str, *, field: str = "text", column: str = "text", kind: 
     return [Item(i, t) for i, t in enumerate(read_texts(source, field=field, column=column, kind=kind))]
 
 
+WINDOW = 64  # batches whose texts are grouped by length together: far-apart texts never wait for each other
+
+
+def plan(items: list[Item], size: int) -> list[list[Item]]:
+    """Every batch of ``size`` items, in the order they run: the input is taken ``WINDOW`` batches at a
+    time, and each window's texts are sorted by length (stably) before they are cut into batches, so
+    a batch pads little (texts of similar lengths) while the run still moves through the input in order.
+    The plan depends on the texts and ``size`` alone, so every shard and every resume makes the same one."""
+    out: list[list[Item]] = []
+    window = size * WINDOW
+    for start in range(0, len(items), window):
+        chunk = sorted(items[start : start + window], key=lambda item: len(item.text))
+        out.extend(chunk[i : i + size] for i in range(0, len(chunk), size))
+    return out
+
+
 def blocks(items: list[Item], size: int, k: int = 1, n: int = 1) -> list[list[Item]]:
-    """The batches of shard K of N (from 1): consecutive blocks of ``size`` items, block b going to
-    shard ``b mod N + 1``.
+    """The batches of shard K of N (from 1): the batches of :func:`plan`, batch b going to shard ``b mod N + 1``.
 
     A block is always computed together, in the whole run, in any shard and after any resume, so
     an item's numbers never depend on how the work was split or interrupted (padding a batch
     changes float rounding in the last bits). Shards that are to be merged use one batch size.
     """
-    chunks = [items[i : i + size] for i in range(0, len(items), size)]
-    return [chunk for b, chunk in enumerate(chunks) if b % n == k - 1]
+    return [chunk for b, chunk in enumerate(plan(items, size)) if b % n == k - 1]
