@@ -66,7 +66,11 @@ def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item
     summary = ExportSummary(items=len(items), skipped=done)
     if on_start is not None:
         on_start(len(items), done)
-    if todo:
+    if todo and settings.backend == "ray":
+        from .ray_backend import export_on_ray
+
+        export_on_ray(todo, out_dir, settings, journal, summary, on_item or (lambda: None), on_source)
+    elif todo:
         _export(todo, out_dir, settings, journal, summary, on_item or (lambda: None), on_source)
     summary.manifest = journal.finish(items)
     if "parquet" in settings.formats:  # the tables, from the parts of every finished item of this shard

@@ -45,6 +45,8 @@ class ExportSettings:
     hide_special: bool = False  # drop [CLS], [SEP], BOS… from every output
     renormalize: bool = False  # with hide_special: rescale each row to sum to 1
     words: bool = False  # join word pieces into words (sum to a word, mean from a word)
+    backend: str = "local"  # local: this process and --jobs drawing processes; ray: --jobs Ray actors
+    ray_address: str | None = None  # an existing Ray cluster (None: a local one with this machine's CPUs)
 
     @property
     def reading(self) -> Any:
@@ -138,7 +140,7 @@ _PARSERS = {
 _KINDS = {"batch_size": int, "jobs": int, "trust_remote_code": bool, "causal": bool, "float16": bool, "truncate": bool, "quiet": bool,
           "grid": bool, "model": str, "revision": str, "engine": str, "device": str, "field": str, "column": str,
           "cmap": str, "input_format": str, "style": str, "pair": str,
-          "hide_special": bool, "renormalize": bool, "words": bool}
+          "hide_special": bool, "renormalize": bool, "words": bool, "backend": str, "ray_address": str}
 _INPUT_FORMATS = ("auto", "lines", "jsonl", "csv", "parquet")
 
 
@@ -173,6 +175,14 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
         settings = replace(settings, input_format="csv")
     if not settings.grid and not settings.heads and settings.image_formats:
         raise UsageError("[[grid=False]] draws nothing without [[heads]]; give heads to draw, or drop image formats")
+    if settings.backend not in ("local", "ray"):
+        raise UsageError(f"[[backend={settings.backend!r}]]: use local or ray")
+    if settings.ray_address is not None and settings.backend != "ray":
+        raise UsageError("[[ray_address]] names a Ray cluster; it goes with [[backend=ray]]")
+    if settings.backend == "ray":
+        from .ray_backend import ray_module
+
+        ray_module()  # not installed: say so before any work
     if "parquet" in settings.formats:
         from .table import pyarrow
 

@@ -1,0 +1,74 @@
+"""export --backend ray on a local Ray cluster of 2 CPUs: the same files as a local run, byte for byte,
+a failing text recorded and the run going on, resume and the manifest kept, progress fed per item."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")  # the test extra installs it; test_ci_installs_ray keeps that true
+
+TEXTS = ["the cat sat on the mat .", "a dog ran to the cat", " ".join(["cat"] * 400), "birds sing",
+         "the dog sat on the mat again ."]
+
+
+def test_ci_installs_ray():
+    extras = Path(__file__).resolve().parent.parent.joinpath("pyproject.toml").read_text(encoding="utf-8")
+    assert "ray" in extras.split("test = [", 1)[1].split("]", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local cluster of 2 CPUs for this module (an export uses a running cluster and leaves it running)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_ray_gives_the_files_of_a_local_run(cluster, run_cli, tmp_path, tiny_hf):
+    """The same blocks through the same code on two actors: the manifest, Parquet parts and tables, npz and
+    JSON equal a local run's byte for byte; the too-long text fails in both and the run goes on; the
+    progress callback hears every item as its block comes back. (Which blocks a rerun skips is decided
+    before either backend runs: test_export.py and test_parquet.py hold resume.)"""
+    from attnviz.export import build_settings, run_export
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    done = run_cli("export", str(texts), "--model", tiny_hf["gpt2"], "--formats", "parquet,json,npz", "--batch-size",
+                   "2", "--quiet", "--out", str(local))
+    assert done.exit_code == 1 and "1 of 5 items failed" in done.stderr, done.stderr
+    settings = build_settings(None, {"model": tiny_hf["gpt2"], "formats": "parquet,json,npz", "batch_size": 2,
+                                     "backend": "ray", "jobs": 2})
+    ticks: list[int] = []
+    summary = run_export(str(texts), on_ray, settings, on_start=lambda total, already: ticks.append(-total),
+                         on_item=lambda: ticks.append(1))
+    assert ticks == [-5, 1, 1, 1, 1, 1] and summary.exported == 4 and [i for i, _ in summary.failed] == [2]
+    assert _tree(local) == _tree(on_ray)
+
+
+def test_ray_errors_are_one_line(run_cli, tmp_path, tiny_hf, monkeypatch):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("one text\n", encoding="utf-8")
+    base = ["export", str(texts), "--out", str(tmp_path / "o"), "--formats", "json"]
+    wrong = run_cli(*base, "--ray-address", "auto")
+    assert wrong.exit_code == 2 and "--ray-address names a Ray cluster; it goes with --backend ray" in wrong.stderr
+    unknown = run_cli(*base, "--backend", "spark")
+    assert unknown.exit_code == 2 and "--backend 'spark': use local or ray" in unknown.stderr
+    import builtins
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("no ray here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    missing = run_cli(*base, "--backend", "ray")
+    assert missing.exit_code == 2 and "pip install 'attnviz[ray]'" in missing.stderr
