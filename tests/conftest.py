@@ -90,3 +90,13 @@ def open_offline(browser, path: Path, requests: list[str], errors: list[str]):
     page.goto(path.as_uri())
     page.wait_for_selector("#headview[data-drawn]")
     return page
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster of 2 CPUs for the whole session (started once, on first use): an export
+    with --backend ray uses a running cluster and leaves it running."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()

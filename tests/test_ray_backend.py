@@ -18,12 +18,9 @@ def test_ci_installs_ray():
     assert "ray" in extras.split("test = [", 1)[1].split("]", 1)[0]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """One local cluster of 2 CPUs for this module (an export uses a running cluster and leaves it running)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+@pytest.fixture
+def cluster(ray_cluster):
+    return ray_cluster
 
 
 def _tree(folder: Path) -> dict[str, bytes]:

@@ -364,7 +364,9 @@ def check_step(step: Step, argv: list[str], result) -> None:
 
 
 @pytest.mark.parametrize("step", SINGLE, ids=_id)
-def test_readme_command_runs_as_written(step, workdir):
+def test_readme_command_runs_as_written(step, workdir, request):
+    if "ray" in step.argv:  # --backend ray: on the session's local cluster (one start for every test)
+        request.getfixturevalue("ray_cluster")
     argv, result = run_step(step)
     check_step(step, argv, result)
 
