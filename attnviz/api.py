@@ -239,6 +239,7 @@ def attention_view(
     truncate: bool = False,
     vmax: float | None = None,
     cmap: str = "viridis",
+    pool: bool | None = None,
 ) -> HeatmapView:
     """What ``attnviz heatmap`` draws: a ``head`` (a number), every head (``"all"``) or their mean
     (``"mean"``), in one ``layer`` or in every layer (``"all"``, the default: a panel per layer, or
@@ -248,11 +249,16 @@ def attention_view(
     rescales each row to sum to 1; ``words`` joins word pieces (Clark et al. 2019: attention to a word
     is the sum over its pieces, from a word the mean). ``kind`` is ``self`` (or ``encoder``),
     ``decoder`` or ``cross`` for encoder-decoder models.
+
+    An input longer than a picture's :data:`~attnviz.render.view.FIGURE_CELLS` is max-pooled as each
+    layer is computed (:mod:`attnviz.pooled_view`) with ``pool=True`` (what a picture file does
+    anyway), and by default (``None``) only where a layer is too big to hold whole; ``False`` never.
     """
     from .render.view import head_across_layers_view, heatmap_view
 
     reading = Reading(hide_special=hide_special, renormalize=renormalize, words=words)
-    if reading.plain and kind in ("self", "encoder") and _long_for_a_picture(source, text, pair, truncate):
+    if pool is not False and reading.plain and kind in ("self", "encoder") and \
+            _long_for_a_picture(source, text, pair, truncate, always=bool(pool)):
         from .pooled_view import pooled_view
 
         return pooled_view(source, text, layer=layer, head=head, pair=pair, truncate=truncate, vmax=vmax, cmap=cmap)
@@ -266,14 +272,17 @@ def attention_view(
     return heatmap_view(result, layer=int(layer), head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
 
 
-def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncate: bool) -> bool:
-    """More tokens than a picture has cells (so it is pooled anyway), from an engine that hands
-    layers over one at a time: then each layer is pooled as it is computed (:mod:`attnviz.pooled_view`)."""
+def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncate: bool, *, always: bool) -> bool:
+    """More tokens than a picture has cells, from an engine that hands layers over one at a time,
+    and (unless ``always``) a layer too big to hold whole: then each layer is pooled as it is
+    computed (:mod:`attnviz.pooled_view`)."""
     from .render.view import FIGURE_CELLS
 
     if text is None or not source.capabilities.streaming or not hasattr(source, "encode"):
         return False
-    return len(source.encode(text, pair, truncate=truncate).ids) > FIGURE_CELLS
+    n = len(source.encode(text, pair, truncate=truncate).ids)
+    too_big = getattr(source, "rows_for", lambda batch, tokens: False)(1, n)
+    return n > FIGURE_CELLS and (always or too_big)
 
 
 def find_query(tokens: Sequence[str], query: int | str) -> int:

@@ -350,7 +350,7 @@ class MultiHeadAttention(nn.Module):
             described = mask
             if causal:
                 described = RowMask(q.shape[-2], k.shape[-2], None if described is None else described.padding, 0,
-                                    None if described is None else described.window)
+                                    None if described is None else described.window, q.device)
             heads = blocked_attention(q, k, v, described, scale=scale)  # (B, H, Tq, d)
             rows = AttentionRows(q, k, described, scale) if need_weights == "rows" else None
             scores = weights = None

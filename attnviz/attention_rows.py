@@ -47,6 +47,7 @@ class RowMask:
     padding: Tensor | None = None
     start: int | None = None
     window: int | None = None
+    device: torch.device | str | None = None  # where the masks are built (the model's device)
     _dense: list[Tensor | None] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
@@ -55,9 +56,10 @@ class RowMask:
         """From a tokenizer's ``attention_mask`` ``[B, Tk]`` (1 = real token), for ``t_q`` new queries."""
         padding = None if attention_mask is None else attention_mask.bool()
         t_k = t_q + (start or 0) if padding is None else padding.shape[-1]
+        device = None if padding is None else padding.device
         if padding is not None and bool(padding.all()):
             padding = None  # nothing to mask: the fused paths apply
-        return cls(t_q, t_k, padding, start, window)
+        return cls(t_q, t_k, padding, start, window, device)
 
     @property
     def causal(self) -> bool:
@@ -73,9 +75,8 @@ class RowMask:
         width = self.t_k if width is None else width
         mask = None if self.padding is None else self.padding[:, None, None, :width]
         if self.start is not None:
-            device = None if self.padding is None else self.padding.device
-            i = torch.arange(self.start + first, self.start + stop, device=device)[:, None]
-            j = torch.arange(width, device=device)[None, :]
+            i = torch.arange(self.start + first, self.start + stop, device=self.device)[:, None]
+            j = torch.arange(width, device=self.device)[None, :]
             allowed = j <= i
             if self.window is not None:
                 allowed &= i - j < self.window
@@ -85,9 +86,8 @@ class RowMask:
     def dense(self) -> Tensor | None:
         """The whole mask, ``[B, 1, Tq, Tk]`` or broadcastable; built once and kept."""
         if not self._dense:
-            causal = None if self.start is None else decoding_mask(self.start, self.t_q, window=self.window)
-            if causal is not None and self.padding is not None:
-                causal = causal.to(self.padding.device)
+            causal = None if self.start is None else decoding_mask(self.start, self.t_q, window=self.window,
+                                                                    device=self.device)
             padding = None if self.padding is None else self.padding[:, None, None, :]
             self._dense.append(combine_masks(padding, causal))
         return self._dense[0]

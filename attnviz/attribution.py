@@ -206,6 +206,9 @@ def flow_of_text(source: Any, text: str | None, *, layer: int | None = None, hea
     from .flow import attention_flow_to, check_flow_cost
     from .metrics import fuse_heads
 
+    if kind in ("self", "encoder") and text is not None and hasattr(source, "encode"):  # refused before any forward
+        through = source.n_layers if layer is None else layer + 1
+        check_flow_cost(len(source.encode(text, pair, truncate=truncate).ids), through, force=force)
     layers, header, numbers = _read_layers(source, text, layer=layer, truncate=truncate, pair=pair, reading=reading,
                                            kind=kind, target=target, purpose="attention flow", head_fusion=head_fusion)
     fused = torch.stack([fuse_heads(a, head_fusion) if a.dim() == 3 else a for a in layers])  # (L, T, T)

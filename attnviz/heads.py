@@ -243,7 +243,7 @@ class HeadTableBuilder:
                                    token_ids=token_ids(result), tokens=result.tokens, sep=sep_keys(result),
                                    causal=result.causal)
         for first, block in blocks_of(attentions, causal_trim=result.causal) if whole else attentions.row_blocks():
-            layer.add(first, block)
+            layer.add(first, block.cpu())  # reduced on the CPU (a no-op there), whatever device computed it
         sums = self._sums.setdefault(position, {})
         for name, value in layer.statistics().items():
             sums[name] = sums[name] + value if name in sums else value

@@ -65,7 +65,8 @@ def pooled_view(source: Any, text: str | None, *, layer: int | str, head: HeadCh
         notes=[] if factor == 1 else [f"downsampled {n}×{n} → {side}×{side} by max-pooling blocks of "
                                       f"{factor}×{factor} tokens, as each layer was computed"],
     )
-    view = replace(view, row_labels=pooled_labels(labels, factor, ranges=True))  # (printable already)
+    view = replace(view, row_labels=pooled_labels(labels, factor, ranges=True),  # (printable already)
+                   token_step=factor, n_tokens=n)
     return with_sinks(view, causal=header.causal, importance=torch.cat(importance), labels=labels, factor=factor)
 
 

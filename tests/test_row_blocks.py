@@ -142,6 +142,10 @@ def test_a_long_heatmap_is_pooled_as_each_layer_is_computed(tiny_hf, monkeypatch
         (expected.title, expected.panel_titles, expected.row_labels, expected.col_labels)
     assert view.marks == expected.marks
     assert any("downsampled" in note for note in view.notes)
+    # Drawn smaller still (a terminal): pooled again, the ranges and the note still count tokens.
+    again, reference = max_pool(view, 2), max_pool(full, factor * 2)
+    assert np.allclose(again.panels, reference.panels, atol=1e-6) and again.row_labels == reference.row_labels
+    assert again.notes[-1] == reference.notes[-1] and not any(n in again.notes[:-1] for n in view.notes[-1:])
 
 
 def test_a_long_heatmap_refuses_a_head_or_layer_out_of_range(tiny_hf, monkeypatch):
@@ -150,9 +154,9 @@ def test_a_long_heatmap_refuses_a_head_or_layer_out_of_range(tiny_hf, monkeypatc
     monkeypatch.setattr("attnviz.render.view.FIGURE_CELLS", 6)
     source = api.load(tiny_hf["gpt2"], engine="native")
     with pytest.raises(UsageError, match="head=9 is out of range"):
-        api.attention_view(source, TEXTS[0], layer=0, head=9)
+        api.attention_view(source, TEXTS[0], layer=0, head=9, pool=True)
     with pytest.raises(UsageError, match="layer=7 is out of range"):
-        api.attention_view(source, TEXTS[0], layer=7, head=0)
+        api.attention_view(source, TEXTS[0], layer=7, head=0, pool=True)
 
 
 def test_the_commands_read_a_long_input_block_by_block(tiny_hf, monkeypatch, run_cli, tmp_path):

@@ -118,5 +118,14 @@ def heatmap(
     view = attention_view(source, text, layer=layer_choice, head=head_choice,
                           kind=kind_name(kind), pair=pair, target=target,
                           hide_special=hide_special, renormalize=renormalize, words=words, truncate=truncate,
-                          vmax=vmax, cmap=cmap.value)
+                          vmax=vmax, cmap=cmap.value, pool=_picture(out))
     show_view(view, out, values=values, fit=fit.value, width=width)
+
+
+def _picture(out: Path | None) -> bool | None:
+    """A picture file pools a long input to its size anyway: pooled as each layer is computed (True).
+    The terminal and the numbers (.npz/.json) keep every token unless a layer is too big to hold (None)."""
+    from ..render.registry import FORMATS, view_formats
+
+    suffix = None if out is None else out.suffix.lower()
+    return True if any(FORMATS[name].suffix == suffix for name in view_formats() if name != "html") else None

@@ -101,9 +101,14 @@ class ItemExport:
             elif full is not None:
                 files.append(self.reading.apply(full).save(self.out_dir / f"{self.item.stem}.npz",
                                                            float16=self.settings.float16).name)
-        rows = self.stats.table().rows()
-        for row in rows:
-            row["layer"] = self.layers[int(row["layer"])]  # numbered as in the model
+        self.table = table = self.stats.table()
+        heads = [(layer, head) for layer in range(table.shape[0]) for head in range(table.shape[1])]
+        self.labels = [table.labels(layer, head) for layer, head in heads]
+        rows: list[dict[str, Any]] = []
+        if self.page is not None or "json" in self.settings.formats:  # per-head dicts only where they are written
+            rows = table.rows()
+            for row in rows:
+                row["layer"] = self.layers[int(row["layer"])]  # numbered as in the model
         if self.page is not None:
             files.extend(path.name for path in self._write_pages(rows))
         if "json" in self.settings.formats:
@@ -117,10 +122,10 @@ class ItemExport:
             files.append(path.name)
         # Images are listed by layer, then head, then format, as they were queued.
         files.extend(path.name for _, path in self.images)
-        self.rows = rows
-        labels = Counter(label for row in rows for label in row["labels"])  # type: ignore[union-attr]
+        labels = Counter(label for found in self.labels for label in found)
+        mean = sum(round(float(v), 6) for v in table.stats["entropy_norm"].flatten()) / len(heads)
         stats = {"tokens": len(self.shown.tokens), "labels": dict(sorted(labels.items())),
-                 "entropy_norm_mean": round(sum(float(r["entropy_norm"]) for r in rows) / len(rows), 6)}
+                 "entropy_norm_mean": round(mean, 6)}
         return files, stats, self.images
 
     def text_rows(self) -> Any:
@@ -128,7 +133,7 @@ class ItemExport:
         from .table import TextRows
 
         return TextRows(self.item.index, self.item.hash, self.item.text, self.header.model_name,
-                        len(self.shown.tokens), self.rows)
+                        len(self.shown.tokens), self.table, list(self.layers), self.labels)
 
     def _write_pages(self, rows: list[dict[str, Any]]) -> list[Path]:
         """The text's page in each per-text format (the registry's), every exported layer on it."""

@@ -47,14 +47,17 @@ def part_name(first: int) -> str:
 
 @dataclass
 class TextRows:
-    """One text's head rows (:meth:`attnviz.heads.HeadTable.rows`, layers numbered as in the model)."""
+    """One text's statistics for the tables: its :class:`attnviz.heads.HeadTable` (``[layers, heads]``
+    per statistic), the model's numbers of those layers, and each head's labels (layer-major)."""
 
     index: int
     hash: str
     text: str
     model: str
     n_tokens: int
-    rows: list[dict[str, Any]]
+    table: Any
+    layers: list[int]
+    labels: list[list[str]]
 
 
 def _schema() -> Any:
@@ -70,17 +73,38 @@ def _schema() -> Any:
 
 
 def rows_table(texts: Iterable[TextRows]) -> Any:
-    """One pyarrow table of every head row of ``texts``, with each text's columns repeated on its rows
-    (a part; Parquet stores the repeats once per page, dictionary-encoded)."""
+    """One pyarrow table of every head of ``texts`` (layer-major, then head), with each text's columns
+    repeated on its rows (a part; Parquet stores the repeats once per page, dictionary-encoded).
+    Statistics keep their full float64 precision (the JSON rounds them to 6 places for reading)."""
+    import numpy as np
+
+    from ..heads import STATISTICS
+
     schema = _schema()
     columns: dict[str, list[Any]] = {name: [] for name in schema.names}
     for text in texts:
-        for row in text.rows:
-            values = {"text_index": text.index, "text_hash": text.hash, "text": text.text, "n_tokens": text.n_tokens,
-                      "model": text.model, "sinks": row.get("sinks", []), **row}
-            for name in schema.names:
-                columns[name].append(values[name])
-    return pyarrow().table(columns, schema=schema)
+        n_layers, n_heads = text.table.shape
+        count = n_layers * n_heads
+        for name, value in (("text_index", text.index), ("text_hash", text.hash), ("text", text.text),
+                            ("n_tokens", text.n_tokens), ("model", text.model)):
+            columns[name].append(np.full(count, value, dtype=object if isinstance(value, str) else np.int64))
+        columns["layer"].append(np.repeat(np.asarray(text.layers, dtype=np.int32), n_heads))
+        columns["head"].append(np.tile(np.arange(n_heads, dtype=np.int32), n_layers))
+        for name in STATISTICS:
+            columns[name].append(text.table.stats[name].double().flatten().numpy())
+        columns["labels"].append(text.labels)
+        sinks = text.table.sinks or {}
+        columns["sinks"].append([sinks.get((layer, head), []) for layer in range(n_layers) for head in range(n_heads)])
+    pa = pyarrow()
+    arrays = []
+    for field in schema:
+        parts = columns[field.name]
+        if field.name in ("labels", "sinks"):
+            arrays.append(pa.array([v for part in parts for v in part], type=field.type))
+        else:
+            joined = np.concatenate(parts) if parts else np.zeros(0)
+            arrays.append(pa.array(joined, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def write_table(table: Any, path: Path) -> Path:

@@ -42,6 +42,8 @@ class HeatmapView:
     columns: int | None = None  # panels per row of a grid (every head of every layer: one row per layer)
     marks: list[list[int]] = field(default_factory=list)  # per panel: its attention sinks' key columns
     pool_rows: bool = True  # False: rows are not tokens (layers of a mixing ratio) and are never pooled
+    token_step: int = 1  # tokens per row and column already (a long input pooled as it was computed)
+    n_tokens: int | None = None  # the tokens before that pooling (token_step > 1)
 
     def with_note(self, note: str) -> HeatmapView:
         return replace(self, notes=[*self.notes, note])
@@ -238,14 +240,23 @@ def max_pool(view: HeatmapView, factor: int) -> HeatmapView:
         pooled = padded.reshape(p, qn, rf, kn, factor).max(axis=(2, 4))
 
     how = "the value of largest magnitude in" if view.scale.vmin < 0 else "max-pooling"
-    unit = f"{rf}×{factor} tokens" if view.pool_rows else f"{factor} tokens along the columns"
-    note = f"downsampled {q}×{k} → {qn}×{kn} by {how} blocks of {unit}"
+    step = view.token_step
+    unit = f"{rf * step}×{factor * step} tokens" if view.pool_rows else f"{factor} tokens along the columns"
+    if step > 1:  # pooled before (as computed): the note and the row ranges count tokens, not cells
+        n = view.n_tokens or q * step
+        note = f"downsampled {n}×{n} → {qn}×{kn} by {how} blocks of {unit}"
+        rows = [f"{i * rf * step}-{min((i + 1) * rf * step, n) - 1} {view.col_labels[i * rf]}" for i in range(qn)]
+        notes = [x for x in view.notes if not x.startswith("downsampled")]
+    else:
+        note = f"downsampled {q}×{k} → {qn}×{kn} by {how} blocks of {unit}"
+        rows, notes = pooled_labels(view.row_labels, rf, ranges=True), view.notes
     return replace(
         view,
         panels=pooled,
-        row_labels=pooled_labels(view.row_labels, rf, ranges=True),
+        token_step=step * factor,
+        row_labels=rows,
         col_labels=pooled_labels(view.col_labels, factor),
-        notes=[*view.notes, note],
+        notes=[*notes, note],
         row_breaks=sorted({b // rf for b in view.row_breaks if b % rf == 0}),
         col_breaks=sorted({b // factor for b in view.col_breaks if b % factor == 0}),
         marks=[sorted({k // factor for k in keys}) for keys in view.marks],

@@ -102,28 +102,30 @@ class ItemLayer:
         """``[H, n, n]``, built whole from the row blocks the first time it is asked for."""
         if self._attentions is None:
             rows, item, n = self._rows  # type: ignore[misc]
-            self._attentions = rows.dense(item, n)
+            self._attentions = rows.dense(item, n)  # on the CPU, as a consumer stores it
             if self._check is not None:
                 self._check(self._attentions)
         return self._attentions
 
     def row_blocks(self, rows: int | None = None) -> Iterator[tuple[int, Tensor]]:
-        """``(first row, block [H, rows, width])`` over every query row in order. Columns from ``width``
-        on are exactly 0 for those rows and left out (causal attention), so a block costs what its
-        rows can see. Whole weights are cut into views; row-block weights are computed per block."""
+        """``(first row, block [H, rows, width])`` over every query row in order, on the CPU (where the
+        statistics and pictures are reduced; a block computed on a GPU is copied over). Columns from
+        ``width`` on are exactly 0 for those rows and left out (causal attention), so a block costs
+        what its rows can see. Whole weights are cut into views; row-block weights are computed per block."""
         from ..attention_rows import rows_per_block
 
         if self._attentions is not None:
             from ..row_statistics import blocks_of
 
-            yield from blocks_of(self._attentions, rows or rows_per_block(self.n_heads, self.n_tokens),
-                                 causal_trim=True)
+            for first, block in blocks_of(self._attentions, rows or rows_per_block(self.n_heads, self.n_tokens),
+                                          causal_trim=True):
+                yield first, block.cpu()
             return
         source, item, n = self._rows  # type: ignore[misc]
         for first, block in source.blocks(item, n, rows):
             if self._check is not None:
                 self._check(block)
-            yield first, block
+            yield first, block.cpu()
 
 
 class LayerStream:

@@ -118,6 +118,11 @@ class NativeSource(ModelSource):
     def n_layers(self) -> int:
         return self.model.n_layers
 
+    def rows_for(self, batch: int, tokens: int) -> bool:
+        """Whether a batch this size hands each layer over as row blocks: its ``[B, H, T, T]`` float32
+        weights would pass :data:`attnviz.sources.stream.ROWS_FROM_BYTES`."""
+        return batch * self.model.layers[0]["attn"].n_heads * tokens**2 * 4 > stream.ROWS_FROM_BYTES
+
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
         """What ``attnviz explain`` walks through: the input of ``layer``'s attention for ``text``,
         that layer's module, the token labels, the masking and (RoPE families) the rotary tables."""
@@ -139,8 +144,7 @@ class NativeSource(ModelSource):
         from ...attention import head_value_norms
 
         n_layers = self.n_layers if capture.layers is None else max(capture.layers) + 1
-        heads = self.model.layers[0]["attn"].n_heads
-        if ids.shape[0] * heads * ids.shape[1] ** 2 * 4 > stream.ROWS_FROM_BYTES and not (capture.details or capture.grad):
+        if self.rows_for(ids.shape[0], ids.shape[1]) and not (capture.details or capture.grad):
             capture = replace(capture, rows=True)  # too long to hold a layer: its weights as row blocks
         i = -1
         for out in self.model.run(ids, mask, types, n_layers, capture):  # (enumerate would hold the last layer)
