@@ -253,9 +253,11 @@ class HeadTableBuilder:
         if self._first_tokens is None:
             self._first_tokens, self._first_text = list(result.tokens), text
         if text == self._first_text:  # where its sinks are (a table of one text lists them per head)
-            importance = layer.sink_importance()
-            for head in range(importance.shape[0]):
-                self._sinks[(position, head)] = metrics.sink_positions(importance[head])
+            heads, keys = torch.nonzero(layer.sink_importance() > metrics.SINK_THRESHOLD, as_tuple=True)
+            found: dict[int, list[int]] = {head: [] for head in range(layer.n_heads)}
+            for head, key in zip(heads.tolist(), keys.tolist(), strict=True):  # (in key order per head)
+                found[head].append(key)
+            self._sinks.update({(position, head): keys_ for head, keys_ in found.items()})
         n = len(result.tokens)
         self._shortest = n if self._shortest is None else min(self._shortest, n)
 

@@ -19,6 +19,7 @@ summed in it, and rows are accumulated in float64, as :func:`attnviz.metrics._re
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 
@@ -50,14 +51,8 @@ class LayerRowStatistics:
             if len(values) != n:
                 raise ValueError(f"{len(values)} {name} for {n} tokens")
         self.n, self.n_heads, self.causal = n, n_heads, causal
-        ids = torch.tensor(list(token_ids), dtype=torch.long)
-        self._ids = torch.unique(ids, return_inverse=True)[1].to(torch.int32)  # equal ids stay equal, smaller
-        self._sep = torch.tensor(list(sep), dtype=torch.bool).nonzero().flatten()
-        self._punct = torch.tensor([metrics.is_punctuation(t) for t in tokens], dtype=torch.bool).nonzero().flatten()
-        # entropy_norm: row i's entropy / ln(keys it sees); rows that see one key are left out.
-        visible = torch.arange(1, n + 1, dtype=torch.float64) if causal else torch.full((n,), float(n), dtype=torch.float64)
-        self._norm_weight = torch.where(visible > 1, 1 / visible.log(), torch.zeros(()))
-        self._norm_rows = int((visible > 1).sum())
+        self._ids, self._sep, self._punct, self._norm_weight, self._norm_rows = _text_facts(
+            tuple(token_ids), tuple(tokens), tuple(sep), causal)
         self._sums = {name: torch.zeros(n_heads, dtype=torch.float64) for name in _SUMS}
         self._columns = torch.zeros(n_heads, n, dtype=torch.float64)  # column sums, for α_k
         self._seen = torch.zeros(n, dtype=torch.bool)
@@ -197,6 +192,21 @@ class LayerRowStatistics:
         total = self._sums["mass"]
         return torch.where(total > 0, self._sums[name] / total.clamp_min(torch.finfo(torch.float64).tiny),
                            torch.zeros_like(total))
+
+
+@functools.lru_cache(maxsize=64)
+def _text_facts(token_ids: tuple[int, ...], tokens: tuple[str, ...], sep: tuple[bool, ...],
+                causal: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+    """What every layer of one text shares (computed once per text, not once per layer): the ids
+    made small, the [SEP] and punctuation keys, and entropy_norm's row weights."""
+    n = len(token_ids)
+    ids = torch.tensor(token_ids, dtype=torch.long)
+    small = torch.unique(ids, return_inverse=True)[1].to(torch.int32)  # equal ids stay equal, smaller
+    sep_keys = torch.tensor(sep, dtype=torch.bool).nonzero().flatten()
+    punct = torch.tensor([metrics.is_punctuation(t) for t in tokens], dtype=torch.bool).nonzero().flatten()
+    # entropy_norm: row i's entropy / ln(keys it sees); rows that see one key are left out.
+    visible = torch.arange(1, n + 1, dtype=torch.float64) if causal else torch.full((n,), float(n), dtype=torch.float64)
+    return small, sep_keys, punct, torch.where(visible > 1, 1 / visible.log(), torch.zeros(())), int((visible > 1).sum())
 
 
 def _grown(scratch: Tensor, needed: int, most: int, dtype: torch.dtype) -> Tensor:

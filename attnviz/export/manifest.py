@@ -120,8 +120,9 @@ class Journal:
             and _files_intact(self.out_dir, entry)
         )
 
-    def record(self, entry: dict[str, Any]) -> None:
-        """Append one entry durably (flushed and synced) before the run moves on; never through a link."""
+    def record(self, entry: dict[str, Any], *, sync: bool = True) -> None:
+        """Append one entry durably (flushed and synced) before the run moves on; never through a link.
+        ``sync=False`` leaves the sync to :meth:`sync`, once for a block's entries."""
         self.entries[int(entry["index"])] = entry
         try:
             fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666)
@@ -133,7 +134,19 @@ class Journal:
         with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.write(_line(entry))
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
+
+    def sync(self) -> None:
+        """Make every entry recorded so far durable (after ``record(..., sync=False)``)."""
+        try:
+            fd = os.open(self.journal, os.O_RDONLY | _NOFOLLOW)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def finish(self, items: list[Item]) -> Path:
         """Write the manifest for ``items`` in index order, then drop the journal."""

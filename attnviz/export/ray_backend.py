@@ -158,6 +158,8 @@ def _schedule(ray: Any, actors: list[Any], queue: deque[list[Item]], out_dir: Pa
                 fail(journal, summary, item, outcome, on_item)
                 continue
             files, stats, _ = outcome
-            journal.record(journal.entry(item, files=files, sizes=file_sizes(out_dir, files), stats=stats, status="ok"))
+            journal.record(journal.entry(item, files=files, sizes=file_sizes(out_dir, files), stats=stats, status="ok"),
+                           sync=False)
             summary.exported += 1
             on_item()
+        journal.sync()  # once a block

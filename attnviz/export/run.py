@@ -107,9 +107,11 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
                 pending.append((item, files, stats, futures))
             # Images of the previous batch render while this one ran through the model.
             while len(pending) > settings.batch_size:
-                _settle(pending.popleft(), journal, summary, on_item)
+                _settle(pending.popleft(), journal, summary, on_item, sync=False)
+            journal.sync()  # once a block, not once a text
         while pending:
-            _settle(pending.popleft(), journal, summary, on_item)
+            _settle(pending.popleft(), journal, summary, on_item, sync=False)
+        journal.sync()
 
 
 @dataclass
@@ -230,7 +232,7 @@ def _submit(pool: ProcessPoolExecutor | None, view: Any, path: Path, style: str)
 
 
 def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[Any]]], journal: Journal,
-            summary: ExportSummary, on_item: Any) -> None:
+            summary: ExportSummary, on_item: Any, *, sync: bool = True) -> None:
     item, files, stats, futures = job
     try:
         for future in futures:
@@ -241,7 +243,8 @@ def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[Any]]], jour
     except Exception as exc:  # a worker died or a renderer broke: this item fails, the run goes on
         _fail(journal, summary, item, f"rendering failed ({type(exc).__name__}: {exc})", on_item)
         return
-    journal.record(journal.entry(item, files=files, sizes=file_sizes(journal.out_dir, files), stats=stats, status="ok"))
+    journal.record(journal.entry(item, files=files, sizes=file_sizes(journal.out_dir, files), stats=stats, status="ok"),
+                   sync=sync)
     summary.exported += 1
     on_item()
 
