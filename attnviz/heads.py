@@ -148,16 +148,24 @@ class HeadTable:
     def labels(self, layer: int, head: int) -> list[str]:
         return [name for name, (stat, threshold) in LABELS.items() if float(self.stats[stat][layer, head]) >= threshold]
 
+    def all_labels(self) -> list[list[str]]:
+        """:meth:`labels` of every head, layer by layer (each threshold tested once for all heads)."""
+        earned = [(name, (self.stats[stat] >= threshold).flatten().tolist()) for name, (stat, threshold) in LABELS.items()]
+        n_layers, n_heads = self.shape
+        return [[name for name, flags in earned if flags[i]] for i in range(n_layers * n_heads)]
+
     def rows(self) -> list[dict[str, object]]:
         """One dict per head: ``layer``, ``head``, every statistic, and ``labels``."""
         n_layers, n_heads = self.shape
         numbers = self.layers or list(range(n_layers))
+        labels = self.all_labels()
+        values = {name: t.double().tolist() for name, t in self.stats.items()}
         out = []
         for layer in range(n_layers):
             for head in range(n_heads):
                 row: dict[str, object] = {"layer": numbers[layer], "head": head}
-                row.update({name: round(float(t[layer, head]), 6) for name, t in self.stats.items()})
-                row["labels"] = self.labels(layer, head)
+                row.update({name: round(v[layer][head], 6) for name, v in values.items()})
+                row["labels"] = labels[layer * n_heads + head]
                 if self.sinks is not None:
                     row["sinks"] = self.sinks.get((layer, head), [])
                 out.append(row)

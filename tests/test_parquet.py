@@ -49,7 +49,9 @@ def test_export_parquet_rows_are_the_statistics_of_each_text(run_cli, tmp_path, 
     for index, text in enumerate(TEXTS):
         result = source.extract(text)  # one text alone: the reference (the export ran padded batches)
         assert texts[index]["n_tokens"] == len(result.tokens) and texts[index]["text_hash"] == manifest[index]["hash"]
-        expected = head_table([result]).rows()
+        table = head_table([result])
+        expected = table.rows()
+        assert table.all_labels() == [table.labels(la, h) for la in range(n_layers) for h in range(n_heads)]
         got = [r for r in rows if r["text_index"] == index]
         assert [(r["layer"], r["head"]) for r in got] == [(r["layer"], r["head"]) for r in expected]
         for g, e in zip(got, expected, strict=True):

@@ -103,7 +103,7 @@ class ItemExport:
                                                            float16=self.settings.float16).name)
         self.table = table = self.stats.table()
         heads = [(layer, head) for layer in range(table.shape[0]) for head in range(table.shape[1])]
-        self.labels = [table.labels(layer, head) for layer, head in heads]
+        self.labels = table.all_labels()
         rows: list[dict[str, Any]] = []
         if self.page is not None or "json" in self.settings.formats:  # per-head dicts only where they are written
             rows = table.rows()
