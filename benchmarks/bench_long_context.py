@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_long import BASELINE, WORDS  # the same hand-written transformers script, the same words
+
 # Runs one command in a child process under an address-space limit; reports wall time, peak RSS, exit status.
 WRAPPER = r"""
 import json, resource, subprocess, sys, time
@@ -38,19 +40,6 @@ print(json.dumps({"seconds": elapsed, "peak_mib": resource.getrusage(resource.RU
                   "rc": done.returncode, "error": done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else ""}))
 """
 
-BASELINE = r"""
-import sys, torch
-from transformers import AutoModel, AutoTokenizer
-folder, path = sys.argv[1], sys.argv[2]
-tokenizer = AutoTokenizer.from_pretrained(folder)
-model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
-ids = tokenizer(open(path, encoding="utf-8").read().strip(), return_tensors="pt")
-with torch.no_grad():
-    out = model(**ids, output_attentions=True)
-print(len(out.attentions), tuple(out.attentions[0].shape))
-"""
-
-WORDS = 1000
 
 
 def build(folder: Path, length: int) -> None:

@@ -100,3 +100,17 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+def refuse_import(monkeypatch, package: str) -> None:
+    """Make ``import package`` (and its submodules) fail, as on a machine without that optional extra."""
+    import builtins
+
+    real = builtins.__import__
+
+    def guarded(name, *args, **kwargs):
+        if name == package or name.startswith(package + "."):
+            raise ImportError(f"no {package} here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", guarded)

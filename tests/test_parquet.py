@@ -140,16 +140,9 @@ def test_heads_parquet_keeps_each_text_and_averages_to_the_table(run_cli, tmp_pa
 
 
 def test_without_pyarrow_parquet_says_how_to_get_it(run_cli, tmp_path, monkeypatch):
-    import builtins
+    from conftest import refuse_import
 
-    real = builtins.__import__
-
-    def no_pyarrow(name, *args, **kwargs):
-        if name == "pyarrow" or name.startswith("pyarrow."):
-            raise ImportError("no pyarrow here")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    refuse_import(monkeypatch, "pyarrow")
     done = run_cli("export", str(_texts(tmp_path, TEXTS)), "--out", str(tmp_path / "o"), "--formats", "parquet")
     assert done.exit_code == 2 and "pip install 'attnviz[parquet]'" in done.stderr
     assert not (tmp_path / "o").exists()  # said before any work

@@ -57,15 +57,8 @@ def test_ray_errors_are_one_line(run_cli, tmp_path, tiny_hf, monkeypatch):
     assert wrong.exit_code == 2 and "--ray-address names a Ray cluster; it goes with --backend ray" in wrong.stderr
     unknown = run_cli(*base, "--backend", "spark")
     assert unknown.exit_code == 2 and "--backend 'spark': use local or ray" in unknown.stderr
-    import builtins
+    from conftest import refuse_import
 
-    real = builtins.__import__
-
-    def no_ray(name, *args, **kwargs):
-        if name == "ray" or name.startswith("ray."):
-            raise ImportError("no ray here")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_ray)
+    refuse_import(monkeypatch, "ray")
     missing = run_cli(*base, "--backend", "ray")
     assert missing.exit_code == 2 and "pip install 'attnviz[ray]'" in missing.stderr
