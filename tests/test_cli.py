@@ -164,3 +164,11 @@ def test_help_and_argument_errors_do_not_import_heavy_libraries():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_compare_heads_refuses_numbers_files_in_one_line(run_cli, tmp_path):
+    """compare-heads draws a figure or a page; .npz/.json (the numbers of one view) is refused, not an internal error."""
+    for suffix in (".npz", ".json"):
+        done = run_cli("compare-heads", "The cat sat.", "--out", str(tmp_path / f"x{suffix}"))
+        assert done.exit_code == 2 and f"not {suffix}; for the numbers use attnviz heads" in done.stderr, done.stderr
+        assert not (tmp_path / f"x{suffix}").exists()

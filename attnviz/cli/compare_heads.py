@@ -22,7 +22,6 @@ from .options import (
     KindChoice,
     Layer,
     Model,
-    Out,
     Pair,
     Renormalize,
     Revision,
@@ -52,7 +51,7 @@ def compare_heads(
     vs_model: str | None = typer.Option(None, "--vs-model", help="A second model of the same shape, on the same text.", show_default=False),
     top: int = typer.Option(5, "--top", min=1, help="How many most similar / most different pairs to list."),
     all_rows: bool = typer.Option(False, "--all-rows", help="Long inputs: sum head distances over every query row, however long it takes (default: evenly spaced rows past a fixed budget, said in the output)."),
-    out: Path | None = Out,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf) or a page (.html).", show_default=False),
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
     truncate: bool = Truncate,
@@ -79,6 +78,10 @@ def compare_heads(
         from ..fileio import check_output_path
 
         check_output_path(out)
+        if out.suffix.lower() in (".npz", ".json"):  # the overview is a figure and a table, not one view's numbers
+            raise UsageError(f"compare-heads draws a picture (.png, .svg, .pdf) or a page (.html), not {out.suffix}; "
+                             "for the numbers use attnviz heads --format json, or attnviz heatmap --head all "
+                             f"--out x{out.suffix}")
     console = stdout_console(width)
     view = reading(hide_special, renormalize, words)
     page = out is not None and out.suffix.lower() == ".html"
