@@ -110,10 +110,13 @@ def _parquet(raw: bytes, column: str, name: str) -> list[str]:
     if column not in schema.names:
         raise InputError(f"{name} has no column {column!r} (columns: {', '.join(schema.names) or 'none'}); "
                          "choose it with [[column]]")
-    field = schema.field(column)
-    if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
-        raise InputError(f"{name}: column {column!r} holds {field.type}, not text; choose a text column with [[column]]")
-    values = pq.read_table(pa.BufferReader(raw), columns=[column]).column(column).to_pylist()
+    kind = schema.field(column).type
+    inner = kind.value_type if pa.types.is_dictionary(kind) else kind  # pandas' category columns: dictionaries
+    textual = (pa.types.is_string(inner) or pa.types.is_large_string(inner)
+               or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(inner)))
+    if not textual:
+        raise InputError(f"{name}: column {column!r} holds {kind}, not text; choose a text column with [[column]]")
+    values = pq.read_table(pa.BufferReader(raw), columns=[column]).column(column).cast(pa.string()).to_pylist()
     texts = [v for v in values if v is not None and v.strip()]
     if not texts:
         raise InputError(f"{name} has no texts in column {column!r}")

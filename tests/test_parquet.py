@@ -146,3 +146,22 @@ def test_without_pyarrow_parquet_says_how_to_get_it(run_cli, tmp_path, monkeypat
     done = run_cli("export", str(_texts(tmp_path, TEXTS)), "--out", str(tmp_path / "o"), "--formats", "parquet")
     assert done.exit_code == 2 and "pip install 'attnviz[parquet]'" in done.stderr
     assert not (tmp_path / "o").exists()  # said before any work
+
+
+def test_tables_never_outlive_or_overwrite_what_they_describe(run_cli, tmp_path, tiny_hf):
+    """A rerun without parquet removes the old tables; heads --format parquet refuses a folder holding
+    another export (it would remove that export's files); a category (dictionary) column is text."""
+    texts = _texts(tmp_path, TEXTS[:2])
+    out = tmp_path / "out"
+    common = ["--model", tiny_hf["bert"], "--quiet", "--out", str(out)]
+    assert run_cli("export", str(texts), "--formats", "parquet,npz", *common).exit_code == 0
+    assert (out / "heads.parquet").exists()
+    refused = run_cli("heads", "--file", str(texts), "--model", tiny_hf["bert"], "--format", "parquet", "--out", str(out))
+    assert refused.exit_code == 2 and "holds another export" in refused.stderr
+    assert len(list(out.glob("*.npz"))) == 2  # nothing of it removed
+    assert run_cli("export", str(texts), "--formats", "npz", *common).exit_code == 0
+    assert not (out / "heads.parquet").exists() and not (out / "texts.parquet").exists()
+    category = tmp_path / "category.parquet"
+    pq.write_table(pa.table({"text": pa.array(TEXTS[:2]).dictionary_encode()}), category)
+    done = run_cli("heads", "--file", str(category), "--model", tiny_hf["bert"], "--format", "json")
+    assert done.exit_code == 0 and json.loads(done.stdout)["n_texts"] == 2, done.stderr

@@ -55,6 +55,9 @@ def test_ray_errors_are_one_line(run_cli, tmp_path, tiny_hf, monkeypatch):
     base = ["export", str(texts), "--out", str(tmp_path / "o"), "--formats", "json"]
     wrong = run_cli(*base, "--ray-address", "auto")
     assert wrong.exit_code == 2 and "--ray-address names a Ray cluster; it goes with --backend ray" in wrong.stderr
+    nowhere = run_cli(*base, "--backend", "ray", "--ray-address", "127.0.0.1:1")  # refused at once, no retries
+    assert nowhere.exit_code == 2 and "cannot reach the Ray cluster at --ray-address 127.0.0.1:1" in nowhere.stderr
+    assert len(nowhere.stderr.strip().splitlines()) == 1, nowhere.stderr
     unknown = run_cli(*base, "--backend", "spark")
     assert unknown.exit_code == 2 and "--backend 'spark': use local or ray" in unknown.stderr
     from conftest import refuse_import

@@ -49,7 +49,7 @@ def export(
     style: str | None = typer.Option(_NOT_GIVEN, "--style", help="figure (labelled, as attnviz heatmap) or tiles (bare colours, PNG, far faster).", show_default=False),
     quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress: no bar at a terminal, and no progress lines on stderr elsewhere.", show_default=False),
     backend: str | None = typer.Option(_NOT_GIVEN, "--backend", help="local (this machine: one process runs the model, --jobs draw) or ray (--jobs Ray actors, one model each; needs attnviz[ray]).", show_default=False),
-    ray_address: str | None = typer.Option(_NOT_GIVEN, "--ray-address", help="With --backend ray: an existing cluster (e.g. ray://head:10001 or auto); default: a local cluster with this machine's CPUs.", show_default=False),
+    ray_address: str | None = typer.Option(_NOT_GIVEN, "--ray-address", help="With --backend ray: an existing cluster (auto, or the head's host:port; ray://host:port needs ray[client]); default: a local cluster with this machine's CPUs.", show_default=False),
     merge: bool = typer.Option(False, "--merge", help="Instead of exporting: join the shard folders given as arguments into --out (--merge shards/*, or --merge a --merge b).", show_default=False),
 ) -> None:
     """Export attention for every text of INPUT: image grids per layer, .npz arrays and head statistics as JSON.

@@ -36,12 +36,31 @@ def write_parquet(file: Path, out: Path, options: dict[str, Any], *, verbose: bo
     from ..export.table import HEADS_TABLE, TEXTS_TABLE
 
     settings = build_settings(None, {**options, "formats": "parquet", "quiet": True})
+    _refuse_another_export(out, settings.fingerprint())
     said = (lambda source: sys.stderr.write(f"attnviz: {source.describe()}\n")) if verbose else None
     summary = run_export(str(file), out, settings, on_source=said)
     if summary.failed:
-        first = "; ".join(f"text {i}: {message}" for i, message in summary.failed[:3])
+        from ..errors import in_cli_terms
+        from .common import FLAGS
+
+        first = "; ".join(f"text {i}: {in_cli_terms(message, FLAGS)}" for i, message in summary.failed[:3])
         sys.stderr.write(f"attnviz: error: {len(summary.failed)} of {summary.items} texts failed (left out of the "
                          f"tables; see {summary.manifest}): {first}\n")
         raise typer.Exit(1)
     typer.echo(f"{summary.items} texts ({summary.exported} now, {summary.skipped} already done): "
                f"{out / HEADS_TABLE} and {out / TEXTS_TABLE}")
+
+
+def _refuse_another_export(out: Path, fingerprint: str) -> None:
+    """A folder holding an export made with other settings: this run would remove its files as stale."""
+    import json
+
+    for manifest in sorted(out.glob("manifest*.jsonl")) if out.is_dir() else []:
+        for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                settings = json.loads(line).get("settings")
+            except (ValueError, AttributeError):
+                settings = None
+            if settings != fingerprint:
+                raise UsageError(f"{out} holds another export ({manifest.name}); --format parquet would replace its "
+                                 "files. Give a new folder to --out")

@@ -208,7 +208,8 @@ def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
     entries, sources = _merge_plan(dirs)
     shard_folders = {folder.resolve() for folder in dirs}
     if out.is_dir() and out.resolve() not in shard_folders:
-        other = sorted(out.glob("manifest*.jsonl")) + sorted(p for p in out.iterdir() if _OUTPUT.fullmatch(p.name))
+        other = sorted(out.glob("manifest*.jsonl")) + sorted(p for p in out.iterdir() if _OUTPUT.fullmatch(p.name)
+                                                             or p.name in ("heads.parquet", "texts.parquet"))
         if other:
             raise InputError(f"[[out={out}]] already holds an export ({other[0].name}); merging would overwrite it. "
                              "Give an empty or new folder")
@@ -228,10 +229,14 @@ def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
     final = out / MANIFEST
     lines = "".join(_line(entries[i]) for i in sorted(entries))
     atomic_write(final, lambda tmp: Path(tmp).write_text(lines, encoding="utf-8"))
-    if any(name.endswith(".parquet") for entry in entries.values() for name in entry.get("files", [])):
-        from .table import assemble
+    from .table import HEADS_TABLE, TEXTS_TABLE, assemble
 
+    if any(name.endswith(".parquet") for entry in entries.values() for name in entry.get("files", [])):
         assemble(out, entries)  # one heads.parquet and texts.parquet for every shard's items
+    else:  # a shard folder merged into itself may hold tables of an earlier run
+        for name in (HEADS_TABLE, TEXTS_TABLE):
+            if (out / name).is_file() and not (out / name).is_symlink():
+                (out / name).unlink()
     return final, len(entries)
 
 

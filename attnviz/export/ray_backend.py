@@ -88,8 +88,10 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
     from .run import _fail, record_parts
 
     ray = ray_module()
+    _check_reachable(settings.ray_address)
     started = not ray.is_initialized()
     if started:
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # no C++ warnings on a user's stderr
         try:
             ray.init(address=settings.ray_address, num_cpus=None if settings.ray_address else os.cpu_count(),
                      include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
@@ -100,7 +102,11 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = max(1, min(settings.jobs, len(todo)))
         threads = max(1, cpus // count) if not settings.ray_address else 1
-        remote = ray.remote(num_cpus=min(threads, cpus))(ExportActor)
+        gpus = ray.cluster_resources().get("GPU", 0) / count if settings.device.startswith("cuda") else 0
+        if settings.device.startswith("cuda") and not gpus:
+            raise UsageError("[[device=cuda]] on Ray needs GPUs in the cluster; this one has none")
+        # Ray hides GPUs from an actor that asks for none: each asks for its share.
+        remote = ray.remote(num_cpus=min(threads, cpus), num_gpus=min(1.0, gpus))(ExportActor)
         actors = [remote.remote(settings, str(out_dir.resolve()), threads) for _ in range(count)]
         try:
             described = ray.get(actors[0].describe.remote())
@@ -115,6 +121,24 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
+    """A ``host:port`` (or ``ray://host:port``) that refuses a TCP connection is one line now, not
+    minutes of Ray's retries. ``auto`` and None are Ray's own to resolve."""
+    if address is None or address == "auto" or ":" not in address:
+        return
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except ValueError:
+        raise UsageError(f"[[ray_address={address}]] is not host:port (or auto)") from None
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at [[ray_address={address}]]: "
+                         f"{exc.strerror or exc}; is the head node running (ray start --head)?") from None
 
 
 class _Described:

@@ -73,15 +73,21 @@ def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item
     elif todo:
         _export(todo, out_dir, settings, journal, summary, on_item or (lambda: None), on_source)
     summary.manifest = journal.finish(items)
-    if "parquet" in settings.formats:  # the tables, from the parts of every finished item of this shard
-        from .table import assemble
+    from .table import HEADS_TABLE, TEXTS_TABLE, assemble
 
+    if "parquet" in settings.formats:  # the tables, from the parts of every finished item of this shard
         wanted = {item.index for item in items}
         assemble(out_dir, {i: e for i, e in journal.entries.items() if i in wanted})
+    else:  # an earlier run's tables: this one makes none, and its rows would not match the manifest
+        for name in (HEADS_TABLE, TEXTS_TABLE):
+            if (out_dir / name).is_file() and not (out_dir / name).is_symlink():
+                (out_dir / name).unlink()
+                summary.removed.append(name)
     for path in journal.stale_files(items):  # an earlier run's outputs that these settings no longer make
         path.unlink(missing_ok=True)
         summary.removed.append(path.name)
     remove_stale_temporaries(out_dir)  # again: workers of a killed run may have outlived it by a moment
+    summary.failed.sort()  # by index (they ran in the plan's order: texts of similar lengths together)
     return summary
 
 
