@@ -138,7 +138,7 @@ def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
         raise UsageError(f"[[ray_address={address}]] is not host:port (or auto)") from None
     except OSError as exc:
         raise UsageError(f"cannot reach the Ray cluster at [[ray_address={address}]]: "
-                         f"{exc.strerror or exc}; is the head node running (ray start --head)?") from None
+                         f"{exc.strerror or exc}; is a Ray head node running there?") from None
 
 
 class _Described:
