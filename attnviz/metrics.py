@@ -233,11 +233,15 @@ def sink_importance(attn: Tensor, *, causal: bool = False) -> Tensor:
     A head has a sink at k when α_k > :data:`SINK_THRESHOLD` (Xiao et al. 2023, StreamingLLM)."""
     a = _read(attn)
     q, k = a.shape[-2:]
-    sums = a.sum(-2, dtype=torch.float64)  # column sums; a causal head's upper triangle is zero
+    return a.sum(-2, dtype=torch.float64) / rows_seeing(q, k, causal=causal)  # a causal upper triangle is zero
+
+
+def rows_seeing(n_queries: int, n_keys: int, *, causal: bool) -> Tensor | float:
+    """How many query rows can see each key: ``n − k`` for key k in a causal model (queries and keys
+    aligned, at least 1), every row otherwise. The divisor of :func:`sink_importance`'s α_k."""
     if not causal:
-        return sums / q
-    seen = (q - torch.arange(k, dtype=torch.float64)).clamp_min(1)  # rows t ≥ k (queries and keys aligned)
-    return sums / seen
+        return float(n_queries)
+    return (n_queries - torch.arange(n_keys, dtype=torch.float64)).clamp_min(1)
 
 
 def sink_positions(importance: Tensor, threshold: float = SINK_THRESHOLD) -> list[int]:

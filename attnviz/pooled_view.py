@@ -17,6 +17,7 @@ import torch
 from .attention_rows import rows_per_block
 from .errors import UsageError
 from .labels import printable
+from .metrics import rows_seeing
 from .render.view import FIGURE_CELLS, HeadChoice, HeatmapView, matrix_view, pooled_labels, with_sinks
 
 GRID_CELLS = 256  # cells per axis of each panel when every head is shown (a grid draws each one small)
@@ -50,7 +51,7 @@ def pooled_view(source: Any, text: str | None, *, layer: int | str, head: HeadCh
         pooled, sums = _pool_layer(part, chosen, factor)
         del part  # before the next layer is computed
         panels.append(pooled)
-        importance.append(sums / _seen(n, header.causal))
+        importance.append(sums / rows_seeing(n, n, causal=header.causal))
         titles += _titles(head, chosen, number, every)
     what = {"all": "every head" if every else "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
     causal = " · causal" if header.causal else ""
@@ -105,7 +106,3 @@ def _pool_layer(part: Any, chosen: list[int] | None, factor: int) -> tuple[torch
         pooled[:, first // factor : first // factor + small.shape[1], : small.shape[2]] = small
     return pooled, sums
 
-
-def _seen(n: int, causal: bool) -> torch.Tensor | float:
-    """How many query rows see each key (:func:`attnviz.metrics.sink_importance`)."""
-    return (n - torch.arange(n, dtype=torch.float64)).clamp_min(1) if causal else float(n)

@@ -103,9 +103,7 @@ class LayerRowStatistics:
         """α_k ``[heads, n]`` float64 (Gu et al. 2024), as :func:`attnviz.metrics.sink_importance`: column k's
         sum over the rows that see key k, divided by their number (causal: n − k; otherwise n)."""
         self._check_complete()
-        if not self.causal:
-            return self._columns / self.n
-        return self._columns / (self.n - torch.arange(self.n, dtype=torch.float64)).clamp_min(1)
+        return self._columns / metrics.rows_seeing(self.n, self.n, causal=self.causal)
 
     # --- per block ---------------------------------------------------------------------------
 
