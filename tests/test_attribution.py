@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from docs_text import DOCS
 
 from attnviz import api, metrics
 from attnviz.errors import UsageError
@@ -147,13 +148,11 @@ def test_flow_says_its_cost_first_and_refuses_past_the_limit_unless_forced(run_c
 
 
 def test_the_readme_attribution_example_runs_as_written():
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = DOCS["python-api.md"]
     marker = readme.index("from attnviz.sources.gradients import attention_gradients")
     block = readme[readme.rindex("```python", 0, marker) + len("```python"): readme.index("```", marker)]
     names: dict = {}
-    exec(compile(block, "README.md", "exec"), names)  # the README's own example
+    exec(compile(block, "docs/python-api.md", "exec"), names)  # the documentation's own example
     t = len(names["result"].tokens)
     assert names["flow"].shape == (6, t, t) and torch.allclose(names["flow"].sum(-1), torch.ones(6, t, dtype=torch.float64))
     assert names["signed"].shape == (6, 12, t, t) and names["mixed"].ratio.shape == (t,)

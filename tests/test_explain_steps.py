@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import SEED, TINY
+from docs_text import DOCS
 
 import attnviz
 import attnviz.api
@@ -149,7 +150,7 @@ def test_bad_language_is_refused(run_cli):
 
 
 def test_the_readme_teaching_walkthrough_is_computed_by_hand():
-    """The README walks through head 0, row x1 of teaching.toml: redo it in plain Python from the TOML."""
+    """docs/learning.md walks through head 0, row x1 of teaching.toml: redo it in plain Python from the TOML."""
     from pathlib import Path
 
     from attnviz.config import tomllib
@@ -164,13 +165,13 @@ def test_the_readme_teaching_walkthrough_is_computed_by_hand():
     assert raw == [0, 1.5, 1]
     scaled = [s / math.sqrt(2) for s in raw]
     e, total, weights = hand_softmax_steps(scaled, [True] * 3)
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    readme = DOCS["learning.md"]
     for text in (f"[{e[0]:.4f}, 1, {e[2]:.4f}]", f"sum to {total:.4f}", f"[{weights[0]:.3f}, {weights[1]:.4f}, {weights[2]:.4f}]"):
         assert text in readme, text
     walk = attnviz.api.explain(None, str(root / "sample_configs" / "teaching.toml"))
     assert walk.heads[0].weights[0].tolist() == pytest.approx(weights, rel=1e-12)
     every = torch.stack([h.weights for h in walk.heads])
-    assert float(every.min()) > 0.16 and float(every.max()) < 0.49  # well-conditioned, as the README says
+    assert float(every.min()) > 0.16 and float(every.max()) < 0.49  # well-conditioned, as docs/learning.md says
 
 
 def test_cross_attention_walkthrough_and_seed_001_backwards_claim():

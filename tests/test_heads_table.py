@@ -9,13 +9,13 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
+from docs_text import section as docs_section
 from rich.console import Console
 
 import attnviz
 from attnviz.heads import LABELS, SHORT_NAMES, STATISTICS, head_table, short_name
 from attnviz.render.tables import choose_columns, head_stats_table
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 TEXT = "The cat sat on the mat."
 
 
@@ -120,7 +120,7 @@ def test_no_two_statistics_are_always_equal(rows, tiny_hf):
 
 
 def _readme_table(first_header: str) -> list[list[str]]:
-    section = README.split("### `attnviz heads`", 1)[1].split("\n### ", 1)[0]
+    section = docs_section("commands.md", "## `attnviz heads`")
     block = section.split(f"| {first_header} |", 1)[1].split("\n\n", 1)[0]
     lines = block.strip().splitlines()[2:]  # the rest of the header line, then |---|
     return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in lines]

@@ -1,6 +1,6 @@
-"""Every command line in the README runs as written, so the README cannot drift from the tool.
+"""Every command line in the README and docs/ runs as written, so the documentation cannot drift from the tool.
 
-Each ```bash block of README.md is read line by line; every ``attnviz …`` line is run in-process
+Each ```bash block of README.md and docs/*.md is read line by line; every ``attnviz …`` line is run in-process
 (click's CliRunner) from a fresh working folder holding the files the README names, with the
 shell's part done here: ``cat FILE | attnviz … -`` feeds FILE on stdin, ``> FILE`` captures stdout,
 ``$SLURM_ARRAY_TASK_ID`` takes each value of the block's ``#SBATCH --array``, and ``shards/*`` is
@@ -28,20 +28,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from docs_text import EVERYTHING
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCUMENTS = EVERYTHING  # the README first, then docs/*.md
 BLOCK = re.compile(r"^([ \t]*)```bash\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
 VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 ARRAY = re.compile(r"^#SBATCH\s+--array=(\d+)-(\d+)\s*$")
 
-# The files the README's commands read, as a user would have them.
-TEXTS = ["The cat sat."]  # one short text: each labelled grid figure costs about a second
+# The files the README's commands read, in the shape of those shipped in examples/ but holding one short
+# text each (each labelled grid figure costs about a second); test_examples_ship checks the shipped ones.
+TEXTS = ["The cat sat."]
 FILES = {
-    "texts.txt": "\n".join(TEXTS) + "\n",
-    "corpus.txt": "\n".join(TEXTS) + "\n",
-    "corpus.jsonl": "".join(json.dumps({"id": i, "sentence": t}) + "\n" for i, t in enumerate(TEXTS)),
-    "data.csv": "id,text\n" + "".join(f'{i},"{t}"\n' for i, t in enumerate(TEXTS)),
+    "examples/texts.txt": "\n".join(TEXTS) + "\n",
+    "examples/corpus.jsonl": "".join(json.dumps({"id": i, "sentence": t}) + "\n" for i, t in enumerate(TEXTS)),
+    "examples/data.csv": "id,text\n" + "".join(f'{i},"{t}"\n' for i, t in enumerate(TEXTS)),
 }
 HUB_IDS = ("gpt2", "t5-small")
 IMAGE_MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<", ".pdf": b"%PDF", ".html": b"<!DOCTYPE html>", ".npz": b"PK",
@@ -68,7 +70,7 @@ class Block:
     arrays: dict[str, list[str]] = field(default_factory=dict)  # from `#SBATCH --array=A-B`
 
 
-def bash_blocks(text: str = README) -> list[tuple[str, list[str]]]:
+def bash_blocks(text: str = DOCUMENTS) -> list[tuple[str, list[str]]]:
     """(heading above it, lines) of every ```bash block, indented ones included."""
     found = []
     for match in BLOCK.finditer(text):
@@ -138,7 +140,7 @@ def reads_what_it_wrote(block: Block) -> bool:
 def install_block() -> list[list[str]]:
     """The README's first block: its commands, each line split at `&&`."""
     commands = []
-    for line in bash_blocks()[0][1]:
+    for line in bash_blocks(README)[0][1]:
         words = shell_words(line)
         while words:
             cut = words.index("&&") if "&&" in words else len(words)
@@ -211,6 +213,7 @@ def workdir(tmp_path, monkeypatch, hub_cache) -> Path:
     from attnviz.sources.resolve import default_model_folder
 
     for name, text in FILES.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
     (tmp_path / "my-finetuned-minilm").symlink_to(default_model_folder(), target_is_directory=True)
     monkeypatch.chdir(tmp_path)
@@ -536,3 +539,20 @@ def test_batch_toml_is_installed_with_the_package():
     for path in (ROOT / "sample_configs").glob("*.toml"):
         assert any(path.match(p) for p in patterns), path.name
         assert (files("attnviz.sample_configs") / path.name).is_file()
+
+
+# --- the example inputs ship with the repository ----------------------------------------------------
+
+
+def test_examples_ship():
+    """Every ``examples/…`` file the documentation names is in the repository, and reads as the same texts
+    in each format (the README's commands run above on one-text stand-ins of these files)."""
+    from attnviz.inputs import read_texts
+
+    named = set(re.findall(r"examples/[\w.-]+", DOCUMENTS))
+    assert {"examples/texts.txt", "examples/corpus.jsonl", "examples/data.csv"} <= named, named
+    assert all((ROOT / name).is_file() for name in named), sorted(n for n in named if not (ROOT / n).is_file())
+    lines = read_texts(ROOT / "examples" / "texts.txt")
+    assert len(lines) >= 3 and any(ord(ch) > 0x3000 for text in lines for ch in text)  # CJK too, for learners
+    assert read_texts(ROOT / "examples" / "corpus.jsonl", field="sentence") == lines
+    assert read_texts(ROOT / "examples" / "data.csv", column="text") == lines
