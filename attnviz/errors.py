@@ -35,6 +35,17 @@ def in_cli_terms(text: str, flags: Mapping[str, str] | None = None) -> str:
     return _OPTION.sub(flag, text)
 
 
+def in_request_terms(text: str) -> str:
+    """For ``attnviz serve``'s JSON answers: ``[[truncate=True]]`` → ``"truncate": true`` (a field the
+    server takes); any other option in its API terms."""
+    def field(m: re.Match[str]) -> str:
+        if m.group(2) in ("True", "False"):
+            return f'"{m.group(1)}": {m.group(2).lower()}'
+        return m.group(1) if m.group(2) is None else f"{m.group(1)}={m.group(2)}"
+
+    return _OPTION.sub(field, text)
+
+
 class AttnvizError(Exception):
     """Base class of every error attnviz reports to a user."""
 
@@ -73,6 +84,10 @@ class ModelNotFoundError(AttnvizError):
 
 class RenderError(AttnvizError):
     """An output file that cannot be written (unknown extension, unwritable path, full disk)."""
+
+
+class ServeError(AttnvizError):
+    """The server cannot start: its address is taken, not this machine's, or not allowed."""
 
 
 class ResultFileError(AttnvizError):

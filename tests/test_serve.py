@@ -30,9 +30,12 @@ from attnviz.serve import MAX_TEXT_BYTES, create_app
 TEXTS = ["The cat sat on the mat.", "A dog ran after the cat.", "Birds sing.", "Attention is all you need, they said."]
 
 
+LOCAL = "http://127.0.0.1:8000"  # TestClient's own default host, "testserver", is a name the server refuses
+
+
 @pytest.fixture(scope="module")
 def client():
-    return TestClient(create_app(api.load()))
+    return TestClient(create_app(api.load()), base_url=LOCAL)
 
 
 def test_attention_equals_extract(client):
@@ -53,8 +56,9 @@ def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(client):
     assert big.status_code == 413 and "64 kB" in big.json()["error"]
     posted = client.post("/api/attention", json={"text": "The cat sat."})
     assert posted.status_code == 200 and posted.json()["tokens"] == attnviz.extract("The cat sat.").tokens
-    assert client.post("/api/attention", content=b"[1, 2]").status_code == 400
-    assert client.post("/api/attention", content=b"[" * 50_000).status_code == 400  # deep, within the size cap
+    as_json = {"content-type": "application/json"}
+    assert client.post("/api/attention", content=b"[1, 2]", headers=as_json).status_code == 400
+    assert client.post("/api/attention", content=b"[" * 50_000, headers=as_json).status_code == 400  # deep, within the cap
     long = client.get("/api/attention", params={"text": "word " * 600})
     assert long.status_code == 422 and "takes at most 512" in long.json()["error"]
     assert client.get("/api/attention", params={"text": "x", "target": "y"}).status_code == 422
@@ -153,7 +157,7 @@ def test_a_thread_safe_lock_is_held_per_forward_pass():
                 inside[0] -= 1
 
     source.extract = counting
-    client = TestClient(create_app(source))
+    client = TestClient(create_app(source), base_url=LOCAL)
     with ThreadPoolExecutor(6) as pool:
         codes = list(pool.map(lambda t: client.get("/api/attention", params={"text": t}).status_code, TEXTS * 3))
     assert set(codes) == {200} and overlaps[0] == 1

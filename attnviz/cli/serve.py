@@ -26,8 +26,12 @@ from .options import (
 @cli_command
 def serve(
     model: str | None = Model,
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (another than 127.0.0.1 opens it to "
-                             "your network)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on. 127.0.0.1 (the default) is this "
+                             "machine only; 0.0.0.0 or another address opens the server to your network, with no "
+                             "password."),
+    allow_host: list[str] = typer.Option([], "--allow-host", metavar="NAME", help="A host name the server answers to "
+                                         "besides IP addresses and localhost (a reverse proxy's name, say); "
+                                         "repeatable. Other names are refused, against DNS rebinding."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free one)."),
     cmap: Cmap = CmapOpt,
     causal: bool | None = Causal,
@@ -61,4 +65,4 @@ def serve(
         shown = f"[{where}]" if ":" in where else where
         console.print(f"attnviz: serving {source.name} at http://{shown}:{number}/ (Ctrl-C stops)")
 
-    run(source, host=host, port=port, cmap=cmap.value, on_ready=ready)
+    run(source, host=host, port=port, cmap=cmap.value, allowed_hosts=tuple(allow_host), on_ready=ready)
