@@ -50,6 +50,15 @@ def read_items(source: str, *, field: str = "text", column: str = "text", kind: 
     return [Item(i, t) for i, t in enumerate(read_texts(source, field=field, column=column, kind=kind))]
 
 
+def input_fingerprint(items: list[Item]) -> str:
+    """One hash of every text and its place: two exports of different inputs never share a run's key,
+    while the shards of one input (each reads the whole input) always do."""
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(f"{item.index}:{item.hash}\n".encode())
+    return f"{len(items)}:{digest.hexdigest()[:16]}"
+
+
 WINDOW = 64  # batches whose texts are grouped by length together: far-apart texts never wait for each other
 
 

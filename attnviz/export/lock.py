@@ -2,7 +2,8 @@
 
 Shards of one export may write into one ``--out`` together (the README says so); an export with
 other settings or another input must not, or its files and the first one's manifest would
-disagree. Each writer holds a shared lock on a file named after its run (settings and input size);
+disagree. Each writer holds a shared lock on a file named after its run (settings, and a hash of
+every input text);
 a newcomer, under a short lock on the folder itself, refuses if a file of another run is still locked, and
 removes those no live process holds. Locks are advisory (``flock``) and vanish with their process,
 so a killed run never blocks the next. Without ``fcntl`` (Windows) there is no locking.
@@ -24,7 +25,7 @@ _WRITER = ".attnviz.{}.writer"
 
 @contextmanager
 def folder_lock(out_dir: Path, run: str) -> Iterator[None]:
-    """Hold ``out_dir`` for the run identified by ``run`` (its settings fingerprint and input size).
+    """Hold ``out_dir`` for the run identified by ``run`` (its settings fingerprint and input hash).
     The folder itself is the short-lived guard; the writer file goes with the last writer of its run."""
     try:
         import fcntl

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import AttnvizError, UsageError, in_api_terms
 from ..fileio import remove_stale_temporaries
 from .item_export import ItemExport, Outcome
-from .items import Item, blocks, read_items
+from .items import Item, blocks, input_fingerprint, read_items
 from .lock import folder_lock
 from .manifest import Journal, file_sizes
 from .settings import ExportSettings
@@ -53,7 +53,7 @@ def run_export(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create [[out={out_dir}]]: {exc.strerror}") from None
-    with folder_lock(out_dir, f"{settings.fingerprint()}/{len(all_items)}"):
+    with folder_lock(out_dir, f"{settings.fingerprint()}/{input_fingerprint(all_items)}"):
         return _resume(all_items, my_blocks, items, out_dir, settings, on_start, on_item, on_source)
 
 
