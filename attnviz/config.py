@@ -140,23 +140,37 @@ _POSITIONS = ("sinusoidal", "none")
 _MODEL_TYPES = ("transformer", "matrices")
 
 
+def read_toml(path: Path, what: str) -> dict:
+    """A TOML file read as untrusted input: a regular file of at most 64 MiB (a FIFO or ``/dev/zero``
+    is refused before it is read), UTF-8, not nested past the parser's depth. Every failure is a
+    :class:`ConfigError` of one line."""
+    from .errors import ResourceError
+    from .limits import read_small
+
+    try:
+        text = read_small(path, what=what).decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; check the path") from None
+    except ResourceError as exc:
+        raise ConfigError(exc.template) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text; {what} must be a UTF-8 TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax at that line") from None
+    except RecursionError:
+        raise ConfigError(f"{path} nests tables or arrays too deeply to be {what}; flatten it") from None
+
+
 def load_config(path: str | Path) -> ModelConfig:
     """Read and check a TOML model config; raise :class:`ConfigError` naming the key and the fix."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; give the path of a .toml model config")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; check the path") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text; a model config must be a UTF-8 TOML file") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax at that line") from None
+    data = read_toml(path, "a model config")
     return parse_config(data, source=str(path))
 
 

@@ -25,6 +25,15 @@ MAX_TOKENIZER_FILE = 512 << 20
 MAX_POSITIONS = 1 << 24
 """Positions a model may claim (``max_position_embeddings``); no model is near it."""
 
+MAX_TEXT_CHARS = 4_000_000
+"""Characters of one text, whatever the model: about a million tokens, well past any context window.
+A text is cut or refused at this length before the tokenizer sees it (a 40 MB text costs a
+tokenizer gigabytes)."""
+
+CHARS_PER_POSITION = 256
+"""A text longer than ``max_positions`` × this cannot fit a model (no token covers 256 characters; a
+WordPiece word of over 100 is one [UNK]), so it is cut or refused before it is tokenized."""
+
 MEMORY_ENV = "ATTNVIZ_MAX_MEMORY"
 """Environment variable overriding the memory budget: bytes, or with a K, M, G or T suffix."""
 
@@ -52,7 +61,16 @@ def parse_size(text: str) -> int:
         value = -1.0
     if not value > 0 or value != value or value == float("inf"):
         raise ResourceError(f"{MEMORY_ENV}={text!r} is not a size; write e.g. 16G, 512M or a number of bytes")
+    if value * units[unit] >= 2.0**62:  # 1e308T: no machine has it, and int() of it would overflow or mean nothing
+        raise ResourceError(f"{MEMORY_ENV}={text!r} is more memory than any machine has; write e.g. 16G or 1T")
     return int(value * units[unit])
+
+
+def text_char_limit(max_positions: int | None) -> int:
+    """Characters a text may have for a model of ``max_positions`` before it is tokenized."""
+    if not max_positions:
+        return MAX_TEXT_CHARS
+    return min(MAX_TEXT_CHARS, max_positions * CHARS_PER_POSITION)
 
 
 def check_memory(needed: float, what: str) -> None:

@@ -47,7 +47,7 @@ def _files(tmp: Path) -> dict[str, Path]:
 CASES = [
     ("text-empty", ["heatmap", ""], 1, "the text is empty"),
     ("text-whitespace", ["heatmap", "  \t\n "], 1, "the text is empty"),
-    ("text-1mb", ["heatmap", LONG], 1, "takes at most 512; shorten it, or pass --truncate"),
+    ("text-1mb", ["heatmap", LONG], 1, "takes at most 512 tokens (at most 131,072 characters are read); shorten it, or pass --truncate"),
     ("text-too-long-tiny", ["heatmap", "w " * 600, "--model", TINY], 1, "takes at most 512"),
     ("file-invalid-utf8", ["heads", "--file", "{tmp}/bad_utf8.txt"], 1, "line 2 is not valid UTF-8"),
     ("file-nul-bytes", ["heads", "--file", "{tmp}/nul.txt"], 1, "line 1 contains a NUL byte"),

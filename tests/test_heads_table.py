@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from io import StringIO
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 from docs_text import section as docs_section

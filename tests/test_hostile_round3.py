@@ -31,3 +31,86 @@ def test_two_exports_of_different_inputs_never_share_a_folder(run_cli, tmp_path)
         r = _export(run_cli, first, out)  # a shard or a rerun of the same input may join
         assert r.exit_code == 0, r.stderr
     assert input_fingerprint(read_items(str(first))) != input_fingerprint(read_items(str(second)))
+
+
+def test_a_huge_text_is_cut_or_refused_before_it_is_tokenized(tmp_path, monkeypatch):
+    """A 40 MB cell once cost 11.5 GB: the whole text went to the tokenizer before its length was checked."""
+    import tokenizers
+
+    from attnviz import api
+    from attnviz.errors import InputError
+    from attnviz.limits import CHARS_PER_POSITION
+
+    source = api.load()  # MiniLM: 512 positions
+    seen: list[int] = []
+    real = tokenizers.Tokenizer.encode
+    monkeypatch.setattr(tokenizers.Tokenizer, "encode", lambda self, text, *a, **k: seen.append(len(text)) or real(self, text, *a, **k))
+    huge = "word " * 2_000_000  # 10 M characters
+    try:
+        source.extract(huge)
+    except InputError as exc:
+        assert "characters long" in str(exc) and "truncate=True" in str(exc)
+    else:
+        raise AssertionError("a 10 M character text was accepted")
+    assert seen == []  # refused before the tokenizer saw it
+    cut = source.extract(huge, truncate=True)
+    assert len(cut.tokens) == 512 and max(seen) <= 512 * CHARS_PER_POSITION
+    assert cut.tokens == source.extract("word " * 600, truncate=True).tokens  # the cut changes no token kept
+    config = api.load(TINY)
+    try:
+        config.extract("a " * 2_000_000)
+    except InputError as exc:
+        assert "characters long" in str(exc)
+    else:
+        raise AssertionError("a config model took a 4 M character text")
+
+
+def test_config_files_are_read_bounded_and_regular(run_cli, tmp_path):
+    """--model or --config at /dev/zero read 5.6 GB; a FIFO blocked forever; a deep TOML was an internal error."""
+    import os
+
+    fifo = tmp_path / "model.toml"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as fh:
+        fh.truncate(65 << 20)  # sparse: 65 MiB of zeros without writing them
+    texts = tmp_path / "t.txt"
+    texts.write_text("a b\n", encoding="utf-8")
+    for path in ("/dev/zero", str(fifo), str(deep), str(big)):
+        for argv in (["heatmap", "a b", "--model", path], ["export", str(texts), "--out", str(tmp_path / "o"),
+                                                          "--config", path]):
+            r = run_cli(*argv)
+            assert r.exit_code != 0 and r.stderr.startswith("attnviz: error:") and r.stderr.count("\n") == 1, (argv, r.stderr)
+            assert "internal error" not in r.stderr, r.stderr
+    r = run_cli("heatmap", "a b", "--model", str(deep))
+    assert "nests" in r.stderr
+    r = run_cli("heatmap", "a b", "--model", str(big))
+    assert "64.0 MiB" in r.stderr
+
+
+def test_heads_parquet_never_reads_a_manifest_through_a_link_or_fifo(run_cli, tmp_path):
+    import os
+
+    import pytest
+
+    pytest.importorskip("pyarrow")
+    texts = tmp_path / "t.txt"
+    texts.write_text("a b\n", encoding="utf-8")
+    for kind in ("link", "fifo"):
+        out = tmp_path / kind
+        out.mkdir()
+        if kind == "link":
+            (out / "manifest.jsonl").symlink_to("/dev/zero")
+        else:
+            os.mkfifo(out / "manifest.jsonl")
+        r = run_cli("heads", "--file", str(texts), "--model", TINY, "--format", "parquet", "--out", str(out))
+        assert r.exit_code == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert ("symbolic link" if kind == "link" else "regular file") in r.stderr
+
+
+def test_sizes_and_seeds_that_overflow_are_named(run_cli, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "1e308T")
+    r = run_cli("heatmap", "a b", "--model", TINY)
+    assert r.exit_code == 1 and "ATTNVIZ_MAX_MEMORY" in r.stderr and "internal error" not in r.stderr, r.stderr

@@ -52,15 +52,12 @@ def write_parquet(file: Path, out: Path, options: dict[str, Any], *, verbose: bo
 
 
 def _refuse_another_export(out: Path, fingerprint: str) -> None:
-    """A folder holding an export made with other settings: this run would remove its files as stale."""
-    import json
+    """A folder holding an export made with other settings: this run would remove its files as stale.
+    Manifests are read as an export reads them: never through a link, a FIFO or past their size limit."""
+    from ..export.manifest import read_entries
 
     for manifest in sorted(out.glob("manifest*.jsonl")) if out.is_dir() else []:
-        for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                settings = json.loads(line).get("settings")
-            except (ValueError, AttributeError):
-                settings = None
-            if settings != fingerprint:
+        for entry in read_entries(manifest).values():
+            if entry.get("settings") != fingerprint:
                 raise UsageError(f"{out} holds another export ({manifest.name}); --format parquet would replace its "
                                  "files. Give a new folder to --out")

@@ -37,7 +37,7 @@ def _line(entry: dict[str, Any]) -> str:
     return json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def _read(path: Path, *, strict: bool = False) -> dict[int, dict[str, Any]]:
+def read_entries(path: Path, *, strict: bool = False) -> dict[int, dict[str, Any]]:
     """The entries of a manifest or journal, by index. A line that is not a whole, well-formed entry
     (cut short by a kill, or edited) is skipped, so its item is redone; with ``strict`` (merging) it
     is an error instead. A symbolic link is never read through."""
@@ -105,7 +105,7 @@ class Journal:
         self.fingerprint, self.total = fingerprint, total
         self.final = out_dir / manifest_name(shard)
         self.journal = out_dir / (self.final.name + ".journal")
-        self.entries = {**_read(self.final), **_read(self.journal)}
+        self.entries = {**read_entries(self.final), **read_entries(self.journal)}
 
     def entry(self, item: Item, **fields: Any) -> dict[str, Any]:
         return {"index": item.index, "hash": item.hash, "settings": self.fingerprint, "of": self.total, **fields}
@@ -256,7 +256,7 @@ def _merge_plan(dirs: list[Path]) -> tuple[dict[int, dict[str, Any]], dict[str, 
         if not manifests:
             raise InputError(f"{folder} has no manifest*.jsonl; is it an export folder?")
         for manifest in manifests:
-            for index, entry in _read(manifest, strict=True).items():
+            for index, entry in read_entries(manifest, strict=True).items():
                 runs.add((entry["settings"], entry["of"]))
                 if len(runs) > 1:
                     raise InputError(f"{manifest} comes from a run with other settings or another input; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -10,9 +11,9 @@ from typing import Any
 from ..errors import ConfigError, UsageError
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 
 
@@ -204,14 +205,13 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; check [[config]]") from None
-    except IsADirectoryError:
-        raise ConfigError(f"[[config={path}]] is a folder; give a .toml file with an [export] table") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid TOML ({exc}); fix it or leave out [[config]]") from None
+    from ..config import read_toml
+
+    if path.is_dir():
+        raise ConfigError(f"[[config={path}]] is a folder; give a .toml file with an [export] table")
+    if not os.path.lexists(path):
+        raise ConfigError(f"config file {path} does not exist; check [[config]]")
+    data = read_toml(path, "a batch config")
     unknown = set(data) - {"export"}
     if unknown:
         raise ConfigError(f"{path}: unknown table or key {sorted(unknown)[0]!r}; put every option under [export]")

@@ -14,6 +14,7 @@ from ..explain_inputs import ExplainInputs, PositionSteps
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
 from .own_model import OwnTransformer, matrix_attention, sinusoidal_positions
+from .tokens import bound_characters
 from .words import word_id, word_tokens
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +74,7 @@ class ConfigSource(Source):
             return list(self.cfg.tokens), [-1] * len(self.cfg.tokens)
         if text is None or not text.strip():
             raise InputError("the text is empty; give a sentence, e.g. \"The cat sat on the mat\"")
-        tokens = word_tokens(text)
+        tokens = word_tokens(bound_characters(text, self.cfg.max_positions, truncate, self.name))
         if not tokens:
             raise InputError("the text has no words or symbols to tokenize; give a sentence")
         limit = self.cfg.max_positions

@@ -153,6 +153,9 @@ def encode(
     for what, value in (("text", text), ("[[pair]]", pair)):
         if value is not None:
             _check_unicode(value, what)
+    text = bound_characters(text, max_length, truncate, model_name)
+    if pair is not None:
+        pair = bound_characters(pair, max_length, truncate, model_name, what="[[pair]]")
     tokenizer.no_padding()
     tokenizer.no_truncation()
     encoding = guarded(lambda: tokenizer.encode(text, pair), model_name)
@@ -170,6 +173,23 @@ def encode(
     if not encoding.ids:
         raise InputError("the tokenizer produced no tokens for this text; give a sentence")
     return token_info(encoding, (text, pair), special_ids, unknown_token_id(tokenizer))
+
+
+def bound_characters(text: str, max_positions: int | None, truncate: bool, model_name: str,
+                     what: str = "text") -> str:
+    """``text``, cut (``truncate``) or refused when it is longer than any text ``model_name`` can take
+    (:func:`attnviz.limits.text_char_limit`), before a tokenizer spends memory on it. The cut lies
+    far past the last token that is kept, so the tokens kept are those of the whole text."""
+    from ..limits import text_char_limit
+
+    limit = text_char_limit(max_positions)
+    if len(text) <= limit:
+        return text
+    if truncate:
+        return text[:limit]
+    positions = f"at most {max_positions} tokens" if max_positions else "no text this long"
+    raise InputError(f"the {what} is {len(text):,} characters long but {model_name} takes {positions} "
+                     f"(at most {limit:,} characters are read); shorten it, or pass [[truncate=True]] to cut it")
 
 
 def _check_unicode(text: str, what: str) -> None:
