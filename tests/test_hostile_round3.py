@@ -114,3 +114,19 @@ def test_sizes_and_seeds_that_overflow_are_named(run_cli, monkeypatch):
     monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "1e308T")
     r = run_cli("heatmap", "a b", "--model", TINY)
     assert r.exit_code == 1 and "ATTNVIZ_MAX_MEMORY" in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+def test_a_comment_opener_in_a_label_keeps_the_page_valid(run_cli, tmp_path):
+    """`<!--` in a label was written `<\\!--`, which JSON.parse refuses: a blank page."""
+    import json
+    import re
+
+    out = tmp_path / "p.html"
+    text = "<!-- a </script> b & c \u2028 d"
+    r = run_cli("view", text, "--model", TINY, "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    page = out.read_text(encoding="utf-8")
+    payload = re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', page, re.S).group(1)
+    assert "<" not in payload and "\u2028" not in payload
+    data = json.loads(payload)  # what the browser's JSON.parse reads
+    assert "<!--" in "".join(data["kinds"]["self"]["rows"]) and "<!--" in data["title"]

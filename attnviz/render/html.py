@@ -27,13 +27,23 @@ SCRIPTS = ("steps.js", "page.js")
 """The page's script, in this order: the step slider of a generated text, then the page itself."""
 
 
+def script_safe(payload: str) -> str:
+    """JSON that stays inside its ``<script>`` and stays valid JSON: ``<``, ``>`` and ``&`` (which could
+    close the element or open a comment: ``</script>``, ``<!--``) and the line separators U+2028/2029
+    are written as ``\\uXXXX`` escapes, which JSON allows everywhere in a string (``<\\!--`` is not JSON)."""
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                         ("\u2029", "\\u2029")):
+        payload = payload.replace(char, escape)
+    return payload
+
+
 def page_html(page: Page, *, cmap: str = "viridis", connect: str = "'none'") -> str:
     """The whole document. ``connect``: where the page may fetch from (``'self'`` for ``attnviz serve``)."""
     assets = resources.files("attnviz.render") / "assets"
     script = "".join((assets / name).read_text(encoding="utf-8") for name in SCRIPTS)
     style = (assets / "page.css").read_text(encoding="utf-8")
     payload = json.dumps(page.data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")  # stays inside its <script>
+    payload = script_safe(payload)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY.format(connect=connect)}\">\n"
