@@ -14,6 +14,10 @@ from .heads import head_table
 from .result import AttentionResult
 
 
+MAX_COMPARED_HEADS = 8192
+"""Heads compared pairwise at once (80 layers × 64 heads, 61 × 128 fit): the cost grows with their square."""
+
+
 def head_names(n_layers: int, n_heads: int) -> list[str]:
     """``L0H0``, ``L0H1``, …: index ``l·H + h`` of :func:`attnviz.metrics.head_distance`."""
     return [f"L{layer}H{head}" for layer in range(n_layers) for head in range(n_heads)]
@@ -124,6 +128,9 @@ class OverviewBuilder:
     its distance rows kept as it arrives, so a long input never holds every layer's matrices."""
 
     def __init__(self, header: AttentionResult, layers: list[int], *, n_heads: int, all_rows: bool = False) -> None:
+        if len(layers) * n_heads > MAX_COMPARED_HEADS:
+            raise UsageError(f"comparing {len(layers) * n_heads:,} heads means {(len(layers) * n_heads) ** 2:,} pairs, "
+                             f"more than the {MAX_COMPARED_HEADS:,} heads compared at once; choose one [[layer]]")
         self.header, self.layers = header, layers
         n = len(header.tokens)
         self.rows = distance_rows(len(layers) * n_heads, n, n, all_rows=all_rows)

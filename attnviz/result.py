@@ -245,7 +245,7 @@ class AttentionResult:
         path = Path(path)
         data = read_arrays(path)
         meta = read_meta(data, path)
-        check_consistent(data, path)
+        check_consistent(data, path, meta)
         try:
             optional = {
                 name: torch.from_numpy(data[name].astype(np.float32)) for name in _OPTIONAL_TENSORS if name in data

@@ -130,3 +130,89 @@ def test_a_comment_opener_in_a_label_keeps_the_page_valid(run_cli, tmp_path):
     assert "<" not in payload and "\u2028" not in payload
     data = json.loads(payload)  # what the browser's JSON.parse reads
     assert "<!--" in "".join(data["kinds"]["self"]["rows"]) and "<!--" in data["title"]
+
+
+# --- saved results ---------------------------------------------------------------------------------
+
+
+def _saved(tmp_path: Path, name: str = "r.npz", **arrays):
+    """A result file written as AttentionResult.save writes one, with ``arrays`` replacing its members."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from attnviz.result import AttentionResult, write_npz
+
+    good = AttentionResult(tokens=["a", "b", "c"], attentions=torch.rand(2, 2, 3, 3).softmax(-1))
+    base = {**good._token_arrays(), "attentions": good.attentions.numpy(), "meta": good._meta_array()}
+    meta = arrays.pop("meta", None)
+    if meta is not None:
+        base["meta"] = np.array(json.dumps({**json.loads(str(base["meta"])), **meta}))
+    base.update(arrays)
+    path = tmp_path / name
+    write_npz(str(path), {k: v for k, v in base.items() if v is not None})
+    return path
+
+
+def test_saved_results_are_checked_as_untrusted_input(run_cli, tmp_path):
+    """Each of these once filled memory, hung, drew a blank page, wrote NaN as JSON or raised an internal error."""
+    import numpy as np
+
+    bad_weights = np.random.rand(2, 2, 3, 3).astype(np.float32)
+    bad_weights /= bad_weights.sum(-1, keepdims=True)
+    cases = {
+        "layers-huge": dict(meta={"metadata": {"layers": [0, 10**30]}}),
+        "layers-type": dict(meta={"metadata": {"layers": "0,1"}}),
+        "layers-length": dict(meta={"metadata": {"layers": [0]}}),
+        "negative": dict(attentions=-bad_weights),
+        "overflow": dict(attentions=bad_weights.astype(np.float64) * 1e300),  # finite in float64, inf as float32
+        "rows-over-1": dict(attentions=bad_weights * 3),
+        "no-layers": dict(attentions=np.zeros((0, 2, 3, 3), np.float32)),
+        "no-heads": dict(attentions=np.zeros((2, 0, 3, 3), np.float32)),
+        "no-tokens": dict(tokens=np.array([], dtype=np.str_), attentions=np.zeros((2, 2, 0, 0), np.float32),
+                          token_ids=None, special=None, attention_mask=None, word_ids=None, segment_ids=None),
+        "many-heads": dict(attentions=np.full((1, 20_000, 3, 3), 1 / 3, np.float32)),
+        "cross-shape": dict(target_tokens=np.array(["x", "y"]), cross_attentions=np.full((2, 2, 3, 3), 1 / 3, np.float32)),
+        "target-special": dict(target_tokens=np.array(["x", "y"]), target_special=np.array([True]),
+                               cross_attentions=np.full((2, 2, 2, 3), 1 / 3, np.float32)),
+        "decoder-no-target": dict(decoder_attentions=np.full((2, 2, 2, 2), 0.5, np.float32)),
+        "prompt-length": dict(meta={"metadata": {"prompt_length": 99}}),
+    }
+    for case, arrays in cases.items():
+        path = _saved(tmp_path, f"{case}.npz", **arrays)
+        for argv in (["rollout", "--model", str(path)], ["heads", "--model", str(path), "--format", "json"],
+                     ["view", "--model", str(path), "--out", str(tmp_path / "v.html")]):
+            r = run_cli(*argv)
+            assert r.exit_code == 1 and r.stderr.startswith("attnviz: error:") and r.stderr.count("\n") == 1, (case, argv, r.stderr)
+            assert "internal error" not in r.stderr, (case, r.stderr)
+    good = _saved(tmp_path, "good.npz")
+    assert run_cli("heads", "--model", str(good), "--format", "json").exit_code == 0  # the control passes
+
+
+def test_a_symlink_loop_is_a_result_file_error(tmp_path):
+    import pytest
+
+    from attnviz.errors import ResultFileError
+    from attnviz.result import AttentionResult
+
+    (tmp_path / "a.npz").symlink_to(tmp_path / "b.npz")
+    (tmp_path / "b.npz").symlink_to(tmp_path / "a.npz")
+    with pytest.raises(ResultFileError, match="cannot read"):
+        AttentionResult.load(tmp_path / "a.npz")
+
+
+def test_compare_heads_bounds_the_heads_it_pairs(tmp_path):
+    import pytest
+    import torch
+
+    from attnviz.compare import MAX_COMPARED_HEADS, overview_of_result
+    from attnviz.errors import UsageError
+    from attnviz.result import AttentionResult
+
+    heads = MAX_COMPARED_HEADS // 2 + 1
+    result = AttentionResult(tokens=["a", "b"], attentions=torch.full((2, heads, 2, 2), 0.5))
+    with pytest.raises(UsageError, match="pairs"):
+        overview_of_result(result, [0, 1])
+    small = AttentionResult(tokens=["a", "b"], attentions=torch.full((2, 3, 2, 2), 0.5))
+    assert overview_of_result(small, [0, 1]).distance.shape == (6, 6)  # the control: a model's heads pass

@@ -26,8 +26,8 @@ def test_save_load_round_trip(tmp_path):
 
 
 def test_cross_attentions_round_trip(tmp_path):
-    r = AttentionResult(tokens=["a", "b"], attentions=torch.rand(1, 2, 2, 2),
-                        cross_attentions=torch.rand(1, 2, 3, 2), target_tokens=["x", "y", "z"])
+    r = AttentionResult(tokens=["a", "b"], attentions=torch.rand(1, 2, 2, 2).softmax(-1),
+                        cross_attentions=torch.rand(1, 2, 3, 2).softmax(-1), target_tokens=["x", "y", "z"])
     back = AttentionResult.load(r.save(tmp_path / "x.npz"))
     assert torch.equal(back.cross_attentions, r.cross_attentions) and back.target_tokens == ["x", "y", "z"]
 
