@@ -139,6 +139,9 @@ ModelConfig = TransformerConfig | MatrixConfig
 _POSITIONS = ("sinusoidal", "none")
 _MODEL_TYPES = ("transformer", "matrices")
 
+MAX_SEED = 2**63 - 1
+"""The largest seed torch's random generator takes."""
+
 
 def read_toml(path: Path, what: str) -> dict:
     """A TOML file read as untrusted input: a regular file of at most 64 MiB (a FIFO or ``/dev/zero``
@@ -257,6 +260,9 @@ def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
         raise ConfigError(f"{source}: [model] positions = {cfg.positions!r}; use one of {', '.join(_POSITIONS)}")
     if not (math.isfinite(cfg.init_scale) and cfg.init_scale > 0):
         raise ConfigError(f"{source}: [model] init_scale = {cfg.init_scale} must be a positive number")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise ConfigError(f"{source}: [model] seed = {cfg.seed} must be a whole number from 0 to {MAX_SEED:,} "
+                          "(2⁶³ − 1, what torch's generator takes)")
     return cfg
 
 

@@ -59,7 +59,10 @@ def choose_next(logits: Tensor, sampling: Sampling, *, banned: Sequence[int] = (
     if not sampling.sample:
         return int(scores.argmax(dim=-1))
     if sampling.temperature != 1.0:
+        allowed = torch.isfinite(scores)
         scores = scores / sampling.temperature
+        if not torch.isfinite(scores[allowed]).all():  # 1e-300: every logit becomes ±inf, the softmax NaN
+            raise sampling.overflow()
     if sampling.top_k:
         k = min(sampling.top_k, scores.shape[-1])
         scores = scores.masked_fill(scores < torch.topk(scores, k)[0][..., -1, None], float("-inf"))

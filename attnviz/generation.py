@@ -54,6 +54,26 @@ class Sampling:
             raise UsageError(f"[[top_k={self.top_k}]] must be at least 1")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise UsageError(f"[[top_p={self.top_p}]] must be in (0, 1]")
+        from .config import MAX_SEED
+
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"[[seed={self.seed}]] must be a whole number from 0 to {MAX_SEED:,} (2⁶³ − 1)")
+
+    def overflow(self) -> UsageError:
+        """The error for logits that overflow once divided by the temperature (1e-300: ±inf, a NaN softmax)."""
+        return UsageError(f"[[temperature={self.temperature}]] is so small that the logits divided by it overflow; "
+                          "use a temperature of 1e-3 or more, or greedy decoding (leave out [[sample=True]])")
+
+    def generate(self, model: Any, **kwargs: Any) -> Any:
+        """transformers' ``model.generate(**kwargs)`` sampling this way: its NaN probabilities from an
+        overflowing temperature are this error, not a crash."""
+        options = self.options(stop_at_eos=kwargs.pop("stop_at_eos", True))
+        try:
+            return model.generate(**kwargs, **options)
+        except RuntimeError as exc:
+            if self.sample and "probability tensor contains" in str(exc):
+                raise self.overflow() from None
+            raise
 
     def options(self, *, stop_at_eos: bool = True) -> dict[str, Any]:
         """The keyword arguments of transformers' ``generate`` for this choice. Every setting is said
@@ -92,9 +112,8 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
-        out = model.generate(**encoded, max_new_tokens=max_new_tokens, output_attentions=True,
-                             return_dict_in_generate=True, pad_token_id=pad, **sampling.options(stop_at_eos=stop_at_eos),
-                             **extra)
+        out = sampling.generate(model, **encoded, max_new_tokens=max_new_tokens, output_attentions=True,
+                                return_dict_in_generate=True, pad_token_id=pad, stop_at_eos=stop_at_eos, **extra)
         sequence = out.sequences[0]
         # The last token was chosen but never fed back: one more step on the cache gives its row.
         last = model(input_ids=sequence[-1:][None], past_key_values=out.past_key_values, output_attentions=True,

@@ -58,8 +58,9 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
             torch.manual_seed(sampling.seed)
         # The encoder runs once, here: generate reuses its output, and so does the last step below.
         encoder = model.get_encoder()(**source, output_attentions=True, return_dict=True)
-        out = model.generate(**source, encoder_outputs=encoder, max_new_tokens=max_new_tokens, output_attentions=True,
-                             return_dict_in_generate=True, pad_token_id=pad, **sampling.options(stop_at_eos=stop_at_eos), **extra)
+        out = sampling.generate(model, **source, encoder_outputs=encoder, max_new_tokens=max_new_tokens,
+                                output_attentions=True, return_dict_in_generate=True, pad_token_id=pad,
+                                stop_at_eos=stop_at_eos, **extra)
         sequence = out.sequences[0]  # the decoder start token, then the generated ones
         # The last token was chosen but never fed back: one more decoder step on the cache gives its rows.
         last = model(encoder_outputs=encoder, attention_mask=source["attention_mask"],

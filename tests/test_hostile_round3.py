@@ -216,3 +216,22 @@ def test_compare_heads_bounds_the_heads_it_pairs(tmp_path):
         overview_of_result(result, [0, 1])
     small = AttentionResult(tokens=["a", "b"], attentions=torch.full((2, 3, 2, 2), 0.5))
     assert overview_of_result(small, [0, 1]).distance.shape == (6, 6)  # the control: a model's heads pass
+
+
+# --- named errors for every bad value ------------------------------------------------------------
+
+
+def test_sampling_values_that_overflow_are_named(run_cli, tmp_path):
+    causal = str(Path(TINY).parent / "causal.toml")
+    for extra, phrase in ((["--temperature", "1e-300"], "--temperature 1e-300 is so small"),
+                          (["--seed", str(2**64 + 5)], "--seed 18446744073709551621 must be a whole number"),
+                          (["--seed", "-1"], "must be a whole number from 0")):
+        r = run_cli("generate", "the cat sat on the", "--model", causal, "-n", "3", "--sample", *extra)
+        assert r.exit_code == 2 and phrase in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert run_cli("generate", "the cat sat on the", "--model", causal, "-n", "3", "--sample", "--temperature",
+                   "0.01", "--seed", str(2**63 - 1)).exit_code == 0  # the edges themselves work
+    config = tmp_path / "seed.toml"
+    config.write_text(Path(TINY).read_text(encoding="utf-8").replace("seed = 0 ", f"seed = {2**64} ", 1),
+                      encoding="utf-8")
+    r = run_cli("heatmap", "a b", "--model", str(config))
+    assert r.exit_code == 1 and "seed = 18446744073709551616 must be a whole number" in r.stderr, r.stderr
