@@ -235,3 +235,15 @@ def test_sampling_values_that_overflow_are_named(run_cli, tmp_path):
                       encoding="utf-8")
     r = run_cli("heatmap", "a b", "--model", str(config))
     assert r.exit_code == 1 and "seed = 18446744073709551616 must be a whole number" in r.stderr, r.stderr
+
+
+def test_a_very_long_token_label_fits_the_terminal_in_one_pass(run_cli):
+    """A 125,000-character word took 75 s to fit (cut one character at a time, each cut measured again)."""
+    from attnviz.render.terminal import _fit_label
+
+    r = run_cli("heatmap", "cat " + "w" * 125_000 + " sat", "--model", TINY, "--layer", "0", "--width", "80",
+                env={"NO_COLOR": "1"})
+    assert r.exit_code == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert "w…" in r.stdout
+    assert _fit_label("注意力" * 50_000, 7) == "注意力…" and _fit_label("ab", 4, left=True) == "ab  "
