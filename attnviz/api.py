@@ -388,6 +388,7 @@ def explain(text: str | None = None, model: str | None = None, *, layer: int = 0
                          f"runs; {model} is {what}. Use attnviz heatmap for it")
     inputs = inputs_of(text, layer)
     walk = walkthrough(inputs, scale=scale, head=head)
+    _check_walk_finite(walk, source.name)
     if inputs.reference is not None:
         walk.reference_source = inputs.reference.source
         config_causal = getattr(getattr(source, "cfg", None), "causal", inputs.causal)
@@ -398,6 +399,21 @@ def explain(text: str | None = None, model: str | None = None, *, layer: int = 0
         else:
             walk.differences = compare_reference(walk, inputs.reference)
     return walk
+
+
+def _check_walk_finite(walk: Walkthrough, model_name: str) -> None:
+    """Refuse a walkthrough whose numbers overflowed, as an extraction refuses NaN weights: its tables
+    would show inf and NaN, and its JSON could not be written."""
+    import torch
+
+    from .errors import NumericalError
+
+    for steps in walk.heads:
+        for name in ("q", "k", "v", "scores", "weights", "output"):
+            if not torch.isfinite(getattr(steps, name)).all():
+                raise NumericalError(f"the computation overflows in head {steps.index} of {model_name or 'the model'}: "
+                                     f"its {name} hold infinite or NaN numbers. Check the config's values (smaller "
+                                     "x or weights)")
 
 
 def errata() -> list[Erratum]:

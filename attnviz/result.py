@@ -210,7 +210,7 @@ class AttentionResult:
         }
 
     def _meta_array(self) -> np.ndarray:
-        return np.array(json.dumps(self._meta(), ensure_ascii=False, sort_keys=True))
+        return np.array(json.dumps(self._meta(), ensure_ascii=False, allow_nan=False, sort_keys=True))
 
     def _write(self, path: Path, float16: bool) -> Path:
         dtype = np.float16 if float16 else np.float32

@@ -247,3 +247,16 @@ def test_a_very_long_token_label_fits_the_terminal_in_one_pass(run_cli):
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
     assert "w…" in r.stdout
     assert _fit_label("注意力" * 50_000, 7) == "注意力…" and _fit_label("ab", 4, left=True) == "ab  "
+
+
+def test_explain_refuses_a_config_that_overflows_as_heatmap_does(run_cli, tmp_path):
+    """explain printed tables of inf and NaN, and --json wrote Infinity and NaN (not JSON)."""
+    config = tmp_path / "overflow.toml"
+    config.write_text('[model]\ntype = "matrices"\nname = "big"\n[input]\ntokens = ["a", "b"]\n'
+                      "x = [[1e200, 1.0], [1.0, 1e200]]\n[weights]\nw_q = [[1e200, 0.0], [0.0, 1.0]]\n"
+                      "w_k = [[1e200, 0.0], [0.0, 1.0]]\nw_v = [[1.0, 0.0], [0.0, 1.0]]\n", encoding="utf-8")
+    for argv in (["explain", "--model", str(config)], ["explain", "--model", str(config), "--json"],
+                 ["heatmap", "--model", str(config)]):
+        r = run_cli(*argv)
+        assert r.exit_code == 1 and "overflow" in r.stderr and r.stderr.count("\n") == 1, (argv, r.stderr)
+        assert "Infinity" not in r.stdout and "NaN" not in r.stdout

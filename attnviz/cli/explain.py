@@ -60,7 +60,7 @@ def explain(
             import json
             from dataclasses import asdict
 
-            typer.echo(json.dumps([asdict(item) for item in items], ensure_ascii=False, indent=1))
+            typer.echo(json.dumps([asdict(item) for item in items], ensure_ascii=False, allow_nan=False, indent=1))
         else:
             from ..render.explain import render_errata
 
@@ -72,7 +72,7 @@ def explain(
     if as_json:
         import json
 
-        typer.echo(json.dumps(walk.to_dict(), ensure_ascii=False, indent=1))
+        typer.echo(json.dumps(walk.to_dict(), ensure_ascii=False, allow_nan=False, indent=1))
     else:
         from ..render.explain import render_walkthrough
 

@@ -138,7 +138,7 @@ def heads(
 
         what: dict[str, object] = ({"probe": probe.value} if probe is not None else
                                    {"file": str(file)} if file is not None else {"text": text})
-        typer.echo(json.dumps(table.document(rows, **what), ensure_ascii=False, indent=1))
+        typer.echo(json.dumps(table.document(rows, **what), ensure_ascii=False, allow_nan=False, indent=1))
     elif fmt is Format.csv:
         from ..heads import rows_csv
 

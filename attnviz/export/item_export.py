@@ -117,7 +117,7 @@ class ItemExport:
             doc = {"index": self.item.index, "hash": self.item.hash, "text": self.item.text,
                    "model": self.header.model_name, "tokens": self.shown.tokens, "heads": rows}
             path = self.out_dir / f"{self.item.stem}.stats.json"
-            text = json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
+            text = json.dumps(doc, ensure_ascii=False, allow_nan=False, sort_keys=True, indent=1) + "\n"
             atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
             files.append(path.name)
         # Images are listed by layer, then head, then format, as they were queued.

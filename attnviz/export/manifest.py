@@ -34,7 +34,7 @@ def manifest_name(shard: tuple[int, int]) -> str:
 
 
 def _line(entry: dict[str, Any]) -> str:
-    return json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
+    return json.dumps(entry, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n"
 
 
 def read_entries(path: Path, *, strict: bool = False) -> dict[int, dict[str, Any]]:

@@ -44,7 +44,7 @@ def write_view_npz(view: Any, path: str | os.PathLike[str], **_: Any) -> Path:
         "panel_titles": np.array(view.panel_titles, dtype=str),
         "notes": np.array(view.notes, dtype=str),
         "format": np.array(FORMAT),
-        "meta": np.array(json.dumps(view_meta(view), ensure_ascii=False)),
+        "meta": np.array(json.dumps(view_meta(view), ensure_ascii=False, allow_nan=False)),
     }
 
     def write(tmp: str) -> None:
