@@ -19,6 +19,7 @@ from types import FrameType
 
 INTERRUPTED = False  # set by Ctrl-C, even if a library swallows the KeyboardInterrupt it raised
 LINE = "attnviz: error: interrupted\n"
+TERMINATED = "attnviz: error: terminated\n"
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -38,17 +39,34 @@ def _importing(frame: FrameType | None) -> bool:
     return False
 
 
-def _exit_now() -> None:
-    """The one line and exit 130, now: what was printed so far is flushed, nothing more runs."""
+def _on_terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (``kill``, a scheduler's time limit): the temporary files being written are removed, as
+    after Ctrl-C, then one line and exit 143. What is finished stays (an export resumes from it)."""
+    from .fileio import remove_own_temporaries
+
+    remove_own_temporaries()
+    _exit_now(TERMINATED, 128 + signal.SIGTERM)
+
+
+def install_handlers() -> None:
+    """Ctrl-C and SIGTERM as attnviz handles them, where nobody else has set a handler."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_interrupt)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_terminate)
+
+
+def _exit_now(line: str = LINE, code: int = 130) -> None:
+    """The one line and the exit code, now: what was printed so far is flushed, nothing more runs."""
     import contextlib
 
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # interrupted in the middle of a write to it: a reentrant flush fails
             stream.flush()
     try:
-        os.write(2, LINE.encode())
+        os.write(2, line.encode())
     finally:
-        os._exit(130)
+        os._exit(code)
 
 
 def interrupted() -> bool:
@@ -64,8 +82,7 @@ def handled() -> None:
 
 def main() -> None:
     try:
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            signal.signal(signal.SIGINT, _on_interrupt)
+        install_handlers()
         from .cli import main as run
 
         run()

@@ -13,7 +13,6 @@ from .errors import UsageError
 from .heads import head_table
 from .result import AttentionResult
 
-
 MAX_COMPARED_HEADS = 8192
 """Heads compared pairwise at once (80 layers × 64 heads, 61 × 128 fit): the cost grows with their square."""
 

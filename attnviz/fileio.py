@@ -15,7 +15,7 @@ from pathlib import Path
 from .errors import RenderError
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -55,7 +55,7 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
         IN_PROGRESS.add(tmp)
         os.close(fd)
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except OSError as exc:
         raise RenderError(f"cannot write {path}: {exc.strerror or exc}; check free space and permissions") from None

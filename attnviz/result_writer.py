@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .errors import ResultFileError
-from .fileio import _umask
+from .fileio import IN_PROGRESS, current_umask
 from .result import AttentionResult
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed zip timestamps, as write_npz uses
@@ -47,6 +47,7 @@ class ResultWriter:
         self._thread: threading.Thread | None = None
         fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name[:80]}.{os.getpid()}.", suffix=".tmp.npz",
                                         dir=self.path.parent)
+        IN_PROGRESS.add(self.tmp)  # removed on SIGTERM too (attnviz._entry)
         os.close(fd)
         try:
             self.archive = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_STORED)
@@ -134,8 +135,9 @@ class ResultWriter:
             if self.norms and len(self.norms) == self.n_layers:
                 self._entry("value_norms", np.stack(self.norms).astype(self.dtype))
             self.archive.close()
-            os.chmod(self.tmp, 0o666 & ~_umask())
+            os.chmod(self.tmp, 0o666 & ~current_umask())
             os.replace(self.tmp, self.path)
+            IN_PROGRESS.discard(self.tmp)
         except OSError as exc:
             self.abort()
             raise ResultFileError(f"cannot write {self.path}: {exc.strerror or exc}; check free space") from None
@@ -150,5 +152,6 @@ class ResultWriter:
                     closing.close()
             except (OSError, ValueError, zipfile.BadZipFile):
                 pass
+        IN_PROGRESS.discard(self.tmp)
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)

@@ -260,3 +260,37 @@ def test_explain_refuses_a_config_that_overflows_as_heatmap_does(run_cli, tmp_pa
         r = run_cli(*argv)
         assert r.exit_code == 1 and "overflow" in r.stderr and r.stderr.count("\n") == 1, (argv, r.stderr)
         assert "Infinity" not in r.stdout and "NaN" not in r.stdout
+
+
+def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
+    """SIGTERM mid-write left a partial temporary file beside --out and printed nothing."""
+    import subprocess
+    import sys
+
+    script = """
+import os, signal, sys, time
+from pathlib import Path
+import torch
+from attnviz import _entry
+from attnviz.fileio import atomic_write
+from attnviz.result import AttentionResult
+from attnviz.result_writer import ResultWriter
+_entry.install_handlers()
+out = Path(sys.argv[1])
+def write(tmp):
+    Path(tmp).write_bytes(b"half a file")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+if sys.argv[2] == "atomic":
+    atomic_write(out / "x.png", write)
+else:
+    writer = ResultWriter(out / "x.npz", AttentionResult(tokens=["a"], attentions=torch.ones(1, 1, 1, 1)), 1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+"""
+    for how in ("atomic", "npz"):
+        out = tmp_path / how
+        out.mkdir()
+        done = subprocess.run([sys.executable, "-c", script, str(out), how], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 143 and done.stderr == "attnviz: error: terminated\n", (how, done.returncode, done.stderr)
+        assert list(out.iterdir()) == [], (how, list(out.iterdir()))

@@ -36,10 +36,10 @@ def test_png_is_valid_sized_and_not_blank(tmp_path):
     assert pixels.std() > 20  # not a flat image
     colours = np.unique(pixels.reshape(-1, 3), axis=0)
     assert len(colours) > 50  # a colormap and text, not a couple of fills
-    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
