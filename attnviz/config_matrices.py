@@ -114,6 +114,12 @@ def _parse_layer(model: dict[str, Any], inp: Any, weights: Any, source: str) -> 
                           "queries over the encoder's context) is never causal, only a decoder's self-attention is; "
                           "remove causal, or remove context for masked self-attention")
     padding = _padding(inp, len(x) if context is None else len(context), context is not None, source)
+    keys = len(x) if context is None else len(context)
+    from .limits import check_memory
+
+    # explain keeps six float64 [heads, queries, keys] steps (scores to weights): sized before anything runs
+    check_memory(6 * 8 * n_heads * len(x) * keys, f"{source}: attention over {len(x):,} × {keys:,} tokens "
+                 f"in {n_heads} heads")
     return MatrixConfig(name=name, x=x, n_heads=n_heads, tokens=tokens, causal=causal, context=context,
                         context_tokens=context_tokens, padding=padding, **mats, **biases)
 

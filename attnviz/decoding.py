@@ -74,6 +74,15 @@ def choose_next(logits: Tensor, sampling: Sampling, *, banned: Sequence[int] = (
     return int(torch.multinomial(scores.softmax(dim=-1), num_samples=1))
 
 
+def check_generation_memory(layers: int, heads: int, total: int) -> None:
+    """A generation keeps every row of every head: ``[layers, heads, T, T]`` float32, refused before it
+    is allocated when it would not fit (``-n 4096`` on a small config asked for 34 GB)."""
+    from .limits import check_memory
+
+    check_memory(4 * layers * heads * total * total,
+                 f"keeping the attention of {total:,} tokens ({layers} layers × {heads} heads)")
+
+
 @dataclass
 class Decoded:
     """What :func:`decode` returns: every token id, every row of attention, and why it stopped."""
@@ -91,6 +100,7 @@ def decode(step: Step, prompt: list[int], *, max_new_tokens: int, sampling: Samp
     logits, weights = step(list(prompt))
     layers, heads = weights.shape[:2]
     total = n + max_new_tokens
+    check_generation_memory(layers, heads, total)
     attentions = torch.zeros(layers, heads, total, total)
     attentions[:, :, :n, :n] = weights
     ids = list(prompt)

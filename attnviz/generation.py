@@ -106,6 +106,12 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     if limit is not None and encoded["input_ids"].shape[1] + max_new_tokens > limit:
         raise UsageError(f"the prompt ({encoded['input_ids'].shape[1]} tokens) and [[max_new_tokens={max_new_tokens}]] "
                          f"pass the {limit} positions {name} takes; ask for fewer tokens")
+    from .decoding import check_generation_memory
+
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 1)
+    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", 1)
+    check_generation_memory(int(layers), int(heads), encoded["input_ids"].shape[1] + max_new_tokens)
     eos = model.generation_config.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
     extra: dict[str, Any] = {} if stop_at_eos else {"min_new_tokens": max_new_tokens}

@@ -294,3 +294,26 @@ else:
         done = subprocess.run([sys.executable, "-c", script, str(out), how], capture_output=True, text=True, timeout=60)
         assert done.returncode == 143 and done.stderr == "attnviz: error: terminated\n", (how, done.returncode, done.stderr)
         assert list(out.iterdir()) == [], (how, list(out.iterdir()))
+
+
+def test_attention_memory_is_estimated_before_it_is_allocated(run_cli, tmp_path, monkeypatch):
+    """generate -n 4096 on a 10-line config asked for 34 GB; a 60,000-token matrices config for 28.8 GB."""
+    causal = str(Path(TINY).parent / "causal.toml")
+    rows = 3000
+    config = tmp_path / "rows.toml"
+    config.write_text('[model]\ntype = "matrices"\nname = "rows"\n[input]\nx = [' + ",".join(["[1.0, 0.0]"] * rows)
+                      + "]\n[weights]\nw_q = [[1.0, 0.0], [0.0, 1.0]]\nw_k = [[1.0, 0.0], [0.0, 1.0]]\n"
+                      "w_v = [[1.0, 0.0], [0.0, 1.0]]\n", encoding="utf-8")
+    small = tmp_path / "small.toml"  # small weights, many heads: its rows, not its weights, pass the budget
+    small.write_text('[model]\ntype = "transformer"\nname = "small"\nn_layers = 4\nn_heads = 8\nd_model = 16\n'
+                     'd_ff = 16\nvocab_size = 64\nmax_positions = 512\ncausal = true\nvocab = ["the", "cat"]\n',
+                     encoding="utf-8")
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "1M")  # the weights fit; 4 × 8 × 405² float32 (21 MB) do not
+    r = run_cli("generate", "the cat sat on the", "--model", str(small), "-n", "400")
+    assert r.exit_code == 1 and "keeping the attention of" in r.stderr and "ATTNVIZ_MAX_MEMORY" in r.stderr, r.stderr
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "100M")
+    for command in ("explain", "heatmap"):
+        r = run_cli(command, "--model", str(config))
+        assert r.exit_code == 1 and "3,000 × 3,000 tokens" in r.stderr, (command, r.stderr)
+    monkeypatch.delenv("ATTNVIZ_MAX_MEMORY")
+    assert run_cli("generate", "the cat sat on the", "--model", causal, "-n", "3").exit_code == 0  # the control
