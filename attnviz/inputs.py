@@ -116,7 +116,12 @@ def _parquet(raw: bytes, column: str, name: str) -> list[str]:
                or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(inner)))
     if not textual:
         raise InputError(f"{name}: column {column!r} holds {kind}, not text; choose a text column with [[column]]")
-    values = pq.read_table(pa.BufferReader(raw), columns=[column]).column(column).cast(pa.string()).to_pylist()
+    try:
+        values = pq.read_table(pa.BufferReader(raw), columns=[column]).column(column).cast(pa.string()).to_pylist()
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a corrupt page; bytes that are not UTF-8
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise InputError(f"{name}: column {column!r} cannot be read ({type(exc).__name__}: {first}); the file is "
+                         "damaged, or its text is not UTF-8") from None
     texts = [v for v in values if v is not None and v.strip()]
     if not texts:
         raise InputError(f"{name} has no texts in column {column!r}")

@@ -317,3 +317,25 @@ def test_attention_memory_is_estimated_before_it_is_allocated(run_cli, tmp_path,
         assert r.exit_code == 1 and "3,000 × 3,000 tokens" in r.stderr, (command, r.stderr)
     monkeypatch.delenv("ATTNVIZ_MAX_MEMORY")
     assert run_cli("generate", "the cat sat on the", "--model", causal, "-n", "3").exit_code == 0  # the control
+
+
+def test_a_damaged_parquet_file_is_one_line(run_cli, tmp_path):
+    import io
+
+    import pytest
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    raw = pa.array([b"the cat sat", b"bad \xff\xfe text"], type=pa.binary())
+    not_utf8 = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())  # a string column holding other bytes
+    pq.write_table(pa.table({"text": not_utf8}), tmp_path / "bytes.parquet")
+    good = io.BytesIO()
+    pq.write_table(pa.table({"text": [f"text number {i} " * 20 for i in range(300)]}), good, compression="zstd",
+                   use_dictionary=False)
+    damaged = bytearray(good.getvalue())
+    for i in range(8, 48):  # the first page's header
+        damaged[i] ^= 0x5A
+    (tmp_path / "damaged.parquet").write_bytes(bytes(damaged))
+    for name in ("bytes.parquet", "damaged.parquet"):
+        r = run_cli("heads", "--file", str(tmp_path / name), "--model", TINY)
+        assert r.exit_code == 1 and "cannot be read" in r.stderr and r.stderr.count("\n") == 1, (name, r.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -96,15 +97,14 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
                 raise fail("interrupted", 130) from None
             except (typer.Exit, typer.Abort, SystemExit):
                 raise
+            except OSError as exc:  # the machine said no (a name too long, a full disk): what, and where
+                if debug:
+                    raise
+                raise fail(environment_error(exc) if exc.errno in ENVIRONMENT_ERRNOS else internal_error(exc), 1) from None
             except Exception as exc:  # a bug: say so in one line, keep the traceback for ATTNVIZ_DEBUG
                 if debug:
                     raise
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
-                raise fail(
-                    f"internal error ({type(exc).__name__}: {first}); rerun with {DEBUG_ENV}=1 for the "
-                    "traceback and report it",
-                    1,
-                ) from None
+                raise fail(internal_error(exc), 1) from None
             finally:
                 for w in caught:
                     if issubclass(w.category, AttnvizWarning):
@@ -113,6 +113,21 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
                         sys.stderr.write(f"warning ({w.category.__name__}): {one_line(str(w.message))}\n")
 
     return wrapper  # type: ignore[return-value]
+
+
+ENVIRONMENT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                                errno.ELOOP, errno.EMFILE, errno.ENFILE, errno.EIO, errno.ENOTDIR, errno.EISDIR})
+"""Errors of the machine, not of attnviz: a file name, a disk, a permission. Said as what and where."""
+
+
+def environment_error(exc: OSError) -> str:
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"cannot use{where}: {exc.strerror or exc}; check the name, the free space and the permissions"
+
+
+def internal_error(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"internal error ({type(exc).__name__}: {first}); rerun with {DEBUG_ENV}=1 for the traceback and report it"
 
 
 def _stopped_by_ctrl_c(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
