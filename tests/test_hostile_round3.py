@@ -339,3 +339,31 @@ def test_a_damaged_parquet_file_is_one_line(run_cli, tmp_path):
     for name in ("bytes.parquet", "damaged.parquet"):
         r = run_cli("heads", "--file", str(tmp_path / name), "--model", TINY)
         assert r.exit_code == 1 and "cannot be read" in r.stderr and r.stderr.count("\n") == 1, (name, r.stderr)
+
+
+def test_a_full_disk_fails_only_the_text_whose_file_it_stopped(run_cli, tmp_path, monkeypatch):
+    """A full disk while one text's files were written failed every text of its batch, naming that
+    text's file, and its leftover npz was reported as "files of an earlier export" removed."""
+    import json
+
+    from attnviz.errors import RenderError
+    from attnviz.export import item_export
+
+    real = item_export.atomic_write
+
+    def full_for_the_second(path, write):
+        if path.name.startswith("000001-"):
+            raise RenderError(f"cannot write {path}: No space left on device; check free space and permissions")
+        return real(path, write)
+
+    monkeypatch.setattr(item_export, "atomic_write", full_for_the_second)
+    source = tmp_path / "t.txt"
+    source.write_text("the cat sat\na dog ran\nbirds sing\n", encoding="utf-8")
+    out = tmp_path / "o"
+    r = run_cli("export", str(source), "--out", str(out), "--model", TINY, "--formats", "npz,json", "--jobs", "1",
+                "--batch-size", "3", "--quiet")
+    assert r.exit_code == 1 and "1 of 3" in r.stderr and "removed" not in r.stderr, r.stderr
+    entries = {e["index"]: e for e in map(json.loads, (out / "manifest.jsonl").read_text().splitlines())}
+    assert [entries[i]["status"] for i in range(3)] == ["ok", "failed", "ok"]
+    assert "000001-" in entries[1]["error"] and "000000-" not in entries[1]["error"]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("000001-")) == []  # its partial npz is gone

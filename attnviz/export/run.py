@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizError, UsageError, in_api_terms
+from ..errors import AttnvizError, RenderError, ResultFileError, UsageError, in_api_terms
 from ..fileio import remove_stale_temporaries
 from .item_export import ItemExport, Outcome
 from .items import Item, blocks, input_fingerprint, read_items
@@ -83,9 +83,12 @@ def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item
             if (out_dir / name).is_file() and not (out_dir / name).is_symlink():
                 (out_dir / name).unlink()
                 summary.removed.append(name)
+    failed_now = {index for index, _ in summary.failed}
     for path in journal.stale_files(items):  # an earlier run's outputs that these settings no longer make
         path.unlink(missing_ok=True)
-        summary.removed.append(path.name)
+        own = path.name[:6].isdigit() and int(path.name[:6]) in failed_now  # a text that failed in this run
+        if not own:  # (its partial files are this run's own, not an earlier export's)
+            summary.removed.append(path.name)
     remove_stale_temporaries(out_dir)  # again: workers of a killed run may have outlived it by a moment
     summary.failed.sort()  # by index (they ran in the plan's order: texts of similar lengths together)
     return summary
@@ -158,21 +161,30 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
     exports = [ItemExport(item, header, out_dir, replace(settings, formats=("parquet",)) if finished else settings,
                           len(stream.layers)) if table or not finished else None
                for item, header, finished in zip(batch, stream.results, done, strict=True)]
+    failed: dict[int, str] = {}  # an item whose own file could not be written (a full disk): its own error
     try:
         for position, parts in stream:
-            _add_layer(exports, position, parts)
+            _add_layer(exports, position, parts, failed)
             del parts  # this layer is written: drop it before the next is computed
         result = BlockResult()
         rows = []
         for i, (item, export) in enumerate(zip(batch, exports, strict=True)):
-            if export is not None:
-                outcome = export.finish(stream.results[i] if stream.whole else None)
-                if table:
-                    rows.append(export.text_rows())
-                if not done[i]:
-                    result.outcomes.append((item, outcome))
-        if table:
-            result.parts.append((batch, rows, done))
+            if export is not None and i not in failed:
+                try:
+                    outcome: Outcome | str = export.finish(stream.results[i] if stream.whole else None)
+                except (RenderError, ResultFileError) as exc:
+                    export.abort()
+                    failed[i] = exc.template
+                else:
+                    if table:
+                        rows.append(export.text_rows())
+            if i in failed:
+                outcome = failed[i]
+            if export is not None and not done[i]:
+                result.outcomes.append((item, outcome))
+        kept = [i for i in range(len(batch)) if i not in failed]
+        if table and kept:
+            result.parts.append(([batch[i] for i in kept], rows, [done[i] for i in kept]))
         return result
     except AttnvizError as exc:
         for export in exports:
@@ -209,11 +221,16 @@ def record_parts(out_dir: Path, block: BlockResult, journal: Journal) -> list[tu
     return block.outcomes
 
 
-def _add_layer(exports: list[ItemExport | None], position: int, parts: list[Any]) -> None:
-    """A function of its own, so no loop variable keeps the layer alive after it is written."""
-    for export, part in zip(exports, parts, strict=True):
-        if export is not None:
-            export.add(position, part)
+def _add_layer(exports: list[ItemExport | None], position: int, parts: list[Any], failed: dict[int, str]) -> None:
+    """A function of its own, so no loop variable keeps the layer alive after it is written. An item
+    whose file cannot be written fails alone, with its own file named; the others go on."""
+    for i, (export, part) in enumerate(zip(exports, parts, strict=True)):
+        if export is not None and i not in failed:
+            try:
+                export.add(position, part)
+            except (RenderError, ResultFileError) as exc:
+                export.abort()
+                failed[i] = exc.template
 
 
 def _submit_item(pool: ProcessPoolExecutor | None, tasks: list[tuple[Any, Path]], style: str) -> list[Future[Any]]:
