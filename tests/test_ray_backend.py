@@ -65,3 +65,46 @@ def test_ray_errors_are_one_line(run_cli, tmp_path, tiny_hf, monkeypatch):
     refuse_import(monkeypatch, "ray")
     missing = run_cli(*base, "--backend", "ray")
     assert missing.exit_code == 2 and "pip install 'attnviz[ray]'" in missing.stderr
+
+
+def test_more_jobs_than_cpus_run_on_the_actors_that_can_start(cluster, run_cli, tmp_path):
+    """--jobs past the cluster's CPUs handed blocks to actors that could never be placed: a hang at 11 of 12."""
+    from conftest import TINY
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"text number {i}" for i in range(6)) + "\n", encoding="utf-8")
+    r = run_cli("export", str(texts), "--model", TINY, "--formats", "json", "--batch-size", "1", "--backend", "ray",
+                "--jobs", "50", "--quiet", "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.stderr
+    assert "--jobs 50 is more than the Ray cluster's 2 CPUs" in r.stderr
+    assert len((tmp_path / "o" / "manifest.jsonl").read_text().splitlines()) == 6
+
+
+def test_an_address_that_is_not_ray_is_refused_quickly(run_cli, tmp_path):
+    """A port that answers but is not Ray (an HTTP server; a server that never speaks) once made Ray retry
+    past 120 s with a warning every 5 s."""
+    import socket
+    import threading
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("one text\n", encoding="utf-8")
+    for reply in (b"HTTP/1.1 400 Bad Request\r\n\r\n", None):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+
+        def answer(server=server, reply=reply):
+            with server:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(100)
+                    if reply:
+                        conn.sendall(reply)
+                    else:
+                        conn.recv(100)  # silent until the client gives up
+
+        threading.Thread(target=answer, daemon=True).start()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        r = run_cli("export", str(texts), "--out", str(tmp_path / "o"), "--formats", "json", "--backend", "ray",
+                    "--ray-address", address)
+        assert r.exit_code == 2 and "not as a Ray head node" in r.stderr and r.stderr.count("\n") == 1, r.stderr

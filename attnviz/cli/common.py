@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from ..errors import AttnvizError, AttnvizWarning
+from ..errors import AttnvizError, AttnvizWarning, in_cli_terms
 from ..labels import is_invisible, safe_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,7 +108,8 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
             finally:
                 for w in caught:
                     if issubclass(w.category, AttnvizWarning):
-                        sys.stderr.write(f"attnviz: warning: {one_line(str(w.message))}\n")
+                        said = in_cli_terms(str(w.message), {**FLAGS, **(flags or {})})
+                        sys.stderr.write(f"attnviz: warning: {one_line(said)}\n")
                     elif debug:
                         sys.stderr.write(f"warning ({w.category.__name__}): {one_line(str(w.message))}\n")
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, AttnvizWarning, UsageError
+from ..quiet import stderr_silenced
 from .items import Item
 from .manifest import Journal, file_sizes
 from .settings import ExportSettings
@@ -93,14 +95,23 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
     if started:
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # no C++ warnings on a user's stderr
         try:
-            ray.init(address=settings.ray_address, num_cpus=None if settings.ray_address else os.cpu_count(),
-                     include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-                     configure_logging=True)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+            with stderr_silenced():  # Ray's C++ logging writes to file descriptor 2 as it starts
+                ray.init(address=settings.ray_address, num_cpus=None if settings.ray_address else os.cpu_count(),
+                         include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+                         configure_logging=True)
+        except (ConnectionError, ValueError) as exc:
             raise UsageError(f"cannot reach the Ray cluster at [[ray_address={settings.ray_address}]]: {exc}") from None
+        except Exception as exc:  # Ray itself could not start (no shared memory, a broken install, …)
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise AttnvizError(f"Ray could not start ({type(exc).__name__}: {first}); run without [[backend=ray]], "
+                               "or check Ray's logs under /tmp/ray") from None
     try:
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        count = max(1, min(settings.jobs, len(todo)))
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        count = max(1, min(settings.jobs, len(todo), cpus))  # an actor the cluster cannot place would never start
+        if settings.jobs > cpus:
+            warnings.warn(f"[[jobs={settings.jobs}]] is more than the Ray cluster's {cpus} CPUs: at most {cpus} "
+                          "actors run (one that the cluster cannot place would never start)", AttnvizWarning,
+                          stacklevel=2)
         threads = max(1, cpus // count) if not settings.ray_address else 1
         gpus = ray.cluster_resources().get("GPU", 0) / count if settings.device.startswith("cuda") else 0
         if settings.device.startswith("cuda") and not gpus:
@@ -132,13 +143,33 @@ def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
+            speaks_grpc = _speaks_http2(conn, timeout)
     except ValueError:
         raise UsageError(f"[[ray_address={address}]] is not host:port (or auto)") from None
     except OSError as exc:
         raise UsageError(f"cannot reach the Ray cluster at [[ray_address={address}]]: "
                          f"{exc.strerror or exc}; is a Ray head node running there?") from None
+    if not speaks_grpc:  # Ray would retry against it for minutes
+        raise UsageError(f"[[ray_address={address}]] answers, but not as a Ray head node (its port speaks no "
+                         "gRPC); give the address `ray start --head` printed")
+
+
+def _speaks_http2(conn: Any, timeout: float) -> bool:
+    """Whether the server at ``conn`` answers HTTP/2's connection preface with a SETTINGS frame, as
+    every gRPC server (Ray's GCS and client server) does; an HTTP/1 server or a silent one does not."""
+    conn.settimeout(timeout)
+    try:
+        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        header = b""
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                return False
+            header += chunk
+    except OSError:  # a timeout: nothing answered
+        return False
+    return header[3] == 0x04  # the frame's type: SETTINGS
 
 
 class _Described:

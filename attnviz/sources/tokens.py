@@ -12,15 +12,13 @@ so byte-level ``Ġ``, SentencePiece ``▁`` and BERT's lowercasing all disappear
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import InputError, ModelNotFoundError
 from ..labels import CONTINUATION, printable
+from ..quiet import stderr_silenced
 
 T = TypeVar("T")
 
@@ -207,7 +205,7 @@ def guarded(call: Callable[[], T], model_name: str, doing: str = "on this text")
     a named error of one line. Rust prints its panic (and, with RUST_BACKTRACE, a stack) straight
     to file descriptor 2, so that is pointed at /dev/null for the call."""
     try:
-        with _rust_silenced():
+        with stderr_silenced():
             return call()
     except (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
         raise
@@ -217,20 +215,4 @@ def guarded(call: Callable[[], T], model_name: str, doing: str = "on this text")
                                  f"{first}); its tokenizer.json may be broken, re-download the model") from None
 
 
-@contextmanager
-def _rust_silenced() -> Iterator[None]:
-    """File descriptor 2 to /dev/null while the tokenizers library runs (a few microseconds)."""
-    try:
-        sys.stderr.flush()
-        saved, sink = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    except (OSError, ValueError):  # no descriptor 2 to save: run as it is
-        yield
-        return
-    try:
-        os.dup2(sink, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(sink)
 
