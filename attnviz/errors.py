@@ -86,6 +86,12 @@ class RenderError(AttnvizError):
     """An output file that cannot be written (unknown extension, unwritable path, full disk)."""
 
 
+class UnknownFormatError(RenderError):
+    """An output name whose extension no renderer writes: a bad option value (exit code 2)."""
+
+    exit_code = 2
+
+
 class ServeError(AttnvizError):
     """The server cannot start: its address is taken, not this machine's, or not allowed."""
 

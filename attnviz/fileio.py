@@ -28,7 +28,10 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     suffixes = output_suffixes()
     if path.suffix.lower() not in suffixes:
-        raise RenderError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of {', '.join(suffixes)}")
+        from .errors import UnknownFormatError  # a bad option value, as a bad layer is: exit code 2
+
+        raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
+                         f"{', '.join(suffixes)}")
     if path.is_dir():
         raise RenderError(f"cannot write {path}: it is a folder; give a file name such as {path / 'heatmap.png'}")
     parent = path.parent if str(path.parent) else Path(".")

@@ -13,6 +13,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import pytest
 from typer.testing import CliRunner
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one of several workers sharing the cores: no oversubscription
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "sample_configs" / "tiny.toml")
 SEED = str(ROOT / "sample_configs" / "seed_example.toml")
@@ -22,6 +25,21 @@ SEED = str(ROOT / "sample_configs" / "seed_example.toml")
 # depend on themselves, so the suite passes whatever the newcomer's environment holds.
 USER_ENVIRONMENT = ("NO_COLOR", "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "COLUMNS", "LINES", "TTY_COMPATIBLE",
                     "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES", "ATTNVIZ_DEBUG", "TRANSFORMERS_OFFLINE")
+
+
+# The quick loop (`python -m pytest -q -m "not slow"`) leaves out what starts real processes, a browser or
+# Ray, or reads long inputs: these files, and any test that asks for the browser or a Ray cluster.
+SLOW_FILES = {"test_readme_commands.py", "test_ray_backend.py", "test_page.py", "test_page_generation.py",
+              "test_cli_models.py", "test_export.py", "test_hostile_export.py", "test_hostile_cli.py",
+              "test_environment.py", "test_induction.py", "test_long_inputs.py", "test_serve.py",
+              "test_serve_hostile.py", "test_reliability.py"}
+SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

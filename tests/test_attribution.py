@@ -73,7 +73,7 @@ def test_every_method_in_every_output(minilm, run_cli, tmp_path):
         render_terminal(view, console, values=False, fit="downsample")
         assert view.title.split(" · ")[1][:12] in console.file.getvalue().replace("\n", " ")
     # The command draws the same views (one output each, to keep the suite fast).
-    for method, args, suffix in (("flow", (), ".json"), ("grad-rollout", ("--vs", "A dog barked."), ".npz"),
+    for method, args, suffix in (("flow", (), ".json"), ("grad-rollout", ("--similar-to", "A dog barked."), ".npz"),
                                  ("mixing", (), ".png")):
         r = run_cli("rollout", TEXT, "--method", method, *args, "--out", str(tmp_path / f"cli{suffix}"))
         assert r.exit_code == 0, (method, r.stderr)
@@ -93,15 +93,15 @@ def test_attn_grad_page_reads_back_the_signed_numbers(minilm, tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--method", "flow", "--head", "2"), "--head applies to norm and attn-grad"),
-    (("--method", "flow", "--vs", "x"), "--target-token and --vs choose the output y"),
+    (("--method", "flow", "--similar-to", "x"), "--target-token and --similar-to choose the output y"),
     (("--method", "mixing", "--force"), "--force lets attention flow run past"),
     (("--method", "mixing", "--fusion", "max"), "--fusion belongs to rollout and flow"),
     (("--method", "attn-grad", "--words"), "attn-grad is per token"),
     (("--method", "norm-layer", "--pair", "It was tired."), "--pair goes with rollout, flow and norm"),
-    (("--method", "grad-rollout", "--vs", "A dog.", "--pair", "It was tired."), "--pair goes with rollout, flow"),
-    (("--method", "grad-rollout", "--vs", ""), "--vs: the text is empty"),
+    (("--method", "grad-rollout", "--similar-to", "A dog.", "--pair", "It was tired."), "--pair goes with rollout, flow"),
+    (("--method", "grad-rollout", "--similar-to", ""), "--similar-to: the text is empty"),
     (("--method", "mixing", "--norm"), "--norm is --method norm"),
-    (("--method", "attn-grad"), "--vs"),  # a sentence encoder: y needs a second text
+    (("--method", "attn-grad"), "--similar-to"),  # a sentence encoder: y needs a second text
 ])
 def test_an_option_the_method_does_not_use_is_refused(run_cli, args, message):
     r = run_cli("rollout", TEXT, *args)

@@ -148,7 +148,7 @@ def test_induction_probe_on_a_decoder(tiny_hf):
 def test_compare_heads_bare_uses_the_example(run_cli):
     r = run_cli("compare-heads", "--width", "120")
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.startswith("no TEXT given; using the example sentence")
+    assert r.stderr.startswith("attnviz: no TEXT given; using the example sentence")
     assert all(f"L{la}   H0" in r.stdout for la in range(6))  # a compact grid of every layer's heads
     assert len(r.stdout.splitlines()) < 200
     assert "most similar pairs of heads" in r.stdout and "most different pairs of heads" in r.stdout

@@ -59,7 +59,7 @@ def test_text_that_is_not_utf8_is_one_line_exit_2(run_cli):
 
 def test_control_characters_in_a_file_name_stay_on_one_line(run_cli, tmp_path):
     r = run_cli("heatmap", "the cat", "--model", TINY, "--out", str(tmp_path / "a\nb.gif"))
-    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "a\\nb.gif" in r.stderr
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "a\\nb.gif" in r.stderr
     r = run_cli("heads", "--file", str(tmp_path / "x\ny\x1b[31m.txt"), "--model", TINY)
     assert r.exit_code == 1 and r.stderr.count("\n") == 1 and "\x1b" not in r.stderr, r.stderr
 

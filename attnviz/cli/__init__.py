@@ -46,6 +46,20 @@ def _root(
     """attnviz: attention heatmaps, head summaries and step-by-step explanations."""
 
 
+def plain_message(exc: Exception) -> str:
+    """click's message without the machinery showing through: ``Invalid value for '--cmap': Value error,
+    'foo' is not one of 'viridis', 'magma', 'coolwarm'.`` → ``--cmap: 'foo' is not one of viridis,
+    magma, coolwarm``."""
+    import re
+
+    text = exc.format_message()  # type: ignore[attr-defined]
+    text = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", text)
+    text = text.replace("Value error, ", "")
+    text = re.sub(r"is not one of ((?:'[^']*'(?:, )?)+)\.?$",
+                  lambda m: "is not one of " + ", ".join(re.findall(r"'([^']*)'", m.group(1))), text)
+    return text.rstrip(".")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: usage errors, too, become one line on stderr (exit 2)."""
     import sys
@@ -62,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(0) from None
         ctx = getattr(exc, "ctx", None)
         command = ctx.command_path if ctx is not None else "attnviz"
-        raise SystemExit(fail(f"{exc.format_message()} (see {command} --help)", exc.exit_code).exit_code) from None
+        raise SystemExit(fail(f"{plain_message(exc)} (see {command} --help)", exc.exit_code).exit_code) from None
     except typer.Abort:
         raise SystemExit(fail("aborted", 1).exit_code) from None
     if code == 130 and not common.REPORTED:  # Ctrl-C that typer turned into exit 130 before a command ran

@@ -35,14 +35,13 @@ from .options import (
     open_source,
     parse_index_or_word,
     reading,
+    text_or_example,
 )
-
-EXAMPLE = "The quick brown fox jumps over the lazy dog because it was tired of running."
 
 
 @cli_command
 def compare_heads(
-    text: str | None = typer.Argument(None, metavar="[TEXT]", help="Input text (default: a built-in example sentence).", show_default=False),
+    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (default: a built-in example sentence).", show_default=False),
     model: str | None = Model,
     layer: str = Layer,
     kind: KindChoice = Kind,
@@ -90,9 +89,7 @@ def compare_heads(
     kwargs = dict(engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                   trust_remote_code=trust_remote_code, verbose=verbose)
     source = open_source(model, **kwargs)
-    if text is None and not source.capabilities.fixed_input:  # a matrices config or a saved result has its own
-        text = EXAMPLE
-        console.print(f"no TEXT given; using the example sentence: {EXAMPLE!r}", style="dim")
+    text = text_or_example(text, source)
     from ..report import comparison_report
 
     if vs is None and vs_model is None:

@@ -18,7 +18,7 @@ class Lang(str, Enum):
 @cli_command
 def explain(
     text: str | None = typer.Argument(
-        None, metavar="[TEXT]", show_default=False,
+        None, metavar="TEXT", show_default=False,
         help="Input text for a real model (default: MiniLM) or a transformer config. Leave out for the seed "
              "tutorial's worked example, or for a matrices config's own X.",
     ),

@@ -34,6 +34,7 @@ from .options import (
     open_source,
     parse_index_or_word,
     reading,
+    text_or_example,
 )
 
 BATCH = 16
@@ -53,7 +54,7 @@ class Probe(str, Enum):
 
 @cli_command
 def heads(
-    text: str | None = typer.Argument(None, metavar="[TEXT]", help="Input text (or use --file / --probe).", show_default=False),
+    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (or use --file / --probe).", show_default=False),
     model: str | None = Model,
     file: Path | None = typer.Option(None, "--file", "-f", help="A UTF-8 file of texts, one per line: statistics are averaged over them.", show_default=False),
     probe: Probe | None = typer.Option(None, "--probe", help="induction: random tokens repeated twice (causal models).", show_default=False),
@@ -121,8 +122,8 @@ def heads(
     view = reading(hide_special, renormalize, words)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
-    if given == 0 and not source.capabilities.fixed_input:  # a matrices config or a saved result needs no TEXT
-        raise UsageError(EXACTLY_ONE)
+    if given == 0:  # the example sentence (a matrices config or a saved result has its own input)
+        text = text_or_example(text, source)
     from ..api import heads_of
 
     # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.

@@ -38,13 +38,14 @@ from .options import (
     parse_head,
     parse_index_or_word,
     reading,
+    text_or_example,
 )
 
 
 @cli_command
 def heatmap(
     text: str | None = typer.Argument(
-        None, metavar="[TEXT]", help="Input text. Leave out for configs with a fixed input.", show_default=False
+        None, metavar="TEXT", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
     model: str | None = Model,
     layer: str = Layer,
@@ -92,6 +93,7 @@ def heatmap(
         check_output_path(out)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+    text = text_or_example(text, source)
     if out is not None and out.suffix.lower() == ".html":  # the interactive page: every head, the one asked open
         if values or vmax is not None:
             raise UsageError("--values and --vmax are for pictures; the page shows each weight on hover, scaled to "

@@ -119,6 +119,19 @@ def parse_head(value: str) -> int | str:
     return parse_index_or_word(value, "--head", "head", ("all", "mean"))
 
 
+EXAMPLE = "The quick brown fox jumps over the lazy dog because it was tired of running."
+"""The text every reading command shows when it is given none (said on stderr, so output stays data)."""
+
+
+def text_or_example(text: str | None, source: Any) -> str | None:
+    """``text``, or the example sentence for a model that reads text (a matrices config or a saved
+    result has its own input), with a note on stderr saying so."""
+    if text is None and not source.capabilities.fixed_input:
+        sys.stderr.write(f"attnviz: no TEXT given; using the example sentence {EXAMPLE!r}\n")
+        return EXAMPLE
+    return text
+
+
 def open_source(
     model: str | None,
     *,

@@ -42,6 +42,7 @@ from .options import (
     parse_head,
     parse_index_or_word,
     reading,
+    text_or_example,
 )
 
 
@@ -70,17 +71,18 @@ METHOD_HELP = ("What to show (rollout, flow and grad-rollout chain the layers th
                "mixing (context-mixing ratio per token). The README says what each can and cannot tell.")
 
 
-@cli_command
+@cli_command(flags={"vs": "--similar-to"})
 def rollout(
-    text: str | None = typer.Argument(None, metavar="[TEXT]", help="Input text (leave out for configs with a fixed input).", show_default=False),
+    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (leave out for configs with a fixed input).", show_default=False),
     model: str | None = Model,
     method: MethodChoice = typer.Option(MethodChoice.rollout, "--method", help=METHOD_HELP),
     fusion: Fusion | None = typer.Option(None, "--fusion", help="rollout, flow: how a layer's heads are combined (default mean).", show_default=False),
     norm: bool = typer.Option(False, "--norm", help="Same as --method norm: norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020)."),
     layer: str = Layer,
-    head: str | None = typer.Option(None, "--head", help="norm, attn-grad: a head number, 'all' or 'mean' (default).", show_default=False),
+    head: str | None = typer.Option(None, "--head", help="norm, attn-grad: a head number (default 0, as in heatmap), 'all' or 'mean'.", show_default=False),
     target_token: str | None = typer.Option(None, "--target-token", help="grad-rollout, attn-grad: the token whose logit is y (a decoder's next token, or a [MASK]'s filler; default: the predicted one).", show_default=False),
-    vs: str | None = typer.Option(None, "--vs", help="grad-rollout, attn-grad on a sentence encoder (the default MiniLM): y is the cosine similarity of TEXT's mean-pooled embedding with this text's.", show_default=False),
+    vs: str | None = typer.Option(None, "--similar-to", help="grad-rollout, attn-grad on a sentence encoder (the default MiniLM): y is the cosine similarity of TEXT's mean-pooled embedding with this text's.", show_default=False),
+    old_vs: str | None = typer.Option(None, "--vs", hidden=True),
     force: bool = typer.Option(False, "--force", help="flow: run even past the cost limit (max-flow grows quickly with the text's length)."),
     kind: KindChoice = Kind,
     target: str | None = Target,
@@ -108,9 +110,14 @@ def rollout(
 
     Example: attnviz rollout "The cat sat on the mat." --method flow
     """
+    if old_vs is not None:
+        raise UsageError("rollout's second text is --similar-to (the text whose similarity is y); --vs is "
+                         "compare-heads' second input")
     if norm and method is not MethodChoice.rollout and method is not MethodChoice.norm:
         raise UsageError(f"--norm is --method norm; it cannot go with --method {method.value}")
     chosen_method = "norm" if norm else method.value
+    if head is None and chosen_method in ("norm", "attn-grad"):  # one head by default, as heatmap shows
+        head = "0"
     chosen = parse_index_or_word(layer, "--layer", "layer", ("all",))
     if out is not None:
         from ..fileio import check_output_path
@@ -125,6 +132,7 @@ def rollout(
                          force=force, kind=kind_name(kind), target=target, reading=view, pair=pair)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                          trust_remote_code=trust_remote_code, verbose=verbose)
+    text = text_or_example(text, source)
     from ..api import attribution_view
 
     shown = attribution_view(

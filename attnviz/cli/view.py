@@ -35,15 +35,17 @@ from .options import (
     parse_head,
     parse_index_or_word,
     reading,
+    text_or_example,
 )
 
 
 @cli_command
 def view(
     text: str | None = typer.Argument(
-        None, metavar="[TEXT]", help="Input text. Leave out for configs with a fixed input.", show_default=False
+        None, metavar="TEXT", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
-    out: Path = typer.Option(..., "--out", "-o", help="The page to write (.html).", show_default=False),
+    out: Path = typer.Option(Path("attnviz.html"), "--out", "-o", help="The page to write (.html); attnviz.html in "
+                             "this folder unless given (--open shows it in the browser)."),
     model: str | None = Model,
     layer: str = Layer,
     head: str = typer.Option("0", "--head", help="The head shown first (a number from 0)."),
@@ -88,6 +90,7 @@ def view(
     check_output_path(out)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+    text = text_or_example(text, source)
     from ..api import page_view
     from ..render.html import render_html
 
