@@ -227,3 +227,63 @@ def test_norm_in_every_layer(run_cli):
     assert view.panels.shape[0] == 6 and np.allclose(view.panels, norms[:, 4].numpy(), atol=1e-5)
     r = run_cli("rollout", TEXT, "--norm", "--head", "4", "--width", "200")
     assert r.exit_code == 0 and "every layer · head 4" in r.stdout and "L5" in r.stdout, r.stderr
+
+
+# --- issue 27: one meaning per flag, and the same behaviour with no text ---------------------------
+
+
+def test_every_reading_command_uses_the_example_sentence_without_text(run_cli, tmp_path, monkeypatch):
+    from conftest import TINY
+
+    monkeypatch.chdir(tmp_path)
+    for command in [*READING_COMMANDS, "view"]:
+        r = run_cli(command, "--model", TINY)
+        assert r.exit_code == 0, (command, r.stderr)
+        assert r.stderr.startswith("attnviz: no TEXT given; using the example sentence"), (command, r.stderr)
+    assert (tmp_path / "attnviz.html").is_file()  # view's default page, in the current folder
+    fixed = run_cli("heatmap", "--model", "sample_configs/seed_example.toml")  # a config with its own input
+    assert fixed.exit_code == 0 and "no TEXT given" not in fixed.stderr
+
+
+def test_one_meaning_per_flag_across_commands():
+    """--vs is a second input to compare with, only in compare-heads; rollout's similarity text is --similar-to.
+    --head's default is head 0 wherever one head is drawn; every --out takes the same formats."""
+    rollout, compare, heatmap = _options("rollout"), _options("compare-heads"), _options("heatmap")
+    assert "--similar-to" in rollout and "--vs" in compare and "--similar-to" not in compare
+    assert "default 0" in rollout["--head"][0] and "default 0" in heatmap["--head"][0]
+    import typer.main
+
+    hidden = {opt for p in typer.main.get_command(app).commands["rollout"].params if getattr(p, "hidden", False)
+              for opt in p.opts}
+    assert hidden == {"--vs"}  # kept only to point to --similar-to
+
+
+def test_rollout_vs_points_to_similar_to_and_head_defaults_to_0(run_cli):
+    r = run_cli("rollout", TEXT, "--method", "grad-rollout", "--vs", "A dog.")
+    assert r.exit_code == 2 and "--similar-to" in r.stderr
+    r = run_cli("rollout", TEXT, "--norm", "--layer", "2", "--width", "200")
+    assert r.exit_code == 0 and "head 0" in r.stdout, r.stdout[:300]
+
+
+@pytest.mark.parametrize("command", ["heatmap", "compare-heads", "rollout", "view", "generate"])
+def test_an_unknown_out_format_is_a_bad_option_value(run_cli, command):
+    from conftest import TINY
+
+    causal = TINY.replace("tiny.toml", "causal.toml")
+    args = [command, "the cat sat", "--model", causal if command == "generate" else TINY, "--out", "x.gif"]
+    r = run_cli(*args)
+    assert r.exit_code == 2 and "x.gif" in r.stderr and r.stderr.count("\n") == 1, (command, r.exit_code, r.stderr)
+
+
+def test_usage_lines_and_choice_errors_read_plainly(run_cli, capsys):
+    from attnviz.cli import main
+
+    for command in sorted(c.name for c in app.registered_commands):
+        usage = run_cli(command, "--help").stdout.splitlines()[0]
+        assert "[[" not in usage, usage
+    with pytest.raises(SystemExit) as exit_info:
+        main(["heatmap", TEXT, "--cmap", "foo"])  # as the console script runs it
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("attnviz: error: --cmap: 'foo' is not one of viridis, magma, "
+                                                        "coolwarm (see attnviz heatmap --help)"), err
+    assert "Value error" not in err and "Invalid value" not in err
