@@ -220,7 +220,7 @@ def comparison(overview: HeadsOverview, *, top: int = 5, other: HeadsOverview | 
         order = cluster_order(dist)
         return Comparison(
             overview=overview, matrix=dist[np.ix_(order, order)], rows=[names[i] for i in order],
-            cols=[names[i] for i in order], matrix_title="Jensen–Shannon distance between heads (clustered order)",
+            cols=[names[i] for i in order], matrix_title="Jensen–Shannon divergence between heads, summed over query rows (each row ≤ ln 2; clustered order)",
             notes=[n for n in overview.notes if n.startswith("head distances")], pairs=extreme_pairs(dist, names, k=top),
         )
     matrix = change[0].numpy()[layers]

@@ -22,10 +22,11 @@ def comparison_report(
     change: tuple[torch.Tensor, str] | None = None,
     other_name: str | None = None,
 ) -> None:
-    """Compute the comparison, then draw it to ``out`` (an image) or to ``console``, and list its pairs."""
+    """Compute the comparison; the answer first (its pairs, or the heads that change most), then the
+    picture: drawn to ``out`` (an image) or to ``console`` below the answer."""
     result = comparison(overview, top=top, other=other, change=change, other_name=other_name)
+    render_comparison_lists(result, console)
     if out is not None:
         console.print(f"wrote {render_comparison_image(result, out, cmap=cmap)}")
     else:
         render_comparison_terminal(result, console, cmap=cmap)
-    render_comparison_lists(result, console)

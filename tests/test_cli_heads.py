@@ -152,7 +152,12 @@ def test_compare_heads_bare_uses_the_example(run_cli):
     assert all(f"L{la}   H0" in r.stdout for la in range(6))  # a compact grid of every layer's heads
     assert len(r.stdout.splitlines()) < 200
     assert "most similar pairs of heads" in r.stdout and "most different pairs of heads" in r.stdout
-    assert "Jensen–Shannon distance between heads (clustered order)" in r.stdout
+    assert "Jensen–Shannon divergence between heads, summed over query rows" in r.stdout
+    # The answer first: the pairs come before the grid of every head (issue 27: 143 lines before anything).
+    lines = r.stdout.splitlines()
+    assert "most similar pairs of heads" in "\n".join(lines[:4])
+    first = {key: next(i for i, line in enumerate(lines) if key in line) for key in ("most different pairs", "L0   H0")}
+    assert first["most different pairs"] < first["L0   H0"]
 
 
 def test_compare_heads_image(run_cli, tmp_path):

@@ -114,13 +114,21 @@ def test_failed_items_are_recorded_and_the_run_goes_on(run_cli, tmp_path):
     assert "shorten it, or pass truncate=True" in entries[1]["error"]  # the manifest in the library's terms
 
 
+def _export_process(args: list[str], out: Path) -> int:
+    """The export as a user runs it: a fresh process. The reference runs of the two tests below are
+    processes too, so they compare what users get, not the state a test runner's process has
+    accumulated (under pytest-xdist, an in-process run once drew a CJK label differently)."""
+    return subprocess.run([sys.executable, "-m", "attnviz", "export", *args, "--out", str(out)],
+                          capture_output=True, text=True, timeout=300).returncode
+
+
 def test_sigkill_then_rerun_is_byte_identical(run_cli, tmp_path):
     """Killed with SIGKILL halfway, with drawing processes at work, a rerun ends byte-identical to a
     run that was never interrupted (same batch size, same machine)."""
     texts = _texts(tmp_path, SENTENCES[:4])
     args = [str(texts), "--layers", "0", "--formats", "png,npz,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
     clean, killed = tmp_path / "clean", tmp_path / "killed"
-    assert run_cli("export", *args, "--out", str(clean)).exit_code == 0
+    assert _export_process(args, clean) == 0
     proc = subprocess.Popen([sys.executable, "-m", "attnviz", "export", *args, "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = killed / "manifest.jsonl.journal"
@@ -129,8 +137,7 @@ def test_sigkill_then_rerun_is_byte_identical(run_cli, tmp_path):
     proc.wait()
     assert journal.exists(), "the run finished before it could be killed"
     assert not (killed / "manifest.jsonl").exists()
-    rerun = run_cli("export", *args, "--out", str(killed))
-    assert rerun.exit_code == 0, rerun.stderr
+    assert _export_process(args, killed) == 0
     assert _tree(killed) == _tree(clean)
 
 
@@ -279,7 +286,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(run_cli, tmp_path):
     texts = _texts(tmp_path, SENTENCES[:4])
     args = [str(texts), "--layers", "0", "--formats", "png,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
     clean, stopped = tmp_path / "clean", tmp_path / "stopped"
-    assert run_cli("export", *args, "--out", str(clean)).exit_code == 0
+    assert _export_process(args, clean) == 0
     proc = subprocess.Popen([sys.executable, "-m", "attnviz", "export", *args, "--out", str(stopped)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for_journal(stopped / "manifest.jsonl.journal", 1, proc)
@@ -289,7 +296,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(run_cli, tmp_path):
     assert err.strip().splitlines() == [
         f"attnviz: error: interrupted; finished items are kept in {stopped}. Rerun the same command to resume"
     ]
-    assert run_cli("export", *args, "--out", str(stopped)).exit_code == 0
+    assert _export_process(args, stopped) == 0
     assert _tree(stopped) == _tree(clean)
 
 

@@ -12,7 +12,7 @@ def test_the_registry_is_what_the_commands_accept(run_cli, tmp_path):
     assert registry.output_suffixes() == [".png", ".svg", ".pdf", ".html", ".npz", ".json"]
     assert set(registry.FORMATS) >= {"png", "svg", "pdf", "html", "npz", "json"}
     r = run_cli("heatmap", "The cat sat.", "--out", str(tmp_path / "x.gif"))
-    assert r.exit_code == 1 and "use one of .png, .svg, .pdf, .html, .npz, .json" in r.stderr
+    assert r.exit_code == 2 and "use one of .png, .svg, .pdf, .html, .npz, .json" in r.stderr
 
 
 def test_a_new_format_is_one_module_and_one_line(run_cli, tmp_path, monkeypatch):

@@ -89,7 +89,11 @@ def test_pictures_mark_the_sinks(run_cli, tmp_path):
     assert view.marks == [[k for k in range(alphas.shape[1]) if alphas[h, k] > 0.3] for h in range(12)]
     assert any(view.marks) and any(note.startswith("▼ attention sinks") for note in view.notes)
     r = run_cli("heatmap", "The cat sat on the mat.", "--layer", "3", "--head", "1", "--width", "100")
-    assert r.exit_code == 0 and "▼ attention sinks (α > 0.3, Gu et al. 2024): head 1: [CLS] (0)" in r.stdout
+    assert r.exit_code == 0 and "▼ attention sinks (α > 0.3, Gu et al. 2024): [CLS] (0) in head 1" in r.stdout
+    # Every head of the layer: the panels sharing a sink are named together, in whole items.
+    note = next(n for n in view.notes if n.startswith("▼ attention sinks"))
+    sharing = [f"head {h}" for h in range(12) if view.marks[h] == [0]]
+    assert f"[CLS] (0) in {', '.join(sharing[:6])}" in note and "more panels" not in note
 
 
 def test_one_token_across_the_model(run_cli, tiny_hf):

@@ -152,7 +152,7 @@ def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
                          f"{exc.strerror or exc}; is a Ray head node running there?") from None
     if not speaks_grpc:  # Ray would retry against it for minutes
         raise UsageError(f"[[ray_address={address}]] answers, but not as a Ray head node (its port speaks no "
-                         "gRPC); give the address `ray start --head` printed")
+                         "gRPC); give the address that `ray start` printed for the head node")
 
 
 def _speaks_http2(conn: Any, timeout: float) -> bool:

@@ -35,6 +35,9 @@ _ANCHORS: dict[str, list[tuple[int, int, int]]] = {
 COLORMAPS = tuple(_ANCHORS)
 # Shades for terminals without colour, lightest to darkest ink.
 SHADES = " ░▒▓█"
+SIGNED_SHADES = "-=≡■"
+"""Without colour, a signed scale (vmin < 0 < vmax) shades by magnitude: :data:`SHADES` above 0 and
+these below it, so a view of mostly small signed values is not one field of the middle shade."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,16 @@ class ColorScale:
         frac = (pos - lo)[..., None]
         return np.rint(anchors[lo] * (1 - frac) + anchors[lo + 1] * frac).astype(np.uint8)
 
+    @property
+    def signed(self) -> bool:
+        return self.vmin < 0 < self.vmax
+
     def shade(self, values: np.ndarray) -> np.ndarray:
-        """Index into :data:`SHADES` for each value (0 = blank … 4 = full block)."""
+        """Index into :data:`SHADES` for each value (0 = blank … 4 = full block). On a signed scale, by
+        magnitude against the larger end: 0 blank, 1…4 positive, −1…−4 negative (:data:`SIGNED_SHADES`)."""
+        if self.signed:
+            top = max(-self.vmin, self.vmax)
+            level = np.minimum(np.ceil(np.abs(values) / top * 4 - 1e-9).astype(int), 4)
+            level[np.abs(values) < top / 8] = 0  # the smallest magnitudes stay blank
+            return np.where(values < 0, -level, level)
         return np.minimum((self.normalize(values) * len(SHADES)).astype(int), len(SHADES) - 1)

@@ -51,8 +51,11 @@ def render_comparison_terminal(comparison: Comparison, console: Console, *, cmap
 def render_comparison_lists(comparison: Comparison, console: Console) -> None:
     """The most similar and most different pairs, or the heads that change most."""
     if comparison.pairs is not None:
-        console.print(pairs_table("most similar pairs of heads", comparison.pairs.most_similar, "JS distance"))
-        console.print(pairs_table("most different pairs of heads", comparison.pairs.most_different, "JS distance"))
+        # Clark et al. 2019's head distance: the Jensen–Shannon divergence of each query row, summed over the
+        # rows (so it grows with the text; each row's term is at most ln 2).
+        column = "JS, sum of rows"
+        console.print(pairs_table("most similar pairs of heads", comparison.pairs.most_similar, column))
+        console.print(pairs_table("most different pairs of heads", comparison.pairs.most_different, column))
         for note in comparison.notes:
             console.print(Text(note, style="dim"))
     elif comparison.ranking is not None:

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..labels import JOINERS, safe_text
-from .colors import SHADES, ColorScale
+from .colors import SHADES, SIGNED_SHADES, ColorScale
 from .view import HeatmapView, max_pool
 
 Fit = Literal["downsample", "page"]
@@ -49,8 +49,7 @@ def render_terminal(view: HeatmapView, console: Console, *, values: bool = False
     label_w = _label_width(view)
     max_cols = max(1, (console.width - label_w - 1 - len(view.col_breaks)) // cell_w)
     console.print(Text(view.title, style="bold"))
-    for note in view.notes:
-        console.print(Text(note, style="dim"))
+    print_notes(view.notes, console)
     if n_panels > 1:
         _grid(view, console, label_w, cell_w, colour, values)
     else:
@@ -108,7 +107,8 @@ def _single(view: HeatmapView, console: Console, label_w: int, cell_w: int, colo
 
 def _grid(view: HeatmapView, console: Console, label_w: int, cell_w: int, colour: bool, values: bool) -> None:
     n_panels, n_rows, n_keys = view.panels.shape
-    panel_w = n_keys * cell_w + _GAP
+    breaks = {j for j in view.col_breaks if 0 < j < n_keys}  # a pair's boundary (--pair), as in one panel
+    panel_w = n_keys * cell_w + len(breaks) + _GAP
     per_row = max(1, (console.width - label_w - 1 + _GAP) // panel_w)
     if view.columns:  # a row per layer where it fits
         per_row = min(per_row, view.columns)
@@ -118,16 +118,19 @@ def _grid(view: HeatmapView, console: Console, label_w: int, cell_w: int, colour
         for p in chunk:
             head.append(_fit_label(view.panel_titles[p], panel_w - _GAP, left=True) + " " * _GAP, style="bold")
         console.print(head, no_wrap=True, crop=False)
-        for line in _column_header(view.col_labels, cell_w):
+        for line in _column_header(view.col_labels, cell_w, breaks):
             row = Text(" " * (label_w + 1))
             for _ in chunk:
                 row.append_text(line)
                 row.append(" " * _GAP)
             console.print(row, no_wrap=True, crop=False)
         for i in range(n_rows):
+            if i in view.row_breaks:
+                rule = ("─" * (panel_w - _GAP) + " " * _GAP) * len(chunk)
+                console.print(Text(" " * (label_w + 1) + rule, style="dim"), crop=False)
             row = Text(_fit_label(view.row_labels[i], label_w) + " ")
             for p in chunk:
-                _cells(row, view.panels[p, i], view.scale, cell_w, colour, values)
+                _cells(row, view.panels[p, i], view.scale, cell_w, colour, values, breaks)
                 row.append(" " * _GAP)
             console.print(row, no_wrap=True, crop=False)
 
@@ -146,7 +149,10 @@ def _cells(
     for j, (w, (r, g, b), s) in enumerate(zip(weights, rgb, shades, strict=True)):
         if j in breaks:
             row.append("│", style="dim")
-        text = _format_value(float(w), cell_w) if values else (" " * cell_w if colour else SHADES[s] * cell_w)
+        if values:
+            text = " " * (cell_w - 2) + "· " if w == 0 else _format_value(float(w), cell_w)  # 0: masked, not ".00"
+        else:
+            text = " " * cell_w if colour else (SHADES[s] if s >= 0 else SIGNED_SHADES[-s - 1]) * cell_w
         if colour:
             ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
             row.append(text, style=f"{ink} on rgb({r},{g},{b})")
@@ -182,6 +188,19 @@ def _format_value(w: float, cell_w: int) -> str:
     else:
         body = f"{w:.0f}" if abs(w) < 10 ** (cell_w - 1) else "∞"
     return body.rjust(cell_w - 1)[: cell_w - 1] + " "
+
+
+def print_notes(notes: list[str], console: Console) -> None:
+    """Each note on its line; one too wide for the terminal is broken between its items ("a: x; y"
+    → "a:", "  x", "  y"), never inside one, as a plain wrap would."""
+    for note in notes:
+        head, colon, body = note.partition(": ")
+        if cell_len(note) <= console.width or not colon:
+            console.print(Text(note, style="dim"))
+            continue
+        console.print(Text(head + ":", style="dim"))
+        for item in body.split("; "):
+            console.print(Text("  " + item, style="dim"))
 
 
 def _fit_label(label: str, width: int, *, left: bool = False) -> str:
@@ -248,6 +267,11 @@ def _legend(scale: ColorScale, colour: bool) -> Text:
             text.append(" ", style=f"on rgb({r},{g},{b})")
         text.append(f" {legend_number(hi)}  ({scale.cmap})")
         return text
+    if scale.signed:
+        top = max(-lo, hi)
+        return Text(f"scale ' ' |x|<{legend_number(top / 8)}  ░▒▓█ positive, {SIGNED_SHADES} negative: |x| up to "
+                    f"{legend_number(top / 4)}, {legend_number(top / 2)}, {legend_number(top * 3 / 4)}, "
+                    f"{legend_number(top)}")
     step = (hi - lo) / len(SHADES)
     parts = [f"'{ch}' <{legend_number(lo + step * (i + 1))}" for i, ch in enumerate(SHADES[:-1])]
     parts.append(f"'{SHADES[-1]}' ≤{legend_number(hi)}")

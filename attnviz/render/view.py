@@ -132,11 +132,23 @@ def with_sinks(view: HeatmapView, *, causal: bool, importance: Any = None, label
     found = [[] if title == "mean of heads" else metrics.sink_positions(importance[p])
              for p, title in enumerate(view.panel_titles)]
     marks = [sorted({k // factor for k in keys}) for keys in found]
-    named = [f"{title}: " + ", ".join(f"{labels[k]} ({k})" for k in keys[:4]) + (" …" if len(keys) > 4 else "")
-             for title, keys in zip(view.panel_titles, found, strict=True) if keys]
-    if not named:
+    # Panels with the same sinks are named together ("[CLS] (0) in head 5, head 6, head 8"): most heads
+    # of a model share its first token as their sink, and one item per panel made a note of many lines.
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for title, keys in zip(view.panel_titles, found, strict=True):
+        if keys:
+            groups.setdefault(tuple(keys), []).append(title)
+    if not groups:
         return replace(view, marks=marks)
-    shown = "; ".join(named[:4]) + (f"; and {len(named) - 4} more panels" if len(named) > 4 else "")
+    items = []
+    for keys, titles in sorted(groups.items(), key=lambda g: -len(g[1]))[:4]:
+        where = ", ".join(f"{labels[k]} ({k})" for k in keys[:4]) + (" …" if len(keys) > 4 else "")
+        who = ", ".join(titles[:6]) + (f" and {len(titles) - 6} more" if len(titles) > 6 else "")
+        items.append(f"{where} in {who}")
+    if len(groups) > 4:
+        rest = sum(len(t) for k, t in sorted(groups.items(), key=lambda g: -len(g[1]))[4:])
+        items.append(f"other sinks in {rest} more panel{'s' if rest > 1 else ''}")
+    shown = "; ".join(items)
     return replace(view, marks=marks, notes=[*view.notes, f"▼ attention sinks (α > 0.3, Gu et al. 2024): {shown}"])
 
 

