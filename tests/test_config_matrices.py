@@ -215,7 +215,7 @@ def test_heatmap_cli_shows_target_rows_and_source_columns(run_cli, kind):
     lines = r.stdout.splitlines()
     rows = [i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0] in ("le", "chat", "dort")]
     assert [lines[i].split()[0] for i in rows] == ["le", "chat", "dort"]
-    assert lines[rows[0]].split()[1:] == [".66", ".11", ".23", ".00"]  # head 0, le → the, cat, sleeps, <pad>
+    assert lines[rows[0]].split()[1:] == [".66", ".11", ".23", "·"]  # head 0, le → the, cat, sleeps, <pad> (masked: ·)
     labels = _column_labels(lines, rows[0], len("chat "))
     assert "".join(labels) == "thecatsleeps<pad>"  # one character column each: the labels read down
 

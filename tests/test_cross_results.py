@@ -147,7 +147,8 @@ def test_saved_result_heatmap_of_layer_0(run_cli, saved, result):
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"{result.model_name} · cross · layer 0 · head 1")
     rows = [line.split() for line in lines if line.split()[:1] and line.split()[0] in TARGET]
-    printed = torch.tensor([[float(c) for c in row[1:]] for row in rows], dtype=torch.float64)
+    printed = torch.tensor([[0.0 if c == "·" else float(c) for c in row[1:]] for row in rows],  # ·: exactly 0
+                           dtype=torch.float64)
     assert printed.shape == (3, 4)
     assert torch.allclose(printed, result.cross_attentions[0, 1].double(), atol=0.006)  # two decimals
     view = api.attention_view(load_source(saved), None, layer=0, head="all")

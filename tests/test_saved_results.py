@@ -43,8 +43,8 @@ def case(request, saved) -> tuple[str, str, AttentionResult]:
 def cells(stdout: str, n: int) -> torch.Tensor:
     """The rows of weights ``--values`` printed: each line ending in ``n`` cells."""
     rows = [line.split()[-n:] for line in stdout.splitlines() if len(line.split()) > n]
-    rows = [row for row in rows if all(CELL.match(c) for c in row)]
-    return torch.tensor([[float(c) for c in row] for row in rows], dtype=torch.float64)
+    rows = [row for row in rows if all(CELL.match(c) or c == "·" for c in row)]  # · marks a weight of exactly 0
+    return torch.tensor([[0.0 if c == "·" else float(c) for c in row] for row in rows], dtype=torch.float64)
 
 
 def ok(r) -> str:
