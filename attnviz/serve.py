@@ -195,26 +195,22 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
                         cross_attentions=result.cross_attentions.tolist())
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
-    async def attention(request: Request) -> Response:
-        try:
-            values = await inputs(request)
-            encoded = await run(lambda: attention_json(values))
-        except _Reply as reply:
-            return reply.response()
-        return Response(encoded, media_type="application/json")
+    def page_json(values: dict[str, Any]) -> str:
+        built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
+                          truncate=values["truncate"])
+        return json.dumps(built.data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
-    async def page(request: Request) -> Response:
-        def build(values: dict[str, Any]) -> str:
-            built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
-                              truncate=values["truncate"])
-            return json.dumps(built.data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    def answering(encode: Any) -> Any:
+        """A route: the request's fields, then ``encode(fields)`` on a worker thread, as JSON."""
+        async def route(request: Request) -> Response:
+            try:
+                values = await inputs(request)
+                encoded = await run(lambda: encode(values))
+            except _Reply as reply:
+                return reply.response()
+            return Response(encoded, media_type="application/json")
 
-        try:
-            values = await inputs(request)
-            encoded = await run(lambda: build(values))
-        except _Reply as reply:
-            return reply.response()
-        return Response(encoded, media_type="application/json")
+        return route
 
     async def http_error(request: Request, exc: Any) -> Response:
         """404, 405 and the like as JSON, as every other answer of this server."""
@@ -223,8 +219,8 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         return _Reply(exc.status_code, detail.get(exc.status_code, str(exc.detail))).response()
 
     both = ["GET", "POST"]
-    app = Starlette(routes=[Route("/", homepage), Route("/api/attention", attention, methods=both),
-                            Route("/api/page", page, methods=both)],
+    app = Starlette(routes=[Route("/", homepage), Route("/api/attention", answering(attention_json), methods=both),
+                            Route("/api/page", answering(page_json), methods=both)],
                     exception_handlers={HTTPException: http_error})
     return Guard(app, allowed_names(host, allowed_hosts))
 
