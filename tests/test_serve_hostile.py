@@ -153,9 +153,9 @@ def test_a_huge_body_is_refused_before_it_is_read(slow_server):
     _, port, _, _ = slow_server
     head = (b"POST /api/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000000000\r\n\r\n")
-    started = time.monotonic()
-    assert _raw(port, head + b'{"text": "').startswith(b"HTTP/1.1 413")  # no gigabyte sent: answered at once
-    assert time.monotonic() - started < 10
+    # Only the headers and a few bytes are sent: a server that waited for the declared gigabyte would
+    # answer nothing before the client's socket timed out.
+    assert _raw(port, head + b'{"text": "').startswith(b"HTTP/1.1 413")
     chunk = b"x" * 8192
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(MAX_BODY_BYTES // 8192 + 2))
     head = (b"POST /api/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
