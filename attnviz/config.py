@@ -179,7 +179,7 @@ def load_config(path: str | Path) -> ModelConfig:
 
 def parse_config(data: dict[str, Any], *, source: str = "config") -> ModelConfig:
     """Build a checked config from parsed TOML data (``source`` names it in error messages)."""
-    _check_keys(data, {"model", "input", "weights", "reference"}, source, "top level")
+    check_keys(data, {"model", "input", "weights", "reference"}, source, "top level")
     model = data.get("model")
     if not isinstance(model, dict):
         raise ConfigError(f"{source}: missing [model] table; add one with type = \"transformer\" or \"matrices\"")
@@ -196,7 +196,7 @@ def parse_config(data: dict[str, Any], *, source: str = "config") -> ModelConfig
     return parse_matrices(model, data.get("input", {}), data.get("weights", {}), data.get("reference"), source)
 
 
-def _check_keys(table: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
+def check_keys(table: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
     for key in table:
         if key not in allowed:
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
@@ -204,7 +204,7 @@ def _check_keys(table: dict[str, Any], allowed: set[str], source: str, where: st
             raise ConfigError(f"{source}: unknown key {key!r} in {where}; {hint}")
 
 
-def _typed(table: dict[str, Any], key: str, kind: type, source: str, where: str) -> Any:
+def typed(table: dict[str, Any], key: str, kind: type, source: str, where: str) -> Any:
     value = table[key]
     ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -216,13 +216,13 @@ def _typed(table: dict[str, Any], key: str, kind: type, source: str, where: str)
 
 def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
     spec = {f.name: f for f in fields(TransformerConfig)}
-    _check_keys(model, set(spec) | {"type"}, source, "[model]")
+    check_keys(model, set(spec) | {"type"}, source, "[model]")
     kinds = {"name": str, "positions": str, "causal": bool, "bias": bool, "init_scale": float, "vocab": list,
              "eos": str}
     values: dict[str, Any] = {}
     for key in spec:
         if key in model:
-            values[key] = _typed(model, key, kinds.get(key, int), source, "[model]")
+            values[key] = typed(model, key, kinds.get(key, int), source, "[model]")
     if "vocab" in values:
         values["vocab"] = _vocabulary(values["vocab"], source)
     cfg = TransformerConfig(**values)
@@ -249,12 +249,12 @@ def _parse_transformer(model: dict[str, Any], source: str) -> TransformerConfig:
     if cfg.d_model % cfg.n_heads:
         raise ConfigError(
             f"{source}: [model] n_heads = {cfg.n_heads} does not divide d_model = {cfg.d_model}; "
-            f"choose n_heads among {_divisors(cfg.d_model)}"
+            f"choose n_heads among {divisors(cfg.d_model)}"
         )
     if cfg.n_kv_heads is not None and (cfg.n_kv_heads < 1 or cfg.n_heads % cfg.n_kv_heads):
         raise ConfigError(
             f"{source}: [model] n_kv_heads = {cfg.n_kv_heads} must divide n_heads = {cfg.n_heads}; "
-            f"choose among {_divisors(cfg.n_heads)}"
+            f"choose among {divisors(cfg.n_heads)}"
         )
     if cfg.positions not in _POSITIONS:
         raise ConfigError(f"{source}: [model] positions = {cfg.positions!r}; use one of {', '.join(_POSITIONS)}")
@@ -300,7 +300,7 @@ def _check_size(cfg: TransformerConfig, source: str) -> None:
     check_memory(4 * params, f"{source}: a model of {what} with d_model = {d:,}")
 
 
-def _divisors(n: int, shown: int = 12) -> str:
+def divisors(n: int, shown: int = 12) -> str:
     """Some divisors of ``n`` (the smallest ``shown``), found up to √n; never slow, whatever ``n`` is."""
     found: set[int] = set()
     d = 1

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .config import Matrix, MatrixConfig, Reference, SoftmaxClaim, _check_keys, _divisors, _typed
+from .config import Matrix, MatrixConfig, Reference, SoftmaxClaim, check_keys, divisors, typed
 from .errors import ConfigError
 
 _INPUT_KEYS = {"x", "tokens", "context", "context_tokens", "padding"}
@@ -73,13 +73,13 @@ def parse_matrices(model: dict[str, Any], inp: Any, weights: Any, reference: Any
 
 
 def _parse_layer(model: dict[str, Any], inp: Any, weights: Any, source: str) -> MatrixConfig:
-    _check_keys(model, {"type", "name", "n_heads", "causal"}, source, "[model]")
+    check_keys(model, {"type", "name", "n_heads", "causal"}, source, "[model]")
     if not isinstance(inp, dict) or "x" not in inp:
         raise ConfigError(f"{source}: type = \"matrices\" needs [input] x = [[...], ...], one row per token")
     if not isinstance(weights, dict):
         raise ConfigError(f"{source}: [weights] must be a table")
-    _check_keys(inp, _INPUT_KEYS, source, "[input]")
-    _check_keys(weights, _WEIGHT_KEYS, source, "[weights]")
+    check_keys(inp, _INPUT_KEYS, source, "[input]")
+    check_keys(weights, _WEIGHT_KEYS, source, "[weights]")
     for key in ("w_q", "w_k", "w_v"):
         if key not in weights:
             raise ConfigError(f"{source}: [weights] {key} is missing; give it as a [d_in, d_out] matrix")
@@ -90,12 +90,12 @@ def _parse_layer(model: dict[str, Any], inp: Any, weights: Any, source: str) -> 
     d_qk, d_v = len(mats["w_q"][0]), len(mats["w_v"][0])
     if len(mats["w_k"][0]) != d_qk:
         raise ConfigError(f"{source}: [weights] w_k has {len(mats['w_k'][0])} columns but w_q has {d_qk}; they must match")
-    n_heads = _typed(model, "n_heads", int, source, "[model]") if "n_heads" in model else 1
+    n_heads = typed(model, "n_heads", int, source, "[model]") if "n_heads" in model else 1
     for width, what in ((d_qk, "w_q/w_k"), (d_v, "w_v")):
         if n_heads < 1 or width % n_heads:
             raise ConfigError(
                 f"{source}: [model] n_heads = {n_heads} does not divide the {width} columns of {what}; "
-                f"choose n_heads among {_divisors(width)}"
+                f"choose n_heads among {divisors(width)}"
             )
     if "w_o" in mats and len(mats["w_o"]) != d_v:
         raise ConfigError(f"{source}: [weights] w_o has {len(mats['w_o'])} rows but w_v has {d_v} columns; w_o must be [{d_v}, d_out]")
@@ -107,8 +107,8 @@ def _parse_layer(model: dict[str, Any], inp: Any, weights: Any, source: str) -> 
     elif "context_tokens" in inp:
         raise ConfigError(f"{source}: [input] context_tokens label the rows of context, which is missing; add "
                           "[input] context = [[...], ...] (the encoder's states) or remove context_tokens")
-    name = _typed(model, "name", str, source, "[model]") if "name" in model else Path(source).stem
-    causal = _typed(model, "causal", bool, source, "[model]") if "causal" in model else False
+    name = typed(model, "name", str, source, "[model]") if "name" in model else Path(source).stem
+    causal = typed(model, "causal", bool, source, "[model]") if "causal" in model else False
     if causal and context is not None:
         raise ConfigError(f"{source}: [model] causal = true does not go with [input] context: cross-attention (x's "
                           "queries over the encoder's context) is never causal, only a decoder's self-attention is; "
@@ -177,7 +177,7 @@ def _padding(inp: dict[str, Any], n_keys: int, cross: bool, source: str) -> tupl
 def _parse_reference(table: Any, source: str) -> Reference:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [reference] must be a table")
-    _check_keys(table, _REFERENCE_KEYS, source, "[reference]")
+    check_keys(table, _REFERENCE_KEYS, source, "[reference]")
     mats = {k: _matrix(table[k], f"[reference] {k}", source) for k in ("q", "k", "v", "output") if k in table}
     per_head = {}
     for key in ("weights", "scores"):
@@ -185,7 +185,7 @@ def _parse_reference(table: Any, source: str) -> Reference:
         if not isinstance(matrices, list):
             raise ConfigError(f"{source}: [reference] {key} must be a list of matrices, one per head from head 0")
         per_head[key] = tuple(_matrix(m, f"[reference] {key}[{h}]", source) for h, m in enumerate(matrices))
-    scale = _typed(table, "scale", float, source, "[reference]") if "scale" in table else None
+    scale = typed(table, "scale", float, source, "[reference]") if "scale" in table else None
     words = {}
     for key, allowed in (("mask_true_means", _MASK_MEANINGS), ("q_from", _Q_SOURCES)):
         if key in table and table[key] not in allowed:
@@ -193,7 +193,7 @@ def _parse_reference(table: Any, source: str) -> Reference:
                               f"{', '.join(repr(a) for a in allowed)}")
         words[key] = table.get(key)
     return Reference(
-        source=_typed(table, "source", str, source, "[reference]") if "source" in table else "reference",
+        source=typed(table, "source", str, source, "[reference]") if "source" in table else "reference",
         scale=scale,
         x_shape=_x_shape(table["x_shape"], source) if "x_shape" in table else None,
         softmax=_softmax_claim(table["softmax"], source) if "softmax" in table else None,
@@ -217,11 +217,11 @@ def _softmax_claim(table: Any, source: str) -> SoftmaxClaim:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [reference] softmax must be a table, [reference.softmax], with the row's "
                           "scores, exp, sum and weights")
-    _check_keys(table, _SOFTMAX_KEYS, source, where)
+    check_keys(table, _SOFTMAX_KEYS, source, where)
     values: dict[str, Any] = {}
     for key in ("head", "row"):
         if key in table:
-            values[key] = _typed(table, key, int, source, where)
+            values[key] = typed(table, key, int, source, where)
             if values[key] < 0:
                 raise ConfigError(f"{source}: {where} {key} = {values[key]} must be 0 or more (counted from 0)")
     lists = {k: _vector(table[k], f"{where} {k}", source) for k in ("scores", "exp", "weights") if k in table}
@@ -230,7 +230,7 @@ def _softmax_claim(table: Any, source: str) -> SoftmaxClaim:
         shown = ", ".join(f"{k} has {len(v)}" for k, v in lists.items())
         raise ConfigError(f"{source}: {where} {shown} numbers; give each one number per key of the row")
     if "sum" in table:
-        values["sum"] = _typed(table, "sum", float, source, where)
+        values["sum"] = typed(table, "sum", float, source, where)
         if not math.isfinite(values["sum"]):
             raise ConfigError(f"{source}: {where} sum = {values['sum']} must be a finite number")
     return SoftmaxClaim(**values, **lists)

@@ -97,7 +97,7 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     """Generate with transformers from ``ref`` (a folder or hub id) and keep every attention row."""
     import torch
 
-    tokenizer, model = _load(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
+    tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
                              local_files_only=local_files_only, device=device)
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     if encoded["input_ids"].shape[1] == 0:
@@ -124,9 +124,9 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
         # The last token was chosen but never fed back: one more step on the cache gives its row.
         last = model(input_ids=sequence[-1:][None], past_key_values=out.past_key_values, output_attentions=True,
                      use_cache=True)
-    attentions = _rows_by_step([*out.attentions, last.attentions], sequence.shape[0], None)
+    attentions = rows_by_step([*out.attentions, last.attentions], sequence.shape[0], None)
     ids = [int(i) for i in sequence]
-    labels = _labels(tokenizer, ids)
+    labels = generated_labels(tokenizer, ids)
     special = set(tokenizer.all_special_ids)
     prompt_length = int(encoded["input_ids"].shape[1])
     return AttentionResult(
@@ -139,7 +139,7 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     )
 
 
-def _rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> Any:
+def rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> Any:
     """``[layers, heads, total, keys or total]`` from each step's per-layer ``[1, heads, rows, width]``
     weights: a step's rows follow the previous step's, and its keys end at its last row (self-attention;
     a sliding-window cache keeps only the last ``width``) or are the whole source (cross-attention,
@@ -159,7 +159,7 @@ def _rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) ->
     return out
 
 
-def _labels(tokenizer: Any, ids: list[int]) -> list[str]:
+def generated_labels(tokenizer: Any, ids: list[int]) -> list[str]:
     """Readable labels, as the other commands write them (byte-level pieces decoded); an id the
     vocabulary has no piece for (a model whose embedding has more rows than its tokenizer) is ``<id>``."""
     from .sources.tokens import label_from_piece
@@ -168,7 +168,7 @@ def _labels(tokenizer: Any, ids: list[int]) -> list[str]:
     return [label_from_piece(piece) if piece is not None else f"<{i}>" for piece, i in zip(pieces, ids, strict=True)]
 
 
-def _load(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,
+def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,
           device: str, seq2seq: bool = False) -> tuple[Any, Any]:
     """The tokenizer and the float32 eager model, with its language-model head: ``...ForCausalLM``, or
     ``...ForConditionalGeneration`` when ``seq2seq`` (an encoder-decoder such as T5 or BART)."""
@@ -209,9 +209,9 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     """
     from .sources.files import read_config
     from .sources.hub import fetch_config, hub_reachable
-    from .sources.resolve import _check_run_options, _native_source, locate
+    from .sources.resolve import check_run_options, locate, native_source
 
-    _check_run_options(engine, device)
+    check_run_options(engine, device)
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and {MAX_NEW_TOKENS}")
     sampling = Sampling(sample, temperature, top_k, top_p, seed)
@@ -245,7 +245,7 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
 
         return generate_seq2seq_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
     if engine != "hf":
-        native = _native_source(place, engine=engine, revision=revision, device=device)
+        native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             del options["name"]
             return native.generate(prompt, **options)  # type: ignore[attr-defined]

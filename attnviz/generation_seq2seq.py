@@ -24,7 +24,7 @@ from typing import Any
 
 from .decoding import sampling_metadata
 from .errors import ModelNotFoundError, UsageError
-from .generation import Sampling, _labels, _load, _rows_by_step
+from .generation import Sampling, generated_labels, load_for_generation, rows_by_step
 from .result import AttentionResult
 
 TARGET_START = 1
@@ -40,7 +40,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
     are checked by :func:`attnviz.generation.generate`, which calls this."""
     import torch
 
-    tokenizer, model = _load(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
+    tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
                              local_files_only=local_files_only, device=device, seq2seq=True)
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     source = {"input_ids": encoded["input_ids"],
@@ -66,17 +66,17 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
         last = model(encoder_outputs=encoder, attention_mask=source["attention_mask"],
                      decoder_input_ids=sequence[-1:][None], past_key_values=out.past_key_values, use_cache=True,
                      output_attentions=True)
-    decoder_attentions = _rows_by_step([*out.decoder_attentions, last.decoder_attentions], len(sequence), None)
-    cross_attentions = _rows_by_step([*out.cross_attentions, last.cross_attentions], len(sequence),
+    decoder_attentions = rows_by_step([*out.decoder_attentions, last.decoder_attentions], len(sequence), None)
+    cross_attentions = rows_by_step([*out.cross_attentions, last.cross_attentions], len(sequence),
                                      int(source["input_ids"].shape[1]))
     source_ids = [int(i) for i in source["input_ids"][0]]
     target_ids = [int(i) for i in sequence]
     special = set(tokenizer.all_special_ids)
     return AttentionResult(
-        tokens=_labels(tokenizer, source_ids), token_ids=source_ids, special=[i in special for i in source_ids],
+        tokens=generated_labels(tokenizer, source_ids), token_ids=source_ids, special=[i in special for i in source_ids],
         attentions=torch.stack([a[0] for a in encoder.attentions]).float().cpu(), causal=False, model_name=name,
         decoder_attentions=decoder_attentions, cross_attentions=cross_attentions,
-        target_tokens=_labels(tokenizer, target_ids), target_special=[i in special for i in target_ids],
+        target_tokens=generated_labels(tokenizer, target_ids), target_special=[i in special for i in target_ids],
         metadata={"engine": "hf", "generation": True, "encoder_decoder": True, "target_start": TARGET_START,
                   "target_ids": target_ids, "sampling": sampling_metadata(sampling),
                   "stopped_at_eos": bool(stop_at_eos and target_ids[-1] in eos_ids)},

@@ -38,7 +38,7 @@ def _check(attn: Tensor) -> Tensor:
     return attn.to(torch.float64)
 
 
-def _read(attn: Tensor) -> Tensor:
+def read_attention(attn: Tensor) -> Tensor:
     """The attentions as they are (float32 or float64; half precision is widened to float32).
 
     The per-head statistics read them in place: a row (at most a few thousand keys) is summed in
@@ -90,7 +90,7 @@ def _buffer(a: Tensor) -> Tensor:
 def row_entropy(attn: Tensor) -> Tensor:
     """Each query row's entropy in nats, ``[layers, heads, q]`` float64, after Clark et al.'s smoothing
     ``0.9999·A + 0.0001/n`` (the rows that :func:`entropy` and :func:`entropy_normalized` average)."""
-    a = _read(attn)
+    a = read_attention(attn)
     n = a.shape[-1]
     alpha, beta = 1 - ENTROPY_SMOOTHING, ENTROPY_SMOOTHING / n
     buffer = _buffer(a)
@@ -127,7 +127,7 @@ def entropy_normalized(attn: Tensor, *, causal: bool = False, rows: Tensor | Non
     (dividing by ln n would cap it far below 1). Rows that see one key have no spread to
     measure and are left out; 0 when no row sees two keys.
     """
-    a = _read(attn)
+    a = read_attention(attn)
     n = a.shape[-1]
     visible = torch.arange(1, a.shape[-2] + 1, dtype=torch.float64).clamp(max=n) if causal else torch.full((a.shape[-2],), float(n), dtype=torch.float64)
     keep = visible > 1
@@ -139,7 +139,7 @@ def entropy_normalized(attn: Tensor, *, causal: bool = False, rows: Tensor | Non
 
 def self_score(attn: Tensor) -> Tensor:
     """Mean weight a query gives to itself, ``mean_i A[i, i]`` (Clark et al. 2019)."""
-    a = _read(attn)
+    a = read_attention(attn)
     return a.diagonal(dim1=-2, dim2=-1).sum(-1).double() / min(a.shape[-2:])
 
 
@@ -149,19 +149,19 @@ def previous_token_mean(attn: Tensor) -> Tensor:
     Row 0, which has no previous token, counts as 0. Equal to TransformerLens's
     :func:`previous_token_score` without exclusions (rows sum to 1), different with them.
     """
-    a = _read(attn)
+    a = read_attention(attn)
     return a.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1).double() / a.shape[-2]
 
 
 def next_token_score(attn: Tensor) -> Tensor:
     """Weight on the token after, ``Σ_{i<n−1} A[i, i+1] / n`` over the n query rows (Clark et al. 2019)."""
-    a = _read(attn)
+    a = read_attention(attn)
     return a.diagonal(offset=1, dim1=-2, dim2=-1).sum(-1).double() / a.shape[-2]
 
 
 def attention_to(attn: Tensor, keys: Sequence[bool]) -> Tensor:
     """Mean over queries of the total weight on the chosen keys, ``mean_i Σ_{j∈keys} A[i, j]``."""
-    a = _read(attn)
+    a = read_attention(attn)
     flags = torch.tensor(list(keys), dtype=torch.bool)
     if flags.numel() != a.shape[-1]:
         raise ValueError(f"{flags.numel()} key flags for {a.shape[-1]} keys")
@@ -199,12 +199,12 @@ def punctuation_attention(attn: Tensor, tokens: Sequence[str]) -> Tensor:
 
 def max_weight(attn: Tensor) -> Tensor:
     """Mean over queries of the largest weight in the row: how sharply a head focuses (1 = one key)."""
-    return _read(attn).amax(-1).to(torch.float64).mean(-1)
+    return read_attention(attn).amax(-1).to(torch.float64).mean(-1)
 
 
 def mean_distance(attn: Tensor) -> Tensor:
     """Expected distance |i − j| between a query and the keys it attends to, averaged over queries."""
-    a = _read(attn)
+    a = read_attention(attn)
     q, k = a.shape[-2:]
     dist = (torch.arange(q, dtype=a.dtype)[:, None] - torch.arange(k, dtype=a.dtype)[None, :]).abs()
     buffer = _buffer(a)
@@ -219,7 +219,7 @@ def mean_distance(attn: Tensor) -> Tensor:
 
 def first_token_score(attn: Tensor) -> Tensor:
     """Mean weight on the first token, ``mean_i A[i, 0]``: attention sinks (Xiao et al. 2023) and [CLS]/BOS heads."""
-    return _read(attn)[..., 0].to(torch.float64).mean(-1)
+    return read_attention(attn)[..., 0].to(torch.float64).mean(-1)
 
 
 SINK_THRESHOLD = 0.3
@@ -231,7 +231,7 @@ def sink_importance(attn: Tensor, *, causal: bool = False) -> Tensor:
     Sink Emerges", arXiv 2410.10781) define it: the mean of column k over the rows that can see it,
     α_k = (1/(T − k)) Σ_{t ≥ k} A[t, k] (0-based) in a causal model, the mean over every row otherwise.
     A head has a sink at k when α_k > :data:`SINK_THRESHOLD` (Xiao et al. 2023, StreamingLLM)."""
-    a = _read(attn)
+    a = read_attention(attn)
     q, k = a.shape[-2:]
     return a.sum(-2, dtype=torch.float64) / rows_seeing(q, k, causal=causal)  # a causal upper triangle is zero
 
@@ -283,7 +283,7 @@ def pattern_score(attn: Tensor, pattern: Tensor, *, exclude_bos: bool = False, e
     ``exclude_bos`` zeroes attention to the first token, ``exclude_current_token`` the diagonal,
     in both the numerator and the denominator, as TransformerLens does.
     """
-    a = _read(attn)
+    a = read_attention(attn)
     q, k = a.shape[-2:]
     if pattern.shape != (q, k):
         raise ValueError(f"the pattern is {tuple(pattern.shape)} but the attentions are {q}x{k}")
@@ -362,7 +362,7 @@ def head_distance(attn: Tensor | Sequence[Tensor]) -> Tensor:
         raise ValueError("head_distance needs at least one attention tensor")
     total: Tensor | None = None
     for item in items:
-        a = _read(item)
+        a = read_attention(item)
         layers, heads, q, k = a.shape
         dist = _pairwise_js(a.reshape(layers * heads, q, k))
         total = dist if total is None else total + dist

@@ -56,9 +56,9 @@ def rollout(attn: Tensor, *, head_fusion: HeadFusion = "mean") -> Tensor:
     ``R_l[i, j]`` is how much of input token j reaches position i after layer l. See
     :func:`rollout_steps` for the same one layer at a time.
     """
-    from .metrics import _read
+    from .metrics import read_attention
 
-    a = _read(attn)
+    a = read_attention(attn)
     if a.shape[-1] != a.shape[-2]:
         raise ValueError("rollout needs square self-attention")
     return torch.stack(list(rollout_steps(a, head_fusion=head_fusion)))

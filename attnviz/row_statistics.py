@@ -14,7 +14,7 @@ as a long input's engine does) gives the same numbers as the whole ``[heads, n, 
 A block may leave out its right-hand columns ``width … n−1`` when they are exactly 0 (a causal block):
 each such column adds ``entr(0.0001/n)`` to a row's entropy and nothing to any other statistic.
 Elementwise work runs in the input's precision (half precision is widened to float32), each row is
-summed in it, and rows are accumulated in float64, as :func:`attnviz.metrics._read` describes.
+summed in it, and rows are accumulated in float64, as :func:`attnviz.metrics.read_attention` describes.
 """
 
 from __future__ import annotations

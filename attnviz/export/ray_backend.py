@@ -3,7 +3,7 @@
 Actors rather than Ray Data: an export's unit is a block of its plan (:func:`attnviz.export.items.plan`,
 texts of similar lengths, computed together), so that every number equals a local run's, a
 shard's and a resume's; Ray Data would form batches of its own. An actor loads the model once and
-runs whole blocks through the same code as a local export (``_run_block``), drawing the block's
+runs whole blocks through the same code as a local export (``run_block``), drawing the block's
 images itself; the driver keeps the journal and the manifest, writes the Parquet parts and tables,
 records a failing text and goes on, and feeds the progress bar as each block comes back.
 
@@ -55,10 +55,10 @@ class ExportActor:
 
     def run(self, batch: list[Item], done: list[bool]) -> Any:
         """One block: its outcomes and Parquet rows, its images drawn here (none left to draw)."""
-        from .run import _run_block
+        from .run import run_block
         from .workers import render_tasks
 
-        block = _run_block(self.source, batch, self.out_dir, self.settings, done)
+        block = run_block(self.source, batch, self.out_dir, self.settings, done)
         for number, (item, outcome) in enumerate(block.outcomes):
             if isinstance(outcome, str) or not outcome[2]:
                 continue
@@ -87,7 +87,7 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
                   on_item: Any, on_source: Any = None) -> None:
     """Run the ``todo`` blocks on Ray: a local cluster with this machine's CPUs (started here and shut
     down after), or the cluster at ``settings.ray_address``; ``settings.jobs`` actors, one model each."""
-    from .run import _fail, record_parts
+    from .run import fail_item, record_parts
 
     ray = ray_module()
     _check_reachable(settings.ray_address)
@@ -128,7 +128,7 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
             raise UsageError(f"the Ray actors could not start: {type(cause).__name__}: {cause}") from None
         if on_source is not None:
             on_source(_Described(described))
-        _schedule(ray, actors, deque(todo), out_dir, journal, summary, on_item, record_parts, _fail)
+        _schedule(ray, actors, deque(todo), out_dir, journal, summary, on_item, record_parts, fail_item)
     finally:
         if started:
             ray.shutdown()

@@ -106,10 +106,10 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
     with workers(settings, sum(len(batch) for batch in todo)) as pool:
         for batch in todo:
             # The whole block runs again, so its numbers match an uninterrupted run; finished items keep their files.
-            block = _run_block(source, batch, out_dir, settings, [journal.finished(item) for item in batch])
+            block = run_block(source, batch, out_dir, settings, [journal.finished(item) for item in batch])
             for item, outcome in record_parts(out_dir, block, journal):
                 if isinstance(outcome, str):
-                    _fail(journal, summary, item, outcome, on_item)
+                    fail_item(journal, summary, item, outcome, on_item)
                     continue
                 files, stats, tasks = outcome
                 futures = _submit_item(pool, tasks, settings.style)
@@ -137,7 +137,7 @@ class BlockResult:
         self.parts.extend(other.parts)
 
 
-def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSettings,
+def run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSettings,
                done: list[bool]) -> BlockResult:
     """One padded batch, its layers written out as they are computed; if a text cannot be encoded
     (too long, say), each text alone, so only the bad ones fail. ``done`` flags the items an earlier
@@ -154,7 +154,7 @@ def _run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSe
             return BlockResult([] if done[0] else [(batch[0], exc.template)])
         result = BlockResult()
         for item, finished in zip(batch, done, strict=True):
-            result.extend(_run_block(source, [item], out_dir, settings, [finished]))
+            result.extend(run_block(source, [item], out_dir, settings, [finished]))
         return result
     table = "parquet" in settings.formats
     # A finished item of a block that runs again gives its statistics again (the same numbers): the block's part holds every item.
@@ -261,10 +261,10 @@ def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[Any]]], jour
         for future in futures:
             future.result()
     except AttnvizError as exc:
-        _fail(journal, summary, item, exc.template, on_item)
+        fail_item(journal, summary, item, exc.template, on_item)
         return
     except Exception as exc:  # a worker died or a renderer broke: this item fails, the run goes on
-        _fail(journal, summary, item, f"rendering failed ({type(exc).__name__}: {exc})", on_item)
+        fail_item(journal, summary, item, f"rendering failed ({type(exc).__name__}: {exc})", on_item)
         return
     journal.record(journal.entry(item, files=files, sizes=file_sizes(journal.out_dir, files), stats=stats, status="ok"),
                    sync=sync)
@@ -272,7 +272,7 @@ def _settle(job: tuple[Item, list[str], dict[str, Any], list[Future[Any]]], jour
     on_item()
 
 
-def _fail(journal: Journal, summary: ExportSummary, item: Item, message: str, on_item: Any) -> None:
+def fail_item(journal: Journal, summary: ExportSummary, item: Item, message: str, on_item: Any) -> None:
     """``message`` may hold option markers (see attnviz.errors): the manifest gets the library's terms,
     ``summary.failed`` the message as it is, for the caller to word (the CLI, in its flags)."""
     journal.record(journal.entry(item, files=[], status="failed", error=in_api_terms(message)))

@@ -85,7 +85,7 @@ def load_source(
     if is_saved_result(model):
         return _saved_source(model, engine=engine, causal=causal, revision=revision, device=device,  # type: ignore[arg-type]
                              device_map=device_map, trust_remote_code=trust_remote_code)
-    _check_run_options(engine, device)
+    check_run_options(engine, device)
     is_config = model is not None and Path(model).suffix.lower() == ".toml"
     if revision is not None and (is_config or model is None or Path(model).expanduser().exists()):
         where = "the embedded default" if model is None else model
@@ -96,7 +96,7 @@ def load_source(
         raise UsageError("[[causal]] applies to .toml config models; a trained model's masking is its own")
     place = locate(model)
     if engine != "hf" and device_map is None:
-        native = _native_source(place, engine=engine, revision=revision, device=device)
+        native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             return native
     elif engine == "native":
@@ -151,7 +151,7 @@ def _saved_source(model: str, *, engine: str, causal: bool | None, revision: str
     return SavedSource.open(model)
 
 
-def _check_run_options(engine: str, device: str) -> None:
+def check_run_options(engine: str, device: str) -> None:
     if engine not in ENGINES:
         raise UsageError(f"[[engine={engine!r}]] is unknown; use one of {', '.join(ENGINES)}")
     if device not in ("cpu", "cuda", "mps"):
@@ -172,7 +172,7 @@ def _config_source(model: str, *, engine: str, device: str, device_map: str | No
     return ConfigSource(config, causal=causal)
 
 
-def _native_source(place: ModelPlace, *, engine: str, revision: str | None, device: str) -> Source | None:
+def native_source(place: ModelPlace, *, engine: str, revision: str | None, device: str) -> Source | None:
     """The native engine's source where it can run the model; None to fall back to transformers
     (an error instead when ``engine`` is ``native``)."""
     folder = place.folder if place.hub_id is None else _hub_native_folder(place.hub_id, revision, engine)  # type: ignore[arg-type]
