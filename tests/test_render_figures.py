@@ -81,7 +81,7 @@ def test_the_layout_keeps_labels_off_the_panels_and_inside_the_figure(tmp_path):
     (figure,) = drawer._figures.values()
     fig = figure.figure
     renderer = fig.canvas.get_renderer()
-    panels = [image.axes.bbox for image in figure.images]
+    panels = [image.get_window_extent(renderer) for image in figure.images]  # the panels share one Axes
     cax = fig.axes[-1]
     texts = [t for t in fig.texts if t is not figure.title] + [t for ax in fig.axes[:-1] for t in ax.texts]
     texts += [cax.yaxis.label, *(t for t in cax.get_yticklabels() if t.get_text())]

@@ -85,7 +85,14 @@ class LabelledFigure:
             png_canvas(fig)
             layout = grid_layout(key.size, n_panels, key.columns, _measure(fig, key))
             self.figure, self.norm, self.cmap = fig, Normalize(0.0, 1.0), colormaps[key.cmap]
-            self.images, self.marks, self.titles, self.cells = [], [], [], []
+            self.images, self.marks, self.titles, self.cells, self.rects = [], [], [], [], []
+            # One Axes over the whole figure, in figure fractions, holds every panel: 72 Axes (one per
+            # head of MiniLM) cost 2 s to create, their ticks and spines unused.
+            self.canvas_axes = ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+            ax.set_xlim(0.0, 1.0)
+            ax.set_ylim(0.0, 1.0)
+            ax.set_autoscale_on(False)
+            ax.set_axis_off()
             for p, rect in enumerate(layout.panels):
                 self._add_panel(p, rect)
                 if n_panels > 1:
@@ -100,43 +107,48 @@ class LabelledFigure:
             fig.dynamic += [*self.titles, self.title, cax]  # drawn over the frame, after it (LayeredFigure.draw)
 
     def _add_panel(self, p: int, rect: tuple[float, float, float, float]) -> None:
-        """Panel ``p``: its image, token labels (outer panels only), pair breaks, sink markers, cell values."""
+        """Panel ``p`` at ``rect`` (figure fractions): its image, token labels (outer panels only), a
+        frame, pair breaks, sink markers, cell values."""
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Rectangle
         from matplotlib.transforms import offset_copy
 
-        key, fig = self.key, self.figure
+        key, fig, ax = self.key, self.figure, self.canvas_axes
         n_panels, q, k = key.shape
         n_rows, cols = grid_shape(n_panels, key.columns)
-        ax = fig.add_axes(rect)
-        ax.set_xlim(-0.5, k - 0.5)
-        ax.set_ylim(q - 0.5, -0.5)
-        ax.set_autoscale_on(False)
-        ax.xaxis.set_visible(False)  # token labels are plain texts: an axis's ticks cost ten times more
-        ax.yaxis.set_visible(False)
+        left, bottom, width, height = rect
+        top, cw, ch = bottom + height, width / k, height / q
         image = _classes()[1](ax, cmap=self.cmap, norm=self.norm, interpolation="nearest",
-                              extent=(-0.5, k - 0.5, q - 0.5, -0.5))
+                              extent=(left, left + width, bottom, top), origin="upper")
         image.set_data(np.zeros((q, k)))
         ax.add_image(image)
         fontsize = 8 if n_panels == 1 else 6
         # Token labels on the outer panels: the left column, and the lowest panel of each column.
         if p // cols == n_rows - 1 or p + cols >= n_panels:
-            below = offset_copy(ax.get_xaxis_transform(), fig=fig, y=-_TICK_PAD_POINTS, units="points")
+            below = offset_copy(ax.transData, fig=fig, y=-_TICK_PAD_POINTS, units="points")
             step = max(1, math.ceil(k / MAX_TICKS))
             for j in range(0, k, step):
-                ax.text(j, 0, key.col_labels[j], transform=below, rotation=90, ha="center", va="top", fontsize=fontsize)
+                ax.text(left + (j + 0.5) * cw, bottom, key.col_labels[j], transform=below, rotation=90, ha="center",
+                        va="top", fontsize=fontsize)
         if p % cols == 0:
-            beside = offset_copy(ax.get_yaxis_transform(), fig=fig, x=-_TICK_PAD_POINTS, units="points")
+            beside = offset_copy(ax.transData, fig=fig, x=-_TICK_PAD_POINTS, units="points")
             step = max(1, math.ceil(q / MAX_TICKS))
             for i in range(0, q, step):
-                ax.text(0, i, key.row_labels[i], transform=beside, ha="right", va="center", fontsize=fontsize)
-        lines = [ax.axhline(b - 0.5, color="white", linewidth=1.2) for b in key.row_breaks]  # a pair's boundary
-        lines += [ax.axvline(b - 0.5, color="white", linewidth=1.2) for b in key.col_breaks]
+                ax.text(left, top - (i + 0.5) * ch, key.row_labels[i], transform=beside, ha="right", va="center",
+                        fontsize=fontsize)
+        lines = [Line2D([left, left + width], [top - b * ch] * 2, color="white", linewidth=1.2) for b in key.row_breaks]
+        lines += [Line2D([left + b * cw] * 2, [bottom, top], color="white", linewidth=1.2) for b in key.col_breaks]
+        frame = Rectangle((left, bottom), width, height, fill=False, edgecolor="black", linewidth=0.8)
+        for artist in (*lines, frame):
+            ax.add_artist(artist)
         marks = ax.scatter(np.zeros(0), np.zeros(0), marker="v", s=18, color=_MARK_COLOUR, clip_on=False, zorder=3)
-        cells = [ax.text(j, i, "", ha="center", va="center", fontsize=5)
+        cells = [ax.text(left + (j + 0.5) * cw, top - (i + 0.5) * ch, "", ha="center", va="center", fontsize=5)
                  for i in range(q) for j in range(k)] if key.values else []
-        fig.dynamic += [image, *lines, *ax.spines.values(), marks, *cells]  # in z-order, over the image
+        fig.dynamic += [image, *lines, frame, marks, *cells]  # in z-order, over the image
         self.images.append(image)
         self.marks.append(marks)
         self.cells.append(cells)
+        self.rects.append(rect)
 
     def show(self, view: HeatmapView) -> None:
         """Put ``view``'s content in the figure: colours, scale, titles, sink markers, cell values."""
@@ -147,7 +159,9 @@ class LabelledFigure:
         for p, image in enumerate(self.images):
             image.set_data(view.panels[p])
             keys = view.marks[p] if view.marks and view.marks[p] else []
-            self.marks[p].set_offsets(np.column_stack([np.asarray(keys, dtype=float), np.full(len(keys), -0.5)]))
+            left, bottom, width, height = self.rects[p]
+            xs = left + (np.asarray(keys, dtype=float) + 0.5) * (width / self.key.shape[2])
+            self.marks[p].set_offsets(np.column_stack([xs, np.full(len(keys), bottom + height)]))
             for cell, w, s in zip(self.cells[p], view.panels[p].ravel(),
                                   shade[p].ravel() if shade is not None else (), strict=False):
                 cell.set_text(f"{w:.2f}")
@@ -233,7 +247,8 @@ def _classes() -> tuple[type, type, type]:
         than pixels, are drawn by matplotlib as usual."""
 
         def make_image(self, renderer: Any, magnification: float = 1.0, unsampled: bool = False) -> Any:
-            left, bottom, right, top = (np.asarray(self.axes.bbox.extents) * magnification + 0.5).astype(int)
+            left, bottom, right, top = (np.asarray(self.get_window_extent(renderer).extents) * magnification
+                                        + 0.5).astype(int)
             width, height = right - left, top - bottom
             q, k = self._A.shape[:2]
             if unsampled or magnification != 1.0 or width < k or height < q:
