@@ -73,14 +73,18 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
                           env={**os.environ, **env}, timeout=120)
 
 
-def test_hub_id_from_the_cache_offline(tiny_hf, tmp_path):
+def test_hub_id_from_the_cache_offline(tiny_hf, tmp_path, run_cli, monkeypatch):
+    """In this process (huggingface_hub reads its cache folder at call time; conftest sets HF_HUB_OFFLINE=1):
+    the subprocess tests below hold that nothing is fetched from the network."""
+    from huggingface_hub import constants
+
     _fake_hub_cache(tmp_path, "someone/tiny-bert", tiny_hf["bert"])
-    env = {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    r = _run(["heatmap", "The cat sat.", "--model", "someone/tiny-bert", "--revision", "main", "--verbose"], env)
-    assert r.returncode == 0, r.stderr
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    r = run_cli("heatmap", "The cat sat.", "--model", "someone/tiny-bert", "--revision", "main", "--verbose")
+    assert r.exit_code == 0, r.stderr
     assert "engine native (bert)" in r.stderr and "[CLS]" in r.stdout
-    r = _run(["heatmap", "The cat sat.", "--model", "someone/tiny-bert", "--engine", "hf", "--verbose"], env)
-    assert r.returncode == 0, r.stderr
+    r = run_cli("heatmap", "The cat sat.", "--model", "someone/tiny-bert", "--engine", "hf", "--verbose")
+    assert r.exit_code == 0, r.stderr
     assert "engine hf (bert)" in r.stderr
 
 
