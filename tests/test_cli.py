@@ -87,16 +87,20 @@ def test_bad_config_error_names_the_key(run_cli, tmp_path):
     assert "n_heads = 5 does not divide d_model = 32" in r.stderr
 
 
-def test_failed_image_leaves_no_file(run_cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_failed_image_leaves_no_file(run_cli, tmp_path, monkeypatch, suffix):
     from matplotlib.figure import Figure
 
-    def half_then_full_disk(self, fname, **kwargs):
+    from attnviz.render import raster
+
+    def half_then_full_disk(fname, *args, **kwargs):
         with open(fname, "wb") as fh:
             fh.write(b"\x89PNG half an image")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Figure, "savefig", half_then_full_disk)
-    out = tmp_path / "x.png"
+    monkeypatch.setattr(Figure, "savefig", lambda self, fname, **kwargs: half_then_full_disk(fname))
+    monkeypatch.setattr(raster, "write_bytes", half_then_full_disk)
+    out = tmp_path / f"x{suffix}"
     r = run_cli("heatmap", TEXT, "--model", TINY, "--out", str(out))
     assert r.exit_code == 1 and "No space left on device" in r.stderr
     assert list(tmp_path.iterdir()) == []  # neither the image nor its temporary file

@@ -75,11 +75,13 @@ def test_png_files_decode_to_the_pixels_drawn(opaque):
 
 
 def test_the_layout_keeps_labels_off_the_panels_and_inside_the_figure(tmp_path):
+    """matplotlib's figure (SVG, PDF)."""
     view = heatmap_view(_layers(), layer=0, head="all")
     drawer = FigureDrawer()
-    drawer.draw(view, tmp_path / "x.png")
+    drawer.draw(view, tmp_path / "x.svg")
     (figure,) = drawer._figures.values()
     fig = figure.figure
+    fig.canvas.draw()  # where the texts go on a raster (the SVG was drawn by another renderer)
     renderer = fig.canvas.get_renderer()
     panels = [image.get_window_extent(renderer) for image in figure.images]  # the panels share one Axes
     cax = fig.axes[-1]
@@ -92,6 +94,34 @@ def test_the_layout_keeps_labels_off_the_panels_and_inside_the_figure(tmp_path):
         if text is not figure.title:  # a long note may run past the edges, as in any figure
             assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, text.get_text()
     assert cax.bbox.x0 > max(panel.x1 for panel in panels)
+
+
+def test_the_png_keeps_labels_off_the_panels_and_inside_the_image(tmp_path):
+    """attnviz's own PNG: every text it drew lies outside every panel and inside the image, and the
+    panels hold only the colormap's colours of their cells (no text, no marker drawn over them)."""
+    from matplotlib import colormaps
+
+    from attnviz.render.raster import RasterFigure
+
+    view = heatmap_view(_layers(), layer=2, head="all")
+    drawer = FigureDrawer()
+    drawer.draw(view, tmp_path / "x.png")
+    (figure,) = drawer._figures.values()
+    assert isinstance(figure, RasterFigure)
+    texts = {text for text, _ in figure.boxes}
+    assert {*TOKENS, "head 0", "head 3", figure.key.value_name, figure.key.row_axis} <= texts
+    height, width = figure.pixels.shape[:2]
+    for text, (left, top, right, bottom) in figure.boxes:
+        for p_left, p_top, p_right, p_bottom in figure.panels:
+            assert right <= p_left or left >= p_right or bottom <= p_top or top >= p_bottom, text
+        if not text.startswith(view.title):
+            assert left >= 0 and top >= 0 and right <= width and bottom <= height, text
+    assert figure.colorbar[0] > max(panel[2] for panel in figure.panels)
+    palette = {tuple(c) for c in colormaps["viridis"](view.scale.normalize(view.panels), bytes=True)[..., :3].reshape(-1, 3)}
+    for left, top, right, bottom in figure.panels:
+        inner = figure.pixels[top + 3:bottom - 3, left + 3:right - 3].reshape(-1, 3)
+        colours = {tuple(c) for c in np.unique(inner, axis=0)}
+        assert colours <= palette | {(255, 255, 255)}, colours - palette
 
 
 def test_grid_layout_by_hand():

@@ -81,16 +81,21 @@ def test_bad_output_paths(tmp_path, name, expected):
         render_image(view, tmp_path / name)
 
 
-def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_failed_write_leaves_nothing(tmp_path, monkeypatch, suffix):
+    """The disk fills up while the file is written (PNG: attnviz's encoder; SVG: matplotlib)."""
     from matplotlib.figure import Figure
 
-    def full_disk(self, *a, **k):
+    from attnviz.render import raster
+
+    def full_disk(*a, **k):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Figure, "savefig", full_disk)
+    monkeypatch.setattr(raster, "write_bytes", full_disk)
     view = heatmap_view(attnviz.extract("a b", model=TINY))
     with pytest.raises(RenderError, match="No space left on device"):
-        render_image(view, tmp_path / "x.png")
+        render_image(view, tmp_path / f"x{suffix}")
     assert list(tmp_path.iterdir()) == []
 
 

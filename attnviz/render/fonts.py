@@ -113,3 +113,36 @@ def _rescan_fonts() -> bool:
     except (OSError, AttributeError):
         pass  # a read-only cache folder: the next process scans again
     return True
+
+
+def font_files(families: Iterable[str]) -> list[str]:
+    """The font file of each family of a :func:`font_chain`, in order (the default family is the
+    DejaVu Sans matplotlib ships; the others as the system lists them)."""
+    from pathlib import Path
+
+    import matplotlib
+
+    files = []
+    installed: dict[str, str] | None = None
+    for family in families:
+        if family == DEFAULT_FAMILY:
+            files.append(str(Path(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSans.ttf")))
+            continue
+        if installed is None:
+            installed = dict(_installed())
+        if family in installed:
+            files.append(installed[family])
+    return files
+
+
+def font_covering(files: list[str]) -> functools.partial[int]:
+    """For each character, the index into ``files`` of the first font that has it (0 when none does)."""
+    maps = [_charmap(path) for path in files] if len(files) > 1 else []
+    return functools.partial(_first_font, tuple(maps))
+
+
+def _first_font(maps: tuple[frozenset[int], ...], ch: str) -> int:
+    for i, charmap in enumerate(maps):
+        if ord(ch) in charmap:
+            return i
+    return 0

@@ -103,6 +103,7 @@ class FigureDrawer:
     def draw(self, view: HeatmapView, path: str | os.PathLike[str], *, values: bool = False) -> Path:
         """Draw ``view`` to ``path`` (see :func:`render_image`); reuse a kept figure where one fits."""
         from .labelled_figure import FigureKey, LabelledFigure, colorbar_sample
+        from .raster import RasterFigure
 
         path = check_output_path(path)
         _, q, k = view.panels.shape
@@ -122,13 +123,14 @@ class FigureDrawer:
             families=tuple(families), values=values and q * k <= MAX_VALUE_CELLS,
             colorbar_sample=colorbar_sample(view.scale.vmin, view.scale.vmax),
         )
-        figure = self._figures.pop(key, None)
+        kind = RasterFigure if path.suffix.lower() == ".png" else LabelledFigure
+        figure = self._figures.pop((kind, key), None)
         if figure is None:
             while self._figures and (len(self._figures) >= self.keep
-                                     or sum(map(_pixels, [key, *self._figures])) > KEEP_PIXELS):
+                                     or sum(_pixels(k) for _, k in [(kind, key), *self._figures]) > KEEP_PIXELS):
                 del self._figures[next(iter(self._figures))]  # the least recently used goes first
-            figure = LabelledFigure(key)
-        self._figures[key] = figure
+            figure = kind(key)
+        self._figures[kind, key] = figure
         figure.show(view)
         figure.save(path)
         return path

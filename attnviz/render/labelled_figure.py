@@ -1,23 +1,19 @@
-"""A labelled heatmap figure built once per layout and redrawn for each view that shares it.
+"""A labelled heatmap figure for vector files (SVG, PDF), built once per layout and redrawn for each
+view that shares it. PNG files are drawn by :mod:`~attnviz.render.raster`, on the same layout.
 
 A figure has two kinds of parts. The *frame* depends only on the layout (:class:`FigureKey`): the
 figure size, the token labels, the axis names, the font chain, the pair breaks' places. The
 *content* changes from view to view: the panels' colours, their titles, the title and its notes,
 the sink markers, the colour scale (colorbar ticks). Export draws every layer of a text, and the
-layers share the frame, so the frame's axes, tick labels and layout are made once, and in PNG its
-pixels are drawn once and kept: each file restores them and draws only the content on top
-(matplotlib's "blitting", as its animations do). A figure is always drawn this way, fresh or
-reused, so a reused figure gives the same pixels as a fresh one.
+layers share the frame, so the frame's axes, tick labels and layout are made once and each file
+sets only the content: a reused figure gives the same file as a fresh one.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +22,6 @@ import numpy as np
 
 from .grid_layout import TICK_PAD, TextSizes, grid_layout, grid_shape
 from .image import DPI, MAX_TICKS, STABLE_RC, save_figure
-from .png import encode_png
 from .view import HeatmapView
 
 _MARK_COLOUR = "#e8175d"  # attention-sink markers
@@ -79,10 +74,12 @@ class LabelledFigure:
         self.key = key
         self.rc = {"font.family": list(key.families), **STABLE_RC}
         n_panels = key.shape[0]
-        layered_figure, _, png_canvas = _classes()
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
         with rc_context(self.rc):
-            fig = layered_figure(figsize=key.size, dpi=DPI)
-            png_canvas(fig)
+            fig = Figure(figsize=key.size, dpi=DPI)
+            FigureCanvasAgg(fig)  # measures the texts (the file is drawn by the backend of its format)
             layout = grid_layout(key.size, n_panels, key.columns, _measure(fig, key))
             self.figure, self.norm, self.cmap = fig, Normalize(0.0, 1.0), colormaps[key.cmap]
             self.images, self.marks, self.titles, self.cells, self.rects = [], [], [], [], []
@@ -104,11 +101,11 @@ class LabelledFigure:
             self.title = fig.text(*layout.title_xy, "", ha="center", va="top", fontsize=10)
             fig.text(*layout.col_axis_xy, key.col_axis, ha="center", va="bottom", fontsize=8)
             fig.text(*layout.row_axis_xy, key.row_axis, ha="left", va="center", rotation=90, fontsize=8)
-            fig.dynamic += [*self.titles, self.title, cax]  # drawn over the frame, after it (LayeredFigure.draw)
 
     def _add_panel(self, p: int, rect: tuple[float, float, float, float]) -> None:
         """Panel ``p`` at ``rect`` (figure fractions): its image, token labels (outer panels only), a
         frame, pair breaks, sink markers, cell values."""
+        from matplotlib.image import AxesImage
         from matplotlib.lines import Line2D
         from matplotlib.patches import Rectangle
         from matplotlib.transforms import offset_copy
@@ -118,7 +115,7 @@ class LabelledFigure:
         n_rows, cols = grid_shape(n_panels, key.columns)
         left, bottom, width, height = rect
         top, cw, ch = bottom + height, width / k, height / q
-        image = _classes()[1](ax, cmap=self.cmap, norm=self.norm, interpolation="nearest",
+        image = AxesImage(ax, cmap=self.cmap, norm=self.norm, interpolation="nearest",
                               extent=(left, left + width, bottom, top), origin="upper")
         image.set_data(np.zeros((q, k)))
         ax.add_image(image)
@@ -144,7 +141,6 @@ class LabelledFigure:
         marks = ax.scatter(np.zeros(0), np.zeros(0), marker="v", s=18, color=_MARK_COLOUR, clip_on=False, zorder=3)
         cells = [ax.text(left + (j + 0.5) * cw, top - (i + 0.5) * ch, "", ha="center", va="center", fontsize=5)
                  for i in range(q) for j in range(k)] if key.values else []
-        fig.dynamic += [image, *lines, frame, marks, *cells]  # in z-order, over the image
         self.images.append(image)
         self.marks.append(marks)
         self.cells.append(cells)
@@ -205,82 +201,3 @@ def _measure(fig: Any, key: FigureKey) -> TextSizes:
         colorbar_ticks=size(key.colorbar_sample, 10)[0],
         colorbar_label=size(key.value_name, 10)[1],
     )
-
-
-@functools.cache
-def _classes() -> tuple[type, type, type]:
-    """The figure, image and canvas classes below, made when matplotlib is first needed (not at import)."""
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
-    from matplotlib.figure import Figure
-    from matplotlib.image import AxesImage
-    from matplotlib.transforms import IdentityTransform
-
-    class LayeredFigure(Figure):
-        """A Figure that draws its ``dynamic`` artists over the rest; in PNG it keeps the rest's pixels."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.dynamic: list[Any] = []
-            self._frame: tuple[tuple[int, int], Any] | None = None
-
-        def draw(self, renderer: Any) -> None:
-            if not isinstance(renderer, RendererAgg):  # a vector file: one pass, in z-order
-                super().draw(renderer)
-                return
-            size = (int(renderer.width), int(renderer.height))
-            if self._frame is not None and self._frame[0] == size:
-                renderer.restore_region(self._frame[1])
-            else:
-                with _hidden(self.dynamic):
-                    super().draw(renderer)  # the frame: every artist but the dynamic ones
-                self._frame = (size, renderer.copy_from_bbox(self.bbox))
-            for artist in self.dynamic:
-                artist.draw(renderer)
-
-    class CellImage(AxesImage):
-        """An image that fills its Axes, one colour per cell, enlarged by repeating pixels.
-
-        matplotlib resamples the values to the output's pixels and colours every pixel (about
-        10 ms a panel); colouring the q×k cells and repeating them gives the same picture
-        ("nearest" interpolation) in a tenth of the time. Vector files, and panels with more cells
-        than pixels, are drawn by matplotlib as usual."""
-
-        def make_image(self, renderer: Any, magnification: float = 1.0, unsampled: bool = False) -> Any:
-            left, bottom, right, top = (np.asarray(self.get_window_extent(renderer).extents) * magnification
-                                        + 0.5).astype(int)
-            width, height = right - left, top - bottom
-            q, k = self._A.shape[:2]
-            if unsampled or magnification != 1.0 or width < k or height < q:
-                return super().make_image(renderer, magnification, unsampled)
-            rgba = np.ascontiguousarray(self.to_rgba(self._A, bytes=True))  # [q, k, 4]
-            cols = np.minimum(((np.arange(width) + 0.5) * (k / width)).astype(np.intp), k - 1)
-            rows = np.minimum(((np.arange(height)[::-1] + 0.5) * (q / height)).astype(np.intp), q - 1)  # Agg: bottom first
-            pixels = rgba.view(np.uint32).reshape(q, k)[rows[:, None], cols[None, :]]
-            return pixels.view(np.uint8).reshape(height, width, 4), left, bottom, IdentityTransform()
-
-    class PngCanvas(FigureCanvasAgg):
-        """Agg, writing PNG with :func:`~attnviz.render.png.encode_png` (half the time of Pillow's)."""
-
-        def print_png(self, filename_or_obj: Any, *, metadata: dict[str, str] | None = None, **_: Any) -> None:
-            self.draw()
-            text = {"Software": f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/", **(metadata or {})}
-            data = encode_png(np.asarray(self.buffer_rgba()), dpi=self.figure.dpi, text=text)
-            if hasattr(filename_or_obj, "write"):
-                filename_or_obj.write(data)
-            else:
-                Path(filename_or_obj).write_bytes(data)
-
-    return LayeredFigure, CellImage, PngCanvas
-
-
-@contextmanager
-def _hidden(artists: list[Any]) -> Iterator[None]:
-    """``artists`` left out of a draw (matplotlib draws animated artists too when it saves a file)."""
-    for artist in artists:
-        artist.set_visible(False)
-    try:
-        yield
-    finally:
-        for artist in artists:
-            artist.set_visible(True)

@@ -20,13 +20,13 @@ _LEVEL = 6  # zlib's default: the size of Pillow's files and less, in half its t
 
 
 def encode_png(rgba: np.ndarray, *, dpi: float, text: Mapping[str, str | None] | None = None) -> bytes:
-    """The PNG file of ``rgba`` (``uint8 [height, width, 4]``, top row first): 8 bits per channel,
-    RGB when every pixel is opaque, else RGBA; ``dpi`` in a pHYs chunk; ``text`` as tEXt chunks
-    (Latin-1, as PNG requires; keys with a None value are left out)."""
-    if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] != 4:
-        raise ValueError(f"expected uint8 pixels [height, width, 4], got {rgba.dtype} {rgba.shape}")
+    """The PNG file of ``rgba`` (``uint8 [height, width, 4]``, or ``[height, width, 3]`` for opaque
+    RGB, top row first): 8 bits per channel, RGB when every pixel is opaque, else RGBA; ``dpi`` in a
+    pHYs chunk; ``text`` as tEXt chunks (Latin-1, as PNG requires; keys with a None value are left out)."""
+    if rgba.dtype != np.uint8 or rgba.ndim != 3 or rgba.shape[2] not in (3, 4):
+        raise ValueError(f"expected uint8 pixels [height, width, 3 or 4], got {rgba.dtype} {rgba.shape}")
     height, width = rgba.shape[:2]
-    opaque = bool((rgba[..., 3] == 255).all())
+    opaque = rgba.shape[2] == 3 or bool((rgba[..., 3] == 255).all())
     pixels = rgba[..., :3] if opaque else rgba
     rows = np.ascontiguousarray(pixels).reshape(height, -1)
     filtered = np.empty((height, rows.shape[1] + 1), dtype=np.uint8)
