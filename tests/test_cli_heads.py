@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -223,3 +224,29 @@ def test_rollout_norm_and_errors(run_cli, tmp_path):
 def test_short_texts_are_warned_about(run_cli):
     r = run_cli("heads", "Hi", "--format", "json")
     assert r.exit_code == 0 and "attnviz: warning: a text of 3 token(s) says little about a head" in r.stderr
+
+
+def test_compare_heads_image_draws_every_head_on_one_axes(run_cli, tmp_path, monkeypatch):
+    """Every head is an image at its place on one Axes (one Axes per head, under constrained layout,
+    took 7 s for MiniLM's 72), and no token label is drawn over a head's panel."""
+    from conftest import TINY
+
+    from attnviz.render import compare_image
+
+    figures = []
+    real = compare_image.save_figure
+    monkeypatch.setattr(compare_image, "save_figure", lambda fig, path: figures.append(fig) or real(fig, path))
+    out = tmp_path / "grid.png"
+    r = run_cli("compare-heads", "The cat sat on the mat.", "--model", TINY, "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    (fig,) = figures
+    grid, matrix, _colorbar = fig.axes
+    n_heads = len([t for t in grid.texts if re.fullmatch(r"L\d+H\d+", t.get_text())])
+    assert n_heads >= 4 and len(grid.images) == n_heads and len(matrix.images) == 1
+    renderer = fig.canvas.get_renderer()
+    panels = [image.get_window_extent(renderer) for image in grid.images]
+    for text in grid.texts:
+        box = text.get_window_extent(renderer)
+        assert not any(box.overlaps(panel) for panel in panels), text.get_text()
+        assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, text.get_text()
+    assert max(p.x1 for p in panels) < matrix.get_window_extent(renderer).x0

@@ -122,13 +122,22 @@ def _export_process(args: list[str], out: Path) -> int:
                           capture_output=True, text=True, timeout=300).returncode
 
 
-def test_sigkill_then_rerun_is_byte_identical(run_cli, tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[list[str], dict[str, bytes]]:
+    """The arguments of an export with drawing processes at work, and the files of a run of it that
+    was never interrupted (a fresh process): what the interrupted runs below must end with."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    texts = _texts(folder, SENTENCES[:4])
+    args = [str(texts), "--layers", "0", "--formats", "png,npz,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
+    assert _export_process(args, folder / "clean") == 0
+    return args, _tree(folder / "clean")
+
+
+def test_sigkill_then_rerun_is_byte_identical(uninterrupted, tmp_path):
     """Killed with SIGKILL halfway, with drawing processes at work, a rerun ends byte-identical to a
     run that was never interrupted (same batch size, same machine)."""
-    texts = _texts(tmp_path, SENTENCES[:4])
-    args = [str(texts), "--layers", "0", "--formats", "png,npz,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
-    clean, killed = tmp_path / "clean", tmp_path / "killed"
-    assert _export_process(args, clean) == 0
+    args, clean = uninterrupted
+    killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "attnviz", "export", *args, "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = killed / "manifest.jsonl.journal"
@@ -138,7 +147,7 @@ def test_sigkill_then_rerun_is_byte_identical(run_cli, tmp_path):
     assert journal.exists(), "the run finished before it could be killed"
     assert not (killed / "manifest.jsonl").exists()
     assert _export_process(args, killed) == 0
-    assert _tree(killed) == _tree(clean)
+    assert _tree(killed) == clean
 
 
 def test_two_shards_merged_equal_one_run(run_cli, tmp_path):
@@ -280,13 +289,11 @@ def _wait_for_journal(path: Path, lines: int, proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
-def test_ctrl_c_stops_cleanly_and_resumes(run_cli, tmp_path):
+def test_ctrl_c_stops_cleanly_and_resumes(uninterrupted, tmp_path):
     """Ctrl-C (SIGINT to the process group, drawing processes included) stops cleanly in one line,
     and a rerun finishes the same files as an uninterrupted run."""
-    texts = _texts(tmp_path, SENTENCES[:4])
-    args = [str(texts), "--layers", "0", "--formats", "png,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
-    clean, stopped = tmp_path / "clean", tmp_path / "stopped"
-    assert _export_process(args, clean) == 0
+    args, clean = uninterrupted
+    stopped = tmp_path / "stopped"
     proc = subprocess.Popen([sys.executable, "-m", "attnviz", "export", *args, "--out", str(stopped)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for_journal(stopped / "manifest.jsonl.journal", 1, proc)
@@ -297,7 +304,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(run_cli, tmp_path):
         f"attnviz: error: interrupted; finished items are kept in {stopped}. Rerun the same command to resume"
     ]
     assert _export_process(args, stopped) == 0
-    assert _tree(stopped) == _tree(clean)
+    assert _tree(stopped) == clean
 
 
 def test_rerun_with_other_settings_redoes_the_items(run_cli, tmp_path):

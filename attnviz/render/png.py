@@ -1,9 +1,12 @@
-"""PNG files from a figure's pixels, encoded for figures: twice as fast as Pillow's default, and smaller.
+"""PNG files from a figure's pixels, encoded for figures: in a quarter of the time of Pillow's default.
 
 A heatmap figure is mostly cells of one colour, many pixels tall: with PNG's "Up" filter (each byte
 minus the byte above it, PNG spec §9.2) their rows become zeros, which deflate compresses at once.
-Pillow tries every filter on every row instead, which costs about half the time of a labelled
-figure. An opaque figure is written as RGB, without its alpha channel.
+Pillow tries every filter on every row instead. zlib's level 3 is its fastest that still searches
+for repeats well: on the 72-panel grid of MiniLM (4500 × 3504 pixels) it writes 397 KB in 0.17 s,
+where level 6 writes 222 KB in 0.40 s and Pillow's default 225 KB in 0.60 s (the size of a PNG file
+matters less than the wait for it; this machine, medians). An opaque figure is written as RGB,
+without its alpha channel.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _UP = 2  # PNG filter type "Up"
-_LEVEL = 6  # zlib's default: the size of Pillow's files and less, in half its time
+_LEVEL = 3  # level 4 and above search twice as long for a file half the size
 
 
 def encode_png(rgba: np.ndarray, *, dpi: float, text: Mapping[str, str | None] | None = None) -> bytes:
