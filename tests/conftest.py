@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -74,12 +75,21 @@ def write_config(tmp_path: Path, text: str, name: str = "model.toml") -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_hf(tmp_path_factory):
-    """Folders of tiny random Hugging Face models (bert, gpt2, llama, mistral, qwen2, t5), built once."""
+def tiny_hf(tmp_path_factory, worker_id):
+    """Folders of tiny random Hugging Face models (bert, gpt2, llama, mistral, qwen2, t5, …), built once
+    per run: the first worker to ask builds them in the run's temporary folder, the others wait for it
+    (a lock file) and read them."""
+    from filelock import FileLock
     from tiny_models import BUILDERS
 
-    root = tmp_path_factory.mktemp("tiny_hf")
-    return {name: str(build(root / name)) for name, build in BUILDERS.items()}
+    base = tmp_path_factory.getbasetemp()
+    root = (base if worker_id == "master" else base.parent) / "tiny_hf"
+    with FileLock(f"{root}.lock"):
+        done = root / "built"
+        if not done.exists():
+            folders = {name: str(build(root / name)) for name, build in BUILDERS.items()}
+            done.write_text(json.dumps(folders))
+    return json.loads(done.read_text())
 
 
 @pytest.fixture(scope="session")

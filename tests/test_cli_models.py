@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from processes import run_each
 
 
 def test_default_model_heatmap(run_cli):
@@ -162,10 +163,11 @@ def _no_network(tmp_path: Path) -> dict[str, str]:
 
 
 def test_no_network_without_offline_flag_fails_fast_in_one_line(tmp_path):
-    for engine in ("auto", "hf"):
-        r = _run(["heatmap", "x", "--model", "gpt2", "--engine", engine], _no_network(tmp_path))
-        assert r.returncode == 1
-        assert r.stderr.strip().splitlines() == [
+    engines = ("auto", "hf")
+    done = run_each([["heatmap", "x", "--model", "gpt2", "--engine", engine] for engine in engines], _no_network(tmp_path))
+    for code, _, err in done:
+        assert code == 1
+        assert err.strip().splitlines() == [
             "attnviz: error: 'gpt2' is not in the local Hugging Face cache and the hub cannot be reached "
             "(no network?); download it once with network access, or pass a local model folder (run with no "
             "--model for the embedded default)"
@@ -175,10 +177,11 @@ def test_no_network_without_offline_flag_fails_fast_in_one_line(tmp_path):
 def test_no_network_still_uses_the_cache(tiny_hf, tmp_path):
     env = _no_network(tmp_path)
     _fake_hub_cache(Path(env["HF_HUB_CACHE"]), "someone/tiny-gpt2", tiny_hf["gpt2"])
-    for engine in ("auto", "hf"):
-        r = _run(["heatmap", "The cat", "--model", "someone/tiny-gpt2", "--engine", engine], env)
-        assert r.returncode == 0, r.stderr
-        assert "tiny-gpt2" in r.stdout.splitlines()[0]
+    commands = [["heatmap", "The cat", "--model", "someone/tiny-gpt2", "--engine", engine, "--verbose"]
+                for engine in ("auto", "hf")]
+    for (code, out, err), engine in zip(run_each(commands, env), ("native", "hf"), strict=True):
+        assert code == 0, err
+        assert "tiny-gpt2" in out.splitlines()[0] and f"engine {engine} (gpt2)" in err
 
 
 def test_bart_kinds_on_the_cli(run_cli, tiny_hf):

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_terminal_tests_pass_whatever_the_shell_sets():
     env = {**os.environ, "NO_COLOR": "1", "FORCE_COLOR": "1", "COLUMNS": "50", "TERM": "dumb", "ATTNVIZ_DEBUG": "1",
            "HF_HUB_OFFLINE": "0"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
                            str(ROOT / "tests" / "test_render_terminal.py")],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]

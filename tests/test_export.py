@@ -250,13 +250,17 @@ def test_sample_batch_config_documents_every_option():
     assert build_settings(path, {}) == build_settings(None, {})  # the sample shows the defaults
 
 
-def _run_in_a_terminal(args: list[str]) -> str:
-    """Run attnviz with a pseudo-terminal as stdout, as a person at a terminal would; return what it drew."""
+def _run_in_a_terminal(commands: list[list[str]]) -> list[str]:
+    """Run attnviz ``commands`` in one process with a pseudo-terminal as stdout, as a person at a
+    terminal would; return what each drew."""
     import pty
 
+    from processes import SEPARATOR, each_command
+
+    argv = each_command(commands)
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
-        os.execvpe(sys.executable, [sys.executable, "-m", "attnviz", *args], {**os.environ, "COLUMNS": "100"})
+        os.execvpe(argv[0], argv, {**os.environ, "COLUMNS": "100"})
     chunks = []
     while True:
         try:
@@ -267,15 +271,15 @@ def _run_in_a_terminal(args: list[str]) -> str:
             break
         chunks.append(data)
     os.waitpid(pid, 0)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return b"".join(chunks).decode("utf-8", "replace").split(SEPARATOR)[: len(commands)]
 
 
 def test_progress_bar_at_a_terminal_and_not_otherwise(run_cli, tmp_path):
     texts = _texts(tmp_path, SENTENCES[:2])
     common = ["export", str(texts), "--layers", "0", "--formats", "json", "--jobs", "1"]
-    shown = _run_in_a_terminal([*common, "--out", str(tmp_path / "a")])
+    shown, quiet = _run_in_a_terminal([[*common, "--out", str(tmp_path / "a")],
+                                       [*common, "--out", str(tmp_path / "b"), "--quiet"]])
     assert "exporting" in shown and "items/s" in shown and "2/2" in shown
-    quiet = _run_in_a_terminal([*common, "--out", str(tmp_path / "b"), "--quiet"])
     assert "items/s" not in quiet
     piped = run_cli("export", str(texts), "--out", str(tmp_path / "c"), "--layers", "0", "--formats", "json")
     assert "items/s" not in piped.stdout and "2 exported" in piped.stdout
