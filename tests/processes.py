@@ -43,3 +43,13 @@ def run_each(commands: list[list[str]], env: dict[str, str]) -> list[tuple[int, 
     errs = done.stderr.split("\n@@@\n")
     assert done.returncode == 0 and len(outs) == len(commands), done.stderr
     return list(zip(json.loads(codes), outs, errs, strict=False))
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a process a test will Ctrl-C: SIGINT as a terminal's shell gives it (caught
+    by default, not blocked), whatever the test runner inherited (a runner started in the background
+    or by a CI service may ignore SIGINT, and children inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from processes import interruptible
 
 from attnviz.export.items import Item, blocks, read_items, slug
 from attnviz.result import AttentionResult
@@ -127,27 +128,10 @@ def uninterrupted(tmp_path_factory) -> tuple[list[str], dict[str, bytes]]:
     """The arguments of an export with drawing processes at work, and the files of a run of it that
     was never interrupted (a fresh process): what the interrupted runs below must end with."""
     folder = tmp_path_factory.mktemp("uninterrupted")
-    texts = _texts(folder, SENTENCES[:4])
+    texts = _texts(folder, SENTENCES)
     args = [str(texts), "--layers", "0", "--formats", "png,npz,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
     assert _export_process(args, folder / "clean") == 0
     return args, _tree(folder / "clean")
-
-
-def test_sigkill_then_rerun_is_byte_identical(uninterrupted, tmp_path):
-    """Killed with SIGKILL halfway, with drawing processes at work, a rerun ends byte-identical to a
-    run that was never interrupted (same batch size, same machine)."""
-    args, clean = uninterrupted
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "attnviz", "export", *args, "--out", str(killed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    journal = killed / "manifest.jsonl.journal"
-    _wait_for_journal(journal, 2, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert journal.exists(), "the run finished before it could be killed"
-    assert not (killed / "manifest.jsonl").exists()
-    assert _export_process(args, killed) == 0
-    assert _tree(killed) == clean
 
 
 def test_two_shards_merged_equal_one_run(run_cli, tmp_path):
@@ -293,22 +277,33 @@ def _wait_for_journal(path: Path, lines: int, proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
-def test_ctrl_c_stops_cleanly_and_resumes(uninterrupted, tmp_path):
-    """Ctrl-C (SIGINT to the process group, drawing processes included) stops cleanly in one line,
-    and a rerun finishes the same files as an uninterrupted run."""
+def test_ctrl_c_then_sigkill_then_rerun_is_byte_identical(uninterrupted, tmp_path):
+    """Ctrl-C (SIGINT to the process group, drawing processes included) stops cleanly in one line; the
+    rerun, killed with SIGKILL after it finished more items, leaves a journal and no manifest; a third
+    run ends byte-identical to a run that was never interrupted (same batch size, same machine)."""
     args, clean = uninterrupted
-    stopped = tmp_path / "stopped"
-    proc = subprocess.Popen([sys.executable, "-m", "attnviz", "export", *args, "--out", str(stopped)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    _wait_for_journal(stopped / "manifest.jsonl.journal", 1, proc)
+    out = tmp_path / "out"
+    journal = out / "manifest.jsonl.journal"
+    command = [sys.executable, "-m", "attnviz", "export", *args, "--out", str(out)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=interruptible)
+    _wait_for_journal(journal, 1, proc)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == [
-        f"attnviz: error: interrupted; finished items are kept in {stopped}. Rerun the same command to resume"
+        f"attnviz: error: interrupted; finished items are kept in {out}. Rerun the same command to resume"
     ]
-    assert _export_process(args, stopped) == 0
-    assert _tree(stopped) == clean
+    stopped_at = len(journal.read_text().splitlines())
+    assert stopped_at < len(SENTENCES) - 1, "the run was too near its end when it was stopped"
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_journal(journal, stopped_at + 1, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert journal.exists(), "the rerun finished before it could be killed"
+    assert not (out / "manifest.jsonl").exists()
+    assert _export_process(args, out) == 0
+    assert _tree(out) == clean
 
 
 def test_rerun_with_other_settings_redoes_the_items(run_cli, tmp_path):

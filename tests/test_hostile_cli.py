@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, TINY
+from processes import interruptible
 
 from attnviz.labels import printable
 
@@ -84,7 +85,8 @@ def test_ctrl_c_while_starting_is_one_line(delay):
     module as it finishes): before that, Python itself is starting and no program can catch Ctrl-C.
     Counted from the process's start, a busy machine once put 0.05 s inside Python's own start-up."""
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "attnviz", "heatmap", "the cat", "--model",
-                             TINY], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             TINY], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     for line in proc.stderr:  # "import time: self | cumulative | module", one line per module imported
         if line.rstrip().endswith("attnviz._entry"):
             break
@@ -168,7 +170,7 @@ def _run_entry(tmp_path, body: str, modules: dict[str, str] | None = None) -> su
         "entry()\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(attnviz.__file__).parents[1])])}
     return subprocess.run([sys.executable, "-m", "fake_attnviz"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, preexec_fn=interruptible)
 
 
 SWALLOWS = """import os, signal

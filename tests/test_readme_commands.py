@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from docs_text import EVERYTHING
+from processes import interruptible
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -272,7 +273,7 @@ def run_server(argv: list[str]) -> Finished:
     else:
         argv += ["--port", port]
     proc = subprocess.Popen([sys.executable, "-m", "attnviz", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 60
         while True:
