@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .attention import attention_weights, combine_masks, decoding_mask
+from .attention_ops import attention_weights, combine_masks, decoding_mask
 
 ROW_BLOCK = 256  # query rows per block: a block of 12 heads × 256 rows × 32,768 keys is 400 MB of float32
 BLOCK_ELEMENTS = 12 * 256 * 4096  # about 50 MB of float32 per block: the rows per block shrink as keys grow

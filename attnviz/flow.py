@@ -33,16 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .errors import UsageError
-
-if TYPE_CHECKING:  # metrics re-exports this module's functions, so it is imported where used
-    from .metrics import HeadFusion
+from .rollout import fuse_heads
+from .weights import HeadFusion
 
 FLOW_SECONDS_LIMIT = 60.0
 """Estimated seconds past which :func:`check_flow_cost` refuses unless forced."""
@@ -98,7 +96,6 @@ def check_flow_cost(n_tokens: int, n_layers: int, *, force: bool, every_layer: b
 
 def residual_attention(layer: Tensor, head_fusion: HeadFusion = "mean") -> Tensor:
     """Rollout's Â for one layer's ``[heads, q, k]``: the heads fused, plus I, rows renormalised; ``[q, k]`` float64."""
-    from .metrics import fuse_heads
 
     fused = fuse_heads(layer, head_fusion)
     if fused.shape[-1] != fused.shape[-2]:

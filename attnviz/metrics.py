@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-HeadFusion = Literal["mean", "max", "min"]
+from .weights import HeadFusion, read_attention  # noqa: F401  (both named here too, as before)
+
 ENTROPY_SMOOTHING = 0.0001  # Clark et al.: 0.9999·A + 0.0001/n before the entropy
 DISTANCE_SMOOTHING = 0.001  # Clark et al.: 0.999·A + 0.001/n before the JS divergence
 
@@ -36,19 +36,6 @@ def _check(attn: Tensor) -> Tensor:
     if attn.dim() != 4:
         raise ValueError(f"attentions must be [layers, heads, q, k], got shape {tuple(attn.shape)}")
     return attn.to(torch.float64)
-
-
-def read_attention(attn: Tensor) -> Tensor:
-    """The attentions as they are (float32 or float64; half precision is widened to float32).
-
-    The per-head statistics read them in place: a row (at most a few thousand keys) is summed in
-    the input's precision with torch's cascade summation, and rows are accumulated in float64. So
-    a long input ([12, 12, 4096, 4096] is 9.7 GB in float64) is never copied whole into float64,
-    and the result agrees with a float64 computation to about 1e-6 relative.
-    """
-    if attn.dim() != 4:
-        raise ValueError(f"attentions must be [layers, heads, q, k], got shape {tuple(attn.shape)}")
-    return attn.float() if attn.dtype in (torch.float16, torch.bfloat16) else attn
 
 
 _ROWS = 256  # query rows per block: long inputs are reduced a block at a time, one head at a time

@@ -5,13 +5,11 @@ layer's heads fused, the residual added, and the layers chained. Re-exported by 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:  # metrics re-exports this module, so it is imported where used
-    from .metrics import HeadFusion
+from .weights import HeadFusion, read_attention
 
 
 def fuse_heads(layer: Tensor, head_fusion: HeadFusion = "mean") -> Tensor:
@@ -56,7 +54,6 @@ def rollout(attn: Tensor, *, head_fusion: HeadFusion = "mean") -> Tensor:
     ``R_l[i, j]`` is how much of input token j reaches position i after layer l. See
     :func:`rollout_steps` for the same one layer at a time.
     """
-    from .metrics import read_attention
 
     a = read_attention(attn)
     if a.shape[-1] != a.shape[-2]:

@@ -17,8 +17,9 @@ import numpy as np
 
 from ..fileio import check_output_path
 from .colors import ColorScale
+from .figure_style import DPI, STABLE_RC, save_figure
 from .fonts import clean_label, font_chain
-from .image import DPI, STABLE_RC, save_figure, warn_missing
+from .image import warn_missing
 
 PANEL = 1.2  # inches: one head's panel
 GAP = 0.08  # inches between panels

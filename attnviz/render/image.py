@@ -13,16 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AttnvizWarning
-from ..fileio import atomic_write, check_output_path
+from ..fileio import check_output_path
+from .figure_style import DPI, MAX_TICKS
 from .fonts import clean_label, font_chain
 from .view import FIGURE_CELLS, HeatmapView, max_pool
 
-DPI = 150
-MAX_TICKS = 64  # labels per axis; beyond, every n-th label is drawn
 MAX_VALUE_CELLS = 400  # numbers are written into cells only up to this many per panel
-# The same figure gives the same bytes: no creation dates, fixed SVG ids, glyphs as paths.
-_STABLE_METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
-STABLE_RC = {"svg.fonttype": "path", "svg.hashsalt": "attnviz"}
 
 
 class MissingGlyphsWarning(AttnvizWarning):
@@ -145,14 +141,3 @@ KEEP_PIXELS = 32_000_000  # a FigureDrawer keeps figures of about this many pixe
 
 def _pixels(key: Any) -> float:
     return key.size[0] * key.size[1] * DPI * DPI
-
-
-def save_figure(fig, path: Path) -> None:
-    def write(tmp: str) -> None:
-        with warnings.catch_warnings():
-            # Missing glyphs were already reported once, by name, as a MissingGlyphsWarning.
-            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-            fmt = path.suffix.lower().lstrip(".")
-            fig.savefig(tmp, format=fmt, metadata=_STABLE_METADATA.get(fmt))
-
-    atomic_write(path, write)

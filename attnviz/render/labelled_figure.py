@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .figure_style import DPI, MAX_TICKS, STABLE_RC, save_figure
 from .grid_layout import TICK_PAD, TextSizes, grid_layout, grid_shape
-from .image import DPI, MAX_TICKS, STABLE_RC, save_figure
 from .view import HeatmapView
 
 _MARK_COLOUR = "#e8175d"  # attention-sink markers

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..fileio import atomic_write
+from .figure_style import DPI, MAX_TICKS
 from .fonts import font_covering, font_files
 from .grid_layout import PAD, TICK_PAD, TITLE_PAD, TextSizes, grid_layout, grid_shape
-from .image import DPI, MAX_TICKS
 from .labelled_figure import FigureKey
 from .png import encode_png
 from .view import HeatmapView
