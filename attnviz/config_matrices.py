@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .config import Matrix, MatrixConfig, Reference, SoftmaxClaim, check_keys, divisors, typed
+from .config_types import Matrix, MatrixConfig, Reference, SoftmaxClaim, check_keys, divisors, typed
 from .errors import ConfigError
 
 _INPUT_KEYS = {"x", "tokens", "context", "context_tokens", "padding"}
