@@ -96,16 +96,16 @@ def test_a_failed_image_write_is_the_items_failure_on_every_path(run_cli, tmp_pa
     """--jobs 1 and --style tiles draw in the main process: a full disk there fails the item, recorded,
     and the run goes on, as with drawing processes."""
     from attnviz.errors import RenderError
-    from attnviz.export import run
+    from attnviz.export import blocks  # where a block draws in the main process
 
-    real = run.render_task
+    real = blocks.render_task
 
     def full_disk(view, path, style="figure"):
         if "000001-" in Path(path).name:
             raise RenderError(f"cannot write {path}: No space left on device; check free space and permissions")
         return real(view, path, style)
 
-    monkeypatch.setattr(run, "render_task", full_disk)
+    monkeypatch.setattr(blocks, "render_task", full_disk)
     for style in ("tiles", "figure"):
         out = tmp_path / style
         r = run_cli("export", str(_texts(tmp_path)), "--out", str(out), "--model", TINY, "--formats", "png,json",

@@ -24,16 +24,7 @@ from ..errors import AttnvizError, AttnvizWarning, UsageError
 from ..quiet import stderr_silenced
 from .items import Item
 from .manifest import Journal, file_sizes
-from .settings import ExportSettings
-
-
-def ray_module() -> Any:
-    """The ray module, or a message saying how to get it (the optional extra ``ray``)."""
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("[[backend=ray]] needs Ray, which is not installed: pip install 'attnviz[ray]'") from None
-    return ray
+from .settings import ExportSettings, ray_module
 
 
 class ExportActor:
@@ -55,7 +46,7 @@ class ExportActor:
 
     def run(self, batch: list[Item], done: list[bool]) -> Any:
         """One block: its outcomes and Parquet rows, its images drawn here (none left to draw)."""
-        from .run import run_block
+        from .blocks import run_block
         from .workers import render_tasks
 
         block = run_block(self.source, batch, self.out_dir, self.settings, done)
@@ -87,7 +78,7 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
                   on_item: Any, on_source: Any = None) -> None:
     """Run the ``todo`` blocks on Ray: a local cluster with this machine's CPUs (started here and shut
     down after), or the cluster at ``settings.ray_address``; ``settings.jobs`` actors, one model each."""
-    from .run import fail_item, record_parts
+    from .blocks import fail_item, record_parts
 
     ray = ray_module()
     _check_reachable(settings.ray_address)

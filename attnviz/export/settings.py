@@ -181,8 +181,6 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
     if settings.ray_address is not None and settings.backend != "ray":
         raise UsageError("[[ray_address]] names a Ray cluster; it goes with [[backend=ray]]")
     if settings.backend == "ray":
-        from .ray_backend import ray_module
-
         ray_module()  # not installed: say so before any work
     if "parquet" in settings.formats:
         from .table import pyarrow
@@ -219,3 +217,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [export] must be a table")
     return dict(table)
+
+
+def ray_module() -> Any:
+    """The ray module, or a message saying how to get it (the optional extra ``ray``)."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("[[backend=ray]] needs Ray, which is not installed: pip install 'attnviz[ray]'") from None
+    return ray
