@@ -97,3 +97,88 @@ def test_the_flag_check_can_fail(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text('def f(x):\n    raise ValueError(f"--layer {x} is out of range")\n')
     assert [text for _, text in _message_strings(bad)] == ["--layer ", " is out of range"]
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module → the attnviz modules it imports (a name like ``attnviz.render.image.DPI`` counts as its module)."""
+    graph = {}
+    for module, path in MODULES.items():
+        targets = set()
+        for name in _imports(path):
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+# The import circles still to break (issue 28), by the modules on them: the API and the sources reach
+# each other through result.py's notebook display; the CLI's commands and its entry point. This list
+# may only shrink: a module on a circle not named here, or a new circle, fails.
+OUTSTANDING = {
+    "attnviz", "api", "attribution", "attribution_grad", "attribution_mixing", "compare", "decoding", "generation",
+    "generation_seq2seq", "heads", "notebook", "pages", "pooled_view", "probes", "reading", "render.html",
+    "render.page", "render.view", "result", "row_statistics", "sources.base", "sources.engine", "sources.gradients",
+    "sources.hf", "sources.hf_layers", "sources.mixing", "sources.native", "sources.native.bert",
+    "sources.native.common", "sources.native.explain", "sources.native.generate", "sources.native.gpt2",
+    "sources.native.llama", "sources.own", "sources.own_model", "sources.own_seq2seq", "sources.resolve",
+    "sources.saved", "sources.stream", "transforms",
+    "_entry", "cli", "cli.common", "cli.compare_heads", "cli.explain", "cli.export", "cli.generate",
+    "cli.generate_seq2seq", "cli.heads", "cli.heads_parquet", "cli.heatmap", "cli.rollout", "cli.serve", "cli.view",
+    "serve",
+}
+
+
+def test_no_new_import_circles():
+    circles = _circles(_graph())
+    on_circles = {m.removeprefix("attnviz.") if m != "attnviz" else m for circle in circles for m in circle}
+    assert on_circles <= OUTSTANDING, sorted(on_circles - OUTSTANDING)
+    assert len(circles) <= 2
+
+
+def test_the_circle_check_can_fail():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert _circles(graph) == [{"a", "b", "c"}]
