@@ -47,7 +47,7 @@ class ResultWriter:
         self._thread: threading.Thread | None = None
         fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name[:80]}.{os.getpid()}.", suffix=".tmp.npz",
                                         dir=self.path.parent)
-        IN_PROGRESS.add(self.tmp)  # removed on SIGTERM too (attnviz._entry)
+        IN_PROGRESS.add(self.tmp)  # removed on SIGTERM too (attnviz.interrupts)
         os.close(fd)
         try:
             self.archive = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_STORED)

@@ -301,6 +301,6 @@ def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str =
             server.run(sockets=[sock])
     finally:
         sock.close()
-    from ._entry import handled
+    from .interrupts import handled
 
     handled()  # Ctrl-C is how a server stops: a clean exit, not an interruption

@@ -132,9 +132,9 @@ def internal_error(exc: BaseException) -> str:
 
 
 def _stopped_by_ctrl_c(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run a command body; once Ctrl-C has reached the process (``attnviz._entry``), the outcome is an
+    """Run a command body; once Ctrl-C has reached the process (``attnviz.interrupts``), the outcome is an
     interruption, whatever a library made of the KeyboardInterrupt (swallowed it, or raised another error)."""
-    from .._entry import interrupted
+    from ..interrupts import interrupted
 
     try:
         done = func(*args, **kwargs)
