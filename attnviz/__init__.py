@@ -13,10 +13,9 @@ __version__ = "0.1.0"
 __all__ = ["AttentionResult", "AttnvizError", "__version__", "extract", "extract_batch", "generate", "show"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import extract, extract_batch
+    from .api import extract, extract_batch, show
     from .errors import AttnvizError
     from .generation import generate
-    from .notebook import show
     from .result import AttentionResult
 
 _LAZY = {
@@ -24,7 +23,7 @@ _LAZY = {
     "extract_batch": ("attnviz.api", "extract_batch"),
     "AttentionResult": ("attnviz.result", "AttentionResult"),
     "AttnvizError": ("attnviz.errors", "AttnvizError"),
-    "show": ("attnviz.notebook", "show"),
+    "show": ("attnviz.api", "show"),
     "generate": ("attnviz.generation", "generate"),
 }
 

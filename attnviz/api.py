@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .analysis.reading import Reading
 from .attribution import (  # noqa: F401 (what ``attnviz rollout`` shows: attnviz.attribution, here for callers)
     METHODS,
     attribution_view,
@@ -21,16 +22,16 @@ from .attribution import (  # noqa: F401 (what ``attnviz rollout`` shows: attnvi
     rollout_of_text,
     rollout_view,
 )
-from .pages import page_of_result, page_view  # noqa: F401 (the page's data: attnviz.pages, here for callers)
-from .reading import Reading
 from .sources.resolve import Engine, load_source
+from .views.pages import page_of_result, page_view  # noqa: F401 (the page's data: attnviz.views.pages, here for callers)
 
 if TYPE_CHECKING:  # pragma: no cover
 
-    from .compare import HeadsOverview
-    from .errata import Erratum
+    from .analysis.compare import HeadsOverview
+    from .analysis.heads import HeadTable
     from .explain import Walkthrough
-    from .heads import HeadTable
+    from .explain.errata import Erratum
+    from .notebook import PageDisplay
     from .render.view import HeatmapView
     from .result import AttentionResult
     from .sources.base import Source
@@ -103,112 +104,62 @@ def extract_batch(
     return source.extract_batch(texts, pairs=pairs, truncate=truncate, details=details, layers=layers)
 
 
-def layer_stream(source: Any, texts: Sequence[str], *, kind: str = "self", target: str | None = None,
-                 truncate: bool = False, layers: Sequence[int] | None = None, pairs: Sequence[str | None] | None = None,
-                 purpose: str = "this") -> Any:
-    """The layers of ``texts`` one at a time (:class:`attnviz.sources.stream.LayerStream`), of one
-    kind of square self-attention: the input's (``self``/``encoder``), or an encoder-decoder
-    model's ``decoder`` self-attention over ``target`` (its tokens then stand in for the text's).
-    ``purpose`` names the caller in the error for ``cross``, which is not square."""
-    from .errors import UsageError
-    from .transforms import KINDS
-
-    if kind not in KINDS:
-        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
-    if not source.capabilities.self_attention:  # one cross-attention layer (a matrices config with a context)
-        from .transforms import no_self_attention
-
-        raise UsageError(no_self_attention(source.name, kind, purpose, explain=source.engine == "config"))
-    if kind in ("self", "encoder"):
-        return source.stream_batch(texts, truncate=truncate, layers=layers, pairs=pairs, target=target)
-    if not source.capabilities.cross:
-        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {source.name} has only "
-                         "self-attention")
-    from .sources.stream import LayerStream
-    from .transforms import refuse_cross, self_attention
-
-    if kind == "cross":
-        refuse_cross(purpose)  # before running the model
-    results = [self_attention(r, kind, purpose=purpose)
-               for r in source.extract_batch(texts, truncate=truncate, pairs=pairs, target=target)]
-    if layers is not None:
-        n = results[0].n_layers
-        bad = [layer for layer in layers if not 0 <= layer < n]
-        if bad or not layers:
-            raise UsageError(f"[[layers={bad[0] if bad else '(none)'}]] is out of range; the decoder of {source.name} "
-                             f"has layers 0 to {n - 1}")
-        results = [r.select_layers(sorted(set(layers))) for r in results]
-    return LayerStream.of_results(results)
-
-
 def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = False, batch_size: int = 16,
                         pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
                         target: str | None = None) -> HeadTable:
-    """The head table (:mod:`attnviz.heads`) of ``texts`` run through a loaded ``source``, averaged over them.
+    """The head table (:mod:`attnviz.analysis.heads`) of ``texts`` run through a loaded ``source``, averaged over them.
 
     Texts run in padded batches of ``batch_size``, and each layer's statistics are taken as soon
     as the engine computes it, so a long text never holds every layer's matrices at once.
     ``pair`` is a second sentence for every text; ``reading`` drops special tokens or joins words first;
-    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`layer_stream`).
+    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`attnviz.views.layers.read_layers`).
     """
-    from .heads import HeadTableBuilder
+    from .analysis.heads import HeadTableBuilder
+    from .views.layers import read_layers
 
     builder = HeadTableBuilder()
     for start in range(0, len(texts), batch_size):
         chunk = list(texts[start : start + batch_size])
-        stream = layer_stream(source, chunk, kind=kind, target=target, truncate=truncate,
-                              pairs=None if pair is None else [pair] * len(chunk), purpose="head statistics")
-        builder.layers = list(stream.layers)  # the model's numbers (a saved result may hold only some layers)
-        for position, parts in stream:
-            _add_read_layer(builder, stream.results, position, parts, start, reading)
+        reader = read_layers(source, chunk, reading=reading, kind=kind, target=target, truncate=truncate,
+                             pairs=None if pair is None else [pair] * len(chunk), purpose="head statistics")
+        builder.layers = list(reader.layers)  # the model's numbers (a saved result may hold only some layers)
+        for position, parts in reader:
+            _add_layer(builder, reader.results, position, parts, start)
             del parts  # before the next layer is computed
     return builder.table()
 
 
-def _add_read_layer(builder: Any, results: list[AttentionResult], position: int, parts: list[Any], first: int,
-                    reading: Reading) -> None:
-    for number, (result, part) in enumerate(zip(results, parts, strict=True)):
-        if reading.plain:  # read a block of rows at a time (a long input's layer is never built whole)
-            builder.add_layer(result, position, part, text=first + number)
-        else:
-            read = reading.layer(result, part.attentions)
-            builder.add_layer(read, position, read.attentions[0], text=first + number)
+def _add_layer(builder: Any, results: list[AttentionResult], position: int, parts: list[Any], first: int) -> None:
+    """One layer of each text into the table, read whole or a block of rows at a time (a function, so no
+    loop variable outlives the layer)."""
+    for number, part in enumerate(parts):
+        builder.add_layer(results[number], position, part, text=first + number)
 
 
 def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, truncate: bool = False,
                           all_rows: bool = False, pair: str | None = None, reading: Reading = Reading(),
                           kind: str = "self", target: str | None = None) -> HeadsOverview:
     """Every head of ``layer`` (default: every layer) on ``text``, for comparing them
-    (:class:`attnviz.compare.HeadsOverview`): display matrices and the head-distance matrix,
+    (:class:`attnviz.analysis.compare.HeadsOverview`): display matrices and the head-distance matrix,
     built as the engine computes each layer. The distances are exact unless their cost passes
-    :data:`attnviz.compare.DISTANCE_BUDGET` (long inputs): then summed over evenly spaced query
+    :data:`attnviz.analysis.compare.DISTANCE_BUDGET` (long inputs): then summed over evenly spaced query
     rows and scaled, which the overview's notes say; ``all_rows`` computes every row."""
-    from .compare import OverviewBuilder
-    from .errors import UsageError
+    from .analysis.compare import OverviewBuilder
+    from .views.layers import read_layers
 
-    n_layers = source.n_layers
-    if (layer is not None and layer < 0) or (kind in ("self", "encoder") and layer is not None and layer >= n_layers):
-        raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
-    stream = layer_stream(source, [text], kind=kind, target=target, truncate=truncate,
-                          layers=None if layer is None else [layer], pairs=[pair], purpose="comparing heads")
-    wanted = list(stream.layers)
+    reader = read_layers(source, [text], reading=reading, kind=kind, target=target, truncate=truncate,
+                         layers=None if layer is None else [layer], pairs=[pair], purpose="comparing heads")
     builder: OverviewBuilder | None = None
-    for _, parts in stream:
-        header = stream.results[0]
-        if reading.plain and parts[0].lazy:  # too long to hold a layer: pooled and sampled block by block
-            if builder is None:
-                builder = OverviewBuilder(header, wanted, n_heads=parts[0].n_heads, all_rows=all_rows)
-            builder.add_rows(parts[0])
-            continue
-        attentions = parts[0].attentions
+    for _, parts in reader:
+        part = parts[0]
         del parts
-        if not reading.plain:
-            header = reading.layer(header, attentions)
-            attentions = header.attentions[0]
         if builder is None:
-            builder = OverviewBuilder(header, wanted, n_heads=attentions.shape[0], all_rows=all_rows)
-        builder.add(attentions)
-        del attentions  # before the next layer is computed
+            builder = OverviewBuilder(reader.results[0], list(reader.layers), n_heads=part.n_heads, all_rows=all_rows)
+        if part.lazy:  # too long to hold a layer: pooled and sampled block by block
+            builder.add_rows(part)
+        else:
+            builder.add(part.attentions)
+        del part  # before the next layer is computed
     assert builder is not None  # a model has at least one layer
     return builder.finish()
 
@@ -251,7 +202,7 @@ def attention_view(
     ``decoder`` or ``cross`` for encoder-decoder models.
 
     An input longer than a picture's :data:`~attnviz.render.view.FIGURE_CELLS` is max-pooled as each
-    layer is computed (:mod:`attnviz.pooled_view`) with ``pool=True`` (what a picture file does
+    layer is computed (:mod:`attnviz.views.pooled`) with ``pool=True`` (what a picture file does
     anyway), and by default (``None``) only where a layer is too big to hold whole; ``False`` never.
     """
     from .render.view import head_across_layers_view, heatmap_view
@@ -259,7 +210,7 @@ def attention_view(
     reading = Reading(hide_special=hide_special, renormalize=renormalize, words=words)
     if pool is not False and reading.plain and kind in ("self", "encoder") and \
             _long_for_a_picture(source, text, pair, truncate, always=bool(pool)):
-        from .pooled_view import pooled_view
+        from .views.pooled import pooled_view
 
         return pooled_view(source, text, layer=layer, head=head, pair=pair, truncate=truncate, vmax=vmax, cmap=cmap)
     every_layer = layer == "all"
@@ -275,7 +226,7 @@ def attention_view(
 def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncate: bool, *, always: bool) -> bool:
     """More tokens than a picture has cells, from an engine that hands layers over one at a time,
     and (unless ``always``) a layer too big to hold whole: then each layer is pooled as it is
-    computed (:mod:`attnviz.pooled_view`)."""
+    computed (:mod:`attnviz.views.pooled`)."""
     from .render.view import FIGURE_CELLS
 
     if text is None or not source.capabilities.streaming or not hasattr(source, "encode"):
@@ -314,9 +265,9 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
                cmap: str = "viridis") -> HeatmapView:
     """What one token attends to in every layer and head at once: a ``[layers·heads, keys]`` picture
     (``heatmap --query``). ``query`` is a token or its index; ``layer`` and ``head`` narrow the rows."""
+    from .analysis.transforms import kind_tensor, resolved_kind
     from .errors import UsageError
     from .render.view import matrix_view
-    from .transforms import kind_tensor, resolved_kind
 
     every_layer = layer == "all"
     result = reading.apply(source.extract(text, pair=pair, target=target, truncate=truncate,
@@ -348,8 +299,8 @@ def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str |
     if (texts is None) == (probe is None):
         raise UsageError("give texts or probe='induction', one of the two")
     if probe is not None:
-        from .heads import head_table
-        from .probes import induction_probe
+        from .analysis.heads import head_table
+        from .analysis.probes import induction_probe
 
         if probe != "induction":
             raise UsageError(f"[[probe={probe!r}]] is unknown; the probe is 'induction'")
@@ -378,7 +329,7 @@ def explain(text: str | None = None, model: str | None = None, *, layer: int = 0
     if head is not None and head < 0:
         raise UsageError(f"[[head={head}]] is negative; heads are numbered from 0")
     from .explain import walkthrough
-    from .explain_reference import compare_reference
+    from .explain.reference import compare_reference
 
     source = load_source(model or (EXPLAIN_DEFAULT if text is None else None), causal=causal)
     inputs_of = getattr(source, "explain_inputs", None)
@@ -418,9 +369,23 @@ def _check_walk_finite(walk: Walkthrough, model_name: str) -> None:
 
 def errata() -> list[Erratum]:
     """The tutorials' errors (seeds 000, 001, 003), each shown with numbers computed on the spot."""
-    from .errata import errata as computed
+    from .explain.errata import errata as computed
 
     return computed()
 
 
 EXPLAIN_DEFAULT = "sample_configs/seed_example.toml"
+
+
+def show(what: AttentionResult | str, *, model: str | None = None, head: int = 0, kind: str = "self",
+         view: str = "head", stats: bool = True, cmap: str = "viridis", height: int | None = None,
+         **extract_options: Any) -> PageDisplay:
+    """The interactive page of a result, or of a text (extracted with ``model`` and ``extract_options``
+    such as ``pair=`` or ``target=``), for display in a notebook (the last expression of a cell)."""
+    from .notebook import HEIGHT, result_display
+
+    text = isinstance(what, str)
+    result = extract(what, model=model, **extract_options) if text else what
+    title = " ".join(what.split())[:60] if text else None  # type: ignore[union-attr]
+    return result_display(result, head=head, kind=kind, stats=stats, view=view, title=title, cmap=cmap,
+                          height=HEIGHT if height is None else height)

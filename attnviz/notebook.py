@@ -1,4 +1,5 @@
-"""Attention pages inline in Jupyter: ``attnviz.show(result)`` and ``AttentionResult._repr_html_``.
+"""Attention pages inline in Jupyter: what ``attnviz.show`` (:func:`attnviz.api.show`) and
+``AttentionResult._repr_html_`` display.
 
 The page (:mod:`attnviz.render.html`) goes into an ``<iframe srcdoc>``, so its script and its
 Content-Security-Policy stay its own: no ``require``, no CDN, no request to any network, in
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import html
 from typing import Any
-
-from .result import AttentionResult
 
 HEIGHT = 640  # pixels of the inline frame; the page scrolls inside it
 
@@ -39,14 +38,10 @@ class PageDisplay:
         return str(target)
 
 
-def show(what: AttentionResult | str, *, model: str | None = None, head: int = 0, kind: str = "self",
-         view: str = "head", stats: bool = True, cmap: str = "viridis", height: int = HEIGHT,
-         **extract_options: Any) -> PageDisplay:
-    """The interactive page of a result, or of a text (extracted with ``model`` and ``extract_options``
-    such as ``pair=`` or ``target=``), for display in a notebook (the last expression of a cell)."""
-    from .api import extract, page_of_result
+def result_display(result: Any, **options: Any) -> PageDisplay:
+    """The page of a whole result (:func:`attnviz.views.pages.page_of_result`) in a notebook frame.
+    ``options``: ``head``, ``kind``, ``view``, ``stats``, ``title``, and ``cmap``/``height`` of the frame."""
+    from .views.page_parts import page_of_result
 
-    result = what if isinstance(what, AttentionResult) else extract(what, model=model, **extract_options)
-    title = None if isinstance(what, AttentionResult) else " ".join(what.split())[:60]
-    page = page_of_result(result, head=head, kind=kind, stats=stats, view=view, title=title)
-    return PageDisplay(page, cmap=cmap, height=height)
+    frame = {name: options.pop(name) for name in ("cmap", "height") if name in options}
+    return PageDisplay(page_of_result(result, **options), **frame)

@@ -1,4 +1,4 @@
-"""The compare-heads report: the comparison computed (attnviz.compare), drawn (attnviz.render.comparison)."""
+"""The compare-heads report: the comparison computed (attnviz.analysis.compare), drawn (attnviz.render.comparison)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from .compare import HeadsOverview, comparison
+from .analysis.compare import HeadsOverview, comparison
 from .render.comparison import render_comparison_image, render_comparison_lists, render_comparison_terminal
 
 

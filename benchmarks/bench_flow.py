@@ -1,4 +1,4 @@
-"""Attention flow (attnviz.flow) against networkx on the authors' graph, at L=6 layers, H=12 heads and
+"""Attention flow (attnviz.attribution.flow) against networkx on the authors' graph, at L=6 layers, H=12 heads and
 T = 16, 24, 32 tokens. Baselines: the authors' ``compute_flows`` (edmonds_karp on the whole graph for
 every pair) and networkx's fastest here, ``shortest_augmenting_path`` reusing one residual network.
 networkx takes minutes at T=32, so it solves every ``--stride``-th source row of every layer, once, and
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from _common import report, time_call
 
-from attnviz.flow import attention_flow, attention_flow_to, residual_attention
+from attnviz.attribution.flow import attention_flow, attention_flow_to, residual_attention
 
 TEXT = ("In the beginning the river ran quietly past the old mill, and the miller's children would sit on the "
         "bank every evening, counting the boats that drifted downstream toward the city.")

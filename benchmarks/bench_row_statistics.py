@@ -18,9 +18,9 @@ import time
 import torch
 from _common import report
 
-from attnviz import heads
+from attnviz.analysis import heads
+from attnviz.analysis.row_statistics import layer_row_statistics
 from attnviz.result import AttentionResult
-from attnviz.row_statistics import layer_row_statistics
 
 WORDS = ("the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on",
          "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they",

@@ -9,9 +9,11 @@ import torch
 from conftest import SEED, TINY
 
 import attnviz
-from attnviz import api, metrics
+from attnviz import api
+from attnviz.analysis import metrics
+from attnviz.analysis.transforms import drop_special, to_words
+from attnviz.attribution.rollout import rollout
 from attnviz.errors import UsageError
-from attnviz.transforms import drop_special, to_words
 
 TEXT = "Unbelievably, the cat sat on the mat."
 
@@ -50,7 +52,7 @@ def test_one_head_across_every_layer(minilm, run_cli):
 def test_rollout_and_norm_views(minilm):
     result = minilm.extract(TEXT)
     view = api.rollout_view(minilm, TEXT, layer=2, fusion="max")
-    assert np.allclose(view.panels[0], metrics.rollout(result.attentions, head_fusion="max")[2].numpy(), atol=1e-9)
+    assert np.allclose(view.panels[0], rollout(result.attentions, head_fusion="max")[2].numpy(), atol=1e-9)
     norm = api.norm_view(minilm, TEXT, layer=1, head=4)
     expected = metrics.norm_attention(result.attentions, result.value_norms)[1, 4].numpy()
     assert np.allclose(norm.panels[0], expected, rtol=1e-5, atol=1e-6)
@@ -88,7 +90,7 @@ def test_explain_returns_the_walkthrough():
 
 
 def test_the_comparison_is_data_before_it_is_drawn(minilm):
-    from attnviz.compare import comparison
+    from attnviz.analysis.compare import comparison
 
     overview = api.compare_heads_of_text(minilm, TEXT, layer=1)
     result = comparison(overview, top=2)

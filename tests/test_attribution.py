@@ -11,7 +11,8 @@ import pytest
 import torch
 from docs_text import DOCS
 
-from attnviz import api, metrics
+from attnviz import api
+from attnviz.attribution.relevance import attention_times_gradient, gradient_rollout
 from attnviz.errors import UsageError
 from attnviz.render.page import decode_matrix, page_of_view
 
@@ -28,18 +29,18 @@ def test_grad_rollout_and_attn_grad_views_are_their_functions(minilm):
 
     found = attention_gradients(minilm, TEXT, vs="A dog barked.")
     view = api.attribution_view(minilm, TEXT, method="grad-rollout", layer=3, vs="A dog barked.")
-    expected = metrics.gradient_rollout(found.result.attentions[:4], found.gradients[:4])[-1]
+    expected = gradient_rollout(found.result.attentions[:4], found.gradients[:4])[-1]
     assert np.allclose(view.panels[0], expected.numpy() - np.eye(expected.shape[0]), atol=1e-6)  # drawn: R − I
     assert "cosine similarity" in view.notes[0] and "through layers 0–3" in view.title
     grads = api.attribution_view(minilm, TEXT, method="attn-grad", layer=2, head="all", vs="A dog barked.")
-    signed = metrics.attention_times_gradient(found.result.attentions, found.gradients)[2]
+    signed = attention_times_gradient(found.result.attentions, found.gradients)[2]
     assert np.allclose(grads.panels, signed.numpy(), atol=1e-9)
     assert grads.scale.vmin == -grads.scale.vmax and grads.scale.cmap == "coolwarm"  # zero in the middle
     assert (grads.panels < 0).any() and (grads.panels > 0).any()
 
 
 def test_mixing_views_are_their_functions(minilm):
-    from attnviz import mixing
+    from attnviz.attribution import mixing
     from attnviz.sources.mixing import mixing_parts
 
     _, parts = mixing_parts(minilm, TEXT, layers=[1])
@@ -118,7 +119,7 @@ def test_norm_resln_on_a_pre_ln_model_says_why(tiny_hf, run_cli):
 
 
 def test_head_zero_is_head_zero_not_the_mean(minilm):
-    from attnviz.metrics import norm_attention
+    from attnviz.analysis.metrics import norm_attention
 
     view = api.attribution_view(minilm, TEXT, method="norm", layer=1, head=0)
     result = minilm.extract(TEXT, layers=[1])
@@ -134,13 +135,13 @@ def test_the_python_api_refuses_an_unknown_method(minilm):
 
 def test_flow_says_its_cost_first_and_refuses_past_the_limit_unless_forced(run_cli, monkeypatch):
     import attnviz.attribution
-    import attnviz.flow
+    import attnviz.attribution.flow
 
     text = "The cat sat on the mat while the dog slept."
     monkeypatch.setattr(attnviz.attribution, "FLOW_NOTICE_SECONDS", 0.0)
     r = run_cli("rollout", text, "--method", "flow", "--layer", "3", "--width", "120")
     assert r.exit_code == 0 and "attention flow: 169 max-flow problems over 13 tokens and 4 layers" in r.stderr, r.stderr
-    monkeypatch.setattr(attnviz.flow, "FLOW_SECONDS_LIMIT", 1e-9)
+    monkeypatch.setattr(attnviz.attribution.flow, "FLOW_SECONDS_LIMIT", 1e-9)
     r = run_cli("rollout", text, "--method", "flow", "--layer", "3")
     assert r.exit_code == 2 and "solves 169 max-flow problems" in r.stderr and "or pass --force" in r.stderr, r.stderr
     r = run_cli("rollout", text, "--method", "flow", "--layer", "3", "--force", "--width", "120")

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import attnviz
-from attnviz import metrics
-from attnviz.heads import STATISTICS, head_table
+from attnviz.analysis import metrics
+from attnviz.analysis.heads import STATISTICS, head_table
+from attnviz.attribution.rollout import rollout
 
 TEXT = "The cat sat on the mat."
 
@@ -136,7 +137,7 @@ def test_heads_file_with_invalid_utf8(run_cli, tmp_path):
 
 
 def test_induction_probe_on_a_decoder(tiny_hf):
-    from attnviz.probes import induction_probe
+    from attnviz.analysis.probes import induction_probe
     from attnviz.sources.resolve import load_source
 
     source = load_source(tiny_hf["gpt2"])
@@ -203,7 +204,7 @@ def test_compare_heads_vs_text_and_vs_model(run_cli, tiny_hf):
 def test_rollout_matches_the_metric(run_cli):
     r = run_cli("rollout", TEXT, "--values", "--width", "120", "--layer", "1")
     assert r.exit_code == 0, r.stderr
-    expected = metrics.rollout(attnviz.extract(TEXT).attentions)[1]
+    expected = rollout(attnviz.extract(TEXT).attentions)[1]
     row = next(line for line in r.stdout.splitlines() if line.strip().startswith("cat "))
     shown = [float("0" + v) if v.startswith(".") else float(v) for v in row.split()[1:]]
     assert shown == pytest.approx(expected[2].tolist(), abs=0.006)

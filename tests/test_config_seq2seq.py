@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from conftest import ROOT, write_config
 
 from attnviz import api
+from attnviz.analysis.transforms import kind_tensor
 from attnviz.config import load_config
 from attnviz.errors import ConfigError, InputError, ResourceError, UsageError
 from attnviz.sources.own import ConfigSource
-from attnviz.transforms import kind_tensor
 
 ED = str(ROOT / "sample_configs" / "encoder_decoder.toml")
 SOURCE, TARGET = "我 爱 猫", "I love little cats ."
@@ -158,7 +158,7 @@ def test_cjk_words_layers_details_and_other_depths(source, tmp_path):
     r = deep.extract(SOURCE, target="I love cats")
     assert (r.attentions.shape, r.decoder_attentions.shape, r.cross_attentions.shape) == (
         (3, 2, 3, 3), (1, 2, 3, 3), (1, 2, 3, 3))
-    with pytest.raises(UsageError, match=r"layers=2 is out of range for the decoder of tiny: it has layers 0 to 0"):
+    with pytest.raises(UsageError, match=r"layers=2 is out of range; the decoder of tiny has layers 0 to 0 \(the encoder 0 to 2\)"):
         deep.extract(SOURCE, target="I love cats", layers=[2])
     with pytest.raises(InputError, match=r"target: the text has 3 tokens but tiny takes at most 2"):
         ConfigSource(replace(deep.cfg, max_positions=2)).extract("我 爱", target="I love cats")

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from attnviz import attention
-from attnviz.errata import Erratum, errata
-from attnviz.errata_code import SEED_001_MHA
+from attnviz.explain.errata import Erratum, errata
+from attnviz.explain.errata_code import SEED_001_MHA
 
 SEED_001 = Path("/work/shared/seeds/001_c2d0e18109f35d0d.txt")
 KEYS = ["000-scale-64", "000-mask-true-means-masked", "001-cross-attention-backwards", "001-mha-class-does-not-run",

@@ -20,7 +20,7 @@ import attnviz
 import attnviz.api
 from attnviz.errors import UsageError
 from attnviz.explain import build_mask, choose_scale, softmax_steps
-from attnviz.explain_text import EN, ZH
+from attnviz.explain.text import EN, ZH
 
 
 def hand_softmax_steps(row: list[float], allowed: list[bool]):

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz import flow, metrics
+from attnviz.attribution import flow
+from attnviz.attribution.flow import attention_flow
+from attnviz.attribution.rollout import rollout
 from attnviz.errors import UsageError
 
 
@@ -55,7 +57,7 @@ def test_equals_networkx_on_the_authors_graph(layers, tokens, seed, causal):
     ours = flow.attention_flow(attn)
     assert ours.dtype == torch.float64 and ours.shape == (layers, tokens, tokens)
     np.testing.assert_allclose(ours.numpy(), authors_flow(attn), rtol=0, atol=1e-9)
-    assert not np.allclose(ours[-1].numpy(), metrics.rollout(attn)[-1].numpy(), atol=1e-3)  # flow is not rollout
+    assert not np.allclose(ours[-1].numpy(), rollout(attn)[-1].numpy(), atol=1e-3)  # flow is not rollout
 
 
 @pytest.mark.parametrize("fusion", ["max", "min"])
@@ -81,7 +83,7 @@ def test_two_layers_by_hand_and_where_flow_differs_from_rollout():
     normalised (2/3, 1/3), where rollout Â_1·Â_0 gives (3/4, 1/4). Row 1: (.5, .5) → (1/2, 1/2)."""
     attn = torch.tensor([[[[1.0, 0.0], [1.0, 0.0]]], [[[0.0, 1.0], [0.0, 1.0]]]], dtype=torch.float64)
     np.testing.assert_allclose(flow.attention_flow_to(attn, 1).numpy(), [[2 / 3, 1 / 3], [0.5, 0.5]], atol=1e-15)
-    np.testing.assert_allclose(metrics.rollout(attn)[1].numpy(), [[0.75, 0.25], [0.5, 0.5]], atol=1e-15)
+    np.testing.assert_allclose(rollout(attn)[1].numpy(), [[0.75, 0.25], [0.5, 0.5]], atol=1e-15)
 
 
 def test_one_layer_at_a_time_and_the_forms_of_input():
@@ -94,7 +96,7 @@ def test_one_layer_at_a_time_and_the_forms_of_input():
     widened = flow.attention_flow(attn.float())
     assert widened.dtype == torch.float64
     np.testing.assert_allclose(widened.numpy(), every, rtol=0, atol=1e-5)  # float32 in, float64 out
-    assert metrics.attention_flow is flow.attention_flow  # re-exported beside rollout
+    assert attention_flow is flow.attention_flow  # re-exported beside rollout
 
 
 def test_shapes_and_values_it_refuses():

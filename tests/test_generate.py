@@ -89,8 +89,8 @@ def test_native_sampling_warpers_equal_transformers():
     """Temperature, top-k and top-p applied as transformers' warpers do, on random logits."""
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-    from attnviz.decoding import choose_next
     from attnviz.generation import Sampling
+    from attnviz.sources.decoding import choose_next
 
     gen = torch.Generator().manual_seed(0)
     for trial in range(20):

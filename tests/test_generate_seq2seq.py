@@ -11,7 +11,7 @@ import torch
 import attnviz
 from attnviz.errors import ModelNotFoundError, UsageError
 from attnviz.generation import Sampling, generated_summary
-from attnviz.generation_seq2seq import generate_seq2seq_hf
+from attnviz.generation.seq2seq import generate_seq2seq_hf
 from attnviz.labels import printable
 from attnviz.result import AttentionResult
 

@@ -12,7 +12,7 @@ from docs_text import section as docs_section
 from rich.console import Console
 
 import attnviz
-from attnviz.heads import LABELS, SHORT_NAMES, STATISTICS, head_table, short_name
+from attnviz.analysis.heads import LABELS, SHORT_NAMES, STATISTICS, head_table, short_name
 from attnviz.render.tables import choose_columns, head_stats_table
 
 TEXT = "The cat sat on the mat."

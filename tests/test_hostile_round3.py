@@ -206,7 +206,7 @@ def test_compare_heads_bounds_the_heads_it_pairs(tmp_path):
     import pytest
     import torch
 
-    from attnviz.compare import MAX_COMPARED_HEADS, overview_of_result
+    from attnviz.analysis.compare import MAX_COMPARED_HEADS, overview_of_result
     from attnviz.errors import UsageError
     from attnviz.result import AttentionResult
 
@@ -274,7 +274,7 @@ import torch
 from attnviz import _entry
 from attnviz.fileio import atomic_write
 from attnviz.result import AttentionResult
-from attnviz.result_writer import ResultWriter
+from attnviz.result.writer import ResultWriter
 _entry.install_handlers()
 out = Path(sys.argv[1])
 def write(tmp):

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import attnviz
-from attnviz import metrics
-from attnviz.heads import head_table
+from attnviz.analysis import metrics
+from attnviz.analysis.heads import head_table
+from attnviz.attribution.rollout import rollout
 from attnviz.result import AttentionResult
-from attnviz.result_writer import ResultWriter
+from attnviz.result.writer import ResultWriter
 from attnviz.sources.native import NativeSource
 
 TEXT = "The cat sat on the mat because it was tired of running after the dog."
@@ -160,7 +161,7 @@ def test_streamed_rollout_equals_rollout_of_the_whole_result():
     for fusion in ("mean", "max"):
         rolled, header = rollout_of_text(source, TEXT, layer=3, head_fusion=fusion)
         assert header.tokens == result.tokens
-        assert torch.allclose(rolled, metrics.rollout(result.attentions, head_fusion=fusion)[3], atol=1e-9)
+        assert torch.allclose(rolled, rollout(result.attentions, head_fusion=fusion)[3], atol=1e-9)
 
 
 def _random_attention(shape, causal=False, seed=0):
@@ -211,7 +212,7 @@ def test_head_statistics_of_a_long_input_stay_small():
     a = _random_attention((1, 12, 1024, 1024), causal=True).float()
     tokens = [f"w{i % 50}" for i in range(1024)]
     result = AttentionResult(tokens=tokens, attentions=a, token_ids=[i % 50 for i in range(1024)], causal=True)
-    from attnviz.heads import layer_statistics
+    from attnviz.analysis.heads import layer_statistics
 
     stats = layer_statistics(result)
     assert set(stats) and all(v.shape == (1, 12) for v in stats.values())
@@ -301,7 +302,7 @@ def test_head_distances_are_exact_within_the_budget():
 
 
 def test_past_the_budget_head_distances_use_evenly_spaced_rows_and_say_so(run_cli, monkeypatch):
-    from attnviz import compare
+    from attnviz.analysis import compare
     from attnviz.api import compare_heads_of_text
     from attnviz.sources.resolve import load_source
 
@@ -323,7 +324,7 @@ def test_past_the_budget_head_distances_use_evenly_spaced_rows_and_say_so(run_cl
 
 
 def test_display_copies_are_max_pooled_for_long_inputs(monkeypatch):
-    from attnviz import compare
+    from attnviz.analysis import compare
 
     monkeypatch.setattr(compare, "THUMBNAIL_CELLS", 4)
     result = attnviz.extract(TEXT)  # 17 tokens: blocks of 5, 4 cells per axis

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz import metrics
-from attnviz.compare import cluster_order, extreme_pairs
+from attnviz.analysis import metrics
+from attnviz.analysis.compare import cluster_order, extreme_pairs
+from attnviz.attribution.rollout import rollout
 
 # Three tokens, two heads. Head 0: each row spelled out; head 1: uniform.
 H0 = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]
@@ -124,7 +125,7 @@ def test_rollout_by_hand():
     l1 = [[0.0, 1.0], [1.0, 0.0]]
     attn = torch.tensor([[l0], [l1]], dtype=torch.float64)
     # Â0 = (A0 + I) row-normalised = [[1, 0], [0.25, 0.75]]; Â1 = [[0.5, 0.5], [0.5, 0.5]]
-    r = metrics.rollout(attn)
+    r = rollout(attn)
     assert r.shape == (2, 2, 2)
     assert r[0].tolist() == [[1.0, 0.0], [0.25, 0.75]]
     # R1 = Â1 · R0 = [[0.5·1 + 0.5·0.25, 0.5·0 + 0.5·0.75]] for both rows
@@ -134,14 +135,14 @@ def test_rollout_by_hand():
 def test_rollout_head_fusion():
     attn = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.0]]]], dtype=torch.float64)
     # mean of heads = 0.5 everywhere; +I → [[1.5, .5], [.5, 1.5]] / 2
-    assert metrics.rollout(attn, head_fusion="mean")[0].tolist() == [[0.75, 0.25], [0.25, 0.75]]
+    assert rollout(attn, head_fusion="mean")[0].tolist() == [[0.75, 0.25], [0.25, 0.75]]
     # max of heads = 1 everywhere; +I → [[2, 1], [1, 2]] / 3
-    torch.testing.assert_close(metrics.rollout(attn, head_fusion="max")[0],
+    torch.testing.assert_close(rollout(attn, head_fusion="max")[0],
                                torch.tensor([[2 / 3, 1 / 3], [1 / 3, 2 / 3]], dtype=torch.float64))
     # min of heads = 0 everywhere; +I → identity
-    assert metrics.rollout(attn, head_fusion="min")[0].tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert rollout(attn, head_fusion="min")[0].tolist() == [[1.0, 0.0], [0.0, 1.0]]
     with pytest.raises(ValueError, match="mean, max or min"):
-        metrics.rollout(attn, head_fusion="median")  # type: ignore[arg-type]
+        rollout(attn, head_fusion="median")  # type: ignore[arg-type]
 
 
 def test_norm_attention_by_hand():

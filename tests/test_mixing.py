@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import SEED, TINY
 
-from attnviz import mixing
+from attnviz.attribution import mixing
+from attnviz.attribution.mixing import MixingParts
 from attnviz.errors import UsageError
-from attnviz.mixing import MixingParts
 from attnviz.sources.mixing import mixing_parts
 from attnviz.sources.resolve import load_source
 

@@ -71,7 +71,7 @@ def test_view_command_and_html_everywhere(run_cli, tmp_path):
     compared = _data(tmp_path / "c.html")
     assert compared["initial"]["view"] == "extras" and compared["kinds"]["self"]["layers"] == [2]
     distances = compared["extras"][0]
-    from attnviz import metrics
+    from attnviz.analysis import metrics
 
     exact = metrics.head_distance(attnviz.extract(TEXT).attentions[2:3]).numpy()
     index = {name: int(name.split("H")[1]) for name in distances["rows"]}

@@ -39,7 +39,7 @@ def _generated(**metadata) -> AttentionResult:
 
 
 def _seq2seq() -> AttentionResult:
-    """An encoder-decoder's generation, laid out as attnviz/generation_seq2seq.py lays it out."""
+    """An encoder-decoder's generation, laid out as attnviz/generation/seq2seq.py lays it out."""
     source, target = ["Der", "Hund", "bellt", "</s>"], ["<s>", "The", "dog", "barks", "</s>"]
     cross = torch.randn(LAYERS, HEADS, len(target), len(source), generator=torch.Generator().manual_seed(2)).softmax(-1)
     return AttentionResult(tokens=source, attentions=_softmax_rows(len(source), 1, causal=False), model_name="tiny-t5",

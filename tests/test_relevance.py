@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.api import load
+from attnviz.attribution.relevance import attention_times_gradient, gradient_rollout
 from attnviz.errors import UsageError
-from attnviz.relevance import attention_times_gradient, gradient_rollout
 from attnviz.sources.gradients import attention_gradients
 from attnviz.sources.stream import Capture
 

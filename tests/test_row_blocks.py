@@ -9,7 +9,7 @@ import torch
 
 from attnviz import api
 from attnviz.attention import combine_masks, decoding_mask, padding_mask, scaled_dot_product_attention
-from attnviz.attention_rows import AttentionRows, RowMask, blocked_attention
+from attnviz.attention.rows import AttentionRows, RowMask, blocked_attention
 from attnviz.render.view import head_across_layers_view, heatmap_view, max_pool
 from attnviz.sources import stream
 
@@ -40,7 +40,7 @@ def test_a_described_mask_is_the_built_one(start, window):
 @pytest.mark.parametrize(("start", "window", "padded"), [(None, None, True), (0, None, False), (0, None, True),
                                                           (0, 3, False), (4, None, True)])
 def test_the_blocked_output_equals_the_whole_softmax(start, window, padded, monkeypatch):
-    monkeypatch.setattr("attnviz.attention_rows.BLOCK_ELEMENTS", 1)  # 16 rows a block: several blocks
+    monkeypatch.setattr("attnviz.attention.rows.BLOCK_ELEMENTS", 1)  # 16 rows a block: several blocks
     torch.manual_seed(0)
     t, keys = 40, 40 + (start or 0)
     q, k, v = torch.randn(2, 3, t, 8), torch.randn(2, 3, keys, 8), torch.randn(2, 3, keys, 5)
@@ -90,8 +90,8 @@ def test_head_statistics_from_row_blocks(tiny_hf, monkeypatch):
 
 def test_compare_heads_from_row_blocks(tiny_hf, monkeypatch):
     source = api.load(tiny_hf["llama"], engine="native")
-    monkeypatch.setattr("attnviz.compare.THUMBNAIL_CELLS", 5)  # pooled 4×4 blocks
-    monkeypatch.setattr("attnviz.compare.DISTANCE_BUDGET", 1)  # distances from some rows only
+    monkeypatch.setattr("attnviz.analysis.compare.THUMBNAIL_CELLS", 5)  # pooled 4×4 blocks
+    monkeypatch.setattr("attnviz.analysis.compare.DISTANCE_BUDGET", 1)  # distances from some rows only
     whole = api.compare_heads_of_text(source, TEXTS[0])
     monkeypatch.setattr(stream, "ROWS_FROM_BYTES", -1)
     _never_whole(monkeypatch)
@@ -129,8 +129,8 @@ def test_a_long_heatmap_is_pooled_as_each_layer_is_computed(tiny_hf, monkeypatch
     else:
         full = heatmap_view(result, layer=layer, head=head)
     monkeypatch.setattr("attnviz.render.view.FIGURE_CELLS", 6)
-    monkeypatch.setattr("attnviz.pooled_view.FIGURE_CELLS", 6)
-    monkeypatch.setattr("attnviz.pooled_view.GRID_CELLS", 6)
+    monkeypatch.setattr("attnviz.views.pooled.FIGURE_CELLS", 6)
+    monkeypatch.setattr("attnviz.views.pooled.GRID_CELLS", 6)
     monkeypatch.setattr(stream, "ROWS_FROM_BYTES", -1)
     _never_whole(monkeypatch)
     view = api.attention_view(source, text, layer=layer, head=head)

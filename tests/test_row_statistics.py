@@ -1,4 +1,4 @@
-"""Head statistics reduced one block of query rows at a time (attnviz.row_statistics) against the dense
+"""Head statistics reduced one block of query rows at a time (attnviz.analysis.row_statistics) against the dense
 path that reads the whole layer: heads.layer_statistics and metrics.sink_importance."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from attnviz import heads, metrics
+from attnviz.analysis import heads, metrics
+from attnviz.analysis.row_statistics import ROW_STATISTICS, LayerRowStatistics, blocks_of, layer_row_statistics
 from attnviz.result import AttentionResult
-from attnviz.row_statistics import ROW_STATISTICS, LayerRowStatistics, blocks_of, layer_row_statistics
 
 # Repeated phrases (duplicate and induction hits, one copy right after the other), punctuation, [SEP], specials.
 WORDS = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", ",", "the", "cat", "sat", "on", "the", "log", ".",

@@ -17,7 +17,8 @@ import torch
 from conftest import TINY
 
 import attnviz
-from attnviz import metrics
+from attnviz.analysis import metrics
+from attnviz.attribution.rollout import rollout
 from attnviz.result import AttentionResult
 
 TEXT = "the cat sat on the mat"
@@ -127,7 +128,7 @@ def test_compare_heads(run_cli, case):
 def test_rollout(run_cli, case):
     name, path, result = case
     shown = ok(run_cli("rollout", "--model", path, "--values", "--width", "200"))
-    rolled = metrics.rollout(result.attentions)[-1]
+    rolled = rollout(result.attentions)[-1]
     assert torch.allclose(cells(shown, len(result.tokens)), rolled.double(), atol=0.0051)
     same_on_the_text(run_cli, name, path, "rollout", "--width", "200")
     norm = run_cli("rollout", "--model", path, "--norm", "--width", "200")

@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from attnviz import metrics
-from attnviz.heads import head_table
+from attnviz.analysis import metrics
+from attnviz.analysis.heads import head_table
 
 TEXT = "the cat sat on the mat and the dog sat on the log"
 

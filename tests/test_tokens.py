@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 import attnviz
+from attnviz.analysis.transforms import drop_special, to_words
 from attnviz.result import AttentionResult
 from attnviz.sources.tokens import label_from_piece
-from attnviz.transforms import drop_special, to_words
 
 
 def test_byte_level_labels_strip_the_space_marker(tiny_hf):

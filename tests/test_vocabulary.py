@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import attnviz
-from attnviz import metrics
+from attnviz.analysis import metrics
+from attnviz.analysis.heads import head_table
+from attnviz.analysis.transforms import drop_special, to_words
+from attnviz.attribution.rollout import rollout
 from attnviz.cli import app
-from attnviz.heads import head_table
-from attnviz.transforms import drop_special, to_words
 
 SHARED = ["--model", "--engine", "--revision", "--device", "--device-map", "--trust-remote-code", "--verbose",
           "--truncate", "--pair", "--causal", "--hide-special", "--renormalize", "--words", "--layer", "--kind",
@@ -66,7 +67,7 @@ def test_rollout_and_compare_heads_read_the_text_as_asked(run_cli):
     read = to_words(drop_special(attnviz.extract(TEXT), renormalize=True))
     view = api.rollout_view(source, TEXT, reading=api.Reading(hide_special=True, renormalize=True, words=True))
     assert view.row_labels == read.tokens
-    assert np.allclose(view.panels[0], metrics.rollout(read.attentions)[-1].numpy(), atol=1e-6)
+    assert np.allclose(view.panels[0], rollout(read.attentions)[-1].numpy(), atol=1e-6)
     overview = api.compare_heads_of_text(source, TEXT, layer=2, reading=api.Reading(hide_special=True))
     plain = drop_special(attnviz.extract(TEXT))
     assert np.allclose(overview.distance, metrics.head_distance(plain.attentions[2:3]).numpy(), atol=1e-6)
@@ -159,7 +160,7 @@ def test_kind_and_target_on_heads_rollout_and_compare_heads(run_cli, tiny_hf):
 
     source = api.load(tiny_hf["bart"])
     view = api.rollout_view(source, source_text, kind="decoder", target=target_text)
-    assert np.allclose(view.panels[0], metrics.rollout(decoder)[-1].numpy(), atol=1e-5)
+    assert np.allclose(view.panels[0], rollout(decoder)[-1].numpy(), atol=1e-5)
     assert "decoder" in view.title
     overview = api.compare_heads_of_text(source, source_text, layer=1, kind="decoder", target=target_text)
     assert np.allclose(overview.distance, metrics.head_distance(decoder[1:2]).numpy(), atol=1e-5)
@@ -202,8 +203,8 @@ def test_export_reads_texts_as_the_other_commands_do(run_cli, tmp_path):
 
 
 def test_the_head_table_selects_and_serialises_in_the_library():
+    from attnviz.analysis.heads import rows_csv
     from attnviz.errors import UsageError
-    from attnviz.heads import rows_csv
 
     table = head_table([attnviz.extract(TEXT)])
     rows = table.select(layer=2, sort="prev_score", top=3)

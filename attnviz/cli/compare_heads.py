@@ -102,8 +102,8 @@ def compare_heads(
             overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
                                  for n in overview.notes]
         if page:  # the interactive page of the text, with the head distances in a tab of their own
+            from ..analysis.compare import comparison
             from ..api import page_view
-            from ..compare import comparison
             from ..render.html import render_html
 
             compared = comparison(overview, top=top)
@@ -118,7 +118,7 @@ def compare_heads(
         return
     if target is not None or kind is not KindChoice.encoder:
         raise UsageError("--vs and --vs-model compare the encoder's self-attention; --kind and --target go with one run")
-    from ..compare import compare_runs, overview_of_result
+    from ..analysis.compare import compare_runs, overview_of_result
 
     result = view.apply(source.extract(text, truncate=truncate, pair=pair))
     other = view.apply(source.extract(vs, truncate=truncate, pair=pair) if vs is not None else

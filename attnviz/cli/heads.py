@@ -141,7 +141,7 @@ def heads(
                                    {"file": str(file)} if file is not None else {"text": text})
         typer.echo(json.dumps(table.document(rows, **what), ensure_ascii=False, allow_nan=False, indent=1))
     elif fmt is Format.csv:
-        from ..heads import rows_csv
+        from ..analysis.heads import rows_csv
 
         typer.echo(rows_csv(rows), nl=False)
     else:
@@ -157,7 +157,7 @@ def heads(
 
 def _sort_column(sort: str | None) -> str | None:
     """The statistic ``--sort`` names (full or short name), ``layer``, ``head``, or None."""
-    from ..heads import RETIRED, STATISTICS, short_name, statistic_named
+    from ..analysis.heads import RETIRED, STATISTICS, short_name, statistic_named
 
     if sort is None or sort in ("layer", "head"):
         return sort
@@ -171,7 +171,7 @@ def _sort_column(sort: str | None) -> str | None:
 
 def _chosen_columns(columns: str | None) -> list[str] | None:
     """The statistics ``--columns`` names, in its order (full or short names, or ``all``); None if not given."""
-    from ..heads import RETIRED, STATISTICS, short_name, statistic_named
+    from ..analysis.heads import RETIRED, STATISTICS, short_name, statistic_named
 
     if columns is None:
         return None
@@ -197,7 +197,7 @@ def print_table(rows: list[dict[str, object]], *, title: str, width: int | None,
                 chosen: list[str] | None) -> None:
     """The table at the console's width, a legend of its columns, what was left out and how to see it,
     and the label rules."""
-    from ..heads import LABELS, STATISTICS, short_name
+    from ..analysis.heads import LABELS, STATISTICS, short_name
     from ..render.tables import choose_columns, head_stats_table, legend_table
 
     console = stdout_console(width)
@@ -220,6 +220,6 @@ def print_table(rows: list[dict[str, object]], *, title: str, width: int | None,
 
 
 def _both(statistic: str) -> str:
-    from ..heads import short_name
+    from ..analysis.heads import short_name
 
     return statistic if short_name(statistic) == statistic else f"{short_name(statistic)} ({statistic})"

@@ -94,7 +94,7 @@ def kind_name(kind: KindChoice) -> str:
 
 def reading(hide_special: bool, renormalize: bool, words: bool) -> Any:
     """The library's Reading for --hide-special, --renormalize and --words (one check, in the library)."""
-    from ..reading import Reading
+    from ..analysis.reading import Reading
 
     return Reading(hide_special=hide_special, renormalize=renormalize, words=words)
 

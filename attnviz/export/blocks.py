@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AttnvizError, RenderError, ResultFileError, UsageError, in_api_terms
+from ..views.layers import read_layers
 from .item_export import ItemExport, Outcome
 from .items import Item
 from .manifest import Journal, file_sizes
@@ -51,8 +52,8 @@ def run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSet
     layers = None if settings.layers is None else list(settings.layers)
     texts = [item.text for item in batch]
     try:
-        stream = source.stream_batch(texts, truncate=settings.truncate, layers=layers, float16=settings.float16,
-                                     pairs=None if settings.pair is None else [settings.pair] * len(texts))
+        stream = read_layers(source, texts, truncate=settings.truncate, layers=layers, float16=settings.float16,
+                             pairs=None if settings.pair is None else [settings.pair] * len(texts), purpose="export")
     except UsageError:
         raise  # a bad --layers is wrong for every item alike
     except AttnvizError as exc:

@@ -22,7 +22,7 @@ class ItemExport:
 
     def __init__(self, item: Item, header: AttentionResult, out_dir: Path, settings: ExportSettings,
                  n_layers: int) -> None:
-        from ..heads import HeadTableBuilder
+        from ..analysis.heads import HeadTableBuilder
 
         self.item, self.header, self.out_dir, self.settings = item, header, out_dir, settings
         self.reading, self.n_layers = settings.reading, n_layers
@@ -38,7 +38,7 @@ class ItemExport:
         self.page: Any = None  # one page per text (html), its layers added as they come, compressed
 
     def _open_npz(self, header: AttentionResult) -> None:
-        from ..result_writer import ResultWriter
+        from ..result.writer import ResultWriter
 
         self.npz = ResultWriter(self.out_dir / f"{self.item.stem}.npz", header, self.n_layers,
                                 float16=self.settings.float16)

@@ -51,8 +51,8 @@ class ExportSettings:
 
     @property
     def reading(self) -> Any:
-        """The :class:`~attnviz.reading.Reading` for hide_special, renormalize and words."""
-        from ..reading import Reading
+        """The :class:`~attnviz.analysis.reading.Reading` for hide_special, renormalize and words."""
+        from ..analysis.reading import Reading
 
         return Reading(hide_special=self.hide_special, renormalize=self.renormalize, words=self.words)
 

@@ -1,4 +1,4 @@
-"""Drawing a compare-heads :class:`~attnviz.compare.Comparison`: to the terminal (rich) or to an image."""
+"""Drawing a compare-heads :class:`~attnviz.analysis.compare.Comparison`: to the terminal (rich) or to an image."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from ..compare import Comparison
+from ..analysis.compare import Comparison
 from .tables import pairs_table, ranking_table
 from .terminal import render_terminal, render_thumbnails
 from .view import matrix_view

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..explain import Walkthrough, format_number, row_label
-from ..explain_text import difference_text, say
+from ..explain.text import difference_text, say
 
 _MAX_ROWS = 12
 _MAX_COLS = 8
@@ -193,7 +193,7 @@ def _reference(p: _Printer) -> None:
 
 
 def render_errata(items: Sequence[Any], console: Console, lang: str = "en") -> None:
-    """The tutorials' errors (:func:`attnviz.errata.errata`), each with the numbers computed for it."""
+    """The tutorials' errors (:func:`attnviz.explain.errata.errata`), each with the numbers computed for it."""
     console.print(Text(say("errata.header", lang), style="bold"))
     for item in items:
         console.print()

@@ -38,7 +38,7 @@ class Page:
     notes: list[str] = field(default_factory=list)
     live: dict[str, Any] | None = None  # attnviz serve: endpoint, text, and the extra fields (pair, target)
     extras: list[dict[str, Any]] = field(default_factory=list)  # other matrices (head distances): see add_matrix
-    generation: dict[str, Any] | None = None  # a generated text's steps: pages.generation_steps
+    generation: dict[str, Any] | None = None  # a generated text's steps: attnviz.views.page_parts.generation_steps
 
     def add_matrix(self, name: str, values: Any, rows: list[str], cols: list[str], *, title: str = "",
                    value_name: str = "value", notes: list[str] | None = None) -> None:
@@ -87,8 +87,8 @@ class PageBuilder:
 
 
 def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The page's head-statistics table from :meth:`attnviz.heads.HeadTable.rows` (layers as the model numbers them)."""
-    from ..heads import STATISTICS  # not at import: drawing processes never load torch
+    """The page's head-statistics table from :meth:`attnviz.analysis.heads.HeadTable.rows` (layers as the model numbers them)."""
+    from ..analysis.heads import STATISTICS  # not at import: drawing processes never load torch
 
     columns = ["layer", "head", *STATISTICS]
     return {"columns": columns, "rows": [[row[c] for c in columns] + [row["labels"]] for row in rows],

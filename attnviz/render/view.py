@@ -65,7 +65,10 @@ def heatmap_view(
     source keys). A cross-only result (one cross-attention layer) shows its cross-attention for
     ``self``, and is titled so.
     """
-    from ..transforms import kind_tensor, resolved_kind  # torch: not at import (drawing processes never load it)
+    from ..analysis.transforms import (  # torch: not at import (drawing processes never load it)
+        kind_tensor,
+        resolved_kind,
+    )
 
     tensor, rows, cols = kind_tensor(result, kind)
     kind = resolved_kind(result, kind)  # type: ignore[assignment]
@@ -98,7 +101,10 @@ def head_across_layers_view(
 ) -> HeatmapView:
     """One head (or the mean of the heads, ``"mean"``) in every layer ``result`` holds: a panel per
     layer; ``head="all"``: every head of every layer, one row of the grid per layer (the model view)."""
-    from ..transforms import kind_tensor, resolved_kind  # torch: not at import (drawing processes never load it)
+    from ..analysis.transforms import (  # torch: not at import (drawing processes never load it)
+        kind_tensor,
+        resolved_kind,
+    )
 
     tensor, rows, cols = kind_tensor(result, kind)
     kind = resolved_kind(result, kind)  # type: ignore[assignment]  # cross-only: cross, in the title too
@@ -118,13 +124,13 @@ def head_across_layers_view(
 def with_sinks(view: HeatmapView, *, causal: bool, importance: Any = None, labels: list[str] | None = None,
                factor: int = 1) -> HeatmapView:
     """``view`` with each attention panel's sinks marked (keys k with α_k > 0.3, Gu et al. 2024; see
-    :func:`attnviz.metrics.sink_importance`) and named in a note. The mean of heads has none.
+    :func:`attnviz.analysis.metrics.sink_importance`) and named in a note. The mean of heads has none.
 
     A view already pooled by ``factor`` gives each panel's ``importance`` ``[P, k]`` and the key
     ``labels`` at full resolution: sinks are found on the tokens, and marked on their blocks."""
     import torch
 
-    from .. import metrics
+    from ..analysis import metrics
 
     if importance is None:
         importance = metrics.sink_importance(torch.from_numpy(np.ascontiguousarray(view.panels))[None], causal=causal)[0]
@@ -173,9 +179,9 @@ def every_layer_panels(tensor: Any, layers: list[int], head: HeadChoice,
 def select_panels(tensor: Any, layer: int, head: HeadChoice, model_name: str) -> tuple[np.ndarray, list[str], str]:
     """Panels ``[P, Q, K]`` of one layer of a ``[layers, heads, q, k]`` tensor: a head, all, or their mean."""
     n_layers, n_heads = tensor.shape[0], tensor.shape[1]
-    if not 0 <= layer < n_layers:
-        hint = "layers are numbered from 0" if layer < 0 else f"{model_name} has layers 0 to {n_layers - 1}"
-        raise UsageError(f"[[layer={layer}]] is out of range; {hint}")
+    from ..layer_range import check_layer
+
+    check_layer(layer, owner=model_name, count=n_layers)
     attn = np.asarray(tensor[layer], dtype=np.float64)  # (H, Q, K)
     if head == "all":
         return attn, [f"head {h}" for h in range(n_heads)], "all heads"

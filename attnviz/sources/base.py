@@ -20,7 +20,7 @@ from ..result import AttentionResult
 from .stream import LayerStream, check_finite
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..explain_inputs import ExplainInputs
+    from ..explain.inputs import ExplainInputs
 
 
 @dataclass(frozen=True)
@@ -158,11 +158,9 @@ class Source(ABC):
 
     def check_layers(self, layers: Sequence[int]) -> list[int]:
         """``layers`` sorted and without repeats; one out of range (or none at all) is an error."""
-        bad = [layer for layer in layers if not 0 <= layer < self.n_layers]
-        if bad or not layers:
-            shown = bad[0] if bad else "(none)"
-            raise UsageError(f"[[layers={shown}]] is out of range; {self.name} has layers 0 to {self.n_layers - 1}")
-        return sorted(set(layers))
+        from ..layer_range import check_layers
+
+        return check_layers(layers, owner=self.name, count=self.n_layers)
 
     def _pairs(self, texts: Sequence[str], pairs: Sequence[str | None] | None) -> list[str | None]:
         pairs = list(pairs) if pairs is not None else [None] * len(texts)

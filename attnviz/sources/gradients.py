@@ -1,5 +1,5 @@
 """Gradients of one model output ``y`` with respect to every layer's attention weights, ``∂y/∂A_l``,
-for gradient-weighted attention (Chefer, Gur & Wolf 2021; :mod:`attnviz.relevance`).
+for gradient-weighted attention (Chefer, Gur & Wolf 2021; :mod:`attnviz.attribution.relevance`).
 
 ``y`` is chosen as :mod:`attnviz.sources.gradient_targets` describes (next-token logit, masked
 token's logit, or similarity to a second text). The gradients are taken with

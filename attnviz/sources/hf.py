@@ -27,7 +27,7 @@ from .stream import LayerStream
 from .tokens import TokenInfo, unknown_token_id
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..explain_inputs import ExplainInputs
+    from ..explain.inputs import ExplainInputs
 
 
 def _load(

@@ -10,7 +10,7 @@ import torch
 from ..attention import AttentionOutput, head_value_norms
 from ..config import MatrixConfig, ModelConfig, TransformerConfig
 from ..errors import InputError, UsageError
-from ..explain_inputs import ExplainInputs, PositionSteps
+from ..explain.inputs import ExplainInputs, PositionSteps
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
 from .own_model import OwnTransformer, matrix_attention, sinusoidal_positions
@@ -18,7 +18,7 @@ from .tokens import bound_characters
 from .words import word_id, word_tokens
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..generation import Sampling
+    from ..generation.sampling import Sampling
     from .own_seq2seq import OwnSeq2Seq
     from .stream import LayerStream
 
@@ -94,7 +94,7 @@ class ConfigSource(Source):
 
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
         if self._cross_matrices:  # what streams layers reads token-over-token self-attention: there is none
-            from ..transforms import no_self_attention
+            from ..analysis.transforms import no_self_attention
 
             raise UsageError(no_self_attention(self.name, "self", "this", explain=True))
         return super()._stream_batch(texts, pairs, options)
@@ -135,7 +135,7 @@ class ConfigSource(Source):
 
     def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
         """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache."""
-        from ..decoding import KVCache, decode, sampling_metadata
+        from .decoding import KVCache, decode, sampling_metadata
 
         if self._seq2seq is not None:
             raise UsageError(f"{self.name} is an encoder-decoder config model, which does not generate; read its "
@@ -172,10 +172,11 @@ class ConfigSource(Source):
         )
 
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
+        from ..layer_range import check_layer
+
         tokens, ids = self.tokenize(text)
         if self._model is None:
-            if layer != 0:
-                raise UsageError(f"layer {layer} is out of range: {self.name} has one attention layer, layer 0")
+            check_layer(layer, owner=self.name, count=1)
             cfg: MatrixConfig = self.cfg  # type: ignore[assignment]
             x = torch.tensor(cfg.x, dtype=torch.float64)
             context = None if cfg.context is None else torch.tensor(cfg.context, dtype=torch.float64)
@@ -183,9 +184,7 @@ class ConfigSource(Source):
                                  context=context,
                                  context_tokens=None if cfg.context_tokens is None else list(cfg.context_tokens),
                                  padding=None if cfg.padding is None else list(cfg.padding))
-        n_layers = self.cfg.n_layers
-        if not 0 <= layer < n_layers:
-            raise UsageError(f"layer {layer} is out of range: {self.name} has layers 0 to {n_layers - 1}")
+        check_layer(layer, owner=self.name, count=self.cfg.n_layers)
         streams: list[torch.Tensor] = []
         captured = self._model(torch.tensor([ids]), causal=self.causal, streams=streams)
         x = captured[layer][0][0]
@@ -228,7 +227,7 @@ def _cross_result(name: str, inputs: ExplainInputs, out: AttentionOutput, option
 
     The layer has no self-attention, so ``attentions`` holds no layer (``[0, H, S, S]``) rather than a
     made-up one; ``decoder_attentions`` is None. Reading such a result, ``self`` (the default kind)
-    means its cross-attention (:func:`attnviz.transforms.kind_tensor`). With ``details`` the scores
+    means its cross-attention (:func:`attnviz.analysis.transforms.kind_tensor`). With ``details`` the scores
     ``[1, H, T, S]``, queries ``[1, H, T, d_k]``, keys ``[1, H, S, d_k]`` and values ``[1, H, S, d_v]``
     are the cross layer's. ``options.layers`` was checked to be layer 0, the only one."""
     tokens = list(inputs.context_tokens or [])

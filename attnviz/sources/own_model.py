@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ..attention import AttentionOutput, MultiHeadAttention, combine_masks, decoding_mask, padding_mask
 from ..config import MatrixConfig, TransformerConfig
-from ..decoding import KVCache
+from .decoding import KVCache
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:

@@ -119,11 +119,13 @@ def extract_seq2seq(source: ConfigSource, model: OwnSeq2Seq, text: str | None, o
                          "input text (e.g. [[target=\"I love cats\"]]), to show its encoder, decoder and "
                          "cross-attention")
     if options.layers is not None:
-        bad = [layer for layer in options.layers if layer >= cfg.decoder_layers]
-        if bad:
-            raise UsageError(f"[[layers={bad[0]}]] is out of range for the decoder of {source.name}: it has layers 0 "
-                             f"to {cfg.decoder_layers - 1} (the encoder 0 to {cfg.n_layers - 1}); choose layers both "
-                             "have, or every layer")
+        from ..layer_range import check_layers
+
+        try:
+            check_layers(options.layers, owner=f"the decoder of {source.name}", count=cfg.decoder_layers)
+        except UsageError as exc:
+            raise UsageError(f"{exc.template} (the encoder 0 to {cfg.n_layers - 1}); choose layers both have, or "
+                             "every layer") from None
     tokens, ids = source.tokenize(text, truncate=options.truncate)
     try:
         target_tokens, target_ids = source.tokenize(options.target, truncate=options.truncate)

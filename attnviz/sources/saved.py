@@ -65,12 +65,9 @@ class SavedSource(Source):
             self.check_layers(options.layers)
 
     def check_layers(self, layers: Sequence[int]) -> list[int]:
-        held = self.layer_numbers
-        bad = [layer for layer in layers if layer not in held]
-        if bad or not layers:
-            shown = bad[0] if bad else "(none)"
-            raise UsageError(f"[[layers={shown}]] is out of range; {self.path} holds layers {_spans(held)}")
-        return sorted(set(layers))
+        from ..layer_range import check_layers
+
+        return check_layers(layers, owner=str(self.path), held=self.layer_numbers)
 
     def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         return [self._one(text, options) for text in texts]
@@ -85,14 +82,3 @@ class SavedSource(Source):
         held = self.layer_numbers
         positions = None if options.layers is None else [held.index(layer) for layer in sorted(set(options.layers))]
         return result.narrowed(positions, float16=options.float16)
-
-
-def _spans(numbers: list[int]) -> str:
-    """``[0, 1, 2, 5]`` → ``"0 to 2, 5"``."""
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][-1] + 1:
-            spans[-1].append(n)
-        else:
-            spans.append([n])
-    return ", ".join(str(s[0]) if len(s) == 1 else f"{s[0]} to {s[-1]}" for s in spans)

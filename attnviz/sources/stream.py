@@ -20,7 +20,7 @@ from ..errors import NumericalError
 from ..result import AttentionResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..attention_rows import AttentionRows
+    from ..attention.rows import AttentionRows
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Capture:
     (:mod:`attnviz.sources.gradients`); by default no graph is built.
 
     ``rows`` hands each captured layer's weights over as blocks of query rows computed on demand
-    (:class:`attnviz.attention_rows.AttentionRows`) instead of one ``[B, H, T, T]`` tensor: engines
+    (:class:`attnviz.attention.rows.AttentionRows`) instead of one ``[B, H, T, T]`` tensor: engines
     that can set it for inputs too long to hold a layer (:data:`ROWS_FROM_BYTES`)."""
 
     layers: frozenset[int] | None = None
@@ -69,7 +69,7 @@ class ItemLayer:
     """One layer of one text, cut out of its padded batch (views of the batch's tensors, no copies).
 
     Its weights ``[H, n, n]`` are either whole or made on demand from an engine's
-    :class:`~attnviz.attention_rows.AttentionRows`. :meth:`row_blocks` reads them a block of query
+    :class:`~attnviz.attention.rows.AttentionRows`. :meth:`row_blocks` reads them a block of query
     rows at a time either way, which is what long inputs need; ``attentions`` builds the whole
     matrix when a consumer needs every number at once (kept once built).
     """
@@ -112,10 +112,10 @@ class ItemLayer:
         statistics and pictures are reduced; a block computed on a GPU is copied over). Columns from
         ``width`` on are exactly 0 for those rows and left out (causal attention), so a block costs
         what its rows can see. Whole weights are cut into views; row-block weights are computed per block."""
-        from ..attention_rows import rows_per_block
+        from ..attention.rows import rows_per_block
 
         if self._attentions is not None:
-            from ..row_statistics import blocks_of
+            from ..analysis.row_statistics import blocks_of
 
             for first, block in blocks_of(self._attentions, rows or rows_per_block(self.n_heads, self.n_tokens),
                                           causal_trim=True):

@@ -26,8 +26,8 @@ from .common import NativeModel
 from .weights import load_weights
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...explain_inputs import ExplainInputs
-    from ...generation import Sampling
+    from ...explain.inputs import ExplainInputs
+    from ...generation.sampling import Sampling
     from ...result import AttentionResult
 
 FAMILIES: dict[str, type[NativeModel]] = {

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention
-from ...attention_rows import RowMask
+from ...attention.rows import RowMask
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_layer_norm, load_linear, tracked
 from .weights import take

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput
-from ...decoding import KVCache
+from ..decoding import KVCache
 from ..engine import Capture
 from .weights import take
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ...attention import causal_mask, combine_masks
 from ...errors import UsageError
-from ...explain_inputs import ExplainInputs
+from ...explain.inputs import ExplainInputs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...attention import MultiHeadAttention
@@ -41,9 +41,9 @@ class Entered:
 
 def explain_inputs(source: NativeSource, text: str | None, layer: int) -> ExplainInputs:
     """The input ``x`` of ``layer``'s attention for ``text``, its module, labels and masking."""
-    n_layers = source.n_layers
-    if not 0 <= layer < n_layers:
-        raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
+    from ...layer_range import check_layer
+
+    check_layer(layer, owner=source.name, count=source.n_layers)
     info = source.encode(text or "")  # an empty text: the error an extraction gives
     attention: MultiHeadAttention = source.model.layers[layer]["attn"]
     entered = run_to_layer(source, info, layer, attention)

@@ -1,5 +1,5 @@
 """Generation on the native engine: the family's own forward pass on a key/value cache (GPT-2, the
-LLaMA family), the language-model head read from the checkpoint, and :func:`attnviz.decoding.decode`.
+LLaMA family), the language-model head read from the checkpoint, and :func:`attnviz.sources.decoding.decode`.
 
 RoPE positions continue from the cache's length, grouped-query keys are cached as the query heads
 read them, and a sliding window (Mistral) masks by absolute position over the whole cache, so
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...decoding import KVCache, decode, sampling_metadata
 from ...errors import AttnvizError, InputError
 from ...result import AttentionResult
+from ..decoding import KVCache, decode, sampling_metadata
 from ..stream import Capture, check_finite
 from ..tokens import encode, label_from_piece
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...generation import Sampling
+    from ...generation.sampling import Sampling
     from . import NativeSource
 
 

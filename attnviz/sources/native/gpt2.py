@@ -8,8 +8,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention
-from ...attention_rows import RowMask
-from ...decoding import KVCache
+from ...attention.rows import RowMask
+from ..decoding import KVCache
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_layer_norm, load_linear, set_parameter, tracked
 from .weights import take

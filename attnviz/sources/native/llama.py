@@ -17,8 +17,8 @@ from ...attention import (
     MultiHeadAttention,
     rotary_tables,
 )
-from ...attention_rows import RowMask
-from ...decoding import KVCache
+from ...attention.rows import RowMask
+from ..decoding import KVCache
 from ..engine import Capture
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_linear, tracked
 from .weights import take

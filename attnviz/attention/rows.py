@@ -1,0 +1,168 @@
+"""Attention one block of query rows at a time, for inputs too long to hold a layer's ``[H, T, T]``.
+
+FlashAttention (Dao et al. 2022) never builds the attention matrix; an inspector needs it, but
+seldom all of it at once. Here a mask is *described* (:class:`RowMask`: key padding, causal with
+an offset, a sliding window) instead of built as a ``[T, T]`` tensor (1 GiB of booleans at
+32,768 tokens), a layer's output is computed a block of rows at a time, and its weights are
+handed on as :class:`AttentionRows`: the queries and keys, from which any block of rows is
+computed on demand (``softmax(q_rows kᵀ · scale + mask_rows)``, the same function as the whole
+matrix) and freed by whoever reads it. Statistics, pooled pictures and rollout reduce each
+block as it comes (:mod:`attnviz.analysis.row_statistics`), so memory grows with T, not T².
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .ops import attention_weights, combine_masks, decoding_mask
+
+ROW_BLOCK = 256  # query rows per block: a block of 12 heads × 256 rows × 32,768 keys is 400 MB of float32
+BLOCK_ELEMENTS = 12 * 256 * 4096  # about 50 MB of float32 per block: the rows per block shrink as keys grow
+
+
+def rows_per_block(n_heads: int, n_keys: int, batch: int = 1) -> int:
+    """Query rows per block so a block of weights stays near :data:`BLOCK_ELEMENTS` numbers
+    (at most :data:`ROW_BLOCK`, at least 16)."""
+    return max(16, min(ROW_BLOCK, BLOCK_ELEMENTS // max(1, batch * n_heads * n_keys)))
+
+
+@dataclass(frozen=True)
+class RowMask:
+    """Which keys each query may see, described rather than built (True = may attend, as in torch).
+
+    ``padding`` ``[B, Tk]`` flags real keys (a tokenizer's ``attention_mask``; None: all real).
+    ``start`` makes it causal: query i sits at position ``start + i`` and sees keys j ≤ start + i
+    (None: every key). ``window`` limits a causal query to its last ``window`` keys (Mistral).
+    :meth:`rows` builds the mask of some query rows; :meth:`dense` all of it, as
+    ``combine_masks(padding_mask(…), decoding_mask(…))`` does.
+    """
+
+    t_q: int
+    t_k: int
+    padding: Tensor | None = None
+    start: int | None = None
+    window: int | None = None
+    device: torch.device | str | None = None  # where the masks are built (the model's device)
+    _dense: list[Tensor | None] = field(default_factory=list, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, attention_mask: Tensor | None, t_q: int, *, start: int | None = None,
+           window: int | None = None) -> RowMask:
+        """From a tokenizer's ``attention_mask`` ``[B, Tk]`` (1 = real token), for ``t_q`` new queries."""
+        padding = None if attention_mask is None else attention_mask.bool()
+        t_k = t_q + (start or 0) if padding is None else padding.shape[-1]
+        device = None if padding is None else padding.device
+        if padding is not None and bool(padding.all()):
+            padding = None  # nothing to mask: the fused paths apply
+        return cls(t_q, t_k, padding, start, window, device)
+
+    @property
+    def causal(self) -> bool:
+        return self.start is not None
+
+    def visible(self, stop: int) -> int:
+        """How many keys (from the first) rows before ``stop`` may see at most: the rest are masked."""
+        return self.t_k if self.start is None else min(self.t_k, self.start + stop)
+
+    def rows(self, first: int, stop: int, width: int | None = None) -> Tensor | None:
+        """The mask of query rows ``first … stop − 1`` over the first ``width`` keys (default all),
+        ``[B, 1, rows, width]`` or broadcastable to it; None when nothing is masked."""
+        width = self.t_k if width is None else width
+        mask = None if self.padding is None else self.padding[:, None, None, :width]
+        if self.start is not None:
+            i = torch.arange(self.start + first, self.start + stop, device=self.device)[:, None]
+            j = torch.arange(width, device=self.device)[None, :]
+            allowed = j <= i
+            if self.window is not None:
+                allowed &= i - j < self.window
+            mask = combine_masks(mask, allowed)
+        return mask
+
+    def dense(self) -> Tensor | None:
+        """The whole mask, ``[B, 1, Tq, Tk]`` or broadcastable; built once and kept."""
+        if not self._dense:
+            causal = None if self.start is None else decoding_mask(self.start, self.t_q, window=self.window,
+                                                                    device=self.device)
+            padding = None if self.padding is None else self.padding[:, None, None, :]
+            self._dense.append(combine_masks(padding, causal))
+        return self._dense[0]
+
+
+def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: RowMask | None, *, scale: float | None = None) -> Tensor:
+    """``softmax(q kᵀ · scale + mask) v`` ``[B, H, Tq, dv]`` without building a ``[Tq, Tk]`` mask or matrix.
+
+    Unmasked and plainly causal attention go through torch's fused kernel whole; padding or a
+    window through it a block of rows at a time, each with its rows' mask. A row that may see no
+    key gives 0 (the fused kernel gives NaN there), as :func:`attnviz.attention.attention_weights` does.
+    """
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if mask is None or (mask.padding is None and mask.window is None and mask.start in (None, 0)
+                        and mask.t_q == mask.t_k):
+        return sdpa(q, k, v, is_causal=mask is not None and mask.causal, scale=scale)
+    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+    step = rows_per_block(q.shape[1], k.shape[-2], q.shape[0])
+    for first in range(0, q.shape[-2], step):
+        stop = min(q.shape[-2], first + step)
+        width = mask.visible(stop)
+        rows = mask.rows(first, stop, width)
+        block = sdpa(q[..., first:stop, :], k[..., :width, :], v[..., :width, :], attn_mask=rows, scale=scale)
+        if rows is not None:
+            seen = rows.any(-1, keepdim=True)  # [B, 1, rows, 1]
+            block = block.masked_fill(~seen, 0.0) if not bool(seen.all()) else block
+        out[..., first:stop, :] = block
+    return out
+
+
+@dataclass
+class AttentionRows:
+    """One layer's attention weights for a padded batch, computed a block of query rows at a time.
+
+    Holds what the weights are made from: the queries ``[B, H, Tq, d]`` and keys ``[B, H, Tk, d]``
+    (after RoPE, repeated under grouped-query attention), the :class:`RowMask` and the scale.
+    A block is the same function as the whole matrix (:func:`attnviz.attention.attention_weights`
+    of ``q kᵀ · scale``), so its numbers equal those rows of the whole matrix up to float rounding.
+    """
+
+    queries: Tensor
+    keys: Tensor
+    mask: RowMask | None
+    scale: float | None = None
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.queries.shape[1])
+
+    def block(self, item: int, first: int, stop: int, n: int | None = None) -> Tensor:
+        """Weights of text ``item``'s query rows ``first … stop − 1`` over its first ``n`` keys
+        (default all), ``[H, rows, width]`` float32. For causal attention ``width`` stops where every
+        later key is masked for these rows (those columns are 0 and left out)."""
+        n = self.keys.shape[-2] if n is None else n
+        width = n if self.mask is None else min(n, self.mask.visible(stop))
+        scale = 1.0 / math.sqrt(self.queries.shape[-1]) if self.scale is None else self.scale
+        q = self.queries[item, :, first:stop] * scale  # (H, rows, d)
+        scores = q @ self.keys[item, :, :width].transpose(-2, -1)  # (H, rows, width)
+        mask = None if self.mask is None else self.mask.rows(first, stop, width)
+        if mask is not None:
+            mask = mask[item] if mask.dim() == 4 else mask
+        return attention_weights(scores, mask=mask, inplace=True).float()
+
+    def blocks(self, item: int, n: int | None = None, rows: int | None = None) -> Iterator[tuple[int, Tensor]]:
+        """``(first row, block)`` for every block of text ``item``'s rows, in order (see :meth:`block`):
+        its first ``n`` queries over its first ``n`` keys, or every query over every key (default)."""
+        n_rows = self.queries.shape[-2] if n is None else n
+        step = rows or rows_per_block(self.n_heads, self.keys.shape[-2] if n is None else n)
+        for first in range(0, n_rows, step):
+            yield first, self.block(item, first, min(n_rows, first + step), n)
+
+    def dense(self, item: int, n: int | None = None) -> Tensor:
+        """Text ``item``'s whole ``[H, n, n]`` (default ``[H, Tq, Tk]``): what a consumer that needs every number gets."""
+        shape = (self.queries.shape[-2], self.keys.shape[-2]) if n is None else (n, n)
+        out = torch.zeros(self.n_heads, *shape)
+        for first, block in self.blocks(item, n):
+            out[:, first : first + block.shape[1], : block.shape[2]] = block
+        return out

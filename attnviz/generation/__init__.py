@@ -1,0 +1,134 @@
+"""Attention during generation: a causal language model continues a prompt, and every token's
+attention row is kept as it was computed, at the step that processed it.
+
+The result is an ordinary :class:`~attnviz.result.AttentionResult`: ``tokens`` are the prompt
+followed by the generated tokens, ``attentions`` ``[layers, heads, T, T]`` are lower-triangular
+(row t is token t's attention over tokens 0..t), and ``metadata["prompt_length"]`` says where the
+prompt ends. It saves, loads and draws like any result.
+
+Three ways run it, chosen by :func:`generate`:
+
+- the native engine (GPT-2, the LLaMA family): attnviz's own attention with a key/value cache
+  (:mod:`attnviz.sources.native.generate`, :mod:`attnviz.sources.decoding`);
+- a causal config model with a vocabulary (``sample_configs/causal.toml``), offline;
+- transformers (``generate(output_attentions=True, return_dict_in_generate=True)``), for every other
+  causal model and for encoder-decoder models (:mod:`attnviz.generation.seq2seq`): the prompt's rows
+  come from the first step, each generated token's row from the step that fed it back, and the
+  last token's row from one more step on the cache.
+
+Greedy by default; ``sample=True`` with ``temperature``, ``top_k``, ``top_p`` and ``seed`` (the same
+seed gives the same tokens, on every engine: they sample as transformers does).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ..errors import ModelNotFoundError, UsageError
+from ..result import AttentionResult
+from .sampling import MAX_NEW_TOKENS, Sampling
+
+__all__ = ["MAX_NEW_TOKENS", "Sampling", "generate", "generated_summary"]
+
+
+
+def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20, sample: bool = False,
+             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             stop_at_eos: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
+             trust_remote_code: bool = False) -> AttentionResult:
+    """Continue ``prompt`` with a causal language model (a folder, a hub id such as ``gpt2``, or a
+    causal config model with a vocabulary) and return every token's attention at the step that
+    processed it (see the module's docs).
+
+    ``engine``: ``auto`` runs attnviz's own attention with a key/value cache where the native engine
+    supports the model (GPT-2, the LLaMA family), else transformers' ``generate``; ``native`` or
+    ``hf`` insist on one.
+    """
+    from ..sources.files import read_config
+    from ..sources.hub import fetch_config, hub_reachable
+    from ..sources.resolve import check_run_options, locate, native_source
+
+    check_run_options(engine, device)
+    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and {MAX_NEW_TOKENS}")
+    sampling = Sampling(sample, temperature, top_k, top_p, seed)
+    sampling.check()
+    if not prompt or not prompt.strip():
+        raise UsageError("the prompt is empty; give the text to continue")
+    if model is not None and model.lower().endswith(".toml"):
+        from ..sources.resolve import load_source
+
+        source = load_source(model, engine=engine, revision=revision, device=device)  # type: ignore[arg-type]
+        return source.generate(prompt, max_new_tokens=max_new_tokens, sampling=sampling,  # type: ignore[attr-defined]
+                               stop_at_eos=stop_at_eos)
+    place = locate(model)
+    folder = place.folder if place.folder is not None else fetch_config(place.hub_id, revision)  # type: ignore[arg-type]
+    config = read_config(folder)
+    if model is None or config.get("model_type") in ("bert", "roberta", "distilbert"):
+        raise UsageError(f"{place.name} is not a causal language model ({config.get('model_type')}); give one such as "
+                         "gpt2, a LLaMA-family folder, or sample_configs/causal.toml")
+    if revision is not None and place.hub_id is None:
+        raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
+    ref = str(place.folder) if place.folder is not None else place.hub_id
+    options: dict[str, Any] = {"name": place.name, "max_new_tokens": max_new_tokens, "sampling": sampling,
+                               "stop_at_eos": stop_at_eos}
+    hf_options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code, "device": device,
+                                  "local_files_only": place.hub_id is not None and not hub_reachable()}
+    if config.get("is_encoder_decoder"):
+        if engine == "native":
+            raise ModelNotFoundError(f"the native engine cannot generate with {place.name}: encoder-decoder models "
+                                     "run on transformers; use [[engine=hf]] or auto")
+        from .seq2seq import generate_seq2seq_hf
+
+        return generate_seq2seq_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
+    if engine != "hf":
+        native = native_source(place, engine=engine, revision=revision, device=device)
+        if native is not None:
+            del options["name"]
+            return native.generate(prompt, **options)  # type: ignore[attr-defined]
+    from .hf import generate_hf
+
+    return generate_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
+
+
+def generated_summary(result: AttentionResult, *, layer: int | None = None, head: int | None = None,
+                      top: int = 3, kind: Literal["self", "cross"] = "self",
+                      ) -> list[tuple[int, str, list[tuple[int, str, float]]]]:
+    """For each generated token: its position, label, and the ``top`` tokens it attended to most,
+    with their weights, in one layer (or the mean over layers) and one head (or the mean of heads).
+
+    An encoder-decoder result (:mod:`attnviz.generation.seq2seq`) is read on the decoder's side:
+    positions are in ``target_tokens`` from ``metadata["target_start"]``; ``kind="self"`` reads the
+    decoder's self-attention over the target, ``kind="cross"`` its cross-attention over the source."""
+    seq2seq = result.decoder_attentions is not None and result.cross_attentions is not None
+    if kind not in ("self", "cross"):
+        raise UsageError(f"[[kind={kind!r}]] is unknown; use self or cross")
+    if kind == "cross" and not seq2seq:
+        raise UsageError("[[kind=cross]] needs an encoder-decoder result (T5, BART); this one has only self-attention")
+    if seq2seq:
+        queries: list[str] = result.target_tokens or []
+        keys, causal = (queries, True) if kind == "self" else (result.tokens, False)
+        tensor = result.decoder_attentions if kind == "self" else result.cross_attentions
+        start = int(result.metadata.get("target_start", 0))
+    else:
+        queries, keys, causal, tensor = result.tokens, result.tokens, True, result.attentions
+        start = int(result.metadata.get("prompt_length", 0))
+    attn = tensor.double()  # type: ignore[union-attr]
+    n_layers, n_heads = attn.shape[:2]
+    if layer is not None:
+        from ..layer_range import check_layer
+
+        check_layer(layer, owner=result.model_name, count=n_layers)
+        attn = attn[layer : layer + 1]
+    if head is not None:
+        if not 0 <= head < n_heads:
+            raise UsageError(f"[[head={head}]] is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
+        attn = attn[:, head : head + 1]
+    mean = attn.mean(dim=(0, 1))  # [queries, keys]
+    out = []
+    for t in range(start, len(queries)):
+        weights = mean[t, : t + 1] if causal else mean[t]
+        best = weights.topk(min(top, len(weights)))
+        out.append((t, queries[t], [(int(k), keys[int(k)], float(w))
+                                    for w, k in zip(best.values, best.indices, strict=True)]))
+    return out

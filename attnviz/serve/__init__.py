@@ -1,0 +1,306 @@
+"""``attnviz serve``: the interactive page on a local web server that keeps the model loaded.
+
+Built on Starlette (an ASGI toolkit) and served by uvicorn, both in the optional extra
+``attnviz[serve]``. The model is loaded once; each request runs it under a lock (one forward pass
+at a time, so concurrent requests are safe and never share half-computed state) in Starlette's
+thread pool, so the event loop keeps answering.
+
+Contract (tests and scripts rely on it):
+
+* ``GET /``: the page, with a text box (and pair/target boxes where the model takes them), the
+  same views as ``attnviz view``, recomputed as the user types (from ``/api/page``).
+* ``GET /api/attention?text=…[&pair=…][&target=…]``: ``{"model", "tokens", "token_ids", "special",
+  "layers", "attentions": [layers][heads][q][k]}`` (plus the decoder's and cross-attention for
+  encoder-decoder models), equal to ``attnviz.extract`` for that text.
+* ``GET /api/page?text=…``: the page's data for a text (what the page loads as one types).
+* Both also take a POST of a JSON object (``{"text": …, "pair": …}``), for texts too long for a URL.
+* A missing text is 400; a text over :data:`MAX_TEXT_BYTES` 413 (a body is refused on its
+  ``Content-Length``, and never read past the limit); a POST that is not ``application/json`` 415;
+  an unknown parameter, a lone surrogate, or a text the model cannot take (too long, empty, a bad
+  option) 422; an answer over :data:`MAX_RESPONSE_VALUES` weights 413; more than
+  :data:`MAX_WAITING` requests waiting 503; 404 and 405 too: each with ``{"error": …}``, and the
+  server keeps serving. ``truncate`` (true/false) cuts a text too long for the model.
+* It answers only to the host names it was started for, and refuses API requests from other
+  sites (:mod:`attnviz.serve.guard`: DNS rebinding and cross-site requests).
+* The model runs, and each answer is encoded, on a worker thread, one forward pass at a time; the
+  event loop keeps answering (the home page is computed once, before serving).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import socket
+import sys
+import threading
+import warnings
+from typing import Any
+
+from ..errors import AttnvizError, AttnvizWarning, ServeError, UsageError, in_request_terms
+
+MAX_TEXT_BYTES = 64 * 1024
+"""Bytes of text (all fields together) one request may send."""
+
+MAX_BODY_BYTES = MAX_TEXT_BYTES + 1024
+"""Bytes of a POST body: the text and its JSON framing. Checked on ``Content-Length``, then while reading."""
+
+MAX_RESPONSE_VALUES = 4_000_000
+"""Attention weights one ``/api/attention`` answer may hold (about 40 MB of JSON): every head of
+the default model up to about 235 tokens. ``/api/page`` sends quantised weights and has no such cap."""
+
+MAX_WAITING = 16
+"""Requests that may wait for the model at once; more get 503 with Retry-After."""
+
+FIELDS = ("text", "pair", "target", "truncate")
+"""What a request may send."""
+
+EXAMPLE = "The cat sat on the mat because it was tired."
+
+
+def check_available() -> None:
+    """Starlette and uvicorn are an optional extra: say how to get them."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UsageError("attnviz serve needs the serve extra: pip install 'attnviz[serve]' "
+                         "(Starlette and uvicorn)") from None
+
+
+def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
+               allowed_hosts: tuple[str, ...] = ()) -> Any:
+    """The Starlette application serving ``source`` (a loaded model, :func:`attnviz.api.load`).
+
+    It answers only to IP literals, ``localhost``, ``host`` and ``allowed_hosts`` in the ``Host``
+    header, and refuses API requests from other sites (:mod:`attnviz.serve.guard`)."""
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, Response
+    from starlette.routing import Route
+
+    from ..api import page_view
+    from ..render.html import page_html
+    from .guard import Guard, allowed_names
+
+    lock = threading.Lock()
+    waiting = [0]  # requests between arriving and finishing their computation (the event loop's thread only)
+    can = source.capabilities
+    fields = ["target"] if can.cross else ["pair"] if can.pairs else []  # the boxes beside the text box
+
+    async def body_of(request: Request) -> bytes:
+        """The POST body, refused as soon as it is known to be too large (never read whole first)."""
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+            raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise _Reply(415, "send the body as JSON (Content-Type: application/json), such as {\"text\": \"…\"}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def inputs(request: Request) -> dict[str, Any]:
+        """The fields of a GET query, or of a POST's JSON object (for texts too long for a URL)."""
+        if request.method == "POST":
+            body = await body_of(request)
+            try:
+                params = json.loads(body)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                raise _Reply(400, "the body must be a JSON object such as {\"text\": \"…\"}") from None
+            if not isinstance(params, dict) or not all(isinstance(v, (str, bool)) for v in params.values()):
+                raise _Reply(400, "the body must be a JSON object of strings such as {\"text\": \"…\"}")
+        else:
+            params = request.query_params
+        unknown = sorted(set(params) - set(FIELDS))
+        if unknown:
+            raise _Reply(422, f"unknown parameter {', '.join(map(repr, unknown))}; this server takes "
+                              f"{', '.join(FIELDS)}")
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _Reply(400, "give the text to read: ?text=… (or POST {\"text\": …})")
+        values = {"text": text, "pair": params.get("pair") or None, "target": params.get("target") or None}
+        if any(not isinstance(v, str) for v in values.values() if v is not None):
+            raise _Reply(400, "text, pair and target must be strings")
+        for name, value in values.items():
+            if value is not None and not _is_unicode(value):
+                raise _Reply(422, f"{name} holds a lone surrogate (text that is not valid Unicode); send UTF-8 text")
+        if sum(len(v.encode("utf-8")) for v in values.values() if v) > MAX_TEXT_BYTES:
+            raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
+        values["truncate"] = _flag(params.get("truncate"))
+        return values
+
+    def locked(work: Any) -> Any:
+        with lock, warnings.catch_warnings():  # one forward pass at a time
+            warnings.simplefilter("ignore", AttnvizWarning)  # (a short text's statistics: the page says little)
+            try:
+                return work()
+            except _Reply:
+                raise
+            except AttnvizError as exc:
+                raise _Reply(422, in_request_terms(exc.template)) from None
+            except MemoryError:
+                raise _Reply(413, "this request needs more memory than the server has; send a shorter text") from None
+            except Exception as exc:  # a bug: one line in the log, a 500 to the client, and serving goes on
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                sys.stderr.write(f"attnviz: error: internal error ({type(exc).__name__}: {first}); report it\n")
+                raise _Reply(500, f"internal error ({type(exc).__name__}); the server's log has a line on it") from None
+
+    async def run(work: Any) -> Any:
+        """``work`` (the computation and its encoding) on a worker thread: the event loop keeps answering."""
+        if waiting[0] >= MAX_WAITING:
+            raise _Reply(503, "the server is busy with other requests; try again in a moment", retry_after=2)
+        waiting[0] += 1
+        try:
+            return await run_in_threadpool(locked, work)
+        finally:
+            waiting[0] -= 1
+
+    def build_home() -> str:
+        page = page_view(source, EXAMPLE, stats=True)
+        page.live = {"endpoint": "/api/page", "text": EXAMPLE, "fields": fields}
+        return page_html(page, cmap=cmap, connect="'self'")
+
+    try:  # computed once, before serving: a visit never waits behind a long request
+        home = locked(build_home)
+    except _Reply as reply:
+        raise ServeError(f"the server's page could not be built: {reply.message}") from None
+
+    async def homepage(request: Request) -> Response:
+        return HTMLResponse(home)
+
+    def attention_json(values: dict[str, Any]) -> str:
+        result = source.extract(values["text"], pair=values["pair"], target=values["target"],
+                                truncate=values["truncate"])
+        tensors = [result.attentions]
+        if result.cross_attentions is not None:
+            tensors += [result.decoder_attentions, result.cross_attentions]
+        count = sum(t.numel() for t in tensors)
+        if count > MAX_RESPONSE_VALUES:
+            raise _Reply(413, f"the answer would hold {count:,} weights, over this server's {MAX_RESPONSE_VALUES:,}; "
+                              "send a shorter text, or ask /api/page, which sends them quantised")
+        body: dict[str, Any] = {
+            "model": result.model_name, "tokens": result.tokens, "token_ids": result.token_ids,
+            "special": result.special, "layers": result.metadata.get("layers") or list(range(result.n_layers)),
+            "causal": result.causal, "attentions": result.attentions.tolist(),
+        }
+        if result.cross_attentions is not None:
+            body.update(target_tokens=result.target_tokens, decoder_attentions=result.decoder_attentions.tolist(),
+                        cross_attentions=result.cross_attentions.tolist())
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+    def page_json(values: dict[str, Any]) -> str:
+        built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
+                          truncate=values["truncate"])
+        return json.dumps(built.data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+    def answering(encode: Any) -> Any:
+        """A route: the request's fields, then ``encode(fields)`` on a worker thread, as JSON."""
+        async def route(request: Request) -> Response:
+            try:
+                values = await inputs(request)
+                encoded = await run(lambda: encode(values))
+            except _Reply as reply:
+                return reply.response()
+            return Response(encoded, media_type="application/json")
+
+        return route
+
+    async def http_error(request: Request, exc: Any) -> Response:
+        """404, 405 and the like as JSON, as every other answer of this server."""
+        detail = {404: "no such page; the server has /, /api/attention and /api/page",
+                  405: f"{request.method} is not allowed here; use GET (or POST for /api/…)"}
+        return _Reply(exc.status_code, detail.get(exc.status_code, str(exc.detail))).response()
+
+    both = ["GET", "POST"]
+    app = Starlette(routes=[Route("/", homepage), Route("/api/attention", answering(attention_json), methods=both),
+                            Route("/api/page", answering(page_json), methods=both)],
+                    exception_handlers={HTTPException: http_error})
+    return Guard(app, allowed_names(host, allowed_hosts))
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _flag(value: Any) -> bool:
+    """``truncate``: true/false as JSON, or 1/0, true/false, yes/no in a query string."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    word = value.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("", "0", "false", "no", "off"):
+        return False
+    raise _Reply(400, f"truncate takes true or false, not {value!r}")
+
+
+class _Reply(Exception):
+    """An answer other than 200: a status and a message, as JSON."""
+
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+    def response(self) -> Any:
+        from starlette.responses import JSONResponse
+
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after else None
+        return JSONResponse({"error": self.message}, status_code=self.status, headers=headers)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` and listening (``port`` 0: any free one), or a
+    :class:`ServeError` saying why not, before anything is printed or served."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ServeError(f"cannot listen on {host!r}: it is not an address of this machine ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "::" takes IPv4 too
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        reason = {errno.EADDRINUSE: "the port is in use (choose another, or 0 for any free one)",
+                  errno.EACCES: "permission denied (ports below 1024 need root)",
+                  errno.EADDRNOTAVAIL: "the address is not this machine's"}.get(exc.errno, exc.strerror or str(exc))
+        raise ServeError(f"cannot listen on {host}:{port}: {reason}") from None
+    return sock
+
+
+def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str = "viridis",
+          allowed_hosts: tuple[str, ...] = (), on_ready: Any = None) -> None:
+    """Serve ``source`` until Ctrl-C (uvicorn stops cleanly on SIGINT and SIGTERM). ``on_ready(host,
+    port)`` is called once the socket listens, with the real port (``port=0`` picks a free one)."""
+    import uvicorn
+
+    sock = listen(host, port)
+    config = uvicorn.Config(create_app(source, cmap=cmap, host=host, allowed_hosts=allowed_hosts),
+                            log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    if on_ready is not None:
+        on_ready(host, sock.getsockname()[1])
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn has shut down; it passes the signal on once it has
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
+    from ..interrupts import handled
+
+    handled()  # Ctrl-C is how a server stops: a clean exit, not an interruption

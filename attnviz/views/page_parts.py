@@ -1,0 +1,157 @@
+"""The interactive page of a whole result (what ``AttentionResult._repr_html_`` and :func:`attnviz.show`
+display), and the collector every page is built with, one layer at a time: head statistics, each
+head's query and key vectors for short texts, and a generated text's steps.
+
+It reads a result by its fields alone and imports nothing that imports :mod:`attnviz.result`, so the
+result's notebook display can import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ..render.page import Page
+    from ..result import AttentionResult
+
+
+def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = "self", stats: bool = True,
+                   view: str = "head", title: str | None = None) -> Page:
+    """The interactive page of a whole result (what ``AttentionResult._repr_html_`` and
+    :func:`attnviz.show` display): every layer and head, the decoder's and cross-attention too.
+
+    A cross-only result (:attr:`AttentionResult.cross_only`, a matrices config with a context) has
+    its cross-attention alone, open on it, and no head statistics (they read self-attention)."""
+    from ..analysis.transforms import kind_tensor, resolved_kind
+
+    layers = result.metadata.get("layers") or list(range(result.layers_held))
+    kind = resolved_kind(result, "self" if kind == "encoder" else kind)
+    cross_only = result.cross_only
+    if cross_only:
+        kind_tensor(result, kind)  # decoder: refused, saying it has cross-attention alone
+        if view == "table":
+            from ..errors import UsageError
+
+            raise UsageError(f"the heads table holds statistics of self-attention; {result.model_name or 'this result'} "
+                             "has one cross-attention layer and no self-attention: open the page on head, model, "
+                             "matrix, query or qk")
+    collector = PageCollector(layers, stats and not cross_only, title or f"{len(result.tokens)} tokens")
+    if max(len(result.tokens), len(result.target_tokens or [])) <= QK_TOKENS:
+        collector.qk = qk_vectors(result)
+    for position in range(result.n_layers):
+        collector.add(result, position, result.attentions[position])
+    if collector.builder is None:  # cross-attention alone: no self-attention layer started the page
+        cells = result.cross_attentions.numel() if result.cross_attentions is not None else 0
+        collector.start(result.model_name, cells)
+    for name, tensor, rows, cols in (("decoder", result.decoder_attentions, result.target_tokens, result.target_tokens),
+                                     ("cross", result.cross_attentions, result.target_tokens, result.tokens)):
+        for position in range(0 if tensor is None else tensor.shape[0]):
+            collector.builder.add_layer(  # type: ignore[union-attr]
+                layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,  # type: ignore[index]
+                kind=name, causal=name == "decoder", row_special=result.target_special,
+                col_special=result.target_special if name == "decoder" else result.special)
+    page = collector.finish(head=head, kind=kind, view=view)
+    if cross_only:
+        page.notes.append("one cross-attention layer (target queries over source keys) and no self-attention: "
+                          "no head statistics, which read self-attention")
+    return with_steps(page, result)
+
+
+def with_steps(page: Page, result: AttentionResult) -> Page:
+    """The page with the step slider of a generation result (a saved one too), opened on the first
+    generated token (the prompt's last one if nothing was generated)."""
+    page.generation = generation_steps(result)
+    if page.generation is not None and page.initial["kind"] in page.generation["kinds"]:
+        start, generated = page.generation["promptLength"], page.generation["generated"]
+        page.initial.setdefault("query", start if generated else start - 1)
+    return page
+
+
+def generation_steps(result: AttentionResult) -> dict[str, Any] | None:
+    """What the page's step slider needs of a generated text (:func:`attnviz.generate`), else None.
+
+    ``promptLength`` tokens of the prompt come first, then ``generated`` tokens; row t is token t's
+    attention at the step that processed it. ``kinds``: the page's attentions whose rows are these
+    tokens; ``keyKinds``: those whose keys are too. A decoder-only model's are its self-attention
+    (``metadata["prompt_length"]``); an encoder-decoder's the decoder's target (its decoder and
+    cross-attention, ``metadata["target_start"]``). None once tokens were dropped or joined into
+    words, where those positions no longer hold."""
+    meta = result.metadata
+    if not meta.get("generation") or meta.get("words") or meta.get("special_removed"):
+        return None
+    if result.target_tokens is not None:  # an encoder-decoder: the steps are the decoder's target
+        start, total = meta.get("target_start"), len(result.target_tokens)
+        kinds, key_kinds = ["decoder", "cross"], ["decoder"]
+    else:
+        start, total = meta.get("prompt_length"), len(result.tokens)
+        kinds, key_kinds = ["self"], ["self"]
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 < start <= total:
+        return None
+    return {"promptLength": start, "generated": total - start, "kinds": kinds, "keyKinds": key_kinds}
+
+
+QK_TOKENS = 64
+"""Tokens up to which a page carries every head's query and key vectors (the query-key view)."""
+
+
+def qk_vectors(result: AttentionResult, digits: int = 4) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
+    """Each layer's and head's query and key vectors, rounded, keyed by the model's layer number."""
+    if result.queries is None or result.keys is None:
+        return {}
+    layers = result.metadata.get("layers") or list(range(result.layers_held))
+
+    def rounded(t: torch.Tensor) -> list[list[float]]:
+        return [[float(f"{v:.{digits}g}") for v in row] for row in t.tolist()]
+
+    return {str(layer): {str(h): {"q": rounded(result.queries[i, h]), "k": rounded(result.keys[i, h])}
+                         for h in range(result.queries.shape[1])}
+            for i, layer in enumerate(layers)}
+
+
+class PageCollector:
+    """A page and its head statistics, built one layer at a time."""
+
+    def __init__(self, layers: Sequence[int], stats: bool, title: str) -> None:
+        from ..analysis.heads import HeadTableBuilder
+
+        self.layers, self.stats, self.title = list(layers), stats, title
+        self.table = HeadTableBuilder()
+        self.builder: Any = None
+        self.qk: dict[str, Any] | None = None
+
+    def start(self, model: str, cells: int) -> None:
+        """The page, titled for ``model``, to hold ``cells`` weights (heads × queries × keys) in all."""
+        from ..render.page import PageBuilder
+
+        self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells)
+
+    def add(self, header: AttentionResult, position: int, attentions: Any) -> None:
+        n = len(header.tokens)
+        if self.builder is None:
+            self.start(header.model_name, len(self.layers) * attentions.shape[0] * n * n)
+        breaks = [i for i in range(1, n) if header.segment_ids[i] != header.segment_ids[i - 1]]
+        self.builder.add_layer(self.layers[position], attentions, rows=header.tokens, cols=header.tokens,
+                               causal=header.causal, row_special=header.special, col_special=header.special,
+                               breaks=breaks)
+        if self.stats:
+            self.table.add_layer(header, position, attentions)
+
+    def finish(self, *, head: int | str, kind: str, view: str) -> Page:
+        from ..errors import UsageError
+        from ..render.page import stats_table
+
+        shown = self.builder.kinds.get(kind) or next(iter(self.builder.kinds.values()))
+        heads = shown["heads"]
+        if isinstance(head, int) and not 0 <= head < heads:
+            raise UsageError(f"[[head={head}]] is out of range; {self.builder.model} has heads 0 to {heads - 1}")
+        stats_data = None
+        if self.stats:
+            rows = self.table.table().rows()
+            for row in rows:
+                row["layer"] = self.layers[int(row["layer"])]  # type: ignore[call-overload]
+            stats_data = stats_table(rows)
+        first = {"kind": kind, "layer": 0, "head": head if isinstance(head, int) else 0, "view": view}
+        return self.builder.finish(stats=stats_data, initial=first, qk=self.qk or None)

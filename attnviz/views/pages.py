@@ -1,0 +1,67 @@
+"""What ``attnviz view`` (and the pages of ``heatmap``/``compare-heads --out x.html``, ``export
+--formats html``, the notebook and ``attnviz serve``) shows, as data: a :class:`~attnviz.render.page.Page`
+of every head, built one layer at a time as the engine computes it, with the head statistics and,
+for short texts, each head's query and key vectors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .page_parts import QK_TOKENS, PageCollector, page_of_result, qk_vectors, with_steps
+
+__all__ = ["page_of_result", "page_view"]
+
+if TYPE_CHECKING:  # pragma: no cover
+
+    from ..analysis.reading import Reading
+    from ..render.page import Page
+
+
+def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: int | str = 0, kind: str = "self",
+              pair: str | None = None, target: str | None = None, reading: Reading | None = None,
+              truncate: bool = False, stats: bool = True, view: str = "head") -> Page:
+    """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
+    ``layer`` (default: every layer), with the head statistics table (``stats``), for one text.
+    Layers are quantised and compressed as the engine computes them. Encoder-decoder models get
+    their encoder, decoder and cross-attention (``kind`` chooses the one shown first); one
+    cross-attention layer alone (a matrices config with a context) its cross-attention."""
+    from ..analysis.reading import Reading
+    from ..analysis.transforms import KINDS
+    from ..errors import UsageError
+
+    reading = reading or Reading()
+    if kind not in KINDS:
+        raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
+    layers = None if layer == "all" else [int(layer)]
+    can = source.capabilities
+    if can.cross or not can.self_attention:  # encoder-decoder (or cross-attention alone): computed whole
+        # Cross-attention alone has no statistics; its page carries each head's q and k (details) instead.
+        details = not can.self_attention and can.details and reading.plain
+        result = source.extract(text, truncate=truncate, pair=pair, target=target, layers=layers, details=details)
+        return page_of_result(reading.apply(result), head=head, kind=kind, stats=stats, view=view,
+                              title=_title_text(text))
+    if kind not in ("self", "encoder"):
+        raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {source.name} has only "
+                         "self-attention")
+    from .layers import read_layers
+
+    reader = read_layers(source, [text], reading=reading, truncate=truncate, layers=layers, pairs=[pair],
+                         target=target, purpose="the page")
+    collector = PageCollector(reader.layers, stats, _title_text(text))
+    if source.capabilities.details and reading.plain and len(reader.results[0].tokens) <= QK_TOKENS:
+        # The query-key view: each head's q and k (a second, small pass with details=True).
+        detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)
+        collector.qk = qk_vectors(detailed)
+    for position, parts in reader:
+        attentions = parts[0].attentions
+        del parts
+        collector.add(reader.results[0], position, attentions)
+        del attentions  # before the next layer is computed
+    return with_steps(collector.finish(head=head, kind="self", view=view), reader.results[0])
+
+
+def _title_text(text: str | None, limit: int = 60) -> str:
+    if text is None:
+        return "the config's input"
+    one_line = " ".join(text.split())
+    return repr(one_line if len(one_line) <= limit else one_line[: limit - 1] + "…")
