@@ -138,7 +138,7 @@ def test_flow_says_its_cost_first_and_refuses_past_the_limit_unless_forced(run_c
     import attnviz.attribution.flow
 
     text = "The cat sat on the mat while the dog slept."
-    monkeypatch.setattr(attnviz.attribution, "FLOW_NOTICE_SECONDS", 0.0)
+    monkeypatch.setattr(attnviz.attribution.views, "FLOW_NOTICE_SECONDS", 0.0)
     r = run_cli("rollout", text, "--method", "flow", "--layer", "3", "--width", "120")
     assert r.exit_code == 0 and "attention flow: 169 max-flow problems over 13 tokens and 4 layers" in r.stderr, r.stderr
     monkeypatch.setattr(attnviz.attribution.flow, "FLOW_SECONDS_LIMIT", 1e-9)

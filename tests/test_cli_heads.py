@@ -13,7 +13,8 @@ import torch
 
 import attnviz
 from attnviz.analysis import metrics
-from attnviz.analysis.heads import STATISTICS, head_table
+from attnviz.analysis.heads import head_table
+from attnviz.analysis.statistics import STATISTICS
 from attnviz.attribution.rollout import rollout
 
 TEXT = "The cat sat on the mat."
@@ -67,7 +68,7 @@ def test_heads_table_labels(run_cli):
     assert r.exit_code == 0, r.stderr
     table, legend = r.stdout.split("\nlabels: ", 1)
     assert "previous-token" in table  # MiniLM's L0H2 looks at the previous token
-    assert legend.startswith("previous-token = prev ≥ 0.5")
+    assert legend.startswith("broad = entN ≥ 0.8; self = self ≥ 0.5; previous-token = prev ≥ 0.5")  # column order
     assert "left out" not in r.stdout  # every statistic fits 200 columns
 
 

@@ -12,8 +12,12 @@ from docs_text import section as docs_section
 from rich.console import Console
 
 import attnviz
-from attnviz.analysis.heads import LABELS, SHORT_NAMES, STATISTICS, head_table, short_name
+from attnviz.analysis.heads import head_table
+from attnviz.analysis.statistics import STATISTICS, labels, short_name
 from attnviz.render.tables import choose_columns, head_stats_table
+
+LABELS = labels()
+SHORT_NAMES = {name: statistic.short for name, statistic in STATISTICS.items()}
 
 TEXT = "The cat sat on the mat."
 

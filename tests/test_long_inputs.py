@@ -212,9 +212,11 @@ def test_head_statistics_of_a_long_input_stay_small():
     a = _random_attention((1, 12, 1024, 1024), causal=True).float()
     tokens = [f"w{i % 50}" for i in range(1024)]
     result = AttentionResult(tokens=tokens, attentions=a, token_ids=[i % 50 for i in range(1024)], causal=True)
-    from attnviz.analysis.heads import layer_statistics
+    from attnviz.analysis.heads import sep_keys, token_ids
+    from attnviz.analysis.row_statistics import layer_row_statistics
 
-    stats = layer_statistics(result)
+    layer = layer_row_statistics(a[0], token_ids=token_ids(result), tokens=tokens, sep=sep_keys(result), causal=True)
+    stats = {name: value[None] for name, value in layer.statistics().items()}
     assert set(stats) and all(v.shape == (1, 12) for v in stats.values())
     reference = metrics.entropy(a.double())
     assert np.allclose(stats["entropy"].numpy(), reference.numpy(), rtol=1e-6)

@@ -12,7 +12,8 @@ pa = pytest.importorskip("pyarrow")  # the test extra installs it; CI fails with
 import pyarrow.parquet as pq  # noqa: E402
 
 from attnviz import api  # noqa: E402
-from attnviz.analysis.heads import STATISTICS, head_table  # noqa: E402
+from attnviz.analysis.heads import head_table  # noqa: E402
+from attnviz.analysis.statistics import STATISTICS  # noqa: E402
 
 TEXTS = ["the cat sat on the mat .", "a dog ran to the cat", "the mat , the cat , the dog", "birds sing",
          "the dog sat on the mat again ."]

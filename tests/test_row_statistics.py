@@ -1,5 +1,5 @@
 """Head statistics reduced one block of query rows at a time (attnviz.analysis.row_statistics) against the dense
-path that reads the whole layer: heads.layer_statistics and metrics.sink_importance."""
+path that reads the whole layer: the metrics functions (tests/dense_statistics.py) and metrics.sink_importance."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import random
 
 import pytest
 import torch
+from dense_statistics import dense_statistics
 
 from attnviz.analysis import heads, metrics
-from attnviz.analysis.row_statistics import ROW_STATISTICS, LayerRowStatistics, blocks_of, layer_row_statistics
+from attnviz.analysis.row_statistics import LayerRowStatistics, blocks_of, layer_row_statistics
+from attnviz.analysis.statistics import BUILT_IN, STATISTICS
 from attnviz.result import AttentionResult
 
 # Repeated phrases (duplicate and induction hits, one copy right after the other), punctuation, [SEP], specials.
@@ -70,10 +72,10 @@ def test_blocks_in_any_order_give_the_dense_statistics(causal, dtype, rows):
     attn = _attention(causal, dtype, seed=rows)
     stats = _feed(attn, result, rows, causal_trim=causal, order=rows)
     assert stats.rows_seen == N
-    expected = heads.layer_statistics(result, attn[None])
+    expected = dense_statistics(result, attn[None])
     _assert_same(stats.statistics(), expected)
     # float32 blocks agree with the float64 computation of the same weights too
-    _assert_same(stats.statistics(), heads.layer_statistics(result, attn[None].double()))
+    _assert_same(stats.statistics(), dense_statistics(result, attn[None].double()))
     torch.testing.assert_close(stats.sink_importance(), metrics.sink_importance(attn[None], causal=causal)[0],
                                rtol=1e-6, atol=1e-9)
     # the text exercises every statistic: none is 0 for every head (but ``next`` of a causal layer)
@@ -87,7 +89,7 @@ def test_half_precision_blocks_are_widened(dtype):
     attn = _attention(True, dtype)
     stats = layer_row_statistics(attn, token_ids=heads.token_ids(result), tokens=WORDS,
                                  sep=heads.sep_keys(result), causal=True, rows=5)
-    _assert_same(stats.statistics(), heads.layer_statistics(result, attn[None]))
+    _assert_same(stats.statistics(), dense_statistics(result, attn[None]))
 
 
 def test_causal_blocks_are_trimmed_only_where_the_right_is_zero():
@@ -105,14 +107,14 @@ def test_a_row_of_zeros_may_come_as_a_block_of_no_columns():
     for start in range(1, N, 9):
         stats.add(start, attn[:, start : start + 9])
     stats.add(0, torch.zeros(HEADS, 1, 0))
-    _assert_same(stats.statistics(), heads.layer_statistics(result, attn[None]))
+    _assert_same(stats.statistics(), dense_statistics(result, attn[None]))
 
 
 def test_rows_fed_at_the_wrong_starts_change_the_numbers():
     """A negative control: blocks that cover every row once, but each under its neighbour's start."""
     result = _result(False, ids=True)
     attn = _attention(False, torch.float64)
-    expected = heads.layer_statistics(result, attn[None])
+    expected = dense_statistics(result, attn[None])
     starts = [s for s, _ in blocks_of(attn, 8)]  # 0, 8, …, 40 (the last block has N − 40 rows)
     shifted = _feed(attn, result, 8, causal_trim=False, starts=[*starts[1:-1], starts[0], starts[-1]])
     got = shifted.statistics()
@@ -142,7 +144,7 @@ def test_missing_duplicate_and_misshapen_blocks_are_refused():
         stats.add(10, attn[:, 10:12].to(torch.int64))
     assert stats.rows_seen == 10
     stats.add(10, attn[:, 10:])
-    _assert_same(stats.statistics(), heads.layer_statistics(result, attn[None]))
+    _assert_same(stats.statistics(), dense_statistics(result, attn[None]))
 
 
 def test_left_out_zeros_count_in_a_row_maximum():
@@ -155,5 +157,5 @@ def test_left_out_zeros_count_in_a_row_maximum():
     torch.testing.assert_close(stats.statistics()["max"], metrics.max_weight(signed[None])[0])
 
 
-def test_every_statistic_of_the_table_has_a_row_reduction():
-    assert list(ROW_STATISTICS) == list(heads.STATISTICS)
+def test_every_built_in_statistic_has_its_dense_reference():
+    assert set(BUILT_IN) == set(STATISTICS) == set(dense_statistics(_result(True, ids=True), _attention(True, torch.float64)[None]))

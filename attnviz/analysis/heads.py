@@ -1,115 +1,25 @@
 """Every statistic of every head for one or many texts, and the labels they earn.
 
-A label is a plain threshold on one statistic (the table below), so a reader can check it, and
-a head can carry several. Over many texts the statistics are averaged first, then labelled.
+Each statistic, and the label it may give, is one record of :mod:`attnviz.analysis.statistics`.
+A label is a plain threshold on one statistic, so a reader can check it, and a head can carry several. Over many texts the statistics are averaged first, then labelled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from . import metrics
+from .statistics import SINK_THRESHOLD, STATISTICS, labels
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..result import AttentionResult
 
 
-@dataclass
-class HeadInputs:
-    """What a statistic reads: one or more layers' attentions ``[layers, heads, q, k]`` and the tokens.
-
-    Duck-types the fields of :class:`AttentionResult` the statistics use, and computes what several
-    statistics share (each row's entropy) once.
-    """
-
-    attentions: Tensor
-    tokens: list[str]
-    token_ids: list[int]
-    special: list[bool]
-    causal: bool
-
-    @classmethod
-    def of(cls, result: AttentionResult, attentions: Tensor | None = None) -> HeadInputs:
-        return cls(result.attentions if attentions is None else attentions, list(result.tokens),
-                   list(result.token_ids), list(result.special), result.causal)
-
-    @cached_property
-    def row_entropy(self) -> Tensor:
-        """``[layers, heads, q]``: each query row's smoothed entropy (Clark et al.), shared by two columns."""
-        return metrics.row_entropy(self.attentions)
-
-
-# column name → (function of a result's HeadInputs, one-line description); each returns [layers, heads].
-# Only statistics that can tell heads apart: Clark's mean weight on the previous token is left out, since
-# it equals ``prev_score`` whenever rows sum to 1 (always), and Clark's [CLS] weight since it equals
-# ``first`` whenever a text starts with [CLS] or BOS (and is 0 otherwise). metrics.py keeps both functions.
-STATISTICS: dict[str, tuple[Callable[[HeadInputs], Tensor], str]] = {
-    "entropy": (lambda r: r.row_entropy.mean(-1), "mean row entropy in nats (Clark et al.)"),
-    "entropy_norm": (lambda r: metrics.entropy_normalized(r.attentions, causal=r.causal, rows=r.row_entropy),
-                     "entropy / ln(keys a row sees): 1 uniform, 0 one key"),
-    "self": (lambda r: metrics.self_score(r.attentions), "mean weight on the token itself (Clark et al.)"),
-    "prev_score": (lambda r: metrics.previous_token_score(r.attentions),
-                   "weight on the previous token (Clark; TransformerLens)"),
-    "next": (lambda r: metrics.next_token_score(r.attentions), "mean weight on the next token (Clark et al.)"),
-    "first": (lambda r: metrics.first_token_score(r.attentions), "weight on the first token: [CLS]/BOS, or a sink"),
-    "sep": (lambda r: metrics.attention_to(r.attentions, sep_keys(r)), "mean weight on [SEP] or EOS (Clark et al.)"),
-    "punct": (lambda r: metrics.punctuation_attention(r.attentions, r.tokens), "mean weight on punctuation (Clark et al.)"),
-    "max": (lambda r: metrics.max_weight(r.attentions), "mean of each row's largest weight: 1 = one key"),
-    "distance": (lambda r: metrics.mean_distance(r.attentions), "expected |i − j| from a query, in tokens"),
-    "duplicate": (lambda r: metrics.duplicate_token_score(r.attentions, token_ids(r)),
-                  "share on earlier copies of the token (TransformerLens)"),
-    "induction": (lambda r: metrics.induction_score(r.attentions, token_ids(r)),
-                  "share on what followed an earlier copy (TransformerLens)"),
-    "sink": (lambda r: metrics.sink_importance(r.attentions, causal=r.causal).amax(-1),
-             "largest α_k, the mean weight on key k from the rows that see it (Gu et al. 2024)"),
-}
-
-# The table's column headers: at most 4 characters, so 12 columns fit 80 to 120 terminal columns.
-# A statistic missing here shows its full name. ``--sort`` and ``--columns`` take either name.
-SHORT_NAMES: dict[str, str] = {
-    "entropy": "ent", "entropy_norm": "entN", "self": "self", "prev_score": "prev", "next": "next",
-    "first": "1st", "sep": "sep", "punct": "punc", "max": "max", "distance": "dist", "duplicate": "dup",
-    "induction": "ind", "sink": "sink",
-}
-# Names a statistic had before (JSON and CSV columns), for a message that says what replaced them.
-RETIRED: dict[str, str] = {"prev_mean": "prev_score", "cls": "first"}
-
-# label → (statistic, threshold): a head gets the label when statistic ≥ threshold.
-LABELS: dict[str, tuple[str, float]] = {
-    "previous-token": ("prev_score", 0.5),
-    "next-token": ("next", 0.5),
-    "self": ("self", 0.5),
-    "broad": ("entropy_norm", 0.8),
-    "first-token": ("first", 0.5),
-    "[SEP]": ("sep", 0.5),
-    "punctuation": ("punct", 0.5),
-    # Only a query with an earlier copy of its token can score, so on the induction probe (random
-    # tokens, then the same again) the first copy's rows score nothing: 0.5 is the most a head can
-    # reach, and 0.3 means about 60% of the second copy's attention on the pattern.
-    "duplicate-token": ("duplicate", 0.3),
-    "induction": ("induction", 0.3),
-    # Gu et al. 2024: a head has an attention sink at key k when α_k > ε = 0.3.
-    "sink": ("sink", metrics.SINK_THRESHOLD),
-}
 MIN_TOKENS = 4  # fewer tokens than this say little about a head; the commands warn
-
-
-def short_name(statistic: str) -> str:
-    """The table header of ``statistic`` (:data:`SHORT_NAMES`, else the name itself)."""
-    return SHORT_NAMES.get(statistic, statistic)
-
-
-def statistic_named(name: str) -> str | None:
-    """The statistic a full or short name stands for (``prev`` and ``prev_score`` → ``prev_score``); None if none."""
-    if name in STATISTICS:
-        return name
-    return next((full for full in STATISTICS if short_name(full) == name), None)
 
 
 def token_ids(result: AttentionResult) -> list[int]:
@@ -140,7 +50,7 @@ class HeadTable:
     def sink_rate(self) -> float:
         """The share of heads with a sink on the first token, α_0 > ε (Gu et al. 2024's sink rate).
         α_0 is the ``first`` statistic: every row sees the first token."""
-        return float((self.stats["first"] > metrics.SINK_THRESHOLD).double().mean())
+        return float((self.stats["first"] > SINK_THRESHOLD).double().mean())
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -148,11 +58,13 @@ class HeadTable:
         return int(first.shape[0]), int(first.shape[1])
 
     def labels(self, layer: int, head: int) -> list[str]:
-        return [name for name, (stat, threshold) in LABELS.items() if float(self.stats[stat][layer, head]) >= threshold]
+        return [name for name, (stat, threshold) in labels().items()
+                if stat in self.stats and float(self.stats[stat][layer, head]) >= threshold]
 
     def all_labels(self) -> list[list[str]]:
         """:meth:`labels` of every head, layer by layer (each threshold tested once for all heads)."""
-        earned = [(name, (self.stats[stat] >= threshold).flatten().tolist()) for name, (stat, threshold) in LABELS.items()]
+        earned = [(name, (self.stats[stat] >= threshold).flatten().tolist()) for name, (stat, threshold)
+                  in labels().items() if stat in self.stats]
         n_layers, n_heads = self.shape
         return [[name for name, flags in earned if flags[i]] for i in range(n_layers * n_heads)]
 
@@ -206,7 +118,7 @@ def rows_csv(rows: list[dict[str, object]]) -> str:
     import csv
     import io
 
-    names = ["layer", "head", *STATISTICS]
+    names = ["layer", "head", *(name for name in STATISTICS if not rows or name in rows[0])]
     sinks = any("sinks" in row for row in rows)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -215,13 +127,6 @@ def rows_csv(rows: list[dict[str, object]]) -> str:
         extra = [";".join(map(str, row.get("sinks", [])))] if sinks else []  # type: ignore[call-overload]
         writer.writerow([row[c] for c in names] + [";".join(row["labels"])] + extra)  # type: ignore[arg-type]
     return buffer.getvalue()
-
-
-def layer_statistics(result: AttentionResult, attentions: Tensor | None = None) -> dict[str, Tensor]:
-    """Every statistic of :data:`STATISTICS`, ``{name: [layers, heads]}`` float64, for ``result``'s
-    tokens and ``attentions`` (default: the result's own; any number of layers, e.g. one at a time)."""
-    inputs = HeadInputs.of(result, attentions)
-    return {name: fn(inputs).to(torch.float64) for name, (fn, _) in STATISTICS.items()}
 
 
 @dataclass
@@ -262,7 +167,7 @@ class HeadTableBuilder:
         if self._first_tokens is None:
             self._first_tokens, self._first_text = list(result.tokens), text
         if text == self._first_text:  # where its sinks are (a table of one text lists them per head)
-            heads, keys = torch.nonzero(layer.sink_importance() > metrics.SINK_THRESHOLD, as_tuple=True)
+            heads, keys = torch.nonzero(layer.sink_importance() > SINK_THRESHOLD, as_tuple=True)
             found: dict[int, list[int]] = {head: [] for head in range(layer.n_heads)}
             for head, key in zip(heads.tolist(), keys.tolist(), strict=True):  # (in key order per head)
                 found[head].append(key)
@@ -299,7 +204,7 @@ class HeadTableBuilder:
                           stacklevel=3)
         positions = sorted(self._sums)
         n = counts.pop()
-        stats = {name: torch.stack([self._sums[p][name] for p in positions]) / n for name in STATISTICS}
+        stats = {name: torch.stack([self._sums[p][name] for p in positions]) / n for name in self._sums[positions[0]]}
         one = len(self._texts) == 1
         numbers = None if self.layers == list(range(len(positions))) else self.layers
         return HeadTable(model_name=self.model_name, stats=stats, n_texts=len(self._texts),

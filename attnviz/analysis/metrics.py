@@ -209,8 +209,7 @@ def first_token_score(attn: Tensor) -> Tensor:
     return read_attention(attn)[..., 0].to(torch.float64).mean(-1)
 
 
-SINK_THRESHOLD = 0.3
-"""ε of Gu et al. 2024: a head has an attention sink at key k when α_k exceeds it."""
+from .statistics import SINK_THRESHOLD  # noqa: E402 (ε of Gu et al. 2024, defined with the sink statistic)
 
 
 def sink_importance(attn: Tensor, *, causal: bool = False) -> Tensor:

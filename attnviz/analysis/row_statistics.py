@@ -1,4 +1,4 @@
-"""Every statistic of :data:`attnviz.analysis.heads.STATISTICS` for one layer, reduced one block of query rows at a time.
+"""Every statistic of :data:`attnviz.analysis.statistics.STATISTICS` for one layer, reduced one block of query rows at a time.
 
 Each statistic is a sum over query rows (then divided by the rows, or by the attention mass), so a
 layer handed over as blocks of rows ``[heads, rows, width]`` (computed on demand and freed after use,
@@ -21,23 +21,91 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from . import metrics
+from .statistics import STATISTICS, Statistic
 
 ROWS = 256  # query rows per block when a dense layer is cut up (as metrics' own blocks)
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-# What each block adds up per head, [heads] float64; ``mass`` is sum(A), the patterns' denominator.
-_SUMS = ("entropy", "entropy_norm", "self", "prev", "next", "first", "sep", "punct", "max", "distance",
-         "duplicate", "induction", "mass")
+
+
+class Block:
+    """What a statistic's ``rows`` reads of one block of query rows ``start … start+rows−1`` of a layer:
+    ``weights`` ``[heads, rows, width]`` (float32 or float64; columns from ``width`` on are 0 and left
+    out), the text's facts, and the quantities several statistics share, each computed once per
+    block. Every property is per head, summed over the block's rows, ``[heads]`` float64, unless it
+    says otherwise."""
+
+    def __init__(self, layer: LayerRowStatistics, start: int, weights: Tensor) -> None:
+        self.layer, self.start, self.weights = layer, start, weights
+        self.n = layer.n  # tokens: every key, whether the block kept its column or not
+
+    @functools.cached_property
+    def row_mass(self) -> Tensor:
+        """``[heads, rows]``: each row's sum, in the input's precision."""
+        return self.weights.sum(-1)
+
+    @functools.cached_property
+    def entropy(self) -> Tensor:
+        """``[heads, rows]`` float64: each row's entropy in nats after Clark et al.'s smoothing."""
+        return self.layer.entropy_rows(self.weights, self.row_mass)
+
+    @property
+    def norm_weight(self) -> Tensor:
+        """``[rows]``: 1 / ln(keys row i sees), 0 for a row that sees one key (``entropy_norm``)."""
+        return self.layer.facts[3][self.start : self.start + self.weights.shape[1]]
+
+    def diagonal(self, offset: int) -> Tensor:
+        """Σ over the rows of ``A[i, i + offset]``: the key at a fixed distance from each query."""
+        return self.weights.diagonal(offset=self.start + offset, dim1=-2, dim2=-1).double().sum(-1)
+
+    @property
+    def first(self) -> Tensor:
+        """Σ over the rows of the weight on the first token."""
+        return self.weights[..., 0].double().sum(-1)
+
+    @property
+    def sep_keys(self) -> Tensor:
+        """The positions of [SEP] or EOS (sorted)."""
+        return self.layer.facts[1]
+
+    @property
+    def punct_keys(self) -> Tensor:
+        """The positions of punctuation (:func:`attnviz.analysis.metrics.is_punctuation`), sorted."""
+        return self.layer.facts[2]
+
+    def on_keys(self, keys: Tensor) -> Tensor:
+        """Σ over the rows of the weight on ``keys`` (sorted positions; those left out of the block are 0)."""
+        keys = keys[: int(torch.searchsorted(keys, self.weights.shape[-1]))]
+        return self.weights.index_select(-1, keys).sum(-1).double().sum(-1)
+
+    @property
+    def largest(self) -> Tensor:
+        """Σ over the rows of each row's largest weight (the left-out zeros count: a signed row's maximum is ≥ 0)."""
+        largest = self.weights.amax(-1)
+        if self.weights.shape[-1] < self.n:
+            largest.clamp_min_(0)
+        return largest.double().sum(-1)
+
+    @property
+    def distance(self) -> Tensor:
+        """``Σ_j A[i, j]·|i − j|`` summed over the rows."""
+        return self.layer.distance_rows(self.weights, self.start).sum(-1)
+
+    @functools.cached_property
+    def patterns(self) -> tuple[Tensor, Tensor]:
+        """``Σ A⊙P`` for TransformerLens's duplicate pattern (key j < i with token j = token i) and
+        induction pattern (key j + 1 for each such j), from this block's rows of the patterns only."""
+        return self.layer.pattern_hits(self.weights, self.start)
 
 
 class LayerRowStatistics:
-    """Every statistic of :data:`attnviz.analysis.heads.STATISTICS` for one layer of one text, accumulated from
-    blocks of query rows (:meth:`add`), in any order, each row once.
+    """Every statistic of :data:`attnviz.analysis.statistics.STATISTICS` for one layer of one text,
+    accumulated from blocks of query rows (:meth:`add`), in any order, each row once.
 
     ``token_ids`` are resolved ids (:func:`attnviz.analysis.heads.token_ids`), ``sep`` the key flags of
     :func:`attnviz.analysis.heads.sep_keys`; punctuation is :func:`attnviz.analysis.metrics.is_punctuation` of ``tokens``.
@@ -51,9 +119,12 @@ class LayerRowStatistics:
             if len(values) != n:
                 raise ValueError(f"{len(values)} {name} for {n} tokens")
         self.n, self.n_heads, self.causal = n, n_heads, causal
-        self._ids, self._sep, self._punct, self._norm_weight, self._norm_rows = _text_facts(
-            tuple(token_ids), tuple(tokens), tuple(sep), causal)
-        self._sums = {name: torch.zeros(n_heads, dtype=torch.float64) for name in _SUMS}
+        self.facts = _text_facts(tuple(token_ids), tuple(tokens), tuple(sep), causal)
+        self.norm_rows = self.facts[4]  # rows that see more than one key (entropy_norm's divisor)
+        self.statistics_read = list(STATISTICS.values())  # those registered when the layer began
+        self._sums = {s.name: torch.zeros(n_heads, dtype=torch.float64)
+                      for s in self.statistics_read if s.rows is not None}
+        self.mass = torch.zeros(n_heads, dtype=torch.float64)  # Σ A: the patterns' denominator
         self._columns = torch.zeros(n_heads, n, dtype=torch.float64)  # column sums, for α_k
         self._seen = torch.zeros(n, dtype=torch.bool)
         self._scratch = torch.empty(0)  # [heads·rows·width]: reused by every block (fresh ones cost page faults)
@@ -69,35 +140,30 @@ class LayerRowStatistics:
         """Rows ``start … start+rows−1``, ``block`` ``[heads, rows, width]`` (float32/float64/float16/bfloat16),
         ``width ≤ n``: columns ``width … n−1`` are exactly 0 for these rows and were left out."""
         b = self._checked(start, block)
-        _, rows, width = b.shape
-        stop = start + rows
-        mass = b.sum(-1)  # (H, R), each row in the input's precision
-        entropy = self._entropy_rows(b, mass)
-        largest = b.amax(-1)
-        if width < self.n:
-            largest.clamp_min_(0)  # the left-out zeros are in the row too
-        duplicate, induction = self._pattern_hits(b, start)
-        step = {
-            "entropy": entropy.sum(-1),
-            "entropy_norm": entropy @ self._norm_weight[start:stop],
-            "self": _diagonal(b, start), "prev": _diagonal(b, start - 1), "next": _diagonal(b, start + 1),
-            "first": b[..., 0].double().sum(-1),
-            "sep": _columns_sum(b, self._sep), "punct": _columns_sum(b, self._punct),
-            "max": largest.double().sum(-1),
-            "distance": self._distance_rows(b, start).sum(-1),
-            "duplicate": duplicate, "induction": induction,
-            "mass": mass.double().sum(-1),
-        }
+        rows, width = b.shape[1], b.shape[2]
+        read = Block(self, start, b)
+        added = {s.name: s.rows(read) for s in self.statistics_read if s.rows is not None}
+        mass = read.row_mass.double().sum(-1)
         columns = b.sum(1)  # (H, W): ≤ ROWS rows in the input's precision; blocks add up in float64
-        for name, value in step.items():
+        for name, value in added.items():
             self._sums[name] += value
+        self.mass += mass
         self._columns[:, :width] += columns
-        self._seen[start:stop] = True
+        self._seen[start : start + rows] = True
 
     def statistics(self) -> dict[str, Tensor]:
-        """``{name: [heads] float64}``, the keys and order of :data:`attnviz.analysis.heads.STATISTICS`."""
+        """``{name: [heads] float64}``, the keys and order of :data:`attnviz.analysis.statistics.STATISTICS`."""
         self._check_complete()
-        return {name: finish(self).to(torch.float64) for name, finish in ROW_STATISTICS.items()}
+        return {s.name: self._value(s).to(torch.float64) for s in self.statistics_read}
+
+    def _value(self, statistic: Statistic) -> Tensor:
+        total = self._sums.get(statistic.name)
+        if statistic.per == "row":
+            return total / self.n  # type: ignore[operator]
+        if statistic.per == "mass":
+            return torch.where(self.mass > 0, total / self.mass.clamp_min(torch.finfo(torch.float64).tiny),  # type: ignore[operator]
+                               torch.zeros_like(self.mass))
+        return statistic.per(self, total)  # type: ignore[operator]
 
     def sink_importance(self) -> Tensor:
         """α_k ``[heads, n]`` float64 (Gu et al. 2024), as :func:`attnviz.analysis.metrics.sink_importance`: column k's
@@ -129,7 +195,7 @@ class LayerRowStatistics:
         self._scratch = _grown(self._scratch, b.numel(), b.shape[0] * b.shape[1] * self.n, b.dtype)
         return self._scratch[: b.numel()].view(b.shape)
 
-    def _entropy_rows(self, b: Tensor, mass: Tensor) -> Tensor:
+    def entropy_rows(self, b: Tensor, mass: Tensor) -> Tensor:
         """Each row's entropy in nats after Clark et al.'s ``p = α·A + β`` (α = 0.9999, β = 0.0001/n),
         ``[H, R]`` float64. With ``c = β/α``, ``Σ p ln p = α·(ln α·(S + w·c) + Σ A·L + c·Σ L)`` where
         ``L = ln(A + c)`` and S the row's mass: one logarithm per weight, no second buffer."""
@@ -147,7 +213,7 @@ class LayerRowStatistics:
         per_zero = float(torch.special.entr(torch.tensor(beta, dtype=b.dtype)))  # a left-out 0, smoothed
         return (self.n - width) * per_zero - p_log_p
 
-    def _distance_rows(self, b: Tensor, start: int) -> Tensor:
+    def distance_rows(self, b: Tensor, start: int) -> Tensor:
         """``Σ_j A[i, j]·|i − j|`` per row, ``[H, R]`` float64 (the ``distance`` statistic's rows)."""
         _, rows, width = b.shape
         if b.dtype not in self._positions:
@@ -161,7 +227,7 @@ class LayerRowStatistics:
         torch.mul(b, tile, out=weighted)
         return weighted.sum(-1).double()
 
-    def _pattern_hits(self, b: Tensor, start: int) -> tuple[Tensor, Tensor]:
+    def pattern_hits(self, b: Tensor, start: int) -> tuple[Tensor, Tensor]:
         """``Σ A⊙P`` per head for TransformerLens's duplicate pattern (key j < i with token j = token i)
         and induction pattern (key j + 1 for each such j), from this block's rows of the pattern only."""
         _, rows, width = b.shape
@@ -169,7 +235,8 @@ class LayerRowStatistics:
         keys = min(width, start + rows - 1)  # an earlier copy is left of the block's last row
         if keys <= 0:
             return zero, zero
-        same = self._ids[start : start + rows, None] == self._ids[None, :keys]  # (R, keys)
+        ids = self.facts[0]
+        same = ids[start : start + rows, None] == ids[None, :keys]  # (R, keys)
         row, key = same.nonzero(as_tuple=True)
         earlier = key < row + start
         row, key = row[earlier], key[earlier]
@@ -181,15 +248,6 @@ class LayerRowStatistics:
             missing = (~self._seen).nonzero().flatten().tolist()
             raise ValueError(f"rows {_ranges(missing)} of {self.n} were never added; every query row must come in "
                              "one block before the statistics are read")
-
-    def _mean(self, name: str) -> Tensor:
-        return self._sums[name] / self.n
-
-    def _share(self, name: str) -> Tensor:
-        """TransformerLens's ``sum(A⊙P) / sum(A)``, 0 where a head has no mass at all."""
-        total = self._sums["mass"]
-        return torch.where(total > 0, self._sums[name] / total.clamp_min(torch.finfo(torch.float64).tiny),
-                           torch.zeros_like(total))
 
 
 @functools.lru_cache(maxsize=64)
@@ -225,17 +283,6 @@ def _gathered_sum(b: Tensor, row: Tensor, key: Tensor) -> Tensor:
     return flat.index_select(1, row * b.stride(1) + key * b.stride(2)).sum(-1, dtype=torch.float64)
 
 
-def _diagonal(b: Tensor, offset: int) -> Tensor:
-    """Σ over the block's rows of ``A[i, i + offset − start]``: the key at a fixed distance from each query."""
-    return b.diagonal(offset=offset, dim1=-2, dim2=-1).double().sum(-1)
-
-
-def _columns_sum(b: Tensor, keys: Tensor) -> Tensor:
-    """Σ over the block's rows of the weight on ``keys`` (sorted positions; those left out of the block are 0)."""
-    keys = keys[: int(torch.searchsorted(keys, b.shape[-1]))]
-    return b.index_select(-1, keys).sum(-1).double().sum(-1)
-
-
 def _ranges(rows: list[int]) -> str:
     """``[0, 1, 2, 7]`` → ``0–2, 7`` (the first few ranges)."""
     spans: list[list[int]] = []
@@ -246,25 +293,6 @@ def _ranges(rows: list[int]) -> str:
             spans.append([row, row])
     text = [f"{a}–{b}" if b > a else str(a) for a, b in spans[:5]]
     return ", ".join(text) + (f" and {len(spans) - 5} more ranges" if len(spans) > 5 else "")
-
-
-# name → its value from the accumulated sums, [heads]: one entry per statistic of heads.STATISTICS, in its
-# order (a test holds the two equal, so a statistic added there cannot be forgotten here).
-ROW_STATISTICS: dict[str, Callable[[LayerRowStatistics], Tensor]] = {
-    "entropy": lambda s: s._mean("entropy"),
-    "entropy_norm": lambda s: s._sums["entropy_norm"] / max(s._norm_rows, 1),
-    "self": lambda s: s._mean("self"),
-    "prev_score": lambda s: s._share("prev"),
-    "next": lambda s: s._mean("next"),
-    "first": lambda s: s._mean("first"),
-    "sep": lambda s: s._mean("sep"),
-    "punct": lambda s: s._mean("punct"),
-    "max": lambda s: s._mean("max"),
-    "distance": lambda s: s._mean("distance"),
-    "duplicate": lambda s: s._share("duplicate"),
-    "induction": lambda s: s._share("induction"),
-    "sink": lambda s: s.sink_importance().amax(-1),
-}
 
 
 def blocks_of(attn: Tensor, rows: int = ROWS, *, causal_trim: bool = False) -> Iterator[tuple[int, Tensor]]:

@@ -157,7 +157,7 @@ def heads(
 
 def _sort_column(sort: str | None) -> str | None:
     """The statistic ``--sort`` names (full or short name), ``layer``, ``head``, or None."""
-    from ..analysis.heads import RETIRED, STATISTICS, short_name, statistic_named
+    from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
 
     if sort is None or sort in ("layer", "head"):
         return sort
@@ -171,7 +171,7 @@ def _sort_column(sort: str | None) -> str | None:
 
 def _chosen_columns(columns: str | None) -> list[str] | None:
     """The statistics ``--columns`` names, in its order (full or short names, or ``all``); None if not given."""
-    from ..analysis.heads import RETIRED, STATISTICS, short_name, statistic_named
+    from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
 
     if columns is None:
         return None
@@ -197,7 +197,7 @@ def print_table(rows: list[dict[str, object]], *, title: str, width: int | None,
                 chosen: list[str] | None) -> None:
     """The table at the console's width, a legend of its columns, what was left out and how to see it,
     and the label rules."""
-    from ..analysis.heads import LABELS, STATISTICS, short_name
+    from ..analysis.statistics import STATISTICS, labels, short_name
     from ..render.tables import choose_columns, head_stats_table, legend_table
 
     console = stdout_console(width)
@@ -206,7 +206,7 @@ def print_table(rows: list[dict[str, object]], *, title: str, width: int | None,
     layout = choose_columns(rows, stats, console.width, header=short_name, keep_first=keep_first,
                             chosen=chosen is not None)
     console.print(head_stats_table(rows, layout.shown, title=title, header=short_name))
-    console.print(legend_table([(short_name(s), s, STATISTICS[s][1]) for s in layout.shown]), style="dim")
+    console.print(legend_table([(short_name(s), s, STATISTICS[s].description) for s in layout.shown]), style="dim")
     if layout.all_zero:
         console.print(f"0.000 for every head, so not shown: {', '.join(short_name(s) for s in layout.all_zero)}",
                       style="dim")
@@ -215,11 +215,11 @@ def print_table(rows: list[dict[str, object]], *, title: str, width: int | None,
         them = "them" if len(layout.left_out) > 1 else "it"
         console.print(f"left out at {console.width} columns: {', '.join(_both(s) for s in layout.left_out)}; "
                       f"show {them} with --columns {missing} (or a wider --width, or --format csv/json)", style="dim")
-    console.print("labels: " + "; ".join(f"{name} = {short_name(stat)} ≥ {thr}" for name, (stat, thr) in LABELS.items()),
+    console.print("labels: " + "; ".join(f"{name} = {short_name(stat)} ≥ {thr}" for name, (stat, thr) in labels().items()),
                   style="dim")
 
 
 def _both(statistic: str) -> str:
-    from ..analysis.heads import short_name
+    from ..analysis.statistics import short_name
 
     return statistic if short_name(statistic) == statistic else f"{short_name(statistic)} ({statistic})"

@@ -52,30 +52,29 @@ class Fusion(str, Enum):
     min = "min"
 
 
-class MethodChoice(str, Enum):
-    rollout = "rollout"
-    flow = "flow"
-    grad_rollout = "grad-rollout"
-    attn_grad = "attn-grad"
-    norm = "norm"
-    norm_layer = "norm-layer"
-    norm_res = "norm-res"
-    norm_resln = "norm-resln"
-    mixing = "mixing"
+def _method_help() -> str:
+    """--method's help, from the registry of methods (:mod:`attnviz.attribution.methods`)."""
+    from ..attribution.methods import METHODS
+
+    listed = ", ".join(f"{m.name} ({m.summary})" for m in METHODS.values())
+    return (f"What to show (rollout, flow and grad-rollout chain the layers through --layer; the others show --layer, "
+            f"or a panel per layer): {listed}. The README says what each can and cannot tell.")
 
 
-METHOD_HELP = ("What to show (rollout, flow and grad-rollout chain the layers through --layer; the others show --layer, "
-               "or a panel per layer): rollout (default), flow (attention flow, max-flow), grad-rollout (Chefer et al. 2021), "
-               "attn-grad (attention × gradient, per head), norm (‖α f(x)‖ per head), norm-layer (heads summed "
-               "through W_O), norm-res (+ the residual), norm-resln (+ residual and LayerNorm, post-LN models), "
-               "mixing (context-mixing ratio per token). The README says what each can and cannot tell.")
+def _method_names(incomplete: str) -> list[str]:
+    from ..attribution.methods import METHODS
+
+    return [name for name in METHODS if name.startswith(incomplete)]
+
+
+METHOD_HELP = _method_help()
 
 
 @cli_command(flags={"vs": "--similar-to"})
 def rollout(
     text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (leave out for configs with a fixed input).", show_default=False),
     model: str | None = Model,
-    method: MethodChoice = typer.Option(MethodChoice.rollout, "--method", help=METHOD_HELP),
+    method: str = typer.Option("rollout", "--method", help=METHOD_HELP, autocompletion=_method_names),
     fusion: Fusion | None = typer.Option(None, "--fusion", help="rollout, flow: how a layer's heads are combined (default mean).", show_default=False),
     norm: bool = typer.Option(False, "--norm", help="Same as --method norm: norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020)."),
     layer: str = Layer,
@@ -113,10 +112,12 @@ def rollout(
     if old_vs is not None:
         raise UsageError("rollout's second text is --similar-to (the text whose similarity is y); --vs is "
                          "compare-heads' second input")
-    if norm and method is not MethodChoice.rollout and method is not MethodChoice.norm:
-        raise UsageError(f"--norm is --method norm; it cannot go with --method {method.value}")
-    chosen_method = "norm" if norm else method.value
-    if head is None and chosen_method in ("norm", "attn-grad"):  # one head by default, as heatmap shows
+    from ..attribution.methods import method_named
+
+    if norm and method not in ("rollout", "norm"):
+        raise UsageError(f"--norm is --method norm; it cannot go with --method {method}")
+    chosen_method = "norm" if norm else method
+    if head is None and "head" in method_named(chosen_method).options:  # one head by default, as heatmap shows
         head = "0"
     chosen = parse_index_or_word(layer, "--layer", "layer", ("all",))
     if out is not None:

@@ -1,7 +1,7 @@
 """Head statistics as Parquet: ``heads.parquet``, one row per text × layer × head, and ``texts.parquet``.
 
 ``heads.parquet`` has the text's ``text_index`` and ``text_hash`` (as the manifest has them), the
-model's ``layer`` number, the ``head``, every statistic of :data:`attnviz.analysis.heads.STATISTICS` as a
+model's ``layer`` number, the ``head``, every statistic of :data:`attnviz.analysis.statistics.STATISTICS` as a
 float64 column, the ``labels`` a head earns and its ``sinks`` (key positions). ``texts.parquet``
 has one row per text: ``text_index``, ``text_hash``, ``text``, ``n_tokens`` and ``model``. pandas,
 polars, DuckDB and pyarrow read both directly; join them on ``text_index``.
@@ -61,7 +61,7 @@ class TextRows:
 
 
 def _schema() -> Any:
-    from ..analysis.heads import STATISTICS
+    from ..analysis.statistics import STATISTICS
 
     pa = pyarrow()
     return pa.schema([
@@ -78,7 +78,7 @@ def rows_table(texts: Iterable[TextRows]) -> Any:
     Statistics keep their full float64 precision (the JSON rounds them to 6 places for reading)."""
     import numpy as np
 
-    from ..analysis.heads import STATISTICS
+    from ..analysis.statistics import STATISTICS
 
     schema = _schema()
     columns: dict[str, list[Any]] = {name: [] for name in schema.names}

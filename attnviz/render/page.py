@@ -88,11 +88,11 @@ class PageBuilder:
 
 def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The page's head-statistics table from :meth:`attnviz.analysis.heads.HeadTable.rows` (layers as the model numbers them)."""
-    from ..analysis.heads import STATISTICS  # not at import: drawing processes never load torch
+    from ..analysis.statistics import STATISTICS  # not at import: drawing processes never load torch
 
     columns = ["layer", "head", *STATISTICS]
     return {"columns": columns, "rows": [[row[c] for c in columns] + [row["labels"]] for row in rows],
-            "descriptions": {name: description for name, (_, description) in STATISTICS.items()}}
+            "descriptions": {name: statistic.description for name, statistic in STATISTICS.items()}}
 
 
 def encode_matrix(matrix: np.ndarray, bits: int) -> str:

@@ -1,0 +1,154 @@
+"""The head statistics, one record each: the one place a statistic is defined.
+
+A :class:`Statistic` says everything the program needs of it: its ``name`` (JSON, CSV, Parquet and
+``--sort``), its ``short`` table header, a one-line ``description`` (the legend, the page, ``--help``),
+an optional label rule (a head earns ``label`` when the statistic is ≥ ``threshold``), and its
+definition as a sum over query rows: ``rows(block)`` gives, per head, what one block of rows adds
+(``[heads]`` float64, from a :class:`attnviz.analysis.row_statistics.Block`), and ``per`` turns the
+layer's total into the value: ``"row"`` divides by the query rows, ``"mass"`` by the attention mass
+(TransformerLens's ``sum(A⊙P) / sum(A)``), or a function of the layer's accumulator and the total.
+
+That one definition serves whole layers and row blocks alike: a layer held whole is cut into
+blocks too (:func:`attnviz.analysis.row_statistics.blocks_of`), so the head table, the export's
+Parquet rows, the page and a 100,000-token input all read the same numbers.
+
+:func:`register` adds a statistic (``heads`` then shows it, sorts by it, exports it); the
+definitions design.md cites are the built-ins below. Light to import: no torch until a block is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+
+    from .row_statistics import Block, LayerRowStatistics
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One head statistic (see the module): what it is called and shown as, and how it is computed."""
+
+    name: str
+    short: str
+    description: str
+    rows: Callable[[Block], Tensor] | None  # per head, what a block of query rows adds; None: ``per`` reads the layer
+    per: Literal["row", "mass"] | Callable[[LayerRowStatistics, Tensor | None], Tensor] = "row"
+    label: str | None = None  # a head earns this label when the statistic is ≥ threshold
+    threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier() or self.name in ("layer", "head", "labels", "sinks"):
+            raise ValueError(f"a statistic's name must be an identifier other than layer, head, labels and sinks; "
+                             f"got {self.name!r}")
+        if not 0 < len(self.short) <= 4:
+            raise ValueError(f"a statistic's short name is 1 to 4 characters (a table header); got {self.short!r}")
+        if (self.label is None) != (self.threshold is None):
+            raise ValueError(f"{self.name}: a label needs its threshold, and a threshold its label")
+        if self.rows is None and not callable(self.per):
+            raise ValueError(f"{self.name}: without rows, per must compute the value from the layer")
+
+
+STATISTICS: dict[str, Statistic] = {}
+"""Every statistic, by name, in table order (built-ins first, then what :func:`register` added)."""
+
+
+def register(statistic: Statistic) -> Statistic:
+    """Add ``statistic`` to every head table from now on. Its names must be new."""
+    taken = {s.name for s in STATISTICS.values()} | {s.short for s in STATISTICS.values()}
+    if statistic.name in taken or statistic.short in taken:
+        raise ValueError(f"a statistic named {statistic.name!r} or {statistic.short!r} is already registered")
+    if statistic.label is not None and statistic.label in labels():
+        raise ValueError(f"the label {statistic.label!r} is already given by {labels()[statistic.label][0]}")
+    STATISTICS[statistic.name] = statistic
+    return statistic
+
+
+def unregister(name: str) -> None:
+    """Remove a statistic :func:`register` added (the built-ins stay)."""
+    if name in BUILT_IN:
+        raise ValueError(f"{name} is one of attnviz's own statistics; it stays")
+    STATISTICS.pop(name, None)
+
+
+@contextmanager
+def registered(statistic: Statistic) -> Iterator[Statistic]:
+    """``statistic`` registered for the ``with`` block only (tests, notebooks trying one out)."""
+    register(statistic)
+    try:
+        yield statistic
+    finally:
+        unregister(statistic.name)
+
+
+def short_name(statistic: str) -> str:
+    """The table header of ``statistic`` (the name itself for one not registered)."""
+    found = STATISTICS.get(statistic)
+    return found.short if found is not None else statistic
+
+
+def statistic_named(name: str) -> str | None:
+    """The statistic a full or short name stands for (``prev`` and ``prev_score`` → ``prev_score``); None if none."""
+    if name in STATISTICS:
+        return name
+    return next((s.name for s in STATISTICS.values() if s.short == name), None)
+
+
+def labels() -> dict[str, tuple[str, float]]:
+    """label → (statistic, threshold): a head gets the label when statistic ≥ threshold."""
+    return {s.label: (s.name, s.threshold) for s in STATISTICS.values()  # type: ignore[misc]
+            if s.label is not None}
+
+
+# Names a statistic had before (JSON and CSV columns), for a message that says what replaced them.
+RETIRED: dict[str, str] = {"prev_mean": "prev_score", "cls": "first"}
+
+SINK_THRESHOLD = 0.3
+"""ε of Gu et al. 2024: a head has an attention sink at key k when α_k exceeds it."""
+
+
+def _sinks(layer: Any, _: Any) -> Any:
+    return layer.sink_importance().amax(-1)
+
+
+def _entropy_norm(layer: Any, total: Any) -> Any:
+    return total / max(layer.norm_rows, 1)
+
+
+# Only statistics that can tell heads apart: Clark's mean weight on the previous token is left out, since
+# it equals ``prev_score`` whenever rows sum to 1 (always), and Clark's [CLS] weight since it equals
+# ``first`` whenever a text starts with [CLS] or BOS (and is 0 otherwise). metrics.py keeps both functions.
+for _statistic in (
+    Statistic("entropy", "ent", "mean row entropy in nats (Clark et al.)", lambda b: b.entropy.sum(-1)),
+    Statistic("entropy_norm", "entN", "entropy / ln(keys a row sees): 1 uniform, 0 one key",
+              lambda b: b.entropy @ b.norm_weight, per=_entropy_norm, label="broad", threshold=0.8),
+    Statistic("self", "self", "mean weight on the token itself (Clark et al.)", lambda b: b.diagonal(0),
+              label="self", threshold=0.5),
+    Statistic("prev_score", "prev", "weight on the previous token (Clark; TransformerLens)",
+              lambda b: b.diagonal(-1), per="mass", label="previous-token", threshold=0.5),
+    Statistic("next", "next", "mean weight on the next token (Clark et al.)", lambda b: b.diagonal(1),
+              label="next-token", threshold=0.5),
+    Statistic("first", "1st", "weight on the first token: [CLS]/BOS, or a sink", lambda b: b.first,
+              label="first-token", threshold=0.5),
+    Statistic("sep", "sep", "mean weight on [SEP] or EOS (Clark et al.)", lambda b: b.on_keys(b.sep_keys),
+              label="[SEP]", threshold=0.5),
+    Statistic("punct", "punc", "mean weight on punctuation (Clark et al.)", lambda b: b.on_keys(b.punct_keys),
+              label="punctuation", threshold=0.5),
+    Statistic("max", "max", "mean of each row's largest weight: 1 = one key", lambda b: b.largest),
+    Statistic("distance", "dist", "expected |i − j| from a query, in tokens", lambda b: b.distance),
+    # Only a query with an earlier copy of its token can score, so on the induction probe (random
+    # tokens, then the same again) the first copy's rows score nothing: 0.5 is the most a head can
+    # reach, and 0.3 means about 60% of the second copy's attention on the pattern.
+    Statistic("duplicate", "dup", "share on earlier copies of the token (TransformerLens)",
+              lambda b: b.patterns[0], per="mass", label="duplicate-token", threshold=0.3),
+    Statistic("induction", "ind", "share on what followed an earlier copy (TransformerLens)",
+              lambda b: b.patterns[1], per="mass", label="induction", threshold=0.3),
+    Statistic("sink", "sink", "largest α_k, the mean weight on key k from the rows that see it (Gu et al. 2024)",
+              None, per=_sinks, label="sink", threshold=SINK_THRESHOLD),
+):
+    register(_statistic)
+BUILT_IN = frozenset(STATISTICS)

@@ -1,0 +1,207 @@
+"""The attribution methods, one record each: what ``attnviz rollout --method`` and
+:func:`attnviz.api.attribution_view` can show.
+
+A :class:`Method` says everything the program needs of it: its ``name`` (the ``--method`` value),
+a ``summary`` for ``--help`` and a ``description`` for the docs, the ``options`` it takes (any other
+option given is refused before a model loads, with a message naming the methods that take it),
+whether it ``chains`` the layers (its ``layer`` is the last one chained) or shows one layer or
+every layer, what it ``needs`` of a source, and the ``view`` that computes it: a function
+``(source, text, request) -> HeatmapView``. :func:`register` adds one; the built-ins are below.
+
+Light to import (the CLI builds its help from it): each built-in view imports its module on use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..analysis.reading import Reading
+from ..errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..render.view import HeatmapView
+
+OPTIONS = ("pair", "fusion", "head", "target_token", "vs", "force", "kind", "reading")
+"""The options a method may take, in the order an unused one is reported."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a method's view is asked for. ``layer``: for a method that chains, the last layer
+    chained (None: the model's last); otherwise one layer, or None for a panel per layer."""
+
+    layer: int | None = None
+    head: int | str | None = None  # a head, "all" or "mean" (None: the method's default)
+    fusion: str | None = None  # mean, max or min (None: mean)
+    target_token: str | None = None
+    vs: str | None = None
+    force: bool = False
+    truncate: bool = False
+    cmap: str | None = None  # None: the view's default
+    pair: str | None = None
+    reading: Reading = field(default_factory=Reading)
+    kind: str = "self"
+    target: str | None = None
+    notice: Callable[[str], None] | None = None
+
+    def given(self, option: str) -> bool:
+        """Whether ``option`` was asked for (not left at its default)."""
+        if option == "reading":
+            return not self.reading.plain
+        if option == "kind":
+            return self.kind not in ("self", "encoder") or self.target is not None
+        if option == "vs":
+            return self.target_token is not None or self.vs is not None
+        return getattr(self, option) not in (None, False)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One attribution method (see the module)."""
+
+    name: str
+    summary: str  # a few words, for --help
+    description: str  # one line with its citation, for the docs and the API
+    view: Callable[[Any, str | None, Request], HeatmapView]
+    options: frozenset[str] = frozenset()
+    chains: bool = False
+    needs: str = "attention weights"  # what it reads of a source, said in the docs
+
+
+METHODS: dict[str, Method] = {}
+"""Every method, by name, in the order ``--help`` lists them."""
+
+
+def register(method: Method) -> Method:
+    """Add ``method`` to what ``rollout --method`` and :func:`attnviz.api.attribution_view` take."""
+    unknown = set(method.options) - set(OPTIONS)
+    if unknown:
+        raise ValueError(f"{method.name}: unknown options {sorted(unknown)}; a method takes some of {', '.join(OPTIONS)}")
+    if method.name in METHODS:
+        raise ValueError(f"a method named {method.name!r} is already registered")
+    METHODS[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    """Remove a method :func:`register` added (the built-ins stay)."""
+    if name in BUILT_IN:
+        raise ValueError(f"{name} is one of attnviz's own methods; it stays")
+    METHODS.pop(name, None)
+
+
+@contextmanager
+def registered(method: Method) -> Iterator[Method]:
+    """``method`` registered for the ``with`` block only."""
+    register(method)
+    try:
+        yield method
+    finally:
+        unregister(method.name)
+
+
+def method_named(name: str) -> Method:
+    if name not in METHODS:
+        raise UsageError(f"[[method={name!r}]] is unknown; use one of {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def _takers(option: str) -> str:
+    names = [m.name for m in METHODS.values() if option in m.options]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1] if names else "no method"
+
+
+def check_request(method: Method, request: Request) -> None:
+    """Refuse, before any model runs, an option the method does not take (the user meant something)."""
+    for option in OPTIONS:
+        if option in method.options or not request.given(option):
+            continue
+        name, takers = method.name, _takers(option)
+        raise UsageError({
+            "pair": f"{name} reads one text; [[pair]] goes with {takers}",
+            "fusion": f"[[fusion]] belongs to {takers}, which fuse a layer's heads; {name} does not",
+            "head": f"[[head]] applies to {takers}, which show heads; {name} "
+                    + ("fuses every head of a layer (choose how with [[fusion]])" if "fusion" in method.options
+                       else "sums or averages the heads"),
+            "vs": f"[[target_token]] and [[vs]] choose the output y that {takers} differentiate; {name} uses no gradient",
+            "force": f"[[force]] lets attention flow run past its cost limit; only {takers} has one",
+            "kind": f"{name} runs on a model's self-attention; [[kind]] and [[target]] go with {takers}",
+            "reading": f"{name} is per token: [[hide_special]], [[renormalize]] and [[words]] apply to {takers} only",
+        }[option])
+
+
+# --- the built-in methods ---------------------------------------------------------------------------
+
+
+def _rollout(source: Any, text: str | None, r: Request) -> HeatmapView:
+    from .views import rollout_view
+
+    return rollout_view(source, text, layer=r.layer, fusion=r.fusion or "mean", truncate=r.truncate,
+                        cmap=r.cmap or "viridis", pair=r.pair, reading=r.reading, kind=r.kind, target=r.target)
+
+
+def _flow(source: Any, text: str | None, r: Request) -> HeatmapView:
+    from .views import flow_view
+
+    return flow_view(source, text, layer=r.layer, fusion=r.fusion or "mean", truncate=r.truncate,
+                     cmap=r.cmap or "viridis", pair=r.pair, reading=r.reading, kind=r.kind, target=r.target,
+                     force=r.force, notice=r.notice)
+
+
+def _norm(source: Any, text: str | None, r: Request) -> HeatmapView:
+    from .views import norm_view
+
+    return norm_view(source, text, layer="all" if r.layer is None else r.layer, head="mean" if r.head is None else r.head,
+                     truncate=r.truncate, cmap=r.cmap or "viridis", pair=r.pair, reading=r.reading)
+
+
+def _gradient(name: str) -> Callable[[Any, str | None, Request], HeatmapView]:
+    def view(source: Any, text: str | None, r: Request) -> HeatmapView:
+        from .grad import gradient_view
+
+        layer = r.layer if name == "grad-rollout" or r.layer is not None else "all"
+        return gradient_view(source, text, method=name, layer=layer, head="mean" if r.head is None else r.head,
+                             target_token=r.target_token, vs=r.vs, truncate=r.truncate, cmap=r.cmap)
+
+    return view
+
+
+def _mixing(name: str) -> Callable[[Any, str | None, Request], HeatmapView]:
+    def view(source: Any, text: str | None, r: Request) -> HeatmapView:
+        from .mixing_view import mixing_view
+
+        return mixing_view(source, text, method=name, layer="all" if r.layer is None else r.layer,
+                           truncate=r.truncate, cmap=r.cmap or "viridis", pair=r.pair)
+
+    return view
+
+
+_THROUGH = frozenset({"pair", "fusion", "kind", "reading"})
+_MIXING_NEEDS = "each layer's value vectors, residual and LayerNorm (native engine, config models)"
+for _method in (
+    Method("rollout", "default", "attention rollout: heads fused, the residual added, layers chained (Abnar & Zuidema "
+           "2020)", _rollout, _THROUGH, chains=True),
+    Method("flow", "attention flow, max-flow", "attention flow: max-flow through the rollout's graph of layers (Abnar & "
+           "Zuidema 2020)", _flow, _THROUGH | {"force"}, chains=True),
+    Method("norm", "‖α f(x)‖ per head", "norm-based attention ‖α f(x)‖ per head (Kobayashi et al. 2020)", _norm,
+           frozenset({"pair", "head"}), needs="each head's value vectors (native engine, config models)"),
+    Method("norm-layer", "heads summed through W_O", "‖Σ_h α f_h(x)‖: the heads summed through W_O (Kobayashi et al. "
+           "2021)", _mixing("norm-layer"), needs=_MIXING_NEEDS),
+    Method("norm-res", "+ the residual", "the heads summed, with the residual x_i on the diagonal (Kobayashi et al. "
+           "2021)", _mixing("norm-res"), needs=_MIXING_NEEDS),
+    Method("norm-resln", "+ residual and LayerNorm, post-LN models", "the heads summed, the residual, split through "
+           "the LayerNorm; post-LN models (Kobayashi et al. 2021)", _mixing("norm-resln"), needs=_MIXING_NEEDS),
+    Method("mixing", "context-mixing ratio per token", "context-mixing ratio per token and layer (Kobayashi et al. "
+           "2021)", _mixing("mixing"), needs=_MIXING_NEEDS),
+    Method("grad-rollout", "Chefer et al. 2021", "gradient-weighted rollout, R ← R + mean_h((∂y/∂A ⊙ A)⁺)·R (Chefer, "
+           "Gur & Wolf 2021)", _gradient("grad-rollout"), frozenset({"target_token", "vs"}), chains=True,
+           needs="gradients of an output y with respect to the attention weights"),
+    Method("attn-grad", "attention × gradient, per head", "attention × gradient, A ⊙ ∂y/∂A, per head, signed",
+           _gradient("attn-grad"), frozenset({"head", "target_token", "vs"}),
+           needs="gradients of an output y with respect to the attention weights"),
+):
+    register(_method)
+BUILT_IN = frozenset(METHODS)
