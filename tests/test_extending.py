@@ -1,0 +1,98 @@
+"""A statistic and an attribution method added from outside the package (README, Development):
+each is one record, registered from this test module, and every command and API function that lists
+statistics or methods takes it up, without a line of attnviz changed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnviz import api
+from attnviz.analysis.statistics import STATISTICS, Statistic, registered
+from attnviz.attribution import methods
+from attnviz.render.view import matrix_view
+from conftest import TINY
+
+TEXT = "the cat sat on the mat and the dog sat on the log"
+
+
+def _far_rows(block) -> torch.Tensor:
+    """Per head, the weight each query row puts on keys more than 2 tokens away, summed over the block's rows."""
+    w = block.weights  # [heads, rows, width]
+    rows = torch.arange(block.start, block.start + w.shape[1])[:, None]
+    keys = torch.arange(w.shape[2])[None, :]
+    return (w * ((rows - keys).abs() > 2)).sum((-1, -2)).double()
+
+
+FAR = Statistic("far", "far", "mean weight on keys more than 2 tokens away", _far_rows, label="far-reaching",
+                threshold=0.5)
+
+
+def _far_by_hand(attentions: torch.Tensor) -> torch.Tensor:
+    """The same statistic from whole layers ``[L, H, n, n]``: a mask and a mean over query rows."""
+    n = attentions.shape[-1]
+    i = torch.arange(n)
+    far = ((i[:, None] - i[None, :]).abs() > 2).double()
+    return (attentions.double() * far).sum(-1).mean(-1)
+
+
+def test_a_statistic_added_from_a_test_module_reaches_the_table_the_cli_and_the_page(run_cli):
+    source = api.load(TINY)
+    with registered(FAR):
+        table = api.heads_of(source, [TEXT])
+        expected = _far_by_hand(source.extract(TEXT).attentions)
+        torch.testing.assert_close(table.stats["far"], expected, rtol=1e-6, atol=1e-9)  # float32 weights
+        rows = table.rows()
+        assert all(("far-reaching" in row["labels"]) == (row["far"] >= 0.5) for row in rows)
+        r = run_cli("heads", TEXT, "--model", TINY, "--sort", "far", "--format", "json")
+        assert r.exit_code == 0, r.stderr
+        printed = json.loads(r.stdout)["heads"]
+        assert [h["far"] for h in printed] == sorted((h["far"] for h in printed), reverse=True)
+        assert {(h["layer"], h["head"]): h["far"] for h in printed} == pytest.approx(
+            {(row["layer"], row["head"]): row["far"] for row in rows}, abs=1e-6)
+        page = api.page_view(source, TEXT)
+        assert "far" in page.stats["columns"] and page.stats["descriptions"]["far"] == FAR.description
+    assert "far" not in STATISTICS  # gone with the block
+    assert "far" not in api.heads_of(source, [TEXT]).stats
+
+
+def _last_layer_mean(source, text, request: methods.Request):
+    """A method of this test: the mean of the heads of the last layer (or of ``request.layer``)."""
+    result = source.extract(text, pair=request.pair)
+    layer = result.n_layers - 1 if request.layer is None else request.layer
+    mean = result.attentions[layer].double().mean(0)
+    return matrix_view(mean[None].numpy(), result.tokens, result.tokens, cmap=request.cmap or "viridis",
+                       title=f"{result.model_name} · mean of the heads of layer {layer}", panel_titles=[f"layer {layer}"])
+
+
+MEAN = methods.Method("last-mean", "mean of the last layer's heads", "the mean of one layer's heads, as a test adds it",
+                      _last_layer_mean, frozenset({"pair"}))
+
+
+def test_a_method_added_from_a_test_module_reaches_the_api_and_the_cli(run_cli):
+    source = api.load(TINY)
+    with methods.registered(MEAN):
+        view = api.attribution_view(source, TEXT, method="last-mean")
+        expected = source.extract(TEXT).attentions[-1].double().mean(0)
+        assert torch.allclose(torch.from_numpy(view.panels[0]), expected)
+        r = run_cli("rollout", TEXT, "--model", TINY, "--method", "last-mean", "--width", "100")
+        assert r.exit_code == 0 and "mean of the heads of layer" in r.stdout, r.stderr
+        refused = run_cli("rollout", TEXT, "--model", TINY, "--method", "last-mean", "--fusion", "max")
+        assert refused.exit_code == 2 and "--fusion belongs to rollout and flow" in refused.stderr
+        assert "last-mean" in refused.stderr  # the message names the method asked for
+    r = run_cli("rollout", TEXT, "--model", TINY, "--method", "last-mean")
+    assert r.exit_code == 2 and "is unknown" in r.stderr  # unregistered with the block
+
+
+def test_a_record_with_a_bad_name_or_a_taken_one_is_refused():
+    with pytest.raises(ValueError, match="identifier"):
+        Statistic("two words", "tw", "x", _far_rows)
+    with pytest.raises(ValueError, match="already registered"):
+        with registered(Statistic("entropy", "e2", "x", _far_rows)):
+            pass
+    with pytest.raises(ValueError, match="unknown options"):
+        methods.register(methods.Method("m", "m", "m", _last_layer_mean, frozenset({"colour"})))
+    with pytest.raises(ValueError, match="stays"):
+        methods.unregister("rollout")
