@@ -96,3 +96,39 @@ def test_a_record_with_a_bad_name_or_a_taken_one_is_refused():
         methods.register(methods.Method("m", "m", "m", _last_layer_mean, frozenset({"colour"})))
     with pytest.raises(ValueError, match="stays"):
         methods.unregister("rollout")
+
+
+def test_native_families_are_their_classes_traits():
+    """The family list in messages and the mixing decomposition's pre-norms come from each family's class."""
+    from attnviz.sources.mixing import what_works
+    from attnviz.sources.native import CLASSES, FAMILIES, family_names
+
+    assert {kind: cls for cls in CLASSES for kind in cls.model_types} == FAMILIES
+    names = [name for cls in CLASSES for name in cls.model_types.values()]
+    assert family_names() == ", ".join(names) and all(name in what_works() for name in names)
+    assert [cls.pre_norm for cls in CLASSES] == [None, "ln_1", "norm_attn"]  # BERT is post-LN
+
+
+def test_the_explain_help_names_every_native_family(run_cli):
+    """The CLI's help is written out (importing the families would load torch for --help): held equal here."""
+    from attnviz.sources.native import CLASSES
+
+    text = " ".join(run_cli("explain", "--help").stdout.split())
+    assert all(next(iter(cls.model_types.values())) in text for cls in CLASSES)
+
+
+def test_page_views_are_records_the_library_checks():
+    from attnviz.errors import UsageError
+    from attnviz.render.html import page_html
+    from attnviz.render.page_views import PAGE_VIEWS
+
+    source = api.load(TINY)
+    with pytest.raises(UsageError, match="view='nope'.* is not a view of the page; use one of head, model"):
+        api.page_view(source, TEXT, view="nope")
+    result = source.extract(TEXT)
+    with pytest.raises(UsageError, match="is not a view of the page"):
+        api.page_of_result(result, view="nope")
+    page = api.page_of_result(result, view="model")
+    assert [v["name"] for v in page.data()["views"]] == list(PAGE_VIEWS)
+    document = page_html(page)
+    assert all(f'<section id="view-{name}">' in document for name in PAGE_VIEWS)

@@ -160,8 +160,10 @@ def norm_view(source: Source, text: str | None, *, layer: int | str = "all", hea
         raise UsageError(f"norm-based attention needs each head's value vectors; {source.path} was saved without "
                          "them. Save a result of the native engine or a .toml config model")
     if not source.capabilities.value_norms:
+        from ..sources.native import family_names
+
         raise UsageError(f"norm-based attention needs each head's value vectors; the {source.engine} engine does not "
-                         "give them. Use the native engine (BERT, GPT-2, LLaMA families) or a .toml config model")
+                         f"give them. Use the native engine ({family_names()}) or a .toml config model")
     if not reading.plain:
         raise UsageError("norm-based attention is per token: [[hide_special]] and [[words]] do not apply to it")
     every_layer = layer == "all"

@@ -39,7 +39,23 @@ from .options import (
 )
 
 
-@cli_command
+def _show_help() -> str:
+    from ..render.page_views import PAGE_VIEWS
+
+    listed = ", ".join(f"{view.name} ({view.tab.lower()})" for view in PAGE_VIEWS.values())
+    return f"The view open first: {listed}. A view the page has no data for (qk, table) opens the first one."
+
+
+def _view_names(incomplete: str) -> list[str]:
+    from ..render.page_views import PAGE_VIEWS
+
+    return [name for name in PAGE_VIEWS if name.startswith(incomplete)]
+
+
+SHOW_HELP = _show_help()
+
+
+@cli_command(flags={"view": "--show"})
 def view(
     text: str | None = typer.Argument(
         None, metavar="TEXT", help="Input text. Leave out for configs with a fixed input.", show_default=False
@@ -52,8 +68,7 @@ def view(
     kind: KindChoice = Kind,
     target: str | None = Target,
     pair: str | None = Pair,
-    first: str = typer.Option("head", "--show", help="The view open first: head, model, matrix, query (one token), "
-                              "qk (query · key) or table."),
+    first: str = typer.Option("head", "--show", help=SHOW_HELP, autocompletion=_view_names),
     stats: bool = typer.Option(True, "--stats/--no-stats", help="Include the sortable table of head statistics."),
     open_page: bool = typer.Option(False, "--open", help="Open the page in the default browser once written."),
     hide_special: bool = HideSpecial,
@@ -77,8 +92,9 @@ def view(
     """
     if Path(out).suffix.lower() != ".html":
         raise UsageError(f"--out {out} must end in .html; the page is one HTML file")
-    if first not in ("head", "model", "matrix", "query", "qk", "table"):
-        raise UsageError(f"--show {first!r}: use head, model, matrix, query, qk or table")
+    from ..render.page_views import check_view
+
+    check_view(first)
     if first == "table" and not stats:
         raise UsageError("--show table needs the statistics; drop --no-stats")
     head_choice = parse_head(head)

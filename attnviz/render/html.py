@@ -18,6 +18,7 @@ from typing import Any
 
 from ..fileio import atomic_write, check_output_path
 from .page import Page, page_of_view
+from .page_views import sections
 
 # No request may leave the page: scripts and styles are inline, images are drawn on canvases.
 POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
@@ -52,22 +53,7 @@ def page_html(page: Page, *, cmap: str = "viridis", connect: str = "'none'") -> 
         f"<style>\n{style}</style>\n</head>\n<body>\n"
         "<header><h1 id=\"title\"></h1><div class=\"notes\" id=\"notes\"></div></header>\n"
         "<nav class=\"tabs\" id=\"tabs\"></nav>\n<div class=\"controls\" id=\"controls\"></div>\n<main>\n"
-        "<section id=\"view-head\"><p class=\"hint\">Queries on the left, keys on the right; a line's strength is the "
-        "weight. Hover a token to see only its row (left) or column (right); click the head swatches to choose "
-        "heads.</p><div class=\"scroll\"><canvas id=\"headview\"></canvas></div></section>\n"
-        "<section id=\"view-model\"><p class=\"hint\">Every head of every layer; click one to open it.</p>"
-        "<div class=\"grid\" id=\"modelgrid\"></div></section>\n"
-        "<section id=\"view-matrix\"><p class=\"hint\" id=\"matrixtitle\"></p>"
-        "<div class=\"scroll\"><canvas id=\"matrix\"></canvas></div></section>\n"
-        "<section id=\"view-query\"><p class=\"hint\">What one token attends to in every layer and head at once "
-        "(click a token on the left of the head view, or choose it here). <select id=\"querytoken\"></select></p>"
-        "<div class=\"scroll\"><canvas id=\"queryview\"></canvas></div></section>\n"
-        "<section id=\"view-qk\"><p class=\"hint\">For one query: each key's elementwise products q·k, their sum "
-        "(the score before scaling) and the scaled score.</p><div class=\"qk\" id=\"qkbox\"></div></section>\n"
-        "<section id=\"view-extras\"><p class=\"hint\">Hover a cell for its value; click a head's row to open it."
-        "</p><div id=\"extrasbox\"></div></section>\n"
-        "<section id=\"view-table\"><p class=\"hint\">Click a column to sort, a row to open that head.</p>"
-        "<div class=\"scroll\" id=\"table\"></div></section>\n"
+        f"{sections()}"
         "</main>\n<div id=\"tooltip\"></div>\n"
         f"<script type=\"application/json\" id=\"attnviz-data\">{payload}</script>\n"
         f"<script>\n{script}</script>\n</body>\n</html>\n"

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..labels import printable
+from .page_views import PAGE_VIEWS
 
 SIXTEEN_BITS_UP_TO = 4_000_000
 """Cells (heads × queries × keys) up to which a page stores 16-bit weights (to 1.5e-5); above, 8 bits."""
@@ -54,6 +55,7 @@ class Page:
         return {"title": self.title, "model": self.model, "kinds": self.kinds, "stats": self.stats, "qk": self.qk,
                 "initial": self.initial, "valueName": self.value_name, "notes": self.notes, "live": self.live,
                 "extras": self.extras, "generation": self.generation,
+                "views": [view.script_data() for view in PAGE_VIEWS.values()],
                 "cmap": colormap_table(cmap), "format": "attnviz-page", "version": 1}
 
 

@@ -93,9 +93,8 @@ class Source(ABC):
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
         """What ``attnviz explain`` walks through for ``text`` at ``layer``: config models and the
         native engine's checkpoints give it; any other source says so."""
-        raise UsageError(f"explain walks through config models (.toml) and checkpoints the native engine runs "
-                         f"(BERT, GPT-2, LLaMA, Mistral, Qwen2); {self.name} is {self._kind()}, so use attnviz "
-                         "heatmap for it")
+        raise UsageError(f"explain walks through config models (.toml) and checkpoints the native engine runs; "
+                         f"{self.name} is {self._kind()}, so use attnviz heatmap for it")
 
     # --- the one signature ----------------------------------------------------------------------
 
@@ -152,7 +151,7 @@ class Source(ABC):
             raise UsageError("[[target]]: give the decoder's input with one text at a time, not a batch")
         if options.details and not can.details:
             raise UsageError(f"[[details=True]]: the {self.engine} engine gives no pre-softmax scores or value vectors; "
-                             "use the native engine (BERT, GPT-2, LLaMA families) or a config model")
+                             "use the native engine or a config model")
         if options.layers is not None:
             self.check_layers(options.layers)
 

@@ -141,9 +141,9 @@ class HFSource(ModelSource):
 
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
         """Refused: explain reads a layer's input and module, which only the native engine exposes."""
-        from .native import FAMILIES
+        from .native import FAMILIES, family_names
 
-        needs = "explain needs the native engine (BERT, GPT-2, LLaMA, Mistral, Qwen2 checkpoints)"
+        needs = f"explain needs the native engine ({family_names()} checkpoints)"
         if self.family in FAMILIES:
             raise UsageError(f"{needs}, and {self.name} runs on transformers here; pass [[engine=native]]")
         raise UsageError(f"{needs}, and {self.name} is a {self.family} model it cannot run; explain a checkpoint of "

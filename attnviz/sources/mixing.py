@@ -41,9 +41,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["MixingParts", "mixing_parts"]
 
-WHAT_WORKS = ("the native engine (BERT, GPT-2, LLaMA, Mistral, Qwen2 checkpoints) or a transformer .toml config "
-              "such as sample_configs/tiny.toml")
-_PRE_NORMS = {"gpt2": "ln_1", "llama": "norm_attn", "mistral": "norm_attn", "qwen2": "norm_attn"}
+
+
+def what_works() -> str:
+    """What norm-based mixing runs on, with the native families named from their classes."""
+    from .native import family_names
+
+    return f"the native engine ({family_names()} checkpoints) or a transformer .toml config such as sample_configs/tiny.toml"
 
 
 def mixing_parts(source: Source, text: str | None, *, layers: list[int] | None = None,
@@ -70,25 +74,27 @@ def mixing_parts(source: Source, text: str | None, *, layers: list[int] | None =
 def _refusal(source: Source) -> str | None:
     """Why ``source`` cannot be decomposed, or None."""
     name, engine = source.name, source.engine
-    if engine == "native" and getattr(source, "family", None) in ("bert", *_PRE_NORMS):
+    from .native import FAMILIES
+
+    if engine == "native" and getattr(source, "family", None) in FAMILIES:
         return None
     if engine == "config":
         model = getattr(source, "_model", None)
         if model is None:
             return (f"{name} is a single attention layer from given matrices: it has no residual stream or LayerNorm "
-                    f"to decompose; use {WHAT_WORKS}")
+                    f"to decompose; use {what_works()}")
         if getattr(source, "_seq2seq", None) is not None:
             return (f"{name} is an encoder-decoder config model, which norm-based mixing does not decompose; use a "
-                    f"transformer config without decoder_layers, or {WHAT_WORKS}")
+                    f"transformer config without decoder_layers, or {what_works()}")
         return None
     if engine == "hf":
         return (f"{name} runs on transformers, whose modules attnviz does not hook for the residual stream and the "
-                f"values; norm-based mixing needs {WHAT_WORKS}: load it with [[engine=native]] where that engine "
+                f"values; norm-based mixing needs {what_works()}: load it with [[engine=native]] where that engine "
                 "supports the model")
     if engine == "saved":
         return (f"{name} is a saved result: it keeps the attention weights, not the values, residual stream and "
-                f"LayerNorm the decomposition needs; run the model itself with {WHAT_WORKS}")
-    return f"norm-based mixing needs {WHAT_WORKS}; {name} is {getattr(source, 'family', engine)}"
+                f"LayerNorm the decomposition needs; run the model itself with {what_works()}")
+    return f"norm-based mixing needs {what_works()}; {name} is {getattr(source, 'family', engine)}"
 
 
 # --- the native engine -----------------------------------------------------------------------------
@@ -99,7 +105,9 @@ def _native_parts(source: Any, stream: LayerStream) -> Iterator[MixingParts]:
     module's input and output and (pre-LN) the input of the norm before it; they are removed when
     the iteration ends or is abandoned."""
     model = source.model
-    pre_norm = _PRE_NORMS.get(source.family)  # None: BERT, post-LN
+    from .native import FAMILIES
+
+    pre_norm = FAMILIES[source.family].pre_norm  # None: post-LN (BERT)
     seen: dict[int, dict[str, Any]] = {}
     handles = []
     try:

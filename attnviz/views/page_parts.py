@@ -26,6 +26,9 @@ def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = 
     A cross-only result (:attr:`AttentionResult.cross_only`, a matrices config with a context) has
     its cross-attention alone, open on it, and no head statistics (they read self-attention)."""
     from ..analysis.transforms import kind_tensor, resolved_kind
+    from ..render.page_views import check_view
+
+    check_view(view)
 
     layers = result.metadata.get("layers") or list(range(result.layers_held))
     kind = resolved_kind(result, "self" if kind == "encoder" else kind)

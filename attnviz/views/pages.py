@@ -28,6 +28,9 @@ def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: 
     from ..analysis.reading import Reading
     from ..analysis.transforms import KINDS
     from ..errors import UsageError
+    from ..render.page_views import check_view
+
+    check_view(view)  # before the model runs
 
     reading = reading or Reading()
     if kind not in KINDS:

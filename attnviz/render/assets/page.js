@@ -461,9 +461,11 @@
   }
 
   // --- tabs ---------------------------------------------------------------------------------------
-  const VIEWS = {head: ["Head view", headView], model: ["Model view", modelView], matrix: ["Matrix", matrixView],
-                 query: ["One token", queryView], qk: ["Query · key", qkView], table: ["Heads table", tableView],
-                 extras: ["Head distances", extrasView]};
+  // The views are records in Python (attnviz/render/page_views.py): their names, tabs and what they need
+  // come with the data; each one's drawing function is here, under its name.
+  const DRAW = {head: headView, model: modelView, matrix: matrixView, query: queryView, qk: qkView, table: tableView,
+                extras: extrasView};
+  const VIEWS = Object.fromEntries(data.views.filter((v) => DRAW[v.name]).map((v) => [v.name, [v.tab, DRAW[v.name], v]]));
   function setView(view) {
     state.view = view;
     document.querySelectorAll("nav.tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
@@ -480,11 +482,10 @@
     $("#notes").textContent = data.notes.join(" · ");
     const nav = $("#tabs");
     nav.replaceChildren();
-    for (const [view, [name]] of Object.entries(VIEWS)) {
-      if (view === "qk" && !data.qk) continue;
-      if (view === "table" && !data.stats) continue;
-      if (view === "extras" && !(data.extras || []).length) continue;
-      if ((view === "head" || view === "query") && K().panelTitles) continue;
+    for (const [view, [name, , about]] of Object.entries(VIEWS)) {
+      const needed = about.needs && data[about.needs];
+      if (about.needs && !(Array.isArray(needed) ? needed.length : needed)) continue;
+      if (about.heads && K().panelTitles) continue;
       nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
     }
     if (!nav.querySelector(`[data-view="${state.view}"]`)) state.view = nav.querySelector("button").dataset.view;

@@ -30,14 +30,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...generation.sampling import Sampling
     from ...result import AttentionResult
 
-FAMILIES: dict[str, type[NativeModel]] = {
-    "bert": Bert,
-    "gpt2": gpt2.GPT2,
-    "llama": llama.Llama,
-    "mistral": llama.Llama,
-    "qwen2": llama.Llama,
-}
-_CHECKS = {"gpt2": gpt2.unsupported, "llama": llama.unsupported, "mistral": llama.unsupported, "qwen2": llama.unsupported}
+CLASSES: tuple[type[NativeModel], ...] = (Bert, gpt2.GPT2, llama.Llama)
+"""The families the native engine runs; each class says its traits (:class:`NativeModel`)."""
+
+FAMILIES: dict[str, type[NativeModel]] = {kind: cls for cls in CLASSES for kind in cls.model_types}
+"""config.json's ``model_type`` → the family's class."""
+
+
+def family_names() -> str:
+    """The families as messages name them: ``BERT, GPT-2, LLaMA, Mistral, Qwen2``."""
+    return ", ".join(name for cls in CLASSES for name in cls.model_types.values())
 
 
 def native_unsupported(folder: Path, config: dict[str, Any] | None = None) -> str | None:
@@ -50,12 +52,7 @@ def native_unsupported(folder: Path, config: dict[str, Any] | None = None) -> st
         return "the folder has no .safetensors weights"
     if not (folder / "tokenizer.json").is_file():
         return "the folder has no tokenizer.json"
-    if kind == "bert" and config.get("position_embedding_type", "absolute") != "absolute":
-        return "BERT with relative position embeddings is not implemented natively"
-    if kind == "bert" and config.get("is_decoder"):
-        return "BERT as a decoder is not implemented natively"
-    check = _CHECKS.get(kind)
-    return check(config) if check else None
+    return FAMILIES[kind].unsupported(config)
 
 
 @contextmanager

@@ -29,7 +29,17 @@ class MaskedLMHead(nn.Module):
 
 
 class Bert(NativeModel):
+    model_types = {"bert": "BERT"}  # noqa: RUF012 (a trait, never changed)
     prefixes = ("bert.", "model.")
+
+    @staticmethod
+    def unsupported(config: dict[str, Any]) -> str | None:
+        if config.get("position_embedding_type", "absolute") != "absolute":
+            return "BERT with relative position embeddings is not implemented natively"
+        if config.get("is_decoder"):
+            return "BERT as a decoder is not implemented natively"
+        return None
+
 
     def __init__(self, config: dict[str, Any], weights: dict[str, Tensor]) -> None:
         super().__init__(config)

@@ -108,8 +108,19 @@ class NativeModel:
     """A family's forward pass on our attention; subclasses implement :meth:`run`, a generator that
     yields each layer's :class:`AttentionOutput` as soon as it is computed."""
 
+    # A family's traits, read by the rest of the program (adding a family is its module and one line
+    # of native/__init__.py's CLASSES): the model_type values of config.json it runs, each with the
+    # name messages call it; its checkpoints' weight prefixes; whether it is causal; the name of
+    # each layer's norm before attention (None: post-LN, as BERT), which the mixing decomposition reads.
+    model_types: ClassVar[dict[str, str]] = {}
     prefixes: ClassVar[tuple[str, ...]] = ()
     causal: ClassVar[bool] = False
+    pre_norm: ClassVar[str | None] = None
+
+    @staticmethod
+    def unsupported(config: dict[str, Any]) -> str | None:
+        """Why the native engine cannot run this family's ``config`` (a variant it does not implement), or None."""
+        return None
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config

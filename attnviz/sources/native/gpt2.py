@@ -27,8 +27,11 @@ def unsupported(config: dict[str, Any]) -> str | None:
 
 
 class GPT2(NativeModel):
+    model_types = {"gpt2": "GPT-2"}  # noqa: RUF012 (a trait, never changed)
     prefixes = ("transformer.",)
     causal = True
+    pre_norm = "ln_1"
+    unsupported = staticmethod(unsupported)
     ties_embeddings = True  # GPT-2's lm_head is its token embedding
 
     def __init__(self, config: dict[str, Any], weights: dict[str, Tensor]) -> None:

@@ -61,8 +61,11 @@ class RMSNorm(nn.Module):
 
 
 class Llama(NativeModel):
+    model_types = {"llama": "LLaMA", "mistral": "Mistral", "qwen2": "Qwen2"}  # noqa: RUF012 (a trait, never changed)
     prefixes = ("model.",)
     causal = True
+    pre_norm = "norm_attn"
+    unsupported = staticmethod(unsupported)
 
     def __init__(self, config: dict[str, Any], weights: dict[str, Tensor]) -> None:
         super().__init__(config)

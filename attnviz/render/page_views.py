@@ -1,0 +1,73 @@
+"""The views of the interactive page, one record each: the tabs of ``attnviz view``, ``--show`` and
+``page_view(view=...)``.
+
+A :class:`PageView` says its ``name`` (what ``--show`` and ``view=`` take), its ``tab`` label, the
+``hint`` above it and the element it draws into (``body``, markup the document gets as written), the
+page data it ``needs`` to be offered at all (a page without query and key vectors has no ``qk`` tab),
+and whether it draws ``heads`` (a page made of a heatmap view's panels has no head view). The
+document's sections, the tabs the script offers and the check of ``view=`` all come from
+:data:`PAGE_VIEWS`; the drawing itself is the function of the same name in ``assets/page.js``.
+Adding a view is one record here and its drawing function there.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class PageView:
+    """One view of the page (see the module)."""
+
+    name: str
+    tab: str
+    hint: str  # markup: ours, never the user's text
+    body: str  # the element the script draws into
+    needs: Literal["qk", "stats", "extras"] | None = None
+    heads: bool = False  # draws a layer's heads as attention between tokens (not offered for a panel page)
+    hint_id: str | None = None  # the hint's element id, where the script writes it (the matrix's title)
+
+    def section(self) -> str:
+        hint_id = "" if self.hint_id is None else f" id=\"{html.escape(self.hint_id)}\""
+        return (f"<section id=\"view-{html.escape(self.name)}\"><p class=\"hint\"{hint_id}>{self.hint}</p>{self.body}"
+                "</section>\n")
+
+    def script_data(self) -> dict[str, object]:
+        return {"name": self.name, "tab": self.tab, "needs": self.needs, "heads": self.heads}
+
+
+PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
+    PageView("head", "Head view", "Queries on the left, keys on the right; a line's strength is the weight. Hover a "
+             "token to see only its row (left) or column (right); click the head swatches to choose heads.",
+             "<div class=\"scroll\"><canvas id=\"headview\"></canvas></div>", heads=True),
+    PageView("model", "Model view", "Every head of every layer; click one to open it.",
+             "<div class=\"grid\" id=\"modelgrid\"></div>"),
+    PageView("matrix", "Matrix", "", "<div class=\"scroll\"><canvas id=\"matrix\"></canvas></div>",
+             hint_id="matrixtitle"),
+    PageView("query", "One token", "What one token attends to in every layer and head at once (click a token on the "
+             "left of the head view, or choose it here). <select id=\"querytoken\"></select>",
+             "<div class=\"scroll\"><canvas id=\"queryview\"></canvas></div>", heads=True),
+    PageView("qk", "Query · key", "For one query: each key's elementwise products q·k, their sum (the score before "
+             "scaling) and the scaled score.", "<div class=\"qk\" id=\"qkbox\"></div>", needs="qk"),
+    PageView("table", "Heads table", "Click a column to sort, a row to open that head.",
+             "<div class=\"scroll\" id=\"table\"></div>", needs="stats"),
+    PageView("extras", "Head distances", "Hover a cell for its value; click a head's row to open it.",
+             "<div id=\"extrasbox\"></div>", needs="extras"),
+)}
+"""Every view, in the order of the page's tabs."""
+
+
+def check_view(name: str) -> str:
+    """``name`` if it is a view of the page, else the error naming them."""
+    if name not in PAGE_VIEWS:
+        raise UsageError(f"[[view={name!r}]] is not a view of the page; use one of {', '.join(PAGE_VIEWS)}")
+    return name
+
+
+def sections() -> str:
+    """The document's sections, one per view."""
+    return "".join(view.section() for view in PAGE_VIEWS.values())
