@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -60,8 +61,8 @@ def generate(
     suffix = None if out is None else out.suffix.lower()
     if suffix not in (None, ".npz", ".png", ".svg", ".pdf", ".html"):
         raise UsageError(f"--out {out}: use .npz, .png, .svg, .pdf or .html")
+    from ..api import generation_summary, generation_view
     from ..generation import generate as run
-    from ..generation import generated_summary
 
     result = run(prompt, model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_k=top_k,
                  top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, engine=engine.value, revision=revision, device=device.value,
@@ -76,42 +77,35 @@ def generate(
                          f"model {result.model_name}\n")
     chosen_layer = None if layer_choice == "all" else int(layer_choice)
     chosen_head = None if head_choice == "mean" else int(head_choice)
-    if result.metadata.get("encoder_decoder"):  # T5, BART: the source's and the target's attention
-        from .generate_seq2seq import show_seq2seq
-
-        show_seq2seq(result, console, layer=chosen_layer, head=chosen_head, top=top, out=out, cmap=cmap.value,
-                     width=width, title=f"generated from {prompt[:40]!r}")
-        return
-    rows = generated_summary(result, layer=chosen_layer, head=chosen_head, top=top)
-    start = int(result.metadata["prompt_length"])
-    where = ("every layer" if chosen_layer is None else f"layer {chosen_layer}") + " · " + \
-        ("mean of heads" if chosen_head is None else f"head {chosen_head}")
-    console.print(f"{result.model_name} · {len(rows)} tokens generated after a {start}-token prompt · {where}")
-    from ..labels import printable
-
-    for position, label, attended in rows:
-        shown = " · ".join(f"{printable(t)} ({k}) {w:.2f}" for k, t, w in attended)
-        console.print(f"{position:>5} {printable(label):<14} ← {shown}")
-    if result.metadata.get("stopped_at_eos"):
-        console.print("stopped at the end-of-sequence token", style="dim")
+    summary = generation_summary(result, layer=chosen_layer, head=chosen_head, top=top)
+    _print_summary(summary, console)
     if suffix == ".npz":
         typer.echo(f"wrote {result.save(out)}")  # type: ignore[arg-type]
         return
-    if suffix == ".html":
+    if suffix == ".html":  # the whole result's page, opened on the generated rows (an encoder-decoder's cross)
         from ..api import page_of_result
         from ..render.html import render_html
 
-        page = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query")
+        page = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query",
+                              kind="cross" if summary.seq2seq else "self")
         typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")  # type: ignore[arg-type]
         return
-    from ..render.view import matrix_view
-
-    attn = result.attentions.double()
-    if chosen_layer is not None:
-        attn = attn[chosen_layer : chosen_layer + 1]
-    attn = attn.mean(0)
-    attn = attn.mean(0) if chosen_head is None else attn[chosen_head]
-    view = matrix_view(attn[start:][None].numpy(), result.tokens[start:], result.tokens, cmap=cmap.value,
-                       title=f"{result.model_name} · generated tokens' attention · {where}",
-                       panel_titles=["generated"], row_axis="generated tokens (at their step)", col_axis="every token")
+    view = generation_view(result, layer=chosen_layer, head=chosen_head, cmap=cmap.value)
     show_view(view, out, values=False, fit="downsample", width=width)
+
+
+def _print_summary(summary: Any, console: Any) -> None:
+    from ..labels import printable
+
+    def listed(attended: list[tuple[int, str, float]]) -> str:
+        return " · ".join(f"{printable(t)} ({k}) {w:.2f}" for k, t, w in attended)
+
+    console.print(summary.heading())
+    for step in summary.steps:
+        if step.source is None:
+            console.print(f"{step.position:>5} {printable(step.label):<14} ← {listed(step.attended)}")
+        else:
+            console.print(f"{step.position:>5} {printable(step.label):<14} source ← {listed(step.source)}")
+            console.print(f"{'':>5} {'':<14} target ← {listed(step.attended)}")
+    if summary.stopped_at_eos:
+        console.print("stopped at the end-of-sequence token", style="dim")
