@@ -23,6 +23,7 @@ from .attribution import (  # noqa: F401 (what ``attnviz rollout`` shows: attnvi
     rollout_view,
 )
 from .sources.resolve import Engine, load_source
+from .views.compared import compare_heads_page, compare_runs_of_text  # noqa: F401 (compare-heads --vs, --out x.html)
 from .views.generated import generation_summary, generation_view  # noqa: F401 (what generate shows)
 from .views.pages import page_of_result, page_view  # noqa: F401 (the page's data: attnviz.views.pages, here for callers)
 

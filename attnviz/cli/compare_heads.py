@@ -102,42 +102,23 @@ def compare_heads(
             overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
                                  for n in overview.notes]
         if page:  # the interactive page of the text, with the head distances in a tab of their own
-            from ..analysis.compare import comparison
-            from ..api import page_view
+            from ..api import compare_heads_page
             from ..render.html import render_html
 
-            compared = comparison(overview, top=top)
-            written = page_view(source, text, layer="all" if layers_choice is None else layers_choice,
-                                kind=kind_name(kind), pair=pair, target=target, truncate=truncate, reading=view,
-                                view="extras")
-            written.add_matrix("distances", compared.matrix, compared.rows, compared.cols, title=compared.matrix_title,
-                               value_name="Jensen–Shannon distance", notes=compared.notes + overview.notes)
+            written = compare_heads_page(source, text, overview, top=top, layer=layers_choice, kind=kind_name(kind),
+                                         pair=pair, target=target, truncate=truncate, reading=view)
             console.print(f"wrote {render_html(written, out, cmap=cmap.value)}")
             return
         comparison_report(overview, console=console, out=out, top=top, cmap=cmap.value)
         return
     if target is not None or kind is not KindChoice.encoder:
         raise UsageError("--vs and --vs-model compare the encoder's self-attention; --kind and --target go with one run")
-    from ..analysis.compare import compare_runs, overview_of_result
+    from ..api import compare_runs_of_text
 
-    result = view.apply(source.extract(text, truncate=truncate, pair=pair))
-    other = view.apply(source.extract(vs, truncate=truncate, pair=pair) if vs is not None else
-                       open_source(vs_model, **kwargs).extract(text, truncate=truncate, pair=pair))
-    if layers_choice is not None and layers_choice >= result.n_layers:
-        raise UsageError(f"--layer {layers_choice} is out of range; {result.model_name} has layers 0 to "
-                         f"{result.n_layers - 1}")
-    change = compare_runs(result, other)
-    if other.tokens != result.tokens and other.attentions.shape == result.attentions.shape:
-        import warnings
-
-        from ..errors import AttnvizWarning
-
-        warnings.warn("the two runs have the same number of tokens but different tokens; heads are compared "
-                      "position by position", AttnvizWarning, stacklevel=1)
-    layers = list(range(result.n_layers)) if layers_choice is None else [layers_choice]
-    comparison_report(overview_of_result(result, layers), console=console, out=out, top=top, cmap=cmap.value,
-                      other=overview_of_result(other, layers), change=change,
-                      other_name=vs_model or (repr(vs) if vs else None))
+    runs = compare_runs_of_text(source, text, vs=vs, other=None if vs_model is None else open_source(vs_model, **kwargs),
+                                layer=layers_choice, truncate=truncate, pair=pair, reading=view, other_name=vs_model)
+    comparison_report(runs.overview, console=console, out=out, top=top, cmap=cmap.value, other=runs.other,
+                      change=(runs.change, runs.measure), other_name=runs.other_name)
 
 
 def _parse_layer(value: str) -> int | None:

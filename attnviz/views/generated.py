@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..generation import generated_summary
 from ..layer_range import check_layer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +60,8 @@ def generation_summary(result: AttentionResult, *, layer: int | None = None, hea
                        top: int = 3) -> GenerationSummary:
     """What ``attnviz generate`` lists: each generated token and the ``top`` tokens it attended to most,
     in ``layer`` (None: the mean of the layers) and ``head`` (None: the mean of the heads)."""
+    from ..generation import generated_summary
+
     seq2seq = _seq2seq(result)
     own = generated_summary(result, layer=layer, head=head, top=top, kind="self")
     cross = generated_summary(result, layer=layer, head=head, top=top, kind="cross") if seq2seq else None
