@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import ROOT, TINY
 
 import attnviz
 from attnviz import api
 from attnviz.errors import AttnvizWarning, UsageError
-from conftest import ROOT, TINY
 
 CAUSAL = str(ROOT / "sample_configs" / "causal.toml")
 TEXT = "the cat sat on the mat"

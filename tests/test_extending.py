@@ -8,12 +8,12 @@ import json
 
 import pytest
 import torch
+from conftest import TINY
 
 from attnviz import api
 from attnviz.analysis.statistics import STATISTICS, Statistic, registered
 from attnviz.attribution import methods
 from attnviz.render.view import matrix_view
-from conftest import TINY
 
 TEXT = "the cat sat on the mat and the dog sat on the log"
 
