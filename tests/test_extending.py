@@ -89,9 +89,8 @@ def test_a_method_added_from_a_test_module_reaches_the_api_and_the_cli(run_cli):
 def test_a_record_with_a_bad_name_or_a_taken_one_is_refused():
     with pytest.raises(ValueError, match="identifier"):
         Statistic("two words", "tw", "x", _far_rows)
-    with pytest.raises(ValueError, match="already registered"):
-        with registered(Statistic("entropy", "e2", "x", _far_rows)):
-            pass
+    with pytest.raises(ValueError, match="already registered"), registered(Statistic("entropy", "e2", "x", _far_rows)):
+        pass
     with pytest.raises(ValueError, match="unknown options"):
         methods.register(methods.Method("m", "m", "m", _last_layer_mean, frozenset({"colour"})))
     with pytest.raises(ValueError, match="stays"):
@@ -123,7 +122,7 @@ def test_page_views_are_records_the_library_checks():
     from attnviz.render.page_views import PAGE_VIEWS
 
     source = api.load(TINY)
-    with pytest.raises(UsageError, match="view='nope'.* is not a view of the page; use one of head, model"):
+    with pytest.raises(UsageError, match=r"view='nope'.* is not a view of the page; use one of head, model"):
         api.page_view(source, TEXT, view="nope")
     result = source.extract(TEXT)
     with pytest.raises(UsageError, match="is not a view of the page"):
