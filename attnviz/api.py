@@ -108,13 +108,14 @@ def extract_batch(
 
 def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = False, batch_size: int = 16,
                         pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
-                        target: str | None = None) -> HeadTable:
+                        target: str | None = None, layer: int | None = None) -> HeadTable:
     """The head table (:mod:`attnviz.analysis.heads`) of ``texts`` run through a loaded ``source``, averaged over them.
 
     Texts run in padded batches of ``batch_size``, and each layer's statistics are taken as soon
     as the engine computes it, so a long text never holds every layer's matrices at once.
     ``pair`` is a second sentence for every text; ``reading`` drops special tokens or joins words first;
-    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`attnviz.views.layers.read_layers`).
+    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`attnviz.views.layers.read_layers`);
+    ``layer``: that layer alone (the native engine computes no other layer's weights).
     """
     from .analysis.heads import HeadTableBuilder
     from .views.layers import read_layers
@@ -123,6 +124,7 @@ def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = F
     for start in range(0, len(texts), batch_size):
         chunk = list(texts[start : start + batch_size])
         reader = read_layers(source, chunk, reading=reading, kind=kind, target=target, truncate=truncate,
+                             layers=None if layer is None else [layer],
                              pairs=None if pair is None else [pair] * len(chunk), purpose="head statistics")
         builder.layers = list(reader.layers)  # the model's numbers (a saved result may hold only some layers)
         for position, parts in reader:
@@ -292,10 +294,11 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
 
 def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str | None = None, truncate: bool = False,
              batch_size: int = 16, pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
-             target: str | None = None) -> HeadTable:
+             target: str | None = None, layer: int | None = None) -> HeadTable:
     """What ``attnviz heads`` shows: every statistic of every head, averaged over ``texts``, or on
     ``probe="induction"`` (random tokens repeated; causal models). ``kind="decoder"`` with
-    ``target``: an encoder-decoder model's decoder self-attention (one text)."""
+    ``target``: an encoder-decoder model's decoder self-attention (one text). ``layer``: that layer
+    alone, the only one computed (None: every layer)."""
     from .errors import UsageError
 
     if (texts is None) == (probe is None):
@@ -309,9 +312,12 @@ def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str |
         if pair is not None or target is not None or kind not in ("self", "encoder"):
             raise UsageError("[[pair]], [[target]] and [[kind]] go with texts; the probe is random tokens through a "
                              "causal model's self-attention")
-        return head_table([reading.apply(induction_probe(source))])
+        probed = induction_probe(source)
+        if layer is not None:
+            probed = probed.narrowed([layer])
+        return head_table([reading.apply(probed)])
     return head_table_of_texts(source, list(texts or []), truncate=truncate, batch_size=batch_size, pair=pair,
-                               reading=reading, kind=kind, target=target)
+                               reading=reading, kind=kind, target=target, layer=layer)
 
 
 def explain(text: str | None = None, model: str | None = None, *, layer: int = 0, head: int | None = None,

@@ -53,3 +53,23 @@ def test_the_compare_heads_page_carries_the_head_distances():
     assert page.initial["view"] == "extras" and page.extras[0]["name"] == "distances"
     n = len(overview.names)
     assert len(page.extras[0]["rows"]) == n and len(page.extras[0]["values"]) == n
+
+
+def test_heads_for_one_layer_compute_only_that_layer(monkeypatch):
+    source = api.load(TINY)
+    whole = api.heads_of(source, [TEXT])
+    asked: list = []
+    original = source.stream_batch
+
+    def recorded(*args, **kwargs):
+        asked.append(kwargs.get("layers"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(source, "stream_batch", recorded)
+    one = api.heads_of(source, [TEXT], layer=1)
+    assert asked == [[1]] and one.layers in (None, [1]) and one.shape[0] == 1
+    for got, expected in zip(one.select(layer=1), whole.select(layer=1), strict=True):  # rounded to 6 digits
+        assert got["labels"] == expected["labels"] and got["head"] == expected["head"] and got["layer"] == 1
+        assert all(abs(got[name] - expected[name]) <= 2e-6 for name in one.stats)
+    with pytest.raises(UsageError, match="is out of range"):
+        api.heads_of(source, [TEXT], layer=5)

@@ -126,14 +126,15 @@ def heads(
         text = text_or_example(text, source)
     from ..api import heads_of
 
-    # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
-    table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
-                     probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH, pair=pair,
-                     reading=view, kind=kind_name(kind), target=target)
     layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
     head_choice = parse_index_or_word(head, "--head", "head", ("all",))
-    rows = table.select(layer=None if layer_choice == "all" else int(layer_choice),
-                        head=None if head_choice == "all" else int(head_choice), sort=sort, top=top)
+    one_layer = None if layer_choice == "all" else int(layer_choice)
+    # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
+    # One --layer is the only layer computed.
+    table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
+                     probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH, pair=pair,
+                     reading=view, kind=kind_name(kind), target=target, layer=one_layer)
+    rows = table.select(layer=one_layer, head=None if head_choice == "all" else int(head_choice), sort=sort, top=top)
     if fmt is Format.json:
         import json
 
@@ -151,7 +152,8 @@ def heads(
                                     else label for label in row["labels"]]} for row in rows]  # type: ignore[attr-defined]
         print_table(shown, title=title, width=width, sort=sort, chosen=chosen)
         stdout_console(width).print(
-            f"sink rate: {table.sink_rate:.0%} of heads have a sink on the first token (α₀ > 0.3, Gu et al. 2024); "
+            f"sink rate: {table.sink_rate:.0%} of {'heads' if one_layer is None else f'the heads of layer {one_layer}'} "
+            "have a sink on the first token (α₀ > 0.3, Gu et al. 2024); "
             "sink@K marks the keys where α_K > 0.3", style="dim")
 
 
