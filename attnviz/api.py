@@ -183,27 +183,25 @@ def attention_view(
     source: Source,
     text: str | None,
     *,
-    layer: int | str = "all",
+    layer: int | None = None,
     head: int | str = 0,
     kind: str = "self",
     pair: str | None = None,
     target: str | None = None,
-    hide_special: bool = False,
-    renormalize: bool = False,
-    words: bool = False,
+    reading: Reading = Reading(),
     truncate: bool = False,
     vmax: float | None = None,
     cmap: str = "viridis",
     pool: bool | None = None,
 ) -> HeatmapView:
     """What ``attnviz heatmap`` draws: a ``head`` (a number), every head (``"all"``) or their mean
-    (``"mean"``), in one ``layer`` or in every layer (``"all"``, the default: a panel per layer, or
+    (``"mean"``), in one ``layer`` or in every layer (None, the default: a panel per layer, or
     with ``head="all"`` every head of every layer, a row per layer).
 
-    ``hide_special`` drops special tokens ([CLS], [SEP], BOS…) from both axes, ``renormalize`` then
-    rescales each row to sum to 1; ``words`` joins word pieces (Clark et al. 2019: attention to a word
-    is the sum over its pieces, from a word the mean). ``kind`` is ``self`` (or ``encoder``),
-    ``decoder`` or ``cross`` for encoder-decoder models.
+    ``reading`` drops special tokens ([CLS], [SEP], BOS…) from both axes, rows rescaled to sum to 1
+    or not, and/or joins word pieces (Clark et al. 2019: attention to a word is the sum over its
+    pieces, from a word the mean). ``kind`` is ``self`` (or ``encoder``), ``decoder`` or ``cross``
+    for encoder-decoder models.
 
     An input longer than a picture's :data:`~attnviz.render.view.FIGURE_CELLS` is max-pooled as each
     layer is computed (:mod:`attnviz.views.pooled`) with ``pool=True`` (what a picture file does
@@ -211,20 +209,18 @@ def attention_view(
     """
     from .render.view import head_across_layers_view, heatmap_view
 
-    reading = Reading(hide_special=hide_special, renormalize=renormalize, words=words)
     if pool is not False and reading.plain and kind in ("self", "encoder") and \
             _long_for_a_picture(source, text, pair, truncate, always=bool(pool)):
         from .views.pooled import pooled_view
 
         return pooled_view(source, text, layer=layer, head=head, pair=pair, truncate=truncate, vmax=vmax, cmap=cmap)
-    every_layer = layer == "all"
     # Only the layer shown is built: the native engine stops after it and skips the others' matrices.
     result = source.extract(text, pair=pair, target=target, truncate=truncate,
-                            layers=None if every_layer else [int(layer)])
+                            layers=None if layer is None else [layer])
     result = reading.apply(result)
-    if every_layer:
+    if layer is None:
         return head_across_layers_view(result, head=head, kind=kind, vmax=vmax, cmap=cmap)
-    return heatmap_view(result, layer=int(layer), head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
+    return heatmap_view(result, layer=layer, head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
 
 
 def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncate: bool, *, always: bool) -> bool:
@@ -263,19 +259,18 @@ def find_query(tokens: Sequence[str], query: int | str) -> int:
     raise UsageError(f"[[query={wanted!r}]] is not a token of the text; give one of them or its index ({shown})")
 
 
-def query_view(source: Source, text: str | None, query: int | str, *, layer: int | str = "all",
+def query_view(source: Source, text: str | None, query: int | str, *, layer: int | None = None,
                head: int | str = "all", kind: str = "self", pair: str | None = None, target: str | None = None,
                reading: Reading = Reading(), truncate: bool = False, vmax: float | None = None,
                cmap: str = "viridis") -> HeatmapView:
     """What one token attends to in every layer and head at once: a ``[layers·heads, keys]`` picture
-    (``heatmap --query``). ``query`` is a token or its index; ``layer`` and ``head`` narrow the rows."""
+    (``heatmap --query``). ``query`` is a token or its index; ``layer`` (None: every one) and ``head`` narrow the rows."""
     from .analysis.transforms import kind_tensor, resolved_kind
     from .errors import UsageError
     from .render.view import matrix_view
 
-    every_layer = layer == "all"
     result = reading.apply(source.extract(text, pair=pair, target=target, truncate=truncate,
-                                          layers=None if every_layer else [int(layer)]))
+                                          layers=None if layer is None else [layer]))
     tensor, rows, cols = kind_tensor(result, kind)
     kind = resolved_kind(result, kind)  # a cross-only result's default: cross, in the title too
     position = find_query(rows, query)

@@ -25,20 +25,21 @@ def minilm():
 
 def test_attention_view_is_the_heatmap_pipeline(minilm):
     result = attnviz.extract(TEXT)
-    view = api.attention_view(minilm, TEXT, layer=2, head=5, hide_special=True, renormalize=True, words=True)
+    view = api.attention_view(minilm, TEXT, layer=2, head=5,
+                              reading=api.Reading(hide_special=True, renormalize=True, words=True))
     expected = to_words(drop_special(result, renormalize=True)).attentions[2, 5].numpy()
     assert np.allclose(view.panels[0], expected, atol=1e-6)
     assert "[CLS]" not in view.row_labels and "unbelievably" in [label.lower() for label in view.row_labels]
     with pytest.raises(UsageError, match="hide_special"):
-        api.attention_view(minilm, TEXT, renormalize=True)
+        api.attention_view(minilm, TEXT, reading=api.Reading(renormalize=True))
 
 
 def test_one_head_across_every_layer(minilm, run_cli):
     result = attnviz.extract(TEXT)
-    view = api.attention_view(minilm, TEXT, layer="all", head=3)
+    view = api.attention_view(minilm, TEXT, layer=None, head=3)
     assert view.panels.shape[0] == 6 and view.panel_titles[4] == "L4"
     assert np.allclose(view.panels, result.attentions[:, 3].numpy(), atol=1e-6)
-    mean = api.attention_view(minilm, TEXT, layer="all", head="mean")
+    mean = api.attention_view(minilm, TEXT, layer=None, head="mean")
     assert np.allclose(mean.panels, result.attentions.double().mean(1).numpy(), atol=1e-6)
     r = run_cli("heatmap", TEXT, "--layer", "all", "--head", "3", "--width", "120")
     assert r.exit_code == 0 and "head 3 · every layer" in r.stdout

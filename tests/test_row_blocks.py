@@ -117,14 +117,14 @@ def test_rollout_and_flow_from_row_blocks(tiny_hf, monkeypatch, fusion):
     assert torch.allclose(whole_flow, flow_of_text(source, text, head_fusion=fusion)[0], atol=1e-6)
 
 
-@pytest.mark.parametrize(("layer", "head"), [(1, 0), (0, "all"), (1, "mean"), ("all", 2), ("all", "all")])
+@pytest.mark.parametrize(("layer", "head"), [(1, 0), (0, "all"), (1, "mean"), (None, 2), (None, "all")])
 def test_a_long_heatmap_is_pooled_as_each_layer_is_computed(tiny_hf, monkeypatch, layer, head):
     """Against the whole result drawn and then max-pooled, as the renderer would: the same panels,
     labels, titles and sink marks (sinks found on the tokens, marked on their blocks)."""
     source = api.load(tiny_hf["gpt2"], engine="native")
     text = TEXTS[0]
     result = source.extract(text)
-    if layer == "all":
+    if layer is None:  # every layer
         full = head_across_layers_view(result, head=head)
     else:
         full = heatmap_view(result, layer=layer, head=head)

@@ -222,7 +222,7 @@ def test_norm_in_every_layer(run_cli):
     from attnviz import api
 
     source = api.load()
-    view = api.norm_view(source, TEXT, head=4)  # layer="all", the default
+    view = api.norm_view(source, TEXT, head=4)  # every layer, the default
     result = attnviz.extract(TEXT)
     norms = metrics.norm_attention(result.attentions, result.value_norms)
     assert view.panels.shape[0] == 6 and np.allclose(view.panels, norms[:, 4].numpy(), atol=1e-5)

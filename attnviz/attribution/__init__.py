@@ -42,7 +42,7 @@ def check_method_options(method: str, *, fusion: str | None = None, head: int | 
                                                 force=force, pair=pair, reading=reading, kind=kind, target=target))
 
 
-def attribution_view(source: Source, text: str | None, *, method: str = "rollout", layer: int | str | None = None,
+def attribution_view(source: Source, text: str | None, *, method: str = "rollout", layer: int | None = None,
                      head: int | str | None = None, fusion: str | None = None, target_token: str | None = None,
                      vs: str | None = None, force: bool = False, truncate: bool = False, cmap: str | None = None,
                      pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
@@ -50,14 +50,14 @@ def attribution_view(source: Source, text: str | None, *, method: str = "rollout
     """What ``attnviz rollout --method METHOD`` draws (see :data:`attnviz.attribution.methods.METHODS`).
 
     ``layer``: for rollout, flow and grad-rollout the last layer chained (default: the model's last);
-    for the others one layer, or ``"all"`` (default) for a panel per layer. ``head`` (norm,
+    for the others one layer, or None (default) for a panel per layer. ``head`` (norm,
     attn-grad): a head number, ``"all"`` or ``"mean"`` (default). ``fusion`` (rollout, flow): mean
     (default), max or min. ``target_token`` and ``vs`` choose the output y the gradient methods
     differentiate (see :func:`attnviz.sources.gradients.attention_gradients`). ``force`` lets
     attention flow run past :func:`attnviz.attribution.flow.check_flow_cost`'s limit. ``notice`` receives a
     line before a long computation (the flow's cost)."""
     chosen = method_named(method)
-    request = Request(layer=None if layer in (None, "all") else int(layer), head=head, fusion=fusion,  # type: ignore[arg-type]
+    request = Request(layer=layer, head=head, fusion=fusion,
                       target_token=target_token, vs=vs, force=force, truncate=truncate, cmap=cmap, pair=pair,
                       reading=reading, kind=kind, target=target, notice=notice)
     check_request(chosen, request)

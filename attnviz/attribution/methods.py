@@ -154,7 +154,7 @@ def _flow(source: Any, text: str | None, r: Request) -> HeatmapView:
 def _norm(source: Any, text: str | None, r: Request) -> HeatmapView:
     from .views import norm_view
 
-    return norm_view(source, text, layer="all" if r.layer is None else r.layer, head="mean" if r.head is None else r.head,
+    return norm_view(source, text, layer=r.layer, head="mean" if r.head is None else r.head,
                      truncate=r.truncate, cmap=r.cmap or "viridis", pair=r.pair, reading=r.reading)
 
 

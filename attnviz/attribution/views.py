@@ -142,11 +142,11 @@ def _through_view(matrix: Any, result: AttentionResult, what: str, short: str, c
                        col_axis="input tokens", value_name="share of the input token")
 
 
-def norm_view(source: Source, text: str | None, *, layer: int | str = "all", head: int | str = "mean",
+def norm_view(source: Source, text: str | None, *, layer: int | None = None, head: int | str = "mean",
               truncate: bool = False, cmap: str = "viridis", pair: str | None = None,
               reading: Reading = Reading()) -> HeatmapView:
     """Norm-based attention ‖α_ij f(x_j)‖ (Kobayashi et al. 2020) of one layer or every layer
-    (``"all"``, the default): a head, ``"all"`` or ``"mean"``. Needs each head's value vectors
+    (None, the default): a head, ``"all"`` or ``"mean"``. Needs each head's value vectors
     (native engine, config models)."""
     from ..analysis.metrics import norm_attention
     from ..render.view import every_layer_panels, matrix_view, select_panels
@@ -166,9 +166,9 @@ def norm_view(source: Source, text: str | None, *, layer: int | str = "all", hea
                          f"give them. Use the native engine ({family_names()}) or a .toml config model")
     if not reading.plain:
         raise UsageError("norm-based attention is per token: [[hide_special]] and [[words]] do not apply to it")
-    every_layer = layer == "all"
+    every_layer = layer is None
     # Only the layer shown is built (or every layer, as each is computed).
-    result = source.extract(text, truncate=truncate, layers=None if every_layer else [int(layer)], pair=pair)
+    result = source.extract(text, truncate=truncate, layers=None if layer is None else [layer], pair=pair)
     tensor = norm_attention(result.attentions, result.value_norms)
     if every_layer:
         layers = result.metadata.get("layers") or list(range(result.n_layers))

@@ -33,7 +33,7 @@ from .options import (
     Words,
     kind_name,
     open_source,
-    parse_index_or_word,
+    parse_layer,
     reading,
     text_or_example,
 )
@@ -72,7 +72,7 @@ def compare_heads(
     """
     if vs is not None and vs_model is not None:
         raise UsageError("give --vs or --vs-model, not both")
-    layers_choice = _parse_layer(layer)
+    layers_choice = parse_layer(layer)
     if out is not None:
         from ..fileio import check_output_path
 
@@ -119,8 +119,3 @@ def compare_heads(
                                 layer=layers_choice, truncate=truncate, pair=pair, reading=view, other_name=vs_model)
     comparison_report(runs.overview, console=console, out=out, top=top, cmap=cmap.value, other=runs.other,
                       change=(runs.change, runs.measure), other_name=runs.other_name)
-
-
-def _parse_layer(value: str) -> int | None:
-    layer = parse_index_or_word(value, "--layer", "layer", ("all",))
-    return None if layer == "all" else int(layer)

@@ -22,6 +22,7 @@ from .options import (
     Verbose,
     Width,
     parse_index_or_word,
+    parse_layer,
 )
 
 
@@ -56,7 +57,7 @@ def generate(
 
     Example: attnviz generate "The cat sat on the" --model gpt2 --max-new-tokens 10
     """
-    layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    chosen_layer = parse_layer(layer)
     head_choice = parse_index_or_word(head, "--head", "head", ("mean",))
     suffix = None if out is None else out.suffix.lower()
     if suffix not in (None, ".npz", ".png", ".svg", ".pdf", ".html"):
@@ -75,7 +76,6 @@ def generate(
                "hf": "transformers generate"}.get(result.metadata.get("engine", ""), "?")
         sys.stderr.write(f"attnviz: engine {result.metadata.get('engine')} ({how}) on {device.value}, "
                          f"model {result.model_name}\n")
-    chosen_layer = None if layer_choice == "all" else int(layer_choice)
     chosen_head = None if head_choice == "mean" else int(head_choice)
     summary = generation_summary(result, layer=chosen_layer, head=chosen_head, top=top)
     _print_summary(summary, console)

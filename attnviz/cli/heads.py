@@ -33,6 +33,7 @@ from .options import (
     kind_name,
     open_source,
     parse_index_or_word,
+    parse_layer,
     reading,
     text_or_example,
 )
@@ -126,9 +127,8 @@ def heads(
         text = text_or_example(text, source)
     from ..api import heads_of
 
-    layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    one_layer = parse_layer(layer)
     head_choice = parse_index_or_word(head, "--head", "head", ("all",))
-    one_layer = None if layer_choice == "all" else int(layer_choice)
     # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
     # One --layer is the only layer computed.
     table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),

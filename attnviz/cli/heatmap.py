@@ -36,7 +36,7 @@ from .options import (
     kind_name,
     open_source,
     parse_head,
-    parse_index_or_word,
+    parse_layer,
     reading,
     text_or_example,
 )
@@ -80,7 +80,7 @@ def heatmap(
     Example: attnviz heatmap "The cat sat on the mat." --layer 2 --head all
     """
     head_choice = parse_head(head or ("all" if query is not None else "0"))
-    layer_choice = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    layer_choice = parse_layer(layer)
     if query is not None and head_choice == "mean":
         raise UsageError("--query lists heads one by one; give --head N or leave --head out (every head)")
     if query is not None and out is not None and out.suffix.lower() == ".html":
@@ -101,10 +101,10 @@ def heatmap(
         from ..api import page_view
         from ..render.html import render_html
 
-        page = page_view(source, text, layer=layer, head=head_choice if isinstance(head_choice, int) else 0,
+        page = page_view(source, text, layer=layer_choice, head=head_choice if isinstance(head_choice, int) else 0,
                          kind=kind_name(kind), pair=pair, target=target, truncate=truncate,
                          reading=reading(hide_special, renormalize, words),
-                         view="matrix" if isinstance(head_choice, int) and layer_choice != "all" else "model")
+                         view="matrix" if isinstance(head_choice, int) and layer_choice is not None else "model")
         typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")
         return
     if query is not None:
@@ -117,9 +117,8 @@ def heatmap(
         return
     from ..api import attention_view
 
-    view = attention_view(source, text, layer=layer_choice, head=head_choice,
-                          kind=kind_name(kind), pair=pair, target=target,
-                          hide_special=hide_special, renormalize=renormalize, words=words, truncate=truncate,
+    view = attention_view(source, text, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair,
+                          target=target, reading=reading(hide_special, renormalize, words), truncate=truncate,
                           vmax=vmax, cmap=cmap.value, pool=_picture(out))
     show_view(view, out, values=values, fit=fit.value, width=width)
 

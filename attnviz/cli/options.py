@@ -114,6 +114,12 @@ def parse_index_or_word(value: str, option: str, what: str, words: tuple[str, ..
     return number
 
 
+def parse_layer(value: str, option: str = "--layer") -> int | None:
+    """``--layer``'s value, parsed once: a layer number, or None for ``all`` (every layer)."""
+    layer = parse_index_or_word(value, option, "layer", ("all",))
+    return None if layer == "all" else int(layer)
+
+
 def parse_head(value: str) -> int | str:
     """``"3"`` → 3, ``"all"`` / ``"mean"`` as they are."""
     return parse_index_or_word(value, "--head", "head", ("all", "mean"))

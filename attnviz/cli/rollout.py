@@ -40,7 +40,7 @@ from .options import (
     kind_name,
     open_source,
     parse_head,
-    parse_index_or_word,
+    parse_layer,
     reading,
     text_or_example,
 )
@@ -119,7 +119,7 @@ def rollout(
     chosen_method = "norm" if norm else method
     if head is None and "head" in method_named(chosen_method).options:  # one head by default, as heatmap shows
         head = "0"
-    chosen = parse_index_or_word(layer, "--layer", "layer", ("all",))
+    chosen = parse_layer(layer)
     if out is not None:
         from ..fileio import check_output_path
 

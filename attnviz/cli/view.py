@@ -33,7 +33,7 @@ from .options import (
     kind_name,
     open_source,
     parse_head,
-    parse_index_or_word,
+    parse_layer,
     reading,
     text_or_example,
 )
@@ -100,7 +100,7 @@ def view(
     head_choice = parse_head(head)
     if not isinstance(head_choice, int):
         raise UsageError(f"--head {head} is the head shown first: give a number (the page shows every head)")
-    parse_index_or_word(layer, "--layer", "layer", ("all",))
+    layer_choice = parse_layer(layer)
     from ..fileio import check_output_path
 
     check_output_path(out)
@@ -110,7 +110,7 @@ def view(
     from ..api import page_view
     from ..render.html import render_html
 
-    page = page_view(source, text, layer=layer, head=head_choice, kind=kind_name(kind), pair=pair, target=target,
+    page = page_view(source, text, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair, target=target,
                      reading=reading(hide_special, renormalize, words), truncate=truncate, stats=stats, view=first)
     written = render_html(page, out, cmap=cmap.value)
     typer.echo(f"wrote {written}")

@@ -77,7 +77,7 @@ def compare_heads_page(source: Any, text: str | None, overview: HeadsOverview, *
     from .pages import page_view
 
     compared = comparison(overview, top=top)
-    page = page_view(source, text, layer="all" if layer is None else layer, kind=kind, pair=pair, target=target,
+    page = page_view(source, text, layer=layer, kind=kind, pair=pair, target=target,
                      truncate=truncate, reading=reading, view="extras")
     page.add_matrix("distances", compared.matrix, compared.rows, compared.cols, title=compared.matrix_title,
                     value_name="Jensen–Shannon distance", notes=compared.notes + overview.notes)

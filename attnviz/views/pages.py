@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..render.page import Page
 
 
-def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: int | str = 0, kind: str = "self",
+def page_view(source: Any, text: str | None, *, layer: int | None = None, head: int | str = 0, kind: str = "self",
               pair: str | None = None, target: str | None = None, reading: Reading | None = None,
               truncate: bool = False, stats: bool = True, view: str = "head") -> Page:
     """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
@@ -35,7 +35,7 @@ def page_view(source: Any, text: str | None, *, layer: int | str = "all", head: 
     reading = reading or Reading()
     if kind not in KINDS:
         raise UsageError(f"[[kind={kind!r}]] is unknown; use one of {', '.join(KINDS)}")
-    layers = None if layer == "all" else [int(layer)]
+    layers = None if layer is None else [layer]
     can = source.capabilities
     if can.cross or not can.self_attention:  # encoder-decoder (or cross-attention alone): computed whole
         # Cross-attention alone has no statistics; its page carries each head's q and k (details) instead.

@@ -23,17 +23,17 @@ from ..render.view import FIGURE_CELLS, HeadChoice, HeatmapView, matrix_view, po
 GRID_CELLS = 256  # cells per axis of each panel when every head is shown (a grid draws each one small)
 
 
-def pooled_view(source: Any, text: str | None, *, layer: int | str, head: HeadChoice, pair: str | None = None,
+def pooled_view(source: Any, text: str | None, *, layer: int | None, head: HeadChoice, pair: str | None = None,
                 truncate: bool = False, vmax: float | None = None, cmap: str = "viridis") -> HeatmapView:
     """What :func:`attnviz.api.attention_view` shows of ``text`` (self-attention, tokens as they are),
     max-pooled to the picture's size block by block; the same titles, labels and sink marks."""
     from ..layer_range import check_layer
     from .layers import read_layers
 
-    every = layer == "all"
-    if not every:
-        check_layer(int(layer), owner=source.name, count=source.n_layers)
-    stream = read_layers(source, [text], truncate=truncate, layers=None if every else [int(layer)], pairs=[pair],
+    every = layer is None
+    if layer is not None:
+        check_layer(layer, owner=source.name, count=source.n_layers)
+    stream = read_layers(source, [text], truncate=truncate, layers=None if layer is None else [layer], pairs=[pair],
                          purpose="heatmap")
     header = stream.results[0]
     n = len(header.tokens)
