@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -32,7 +33,7 @@ from .options import (
     Width,
     Words,
     kind_name,
-    open_source,
+    model_options,
     parse_layer,
     reading,
     text_or_example,
@@ -86,9 +87,9 @@ def compare_heads(
     page = out is not None and out.suffix.lower() == ".html"
     if page and (vs is not None or vs_model is not None):
         raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
-    kwargs = dict(engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
-                  trust_remote_code=trust_remote_code, verbose=verbose)
-    source = open_source(model, **kwargs)
+    options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
+                            device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+    source = options.load()
     text = text_or_example(text, source)
     from ..report import comparison_report
 
@@ -115,7 +116,7 @@ def compare_heads(
         raise UsageError("--vs and --vs-model compare the encoder's self-attention; --kind and --target go with one run")
     from ..api import compare_runs_of_text
 
-    runs = compare_runs_of_text(source, text, vs=vs, other=None if vs_model is None else open_source(vs_model, **kwargs),
+    runs = compare_runs_of_text(source, text, vs=vs, other=None if vs_model is None else replace(options, model=vs_model).load(),
                                 layer=layers_choice, truncate=truncate, pair=pair, reading=view, other_name=vs_model)
     comparison_report(runs.overview, console=console, out=out, top=top, cmap=cmap.value, other=runs.other,
                       change=(runs.change, runs.measure), other_name=runs.other_name)

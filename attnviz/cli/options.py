@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -138,24 +139,37 @@ def text_or_example(text: str | None, source: Any) -> str | None:
     return text
 
 
-def open_source(
-    model: str | None,
-    *,
-    engine: EngineChoice,
-    causal: bool | None,
-    revision: str | None,
-    device: Device,
-    device_map: str | None,
-    trust_remote_code: bool,
-    verbose: bool,
-) -> Any:
-    """Load the source the options describe; with ``verbose``, say on stderr which engine runs it."""
-    from ..sources.resolve import load_source
+@dataclass(frozen=True)
+class ModelOptions:
+    """The options every command that loads a model shares (``--model``, ``--engine``, ``--causal``,
+    ``--revision``, ``--device``, ``--device-map``, ``--trust-remote-code``, ``--verbose``), parsed once."""
 
-    source = load_source(
-        model, engine=engine.value, causal=causal, revision=revision, device=device.value,
-        device_map=device_map, trust_remote_code=trust_remote_code,
-    )
-    if verbose:
-        sys.stderr.write(f"attnviz: {source.describe()}\n")
-    return source
+    model: str | None
+    engine: str = "auto"
+    causal: bool | None = None
+    revision: str | None = None
+    device: str = "cpu"
+    device_map: str | None = None
+    trust_remote_code: bool = False
+    verbose: bool = False
+
+    def load(self) -> Any:
+        """The source, through :func:`attnviz.api.load`; with ``verbose``, say on stderr which engine runs it."""
+        from ..api import load
+
+        source = load(self.model, engine=self.engine, causal=self.causal, revision=self.revision,  # type: ignore[arg-type]
+                      device=self.device, device_map=self.device_map, trust_remote_code=self.trust_remote_code)
+        if self.verbose:
+            sys.stderr.write(f"attnviz: {source.describe()}\n")
+        return source
+
+
+def model_options(model: str | None, *, engine: EngineChoice, causal: bool | None, revision: str | None,
+                  device: Device, device_map: str | None, trust_remote_code: bool, verbose: bool) -> ModelOptions:
+    """The shared options of a command, from its parameters."""
+    return ModelOptions(model, engine.value, causal, revision, device.value, device_map, trust_remote_code, verbose)
+
+
+def open_source(model: str | None, **options: Any) -> Any:
+    """Load the source the options describe (:class:`ModelOptions`)."""
+    return model_options(model, **options).load()
