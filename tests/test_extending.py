@@ -131,3 +131,18 @@ def test_page_views_are_records_the_library_checks():
     assert [v["name"] for v in page.data()["views"]] == list(PAGE_VIEWS)
     document = page_html(page)
     assert all(f'<section id="view-{name}">' in document for name in PAGE_VIEWS)
+
+
+def test_the_readme_statistic_example_runs_as_written():
+    from attnviz.analysis.statistics import unregister
+    from docs_text import README
+
+    marker = README.index("from attnviz.analysis.statistics import Statistic, register")
+    block = README[README.rindex("```python", 0, marker) + len("```python"): README.index("```", marker)]
+    names: dict = {}
+    try:
+        exec(compile(block, "README.md", "exec"), names)
+        table = names["table"]
+        assert table.stats["far"].shape == table.stats["entropy"].shape and float(table.stats["far"].min()) >= 0
+    finally:
+        unregister("far")
