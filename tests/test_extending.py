@@ -134,8 +134,9 @@ def test_page_views_are_records_the_library_checks():
 
 
 def test_the_readme_statistic_example_runs_as_written():
-    from attnviz.analysis.statistics import unregister
     from docs_text import README
+
+    from attnviz.analysis.statistics import unregister
 
     marker = README.index("from attnviz.analysis.statistics import Statistic, register")
     block = README[README.rindex("```python", 0, marker) + len("```python"): README.index("```", marker)]
