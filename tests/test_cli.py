@@ -107,12 +107,12 @@ def test_failed_image_leaves_no_file(run_cli, tmp_path, monkeypatch, suffix):
 
 
 def test_unexpected_errors_are_one_line_too(run_cli, monkeypatch):
-    import attnviz.sources.resolve
+    import attnviz.api
 
     def boom(*a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(attnviz.sources.resolve, "load_source", boom)
+    monkeypatch.setattr(attnviz.api, "load_source", boom)  # what api.load (the CLI's way in) calls
     r = run_cli("heatmap", TEXT, "--model", TINY)
     assert r.exit_code == 1
     assert "internal error (RuntimeError: kaboom); rerun with ATTNVIZ_DEBUG=1" in r.stderr

@@ -124,10 +124,7 @@ def test_a_long_heatmap_is_pooled_as_each_layer_is_computed(tiny_hf, monkeypatch
     source = api.load(tiny_hf["gpt2"], engine="native")
     text = TEXTS[0]
     result = source.extract(text)
-    if layer is None:  # every layer
-        full = head_across_layers_view(result, head=head)
-    else:
-        full = heatmap_view(result, layer=layer, head=head)
+    full = head_across_layers_view(result, head=head) if layer is None else heatmap_view(result, layer=layer, head=head)
     monkeypatch.setattr("attnviz.render.view.FIGURE_CELLS", 6)
     monkeypatch.setattr("attnviz.views.pooled.FIGURE_CELLS", 6)
     monkeypatch.setattr("attnviz.views.pooled.GRID_CELLS", 6)
