@@ -52,7 +52,8 @@ def run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSet
     layers = None if settings.layers is None else list(settings.layers)
     texts = [item.text for item in batch]
     try:
-        stream = read_layers(source, texts, truncate=settings.truncate, layers=layers, float16=settings.float16,
+        stream = read_layers(source, texts, reading=settings.reading, truncate=settings.truncate, layers=layers,
+                             float16=settings.float16,
                              pairs=None if settings.pair is None else [settings.pair] * len(texts), purpose="export")
     except UsageError:
         raise  # a bad --layers is wrong for every item alike
@@ -71,14 +72,14 @@ def run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSet
     failed: dict[int, str] = {}  # an item whose own file could not be written (a full disk): its own error
     try:
         for position, parts in stream:
-            _add_layer(exports, position, parts, failed)
+            _add_layer(exports, position, parts, stream.results, failed)
             del parts  # this layer is written: drop it before the next is computed
         result = BlockResult()
         rows = []
         for i, (item, export) in enumerate(zip(batch, exports, strict=True)):
             if export is not None and i not in failed:
                 try:
-                    outcome: Outcome | str = export.finish(stream.results[i] if stream.whole else None)
+                    outcome: Outcome | str = export.finish(stream.unread[i] if stream.whole else None)
                 except (RenderError, ResultFileError) as exc:
                     export.abort()
                     failed[i] = exc.template
@@ -128,13 +129,15 @@ def record_parts(out_dir: Path, block: BlockResult, journal: Journal) -> list[tu
     return block.outcomes
 
 
-def _add_layer(exports: list[ItemExport | None], position: int, parts: list[Any], failed: dict[int, str]) -> None:
+def _add_layer(exports: list[ItemExport | None], position: int, parts: list[Any], shown: list[Any],
+               failed: dict[int, str]) -> None:
     """A function of its own, so no loop variable keeps the layer alive after it is written. An item
-    whose file cannot be written fails alone, with its own file named; the others go on."""
+    whose file cannot be written fails alone, with its own file named; the others go on. ``shown``:
+    each text's tokens as read."""
     for i, (export, part) in enumerate(zip(exports, parts, strict=True)):
         if export is not None and i not in failed:
             try:
-                export.add(position, part)
+                export.add(position, part, shown[i])
             except (RenderError, ResultFileError) as exc:
                 export.abort()
                 failed[i] = exc.template

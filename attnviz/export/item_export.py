@@ -43,22 +43,21 @@ class ItemExport:
         self.npz = ResultWriter(self.out_dir / f"{self.item.stem}.npz", header, self.n_layers,
                                 float16=self.settings.float16)
 
-    def add(self, position: int, part: Any) -> None:
-        """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``."""
+    def add(self, position: int, part: Any, shown: AttentionResult) -> None:
+        """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``,
+        read as the settings say (:mod:`attnviz.views.layers`), over ``shown``'s tokens."""
         heads = part.n_heads
         if self.settings.heads is not None and max(self.settings.heads) >= heads:
             raise UsageError(f"[[heads={max(self.settings.heads)}]] is out of range; {self.header.model_name} has "
                              f"heads 0 to {heads - 1}")
         self.layers.append(part.layer)
-        if self.reading.plain and self.npz is None and not self.settings.page_formats and not self.settings.image_formats:
-            self.stats.add_layer(self.shown, position, part)  # statistics alone: a block of rows at a time
+        self.shown = shown
+        if self.streams_npz and self.npz is None:  # read another way: opened once the tokens as read are known
+            self._open_npz(shown)
+        if self.npz is None and not self.settings.page_formats and not self.settings.image_formats:
+            self.stats.add_layer(shown, position, part)  # statistics alone: a block of rows at a time
             return
-        attentions, norms = part.attentions, part.value_norms
-        if not self.reading.plain:
-            self.shown = self.reading.layer(self.header, attentions)
-            attentions, norms = self.shown.attentions[0], None  # value norms are per token: not of words
-            if self.streams_npz and self.npz is None:
-                self._open_npz(self.shown)
+        attentions, norms = part.attentions, part.value_norms  # a read layer has no value norms (not of words)
         if self.npz is not None:
             self.npz.add(attentions, norms)
         self.stats.add_layer(self.shown, position, attentions)

@@ -38,6 +38,7 @@ class LayerReader:
     def __init__(self, stream: LayerStream, reading: Reading) -> None:
         self._stream, self.reading = stream, reading
         self.results: list[AttentionResult] = list(stream.results)
+        self.unread: list[AttentionResult] = list(stream.results)  # as the source gave them (whole ones hold every layer)
         self.layers: list[int] = list(stream.layers)
 
     @property
