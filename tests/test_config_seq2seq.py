@@ -117,7 +117,7 @@ def test_matches_a_float64_reference(source, result):
     assert result.tokens == ["我", "爱", "猫"] and result.target_tokens == ["I", "love", "little", "cats", "."]
     src_ids, tgt_ids = _ids(result.tokens, cfg.vocab_size), _ids(result.target_tokens, cfg.vocab_size)
     assert result.token_ids == src_ids and result.metadata["target_ids"] == tgt_ids
-    encoder, decoder, cross = _reference(source._seq2seq, cfg, src_ids, tgt_ids)
+    encoder, decoder, cross = _reference(source.seq2seq_network, cfg, src_ids, tgt_ids)
     assert torch.allclose(result.decoder_attentions[0].double(), decoder[0], atol=1e-5)  # layer 0, by hand
     assert torch.allclose(result.cross_attentions[0].double(), cross[0], atol=1e-5)
     assert torch.allclose(result.decoder_attentions.double(), decoder, atol=1e-5)  # and every layer
@@ -141,7 +141,7 @@ def test_shapes_causality_and_rows(result):
 def test_encoder_is_the_encoder_only_model_of_the_same_seed(source, result):
     alone = ConfigSource(replace(source.cfg, decoder_layers=0))
     assert not alone.capabilities.cross and source.capabilities.cross
-    theirs, ours = alone._model.state_dict(), source._seq2seq.encoder.state_dict()
+    theirs, ours = alone.network.state_dict(), source.seq2seq_network.encoder.state_dict()
     assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
     assert torch.allclose(alone.extract(SOURCE).attentions, result.attentions, atol=1e-6)
     again = ConfigSource(load_config(ED)).extract(SOURCE, target=TARGET)  # seeded: the same model every time

@@ -122,7 +122,7 @@ def test_position_step_is_embedding_plus_sinusoid_then_layer_norm():
             assert float(pos.position[p, i]) == pytest.approx(math.sin(p / 10000 ** (i / d)), abs=1e-6)
             assert float(pos.position[p, i + 1]) == pytest.approx(math.cos(p / 10000 ** (i / d)), abs=1e-6)
     torch.testing.assert_close(pos.summed, pos.embedding + pos.position)
-    ln = source._model.blocks[0].ln_attn
+    ln = source.network.blocks[0].ln_attn
     torch.testing.assert_close(inputs.x, F.layer_norm(pos.summed, (d,), ln.weight, ln.bias))
     later = source.explain_inputs("the cat sat", 1).positions
     assert later.kind == "residual" and later.embedding is None

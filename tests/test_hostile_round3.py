@@ -145,7 +145,7 @@ def _saved(tmp_path: Path, name: str = "r.npz", **arrays):
     from attnviz.result import AttentionResult, write_npz
 
     good = AttentionResult(tokens=["a", "b", "c"], attentions=torch.rand(2, 2, 3, 3).softmax(-1))
-    base = {**good._token_arrays(), "attentions": good.attentions.numpy(), "meta": good._meta_array()}
+    base = {**good.token_arrays(), "attentions": good.attentions.numpy(), "meta": good.meta_array()}
     meta = arrays.pop("meta", None)
     if meta is not None:
         base["meta"] = np.array(json.dumps({**json.loads(str(base["meta"])), **meta}))

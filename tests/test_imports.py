@@ -226,3 +226,31 @@ def test_no_import_circles_at_all():
 def test_the_circle_check_can_fail():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
     assert _circles(graph) == [{"a", "b", "c"}]
+
+
+# Private names of other libraries that attnviz uses on purpose: os._exit (leave at once, no clean-up:
+# a killed export's drawing process), matplotlib's font cache (cleared when fonts change), IPython's
+# display protocol.
+FOREIGN_PRIVATE = {"_exit", "_findfont_cached", "_repr_html_"}
+
+
+def _private_defined(tree: ast.AST) -> set[str]:
+    """The private names a module defines: its functions and methods, and the attributes it assigns."""
+    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    return {name for name in names if name.startswith("_")}
+
+
+def test_no_module_reaches_into_another_modules_private_attributes():
+    """``thing._name`` outside ``self``/``cls``/``super()`` only for a private name the same module defines."""
+    offenders = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = _private_defined(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                held = ast.unparse(node.value)
+                if held in ("self", "cls", "super()") or node.attr in own or node.attr in FOREIGN_PRIVATE:
+                    continue
+                offenders.append(f"{module}: {held}.{node.attr}")
+    assert offenders == []

@@ -185,7 +185,7 @@ def test_own_transformer_config_is_pre_ln_and_sums_to_x_plus_attention():
     result, parts = mixing_parts(source, "the cat sat on the mat", layers=[1])
     (part,) = list(parts)
     assert part.layer == 1 and part.post_norm is None and part.bias_o is not None
-    model = source._model
+    model = source.network
     streams = []
     model(torch.tensor([result.token_ids]), streams=streams)
     block = model.blocks[1]

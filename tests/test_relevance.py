@@ -221,7 +221,7 @@ def config_reference(source, ids: list[int], words: list[str]):
     from attnviz.sources.own_model import sinusoidal_positions
     from attnviz.sources.words import word_id
 
-    model, cfg = source._model, source.cfg
+    model, cfg = source.network, source.cfg
     x = model.embed.weight[torch.tensor(ids)]
     t, d = x.shape
     if cfg.positions == "sinusoidal":

@@ -194,7 +194,7 @@ class AttentionResult:
             result = replace(result, attentions=result.attentions.half())
         return result
 
-    def _token_arrays(self) -> dict[str, np.ndarray]:
+    def token_arrays(self) -> dict[str, np.ndarray]:
         return {
             "tokens": np.array(self.tokens, dtype=np.str_),
             "token_ids": np.array(self.token_ids, dtype=np.int64),
@@ -204,15 +204,15 @@ class AttentionResult:
             "segment_ids": np.array(self.segment_ids, dtype=np.int8),
         }
 
-    def _meta_array(self) -> np.ndarray:
+    def meta_array(self) -> np.ndarray:
         return np.array(json.dumps(self._meta(), ensure_ascii=False, allow_nan=False, sort_keys=True))
 
     def _write(self, path: Path, float16: bool) -> Path:
         dtype = np.float16 if float16 else np.float32
         arrays: dict[str, np.ndarray] = {
-            **self._token_arrays(),
+            **self.token_arrays(),
             "attentions": self.attentions.numpy().astype(dtype),
-            "meta": self._meta_array(),
+            "meta": self.meta_array(),
         }
         for name in _OPTIONAL_TENSORS:
             if getattr(self, name) is not None:

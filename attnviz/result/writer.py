@@ -51,7 +51,7 @@ class ResultWriter:
         os.close(fd)
         try:
             self.archive = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_STORED)
-            for name, array in header._token_arrays().items():
+            for name, array in header.token_arrays().items():
                 self._entry(name, array)
             self._open = self.archive.open(zipfile.ZipInfo("attentions.npy", date_time=_EPOCH), "w", force_zip64=True)
         except OSError as exc:
@@ -131,7 +131,7 @@ class ResultWriter:
         self._stop()
         try:
             self._open.close()
-            self._entry("meta", self.header._meta_array())
+            self._entry("meta", self.header.meta_array())
             if self.norms and len(self.norms) == self.n_layers:
                 self._entry("value_norms", np.stack(self.norms).astype(self.dtype))
             self.archive.close()

@@ -94,7 +94,7 @@ class Source(ABC):
         """What ``attnviz explain`` walks through for ``text`` at ``layer``: config models and the
         native engine's checkpoints give it; any other source says so."""
         raise UsageError(f"explain walks through config models (.toml) and checkpoints the native engine runs; "
-                         f"{self.name} is {self._kind()}, so use attnviz heatmap for it")
+                         f"{self.name} is {self.kind_text()}, so use attnviz heatmap for it")
 
     # --- the one signature ----------------------------------------------------------------------
 
@@ -142,10 +142,10 @@ class Source(ABC):
         """An option this source cannot honour is an error naming it, never silently ignored."""
         can = self.capabilities
         if any(p is not None for p in pairs) and not can.pairs:
-            raise UsageError(f"[[pair]] and [[target]] need a model with a real tokenizer; {self.name} is {self._kind()}")
+            raise UsageError(f"[[pair]] and [[target]] need a model with a real tokenizer; {self.name} is {self.kind_text()}")
         if options.target is not None and not can.cross:
             if not can.pairs:
-                raise UsageError(f"[[pair]] and [[target]] need a model with a real tokenizer; {self.name} is {self._kind()}")
+                raise UsageError(f"[[pair]] and [[target]] need a model with a real tokenizer; {self.name} is {self.kind_text()}")
             raise UsageError(f"[[target]] is for encoder-decoder models; {self.name} is {getattr(self, 'family', self.engine)}")
         if options.target is not None and batch and len(pairs) > 1:
             raise UsageError("[[target]]: give the decoder's input with one text at a time, not a batch")
@@ -167,7 +167,7 @@ class Source(ABC):
             raise UsageError(f"{len(texts)} texts but {len(pairs)} pairs; give one pair (or None) per text")
         return pairs
 
-    def _kind(self) -> str:
+    def kind_text(self) -> str:
         return "a config model" if self.engine == "config" else f"a {getattr(self, 'family', self.engine)} model"
 
 

@@ -71,9 +71,9 @@ class ModelSource(Source):
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
         infos = [self.encode(t, p, truncate=options.truncate) for t, p in zip(texts, pairs, strict=True)]
         layers = None if options.layers is None else self.check_layers(options.layers)
-        return self._stream(infos, layers, options.details)
+        return self.stream_infos(infos, layers, options.details)
 
-    def _stream(self, infos: list[TokenInfo], layers: list[int] | None, details: bool) -> LayerStream:
+    def stream_infos(self, infos: list[TokenInfo], layers: list[int] | None, details: bool) -> LayerStream:
         if self.vocab_rows is not None:
             top = max(max(info.ids) for info in infos)
             if top >= self.vocab_rows or min(min(info.ids) for info in infos) < 0:
@@ -125,7 +125,7 @@ class ModelSource(Source):
             word_ids=[-1 if i in specials else n for n, i in enumerate(ids)],
             segment_ids=[0] * len(ids),
         )
-        return collect(self._stream([info], None, details), float16=float16)[0]
+        return collect(self.stream_infos([info], None, details), float16=float16)[0]
 
 
 def _tokenizer_pad_id(tokenizer: Any) -> int:

@@ -88,7 +88,7 @@ def attention_gradients(source: Source, text: str | None, *, target_token: str |
         raise UsageError(f"{source.name} is a saved result: it holds attention weights but not the model, and "
                          "gradients need the model run again; give the model it was computed with")
     raise UsageError(f"gradients need a model attnviz runs (a checkpoint, or a transformer config model); "
-                     f"{source.name} is {source._kind()}")
+                     f"{source.name} is {source.kind_text()}")
 
 
 def _check_second_text(source: Any, vs: str, truncate: bool) -> None:
@@ -224,7 +224,7 @@ def _hf_inputs(source: HFSource, info: TokenInfo) -> dict[str, Tensor]:
     dev = source.model.device
     ids = torch.tensor([info.ids], device=dev)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if source._types:
+    if source.token_types:
         inputs["token_type_ids"] = torch.tensor([info.segment_ids], device=dev)
     return inputs
 
@@ -236,8 +236,8 @@ def _config(source: ConfigSource, text: str | None, target_token: str | None, vs
             truncate: bool) -> AttentionGradients:
     from ..config import TransformerConfig
 
-    model, cfg = source._model, source.cfg
-    if source._seq2seq is not None:
+    model, cfg = source.network, source.cfg
+    if source.seq2seq_network is not None:
         raise UsageError(f"{source.name} is an encoder-decoder config model; gradient-weighted attention is "
                          "implemented for encoders and decoders alone (a config without decoder_layers)")
     if model is None or not isinstance(cfg, TransformerConfig):

@@ -125,7 +125,7 @@ class HFSource(ModelSource):
             bos_id=getattr(config, "bos_token_id", None),
             vocab_rows=self.model.get_input_embeddings().num_embeddings,
         )
-        self._types = getattr(config, "type_vocab_size", 0) > 1
+        self.token_types = getattr(config, "type_vocab_size", 0) > 1
         self._plan: LayerPlan | None = None  # None: every layer from output_attentions=True at once
         if not self.encoder_decoder:
             inputs, attentions = self._probe()
@@ -178,7 +178,7 @@ class HFSource(ModelSource):
         return self._task_models[task]
 
     def _inputs(self, ids: Tensor, mask: Tensor, types: Tensor) -> dict[str, Tensor]:
-        return {"input_ids": ids, "attention_mask": mask, **({"token_type_ids": types} if self._types else {})}
+        return {"input_ids": ids, "attention_mask": mask, **({"token_type_ids": types} if self.token_types else {})}
 
     @torch.no_grad()
     def _attentions(self, ids: Tensor, mask: Tensor, types: Tensor) -> list[Tensor]:

@@ -79,11 +79,11 @@ def _refusal(source: Source) -> str | None:
     if engine == "native" and getattr(source, "family", None) in FAMILIES:
         return None
     if engine == "config":
-        model = getattr(source, "_model", None)
+        model = getattr(source, "network", None)
         if model is None:
             return (f"{name} is a single attention layer from given matrices: it has no residual stream or LayerNorm "
                     f"to decompose; use {what_works()}")
-        if getattr(source, "_seq2seq", None) is not None:
+        if getattr(source, "seq2seq_network", None) is not None:
             return (f"{name} is an encoder-decoder config model, which norm-based mixing does not decompose; use a "
                     f"transformer config without decoder_layers, or {what_works()}")
         return None
@@ -152,7 +152,7 @@ def _residual_recorder(seen: dict[int, dict[str, Any]], number: int) -> Any:
 def _config_parts(source: ConfigSource, text: str, wanted: list[int] | None, truncate: bool) -> Iterator[MixingParts]:
     """A config model runs whole (it is small): every block's input x (the residual) and its
     attention output come from the model's own forward pass, then each wanted layer is handed on."""
-    model = source._model
+    model = source.network
     assert model is not None  # checked by _refusal
     _tokens, ids = source.tokenize(text, truncate=truncate)
     streams: list[Tensor] = []

@@ -32,20 +32,20 @@ class ConfigSource(Source):
         self.cfg = cfg
         self.name = cfg.name
         self.causal = cfg.causal if causal is None else causal
-        self._seq2seq: OwnSeq2Seq | None = None  # an encoder-decoder (decoder_layers >= 1): see own_seq2seq
+        self.seq2seq_network: OwnSeq2Seq | None = None  # an encoder-decoder (decoder_layers >= 1): see own_seq2seq
         if isinstance(cfg, TransformerConfig) and cfg.decoder_layers:
             if self.causal:
                 raise UsageError(f"{self.name} is an encoder-decoder config model: its encoder reads the whole "
                                  "source and its decoder is always causal; leave out [[causal=True]]")
             from .own_seq2seq import OwnSeq2Seq
 
-            self._seq2seq = OwnSeq2Seq(cfg).eval()
-            self._model = self._seq2seq.encoder  # the encoder-only model of the same config, same weights
+            self.seq2seq_network = OwnSeq2Seq(cfg).eval()
+            self.network = self.seq2seq_network.encoder  # the encoder-only model of the same config, same weights
         else:
-            self._model = OwnTransformer(cfg).eval() if isinstance(cfg, TransformerConfig) else None
-        self.capabilities = Capabilities(details=True, value_norms=True, fixed_input=self._model is None,
-                                         cross=self._seq2seq is not None,
-                                         generation=self._model is not None and self.causal and bool(cfg.vocab))
+            self.network = OwnTransformer(cfg).eval() if isinstance(cfg, TransformerConfig) else None
+        self.capabilities = Capabilities(details=True, value_norms=True, fixed_input=self.network is None,
+                                         cross=self.seq2seq_network is not None,
+                                         generation=self.network is not None and self.causal and bool(cfg.vocab))
         if self._cross_matrices:  # one cross-attention layer: no self-attention, so no norms of it
             if self.causal:
                 raise UsageError(f"{self.name} is cross-attention (the queries of x over its context), which is "
@@ -59,7 +59,7 @@ class ConfigSource(Source):
 
     @property
     def n_layers(self) -> int:
-        return 1 if self._model is None else self.cfg.n_layers
+        return 1 if self.network is None else self.cfg.n_layers
 
     def describe(self) -> str:
         return f"engine config ({type(self.cfg).__name__}), model {self.name}"
@@ -100,21 +100,21 @@ class ConfigSource(Source):
         return super()._stream_batch(texts, pairs, options)
 
     def _one(self, text: str | None, options: ExtractOptions) -> AttentionResult:
-        if self._seq2seq is not None:  # encoder, decoder and cross-attention, for options.target
+        if self.seq2seq_network is not None:  # encoder, decoder and cross-attention, for options.target
             from .own_seq2seq import extract_seq2seq
 
-            return extract_seq2seq(self, self._seq2seq, text, options)
+            return extract_seq2seq(self, self.seq2seq_network, text, options)
         truncate, details = options.truncate, options.details
         tokens, ids = self.tokenize(text, truncate=truncate)
-        if self._model is None:
+        if self.network is None:
             inputs = self.explain_inputs(None)
             outs = [_run_matrices(inputs)]  # one layer
             if inputs.context is not None:
                 return _cross_result(self.name, inputs, outs[0], options)
             o_weights = [inputs.attention.o_proj]
         else:
-            outs = [out for _, out in self._model(torch.tensor([ids]), causal=self.causal)]
-            o_weights = [block.attn.o_proj for block in self._model.blocks]
+            outs = [out for _, out in self.network(torch.tensor([ids]), causal=self.causal)]
+            o_weights = [block.attn.o_proj for block in self.network.blocks]
         norms = [head_value_norms(o.values, None if w is None else w.weight) for o, w in zip(outs, o_weights, strict=True)]
         result = AttentionResult(
             tokens=tokens,
@@ -137,7 +137,7 @@ class ConfigSource(Source):
         """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache."""
         from .decoding import KVCache, decode, sampling_metadata
 
-        if self._seq2seq is not None:
+        if self.seq2seq_network is not None:
             raise UsageError(f"{self.name} is an encoder-decoder config model, which does not generate; read its "
                              "attention over a target text with [[target]] and [[kind=cross]] (heatmap, view), or "
                              "generate with a causal config model such as sample_configs/causal.toml")
@@ -155,8 +155,8 @@ class ConfigSource(Source):
 
         def step(new: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
             ids_new = torch.tensor([[int(words[i]) for i in new]]) if cache.length else torch.tensor([new])
-            outs = self._model(ids_new, causal=True, cache=cache)  # type: ignore[misc]
-            return (self._model.next_token_logits(cache.hidden[0, -1], words),  # type: ignore[union-attr, index]
+            outs = self.network(ids_new, causal=True, cache=cache)  # type: ignore[misc]
+            return (self.network.next_token_logits(cache.hidden[0, -1], words),  # type: ignore[union-attr, index]
                     torch.stack([out.weights[0] for _, out in outs]))
 
         eos = [cfg.vocab.index(cfg.eos)] if cfg.eos is not None else []
@@ -175,7 +175,7 @@ class ConfigSource(Source):
         from ..layer_range import check_layer
 
         tokens, ids = self.tokenize(text)
-        if self._model is None:
+        if self.network is None:
             check_layer(layer, owner=self.name, count=1)
             cfg: MatrixConfig = self.cfg  # type: ignore[assignment]
             x = torch.tensor(cfg.x, dtype=torch.float64)
@@ -186,16 +186,16 @@ class ConfigSource(Source):
                                  padding=None if cfg.padding is None else list(cfg.padding))
         check_layer(layer, owner=self.name, count=self.cfg.n_layers)
         streams: list[torch.Tensor] = []
-        captured = self._model(torch.tensor([ids]), causal=self.causal, streams=streams)
+        captured = self.network(torch.tensor([ids]), causal=self.causal, streams=streams)
         x = captured[layer][0][0]
-        return ExplainInputs(x, self._model.blocks[layer].attn, tokens, self.causal, f"{self.name}, layer {layer}",
+        return ExplainInputs(x, self.network.blocks[layer].attn, tokens, self.causal, f"{self.name}, layer {layer}",
                              positions=self._positions(ids, layer, streams[layer][0]))
 
     def _positions(self, ids: list[int], layer: int, summed: torch.Tensor) -> PositionSteps:
         """How layer ``layer``'s X was made: for layer 0 the embedding rows plus the positional encoding."""
         if layer:
             return PositionSteps(None, None, summed, "residual", layer=layer)
-        embedding = self._model.embed.weight[torch.tensor(ids)].detach()  # type: ignore[union-attr]
+        embedding = self.network.embed.weight[torch.tensor(ids)].detach()  # type: ignore[union-attr]
         kind = self.cfg.positions  # type: ignore[union-attr]
         position = sinusoidal_positions(len(ids), self.cfg.d_model) if kind == "sinusoidal" else None  # type: ignore[union-attr]
         return PositionSteps(embedding, position, summed, kind)

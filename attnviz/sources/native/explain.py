@@ -88,7 +88,7 @@ def run_to_layer(source: NativeSource, info: TokenInfo, layer: int, attention: M
 
     handle = attention.register_forward_pre_hook(record, with_kwargs=True)
     try:
-        for _ in source._stream([info], [layer], details=False):
+        for _ in source.stream_infos([info], [layer], details=False):
             pass
     finally:
         handle.remove()
