@@ -31,6 +31,7 @@ from .options import (
     Width,
     Words,
     kind_name,
+    model_options,
     open_source,
     parse_index_or_word,
     parse_layer,
@@ -94,7 +95,7 @@ def heads(
     if given > 1 or (given == 0 and model is None):
         raise UsageError(EXACTLY_ONE)
     if fmt is Format.parquet or out is not None:
-        from .heads_parquet import refuse_options, write_parquet
+        from .heads_parquet import parquet_settings, refuse_options, write_parquet
 
         if fmt is not Format.parquet:
             raise UsageError("--out is the folder of --format parquet; the other formats print to stdout")
@@ -103,11 +104,11 @@ def heads(
             "--head": head != "all", "--pair": pair is not None, "--target": target is not None,
             "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": device_map is not None})
         assert file is not None and out is not None  # checked above
-        write_parquet(file, out, {
-            "model": model, "engine": engine.value, "revision": revision, "device": device.value, "causal": causal,
-            "truncate": truncate, "layers": None if layer == "all" else layer, "column": column,
-            "hide_special": hide_special, "renormalize": renormalize, "words": words,
-            "trust_remote_code": trust_remote_code, "batch_size": BATCH}, verbose=verbose)
+        options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
+                                device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+        settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
+                                    reading=reading(hide_special, renormalize, words), batch_size=BATCH)
+        write_parquet(file, out, settings, verbose=verbose)
         return
     texts = None
     if file is not None:

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..errors import UsageError
 
 ALONE = "--format parquet writes one row per text × layer × head of --file's texts"
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analysis.reading import Reading
+    from ..export.settings import ExportSettings
+    from .options import ModelOptions
 
 
 def refuse_options(*, text: str | None, probe: Any, out: Path | None, given: dict[str, bool]) -> None:
@@ -30,12 +35,25 @@ def refuse_options(*, text: str | None, probe: Any, out: Path | None, given: dic
                              "for; filter and sort the table when you read it")
 
 
-def write_parquet(file: Path, out: Path, options: dict[str, Any], *, verbose: bool) -> None:
-    """Run the export of ``file`` with ``--formats parquet`` into ``out`` and say what it wrote."""
-    from ..export import build_settings, run_export
+def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None, column: str | None,
+                     reading: Reading, batch_size: int) -> ExportSettings:
+    """The export settings of ``heads --format parquet``: the statistics table alone, from the command's
+    options, checked as export checks its own."""
+    from ..export import build_settings
+
+    return build_settings(None, {
+        "model": options.model, "engine": options.engine, "revision": options.revision, "device": options.device,
+        "causal": options.causal, "trust_remote_code": options.trust_remote_code, "truncate": truncate,
+        "layers": None if layer is None else str(layer), "column": column, "hide_special": reading.hide_special,
+        "renormalize": reading.renormalize, "words": reading.words, "batch_size": batch_size,
+        "formats": "parquet", "quiet": True})
+
+
+def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool) -> None:
+    """Run the export of ``file`` with ``settings`` (:func:`parquet_settings`) into ``out`` and say what it wrote."""
+    from ..export import run_export
     from ..export.table import HEADS_TABLE, TEXTS_TABLE
 
-    settings = build_settings(None, {**options, "formats": "parquet", "quiet": True})
     _refuse_another_export(out, settings.fingerprint())
     said = (lambda source: sys.stderr.write(f"attnviz: {source.describe()}\n")) if verbose else None
     summary = run_export(str(file), out, settings, on_source=said)
