@@ -5,6 +5,7 @@ no private name crosses a module, and only cli/ speaks the command line's librar
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,12 @@ def _module(path: Path) -> str:
     return ".".join(("attnviz", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every test here (read-only)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     """Every node except those under ``if TYPE_CHECKING:`` (annotations only: never run, so they import nothing)."""
     found: list[ast.AST] = []
@@ -57,7 +64,7 @@ def _imports(path: Path, *, typing_too: bool = True) -> set[str]:
     module = _module(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: set[str] = set()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     for node in ast.walk(tree) if typing_too else _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
@@ -116,7 +123,7 @@ def test_no_private_name_crosses_a_module():
     """``from x import _name`` outside x: what one module keeps to itself, another does not lean on."""
     offenders = []
     for module, path in MODULES.items():
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_nodes(_tree(path)):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("attnviz")):
                 offenders += [f"{module}: {alias.name}" for alias in node.names
                               if alias.name.startswith("_") and not alias.name.startswith("__")]
@@ -132,7 +139,7 @@ def test_the_checker_sees_lazy_and_relative_imports():
 def _message_strings(path: Path) -> list[tuple[int, str]]:
     """Every string constant (f-string parts included) inside a raise or a warnings.warn call."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         is_warn = isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "warn"
         if isinstance(node, ast.Raise) or is_warn:
             for inner in ast.walk(node):
@@ -245,7 +252,7 @@ def test_no_module_reaches_into_another_modules_private_attributes():
     """``thing._name`` outside ``self``/``cls``/``super()`` only for a private name the same module defines."""
     offenders = []
     for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         own = _private_defined(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
