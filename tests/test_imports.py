@@ -38,7 +38,7 @@ def _module(path: Path) -> str:
     return ".".join(("attnviz", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tree(path: Path) -> ast.Module:
     """A module's syntax tree, parsed once for every test here (read-only)."""
     return ast.parse(path.read_text(encoding="utf-8"))
