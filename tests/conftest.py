@@ -11,7 +11,6 @@ from pathlib import Path
 # Byte-compiled modules are kept (__pycache__, ignored by git) whatever the shell says: with
 # PYTHONDONTWRITEBYTECODE set, every worker and every process a test starts would compile attnviz and
 # re-write the test modules' assertions from source again (the suite took 164 s instead of 144 s).
-sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Every test runs offline: the hub library reads this when it is first imported.
@@ -20,6 +19,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import pytest
 from typer.testing import CliRunner
+
+sys.dont_write_bytecode = False  # this process too (before the test modules are imported and rewritten)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one of several workers sharing the cores: no oversubscription
     os.environ.setdefault("OMP_NUM_THREADS", "1")

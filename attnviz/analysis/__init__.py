@@ -5,3 +5,10 @@
 ``transforms`` and ``reading`` (how a result is read: special tokens, words), ``weights``
 (attention as read from a model's tensors). Nothing here loads a model or draws a picture.
 """
+
+from typing import Any
+
+AttentionResult = Any
+"""How analysis (and the page built from it) names an :class:`attnviz.result.AttentionResult` in its
+annotations: it reads a result by its fields alone and never imports the class, because the result's
+notebook display imports the page, which imports analysis (no import circle, not even for types)."""

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from . import AttentionResult
 from .statistics import SINK_THRESHOLD, STATISTICS, labels
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..result import AttentionResult
-
 
 MIN_TOKENS = 4  # fewer tokens than this say little about a head; the commands warn
 

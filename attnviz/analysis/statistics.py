@@ -18,15 +18,19 @@ definitions design.md cites are the built-ins below. Light to import: no torch u
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+from ..records import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
-    from .row_statistics import Block, LayerRowStatistics
+# A statistic reads a row_statistics.Block and may read the layer's row_statistics.LayerRowStatistics;
+# named here, not imported (row_statistics imports this module).
+Block = Any
+LayerRowStatistics = Any
 
 
 @dataclass(frozen=True)
@@ -53,36 +57,17 @@ class Statistic:
             raise ValueError(f"{self.name}: without rows, per must compute the value from the layer")
 
 
-STATISTICS: dict[str, Statistic] = {}
-"""Every statistic, by name, in table order (built-ins first, then what :func:`register` added)."""
-
-
-def register(statistic: Statistic) -> Statistic:
-    """Add ``statistic`` to every head table from now on. Its names must be new."""
-    taken = {s.name for s in STATISTICS.values()} | {s.short for s in STATISTICS.values()}
-    if statistic.name in taken or statistic.short in taken:
-        raise ValueError(f"a statistic named {statistic.name!r} or {statistic.short!r} is already registered")
+def _check(registered: Registry[Statistic], statistic: Statistic) -> None:
+    """A new statistic's short name and label must be new too (table headers and labels are looked up by them)."""
+    if statistic.short in {s.short for s in registered.values()} | set(registered):
+        raise ValueError(f"a statistic named {statistic.short!r} is already registered")
     if statistic.label is not None and statistic.label in labels():
         raise ValueError(f"the label {statistic.label!r} is already given by {labels()[statistic.label][0]}")
-    STATISTICS[statistic.name] = statistic
-    return statistic
 
 
-def unregister(name: str) -> None:
-    """Remove a statistic :func:`register` added (the built-ins stay)."""
-    if name in BUILT_IN:
-        raise ValueError(f"{name} is one of attnviz's own statistics; it stays")
-    STATISTICS.pop(name, None)
-
-
-@contextmanager
-def registered(statistic: Statistic) -> Iterator[Statistic]:
-    """``statistic`` registered for the ``with`` block only (tests, notebooks trying one out)."""
-    register(statistic)
-    try:
-        yield statistic
-    finally:
-        unregister(statistic.name)
+STATISTICS: Registry[Statistic] = Registry("statistic", _check)
+"""Every statistic, by name, in table order (built-ins first, then what :func:`register` added)."""
+register, unregister, registered = STATISTICS.register, STATISTICS.unregister, STATISTICS.registered
 
 
 def short_name(statistic: str) -> str:
@@ -151,4 +136,4 @@ for _statistic in (
               None, per=_sinks, label="sink", threshold=SINK_THRESHOLD),
 ):
     register(_statistic)
-BUILT_IN = frozenset(STATISTICS)
+BUILT_IN = STATISTICS.seal()

@@ -7,15 +7,12 @@ either transform (they have no word-level or renormalised meaning), so they are 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import UsageError
 from ..labels import CONTINUATION
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..result import AttentionResult
+from . import AttentionResult
 
 KINDS = ("self", "encoder", "decoder", "cross")
 

@@ -13,13 +13,13 @@ Light to import (the CLI builds its help from it): each built-in view imports it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.reading import Reading
 from ..errors import UsageError
+from ..records import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..render.view import HeatmapView
@@ -71,36 +71,15 @@ class Method:
     needs: str = "attention weights"  # what it reads of a source, said in the docs
 
 
-METHODS: dict[str, Method] = {}
-"""Every method, by name, in the order ``--help`` lists them."""
-
-
-def register(method: Method) -> Method:
-    """Add ``method`` to what ``rollout --method`` and :func:`attnviz.api.attribution_view` take."""
+def _check(registered: Registry[Method], method: Method) -> None:
     unknown = set(method.options) - set(OPTIONS)
     if unknown:
         raise ValueError(f"{method.name}: unknown options {sorted(unknown)}; a method takes some of {', '.join(OPTIONS)}")
-    if method.name in METHODS:
-        raise ValueError(f"a method named {method.name!r} is already registered")
-    METHODS[method.name] = method
-    return method
 
 
-def unregister(name: str) -> None:
-    """Remove a method :func:`register` added (the built-ins stay)."""
-    if name in BUILT_IN:
-        raise ValueError(f"{name} is one of attnviz's own methods; it stays")
-    METHODS.pop(name, None)
-
-
-@contextmanager
-def registered(method: Method) -> Iterator[Method]:
-    """``method`` registered for the ``with`` block only."""
-    register(method)
-    try:
-        yield method
-    finally:
-        unregister(method.name)
+METHODS: Registry[Method] = Registry("method", _check)
+"""Every method, by name, in the order ``--help`` lists them."""
+register, unregister, registered = METHODS.register, METHODS.unregister, METHODS.registered
 
 
 def method_named(name: str) -> Method:
@@ -204,4 +183,4 @@ for _method in (
            needs="gradients of an output y with respect to the attention weights"),
 ):
     register(_method)
-BUILT_IN = frozenset(METHODS)
+BUILT_IN = METHODS.seal()

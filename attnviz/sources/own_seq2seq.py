@@ -23,7 +23,7 @@ Parameters come from one generator in the order of ``named_parameters()`` (:func
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -36,7 +36,8 @@ from .own_model import Block, OwnTransformer, seeded_init, sinusoidal_positions
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import ExtractOptions
-    from .own import ConfigSource
+
+ConfigSource = Any  # an attnviz.sources.own.ConfigSource, named, not imported: own imports this module
 
 
 class DecoderBlock(Block):

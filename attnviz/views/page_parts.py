@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..analysis import AttentionResult
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..render.page import Page
-    from ..result import AttentionResult
 
 
 def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = "self", stats: bool = True,

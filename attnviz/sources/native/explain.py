@@ -24,7 +24,8 @@ from ...explain.inputs import ExplainInputs
 if TYPE_CHECKING:  # pragma: no cover
     from ...attention import MultiHeadAttention
     from ..tokens import TokenInfo
-    from . import NativeSource
+
+NativeSource = Any  # attnviz.sources.native.NativeSource, named, not imported: the package imports this module
 
 
 @dataclass

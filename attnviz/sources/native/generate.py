@@ -24,7 +24,8 @@ from ..tokens import encode, label_from_piece
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...generation.sampling import Sampling
-    from . import NativeSource
+
+NativeSource = Any  # attnviz.sources.native.NativeSource, named, not imported: the package imports this module
 
 
 def end_of_sequence_ids(folder: Path, config: dict[str, Any]) -> list[int]:

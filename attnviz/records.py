@@ -1,0 +1,52 @@
+"""A registry of records by name: what the head statistics, the attribution methods and their like
+are kept in. Each record has a ``name``; the records the package defines itself are sealed as built
+in (they stay), and others may be added and removed (by a user's code, a test, a notebook)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+Record = TypeVar("Record")
+
+
+class Registry(dict[str, Record], Generic[Record]):
+    """Records by their ``name``, in the order they were registered. ``what`` names a record in
+    messages (``statistic``); ``check`` refuses a record that clashes with those already there."""
+
+    def __init__(self, what: str, check: Callable[[Registry[Record], Record], None] | None = None) -> None:
+        super().__init__()
+        self.what, self._check = what, check
+        self.built_in: frozenset[str] = frozenset()
+
+    def register(self, record: Record) -> Record:
+        """Add ``record``; its name must be new."""
+        name = record.name  # type: ignore[attr-defined]
+        if name in self:
+            raise ValueError(f"a {self.what} named {name!r} is already registered")
+        if self._check is not None:
+            self._check(self, record)
+        self[name] = record
+        return record
+
+    def seal(self) -> frozenset[str]:
+        """Mark every record registered so far as built in; returns their names."""
+        self.built_in = frozenset(self)
+        return self.built_in
+
+    def unregister(self, name: str) -> None:
+        """Remove a record :meth:`register` added (the built-ins stay)."""
+        if name in self.built_in:
+            raise ValueError(f"{name} is one of attnviz's own {self.what}s; it stays")
+        self.pop(name, None)
+
+    @contextmanager
+    def registered(self, record: Record) -> Iterator[Record]:
+        """``record`` registered for the ``with`` block only (tests, notebooks trying one out)."""
+        self.register(record)
+        try:
+            yield record
+        finally:
+            self.unregister(record.name)  # type: ignore[attr-defined]
+
