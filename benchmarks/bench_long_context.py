@@ -42,15 +42,16 @@ print(json.dumps({"seconds": elapsed, "peak_mib": resource.getrusage(resource.RU
 
 
 
-def build(folder: Path, length: int) -> None:
-    """A small LLaMA (GQA, RoPE) with random weights, and a word-level tokenizer."""
+def build(folder: Path, length: int, heads: int = 4) -> None:
+    """A small LLaMA (GQA: ``heads`` query heads over 2 key/value heads, RoPE) with random weights, and a
+    word-level tokenizer."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaModel, PreTrainedTokenizerFast
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=WORDS + 2, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=length,
+                         num_attention_heads=heads, num_key_value_heads=2, max_position_embeddings=length,
                          bos_token_id=WORDS, eos_token_id=WORDS + 1)
     LlamaModel(config).save_pretrained(folder, safe_serialization=True)
     vocab = {f"w{i}": i for i in range(WORDS)} | {"<s>": WORDS, "</s>": WORDS + 1}

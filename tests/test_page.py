@@ -15,7 +15,7 @@ from conftest import open_offline
 import attnviz
 from attnviz import api
 from attnviz.render.html import page_html, render_html
-from attnviz.render.page import PageBuilder, decode_matrix, encode_matrix
+from attnviz.render.page import PageBuilder, head_values
 
 TEXT = "The cat sat on the mat because it was tired."
 
@@ -25,13 +25,8 @@ def minilm():
     return api.load()
 
 
-def test_quantised_heads_round_trip_within_half_a_step():
-    rng = np.random.default_rng(0)
-    m = rng.dirichlet(np.ones(37), size=23)
-    for bits in (8, 16):
-        back = decode_matrix(encode_matrix(m, bits), bits, m.shape)
-        assert np.abs(back - m).max() <= 0.5 / ((1 << bits) - 1) + 1e-12
-    assert PageBuilder("t", "m", cells=10).bits == 16 and PageBuilder("t", "m", cells=10**8).bits == 8
+def test_short_pages_store_half_floats_and_long_ones_a_byte_on_a_log_scale():
+    assert PageBuilder("t", "m", cells=10).encoding == "f16" and PageBuilder("t", "m", cells=10**8).encoding == "log8"
 
 
 def test_the_page_holds_every_head_of_every_layer(minilm):
@@ -39,11 +34,11 @@ def test_the_page_holds_every_head_of_every_layer(minilm):
     result = attnviz.extract(TEXT)
     kind = page.kinds["self"]
     assert kind["rows"] == result.tokens and kind["layers"] == list(range(6)) and kind["heads"] == 12
-    step = 0.5 / ((1 << kind["bits"]) - 1)
+    assert kind["encoding"] == "f16" and kind["included"] == len(kind["levels"]) == 1
     for layer in (0, 5):
         for head in (0, 7):
-            got = decode_matrix(kind["chunks"][layer][head], kind["bits"], (len(result.tokens),) * 2)
-            assert np.abs(got - result.attentions[layer, head].numpy()).max() <= step + 1e-6
+            got = head_values(kind, layer, head)
+            np.testing.assert_allclose(got, result.attentions[layer, head].numpy(), rtol=2.0**-11, atol=1e-7)
     rows = {(r[0], r[1]): r for r in page.stats["rows"]}
     table = api.heads_of(minilm, [TEXT]).rows()
     entropy = page.stats["columns"].index("entropy")
@@ -120,7 +115,7 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     # Decoded in the browser, equal to the model's weights within half a quantisation step.
     for layer, head, i, j in ((0, 0, 1, 2), (3, 7, 5, 0), (5, 11, 12, 12)):
         got = page.evaluate(f"window.attnviz.weight('self', {layer}, {head}, {i}, {j})")
-        assert got == pytest.approx(float(result.attentions[layer, head, i, j]), abs=1e-4)
+        assert got == pytest.approx(float(result.attentions[layer, head, i, j]), abs=3e-4)
     # The tokens are on the page, and a screenshot is not blank.
     assert page.evaluate("window.attnviz.data.kinds.self.rows") == result.tokens
     shot = _image(page.screenshot())
@@ -149,7 +144,8 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     assert page.evaluate("[window.attnviz.state.layer, window.attnviz.state.head]") == [4, 9]
     assert _drawn(page, "#matrix")
     # The tooltip names query, key and weight.
-    left, top, cell = (float(page.get_attribute("#matrix", a)) for a in ("data-left", "data-top", "data-cell"))
+    left, top, tpp = (float(page.get_attribute("#matrix", a)) for a in ("data-left", "data-top", "data-tpp"))
+    cell = 1 / tpp  # the whole matrix in sight: pixels a token
     box = page.locator("#matrix").bounding_box()
     page.mouse.move(box["x"] + left + 2 * cell + cell / 2, box["y"] + top + 1 * cell + cell / 2)
     page.wait_for_function("() => document.querySelector('#tooltip').style.display === 'block'")
@@ -191,7 +187,7 @@ def test_cross_attention_has_its_own_axes(browser, tiny_hf, tmp_path):
     kind = page.evaluate("window.attnviz.data.kinds.cross")
     assert kind["rows"] == result.target_tokens and kind["cols"] == result.tokens
     got = page.evaluate("window.attnviz.weight('cross', 1, 0, 2, 3)")
-    assert got == pytest.approx(float(result.cross_attentions[1, 0, 2, 3]), abs=1e-4)
+    assert got == pytest.approx(float(result.cross_attentions[1, 0, 2, 3]), abs=3e-4)
     assert set(page.evaluate("Object.keys(window.attnviz.data.kinds)")) == {"self", "decoder", "cross"}
     assert errors == []
 

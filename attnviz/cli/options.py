@@ -67,6 +67,8 @@ RENORMALIZE_HELP = "With --hide-special: rescale each row to sum to 1."
 WORDS_HELP = "Aggregate pieces to words (sum to a word, mean from a word)."
 CMAP_HELP = "Colormap: viridis, magma, or coolwarm (diverging, for signed values)."
 Pair = typer.Option(None, "--pair", help=PAIR_HELP, show_default=False)
+TextFile = typer.Option(None, "--text-file", help="Read the text from a UTF-8 file instead of TEXT: the whole file is "
+                        "one text (a document, a long prompt).", show_default=False, metavar="<path>")
 Target = typer.Option(
     None, "--target", help="Encoder-decoder models (T5, BART): the decoder's input text.", show_default=False
 )
@@ -128,6 +130,24 @@ def parse_head(value: str) -> int | str:
 
 EXAMPLE = "The quick brown fox jumps over the lazy dog because it was tired of running."
 """The text every reading command shows when it is given none (said on stderr, so output stays data)."""
+
+
+def text_from_file(text: str | None, path: Any) -> str | None:
+    """``text``, or the contents of ``path`` (``--text-file``) when given: one text, refused when
+    both are given, empty or not UTF-8. Read before any model loads."""
+    if path is None:
+        return text
+    if text is not None:
+        raise UsageError(f"give TEXT or --text-file {path}, not both")
+    from pathlib import Path
+
+    try:
+        read = Path(path).read_text(encoding="utf-8").rstrip("\n")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--text-file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    if not read.strip():
+        raise UsageError(f"--text-file {path} is empty; it should hold the text to read")
+    return read
 
 
 def text_or_example(text: str | None, source: Any) -> str | None:

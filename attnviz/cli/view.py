@@ -26,6 +26,7 @@ from .options import (
     Renormalize,
     Revision,
     Target,
+    TextFile,
     Truncate,
     TrustRemoteCode,
     Verbose,
@@ -35,6 +36,7 @@ from .options import (
     parse_head,
     parse_layer,
     reading,
+    text_from_file,
     text_or_example,
 )
 
@@ -68,6 +70,7 @@ def view(
     kind: KindChoice = Kind,
     target: str | None = Target,
     pair: str | None = Pair,
+    text_file: Path | None = TextFile,
     first: str = typer.Option("head", "--show", help=SHOW_HELP, autocompletion=_view_names),
     stats: bool = typer.Option(True, "--stats/--no-stats", help="Include the sortable table of head statistics."),
     open_page: bool = typer.Option(False, "--open", help="Open the page in the default browser once written."),
@@ -104,6 +107,7 @@ def view(
     from ..fileio import check_output_path
 
     check_output_path(out)
+    text = text_from_file(text, text_file)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
     text = text_or_example(text, source)

@@ -67,7 +67,7 @@ class ItemExport:
                 from ..render.page import PageBuilder
 
                 self.page = PageBuilder(f"{self.header.model_name} · text {self.item.index}", self.header.model_name,
-                                        cells=self.n_layers * attentions.numel())
+                                        cells=self.n_layers * attentions.numel(), layers=self.n_layers)
             self.page.add_layer(part.layer, attentions, rows=tokens, cols=tokens, causal=self.shown.causal,
                                 row_special=special, col_special=special)
         if self.settings.image_formats:

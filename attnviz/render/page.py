@@ -1,9 +1,10 @@
 """What the interactive HTML page shows, as data: every head of every layer, compact.
 
-A :class:`PageBuilder` takes layers as an engine computes them (``add_layer``), so a long input
-never holds every layer's float matrices: each head is quantised at once (16 bits when the page
-stays small, else 8: the colour scale has 256 steps, so either is invisible), gzipped and
-base64-encoded, and the page's script decodes a head (with the browser's own
+A :class:`PageBuilder` takes layers as an engine computes them, whole or a block of query rows at a
+time, so a long input never holds a layer's float matrices: each head becomes a pyramid of tiles
+(:mod:`attnviz.render.pyramid`: the whole matrix max-pooled into one tile, then finer levels down
+to single cells), encoded at once, within a budget of bytes that leaves out the finest levels of
+a long input and says so. The page's script decodes a tile (with the browser's own
 ``DecompressionStream``) only when it is drawn. :func:`page_of_view` turns any
 :class:`~attnviz.render.view.HeatmapView` (rollout, norms, one layer's grid) into a page too.
 The page itself is written by :mod:`attnviz.render.html`.
@@ -11,8 +12,6 @@ The page itself is written by :mod:`attnviz.render.html`.
 
 from __future__ import annotations
 
-import base64
-import gzip
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +19,16 @@ import numpy as np
 
 from ..labels import printable
 from .page_views import PAGE_VIEWS
+from .pyramid import FLOAT16_CELLS, TILE, Geometry, LayerPyramid, decode_tile, encode_tile, tiles_of
 
-SIXTEEN_BITS_UP_TO = 4_000_000
-"""Cells (heads × queries × keys) up to which a page stores 16-bit weights (to 1.5e-5); above, 8 bits."""
+PAGE_BUDGET = 24_000_000
+"""Bytes of tiles a page holds at most, by default: finer levels of a long input's matrix are left out."""
+
+LEAVES_ALWAYS = 512
+"""Tokens up to which a page holds every single cell whatever its budget (the head view draws them)."""
+
+WORKING_CELLS = 64_000_000
+"""Cells of one layer's finest pooled level kept while a layer is read (256 MB of float32)."""
 
 
 @dataclass
@@ -60,33 +66,127 @@ class Page:
 
 
 class PageBuilder:
-    """A :class:`Page` built one layer at a time (only compressed heads are kept)."""
+    """A :class:`Page` built one layer at a time: each head's pyramid of tiles (only encoded tiles
+    are kept), within a budget of bytes.
 
-    def __init__(self, title: str, model: str, *, cells: int) -> None:
-        """``cells``: the heads × queries × keys the page will hold in all (chooses 8 or 16 bits)."""
+    A layer comes whole (:meth:`add_layer`) or as blocks of query rows: :meth:`start_layer` gives the
+    :class:`~attnviz.render.pyramid.LayerPyramid` to add them to, :meth:`end_layer` encodes it. The
+    levels kept are decided by what the first layer's tiles weigh: coarse to fine while the page,
+    projected over ``layers`` layers, stays within ``budget`` bytes (a text of up to
+    :data:`LEAVES_ALWAYS` tokens keeps every cell whatever it weighs)."""
+
+    def __init__(self, title: str, model: str, *, cells: int, layers: int = 1, budget: int = PAGE_BUDGET) -> None:
+        """``cells``: the heads × queries × keys of the page in all (half floats up to
+        :data:`~attnviz.render.pyramid.FLOAT16_CELLS`, else one byte on a log scale); ``layers``:
+        how many layers of each kind of attention it will hold."""
         self.title, self.model = title, model
-        self.bits = 16 if cells <= SIXTEEN_BITS_UP_TO else 8
+        self.encoding = "f16" if cells <= FLOAT16_CELLS else "log8"
+        self.layers, self.budget = max(1, layers), budget
         self.kinds: dict[str, dict[str, Any]] = {}
+        self._sizes: dict[str, list[int]] = {}  # kind → bytes of each level over the heads encoded so far
+        self._heads_done: dict[str, int] = {}
 
-    def add_layer(self, layer: int, attentions: Any, *, rows: list[str], cols: list[str], kind: str = "self",
-                  causal: bool = False, row_special: list[bool] | None = None,
-                  col_special: list[bool] | None = None, breaks: list[int] | None = None) -> None:
-        """One layer ``[heads, q, k]`` (a torch tensor or an array) of one kind of attention."""
-        weights = np.asarray(attentions.float() if hasattr(attentions, "float") else attentions, dtype=np.float32)
+    def start_layer(self, heads: int, *, rows: list[str], cols: list[str], kind: str = "self", causal: bool = False,
+                    row_special: list[bool] | None = None, col_special: list[bool] | None = None,
+                    breaks: list[int] | None = None, centre: float = 0.0) -> LayerPyramid:
+        """The pyramid to add one layer's blocks of rows to (then :meth:`end_layer`)."""
+        geometry = Geometry(len(rows), len(cols))
         entry = self.kinds.setdefault(kind, {
             "rows": [printable(t) for t in rows], "cols": [printable(t) for t in cols],
             "rowSpecial": list(row_special or [False] * len(rows)),
             "colSpecial": list(col_special or [False] * len(cols)),
-            "layers": [], "heads": int(weights.shape[0]), "chunks": [], "bits": self.bits, "vmax": 0.0,
-            "causal": causal, "breaks": list(breaks or []), "scale": 1.0,
+            "layers": [], "heads": int(heads), "pyramids": [], "vmax": 0.0, "causal": causal,
+            "breaks": list(breaks or []), "scale": 1.0, "offset": 0.0, "centre": float(centre),
+            "tile": TILE, "levels": geometry.script_data(), "encoding": self.encoding, "included": None,
         })
+        included = entry["included"]
+        finest = included - 1 if included is not None else self._first_finest(geometry, heads)
+        return LayerPyramid(heads, len(rows), len(cols), finest=finest, centre=centre)
+
+    def _first_finest(self, geometry: Geometry, heads: int) -> int:
+        """The finest level worth computing before any tile was weighed (half a byte a cell: hopeful)."""
+        if max(geometry.rows, geometry.cols) <= LEAVES_ALWAYS:
+            return geometry.leaf
+        finest, cells = 0, 0
+        for level in range(geometry.levels):
+            cells += geometry.cells(level)
+            if cells * heads * self.layers * 0.5 > self.budget or geometry.cells(level) * heads > WORKING_CELLS:
+                break
+            finest = level
+        return finest
+
+    def end_layer(self, pyramid: LayerPyramid, layer: int, *, kind: str = "self") -> None:
+        """Encode one layer's pyramid (model layer number ``layer``), keeping the levels the budget allows."""
+        from ..analysis.statistics import SINK_THRESHOLD  # not at import: drawing processes never load torch
+
+        entry, levels, centre = self.kinds[kind], pyramid.levels(), pyramid.centre
+        sizes = self._sizes.setdefault(kind, [0] * len(levels))
+        rows, cols = pyramid.geometry.rows, pyramid.geometry.cols
+        seeing = (rows - np.arange(cols)).clip(min=1) if entry["causal"] and rows == cols else np.full(cols, rows)
+        col_max = pyramid.col_max_filled()
+        heads = []
+        for h in range(pyramid.heads):
+            tiles = [tiles_of(grid[h], self.encoding, centre) for grid in levels]
+            for level, found in enumerate(tiles[: len(sizes)]):
+                sizes[level] += sum(len(text) for text in found.values())
+            sinks = np.flatnonzero(pyramid.col_sum[h] / seeing > SINK_THRESHOLD) if centre == 0 else np.array([], int)
+            rest = np.delete(col_max[h], sinks)
+            vmax = float(pyramid.row_max[h].max(initial=centre))
+            heads.append({"tiles": tiles, "vmax": vmax, "sinks": sinks.tolist(),
+                          "vmaxNoSinks": float(rest.max(initial=centre)) if rest.size else vmax,
+                          "rowMax": encode_tile(pyramid.row_max[h][None, :], self.encoding)})
         entry["layers"].append(int(layer))
-        entry["chunks"].append([encode_matrix(head, self.bits) for head in weights])
-        entry["vmax"] = max(entry["vmax"], float(weights.max(initial=0.0)))
+        entry["pyramids"].append(heads)
+        entry["vmax"] = max(entry["vmax"], *(head["vmax"] for head in heads))
+        self._heads_done[kind] = self._heads_done.get(kind, 0) + pyramid.heads
+        self._keep(kind, pyramid.geometry, pyramid.heads)
+
+    def _keep(self, kind: str, geometry: Geometry, heads: int) -> None:
+        """Decide (again) how many levels the page holds, and drop the finer ones already encoded."""
+        entry, sizes = self.kinds[kind], self._sizes[kind]
+        if max(geometry.rows, geometry.cols) <= LEAVES_ALWAYS:
+            keep = len(sizes)
+        else:
+            total_heads = heads * max(self.layers, len(entry["layers"]))
+            keep, spent = 1, sizes[0] / self._heads_done[kind] * total_heads
+            for level in range(1, len(sizes)):
+                spent += sizes[level] / self._heads_done[kind] * total_heads
+                if spent > self.budget:
+                    break
+                keep = level + 1
+        entry["included"] = keep if entry["included"] is None else min(entry["included"], keep)
+        del sizes[entry["included"] :]
+        for layer in entry["pyramids"]:
+            for head in layer:
+                del head["tiles"][entry["included"] :]
+
+    def add_layer(self, layer: int, attentions: Any, *, rows: list[str], cols: list[str], kind: str = "self",
+                  causal: bool = False, row_special: list[bool] | None = None, col_special: list[bool] | None = None,
+                  breaks: list[int] | None = None, centre: float = 0.0) -> None:
+        """One whole layer ``[heads, q, k]`` (a torch tensor or an array) of one kind of attention."""
+        weights = np.asarray(attentions.float() if hasattr(attentions, "float") else attentions, dtype=np.float32)
+        pyramid = self.start_layer(weights.shape[0], rows=rows, cols=cols, kind=kind, causal=causal,
+                                   row_special=row_special, col_special=col_special, breaks=breaks, centre=centre)
+        if weights.shape[1]:
+            pyramid.add(0, weights)
+        self.end_layer(pyramid, layer, kind=kind)
+
+    def notes(self) -> list[str]:
+        """What the page left out, in words."""
+        out = []
+        for kind, entry in self.kinds.items():
+            if entry["included"] < len(entry["levels"]):
+                factor = entry["levels"][entry["included"] - 1]["factor"]
+                what = "" if len(self.kinds) == 1 else f"{kind}: "
+                out.append(f"{what}the matrix holds cells of down to {factor}×{factor} tokens (max-pooled); finer "
+                           f"ones are left out to keep this page within {self.budget / 1e6:.0f} MB: a page of fewer "
+                           "layers, or the server, holds every cell")
+        return out
 
     def finish(self, **extra: Any) -> Page:
-        return Page(self.title, self.model, self.kinds, **extra)
-
+        page = Page(self.title, self.model, self.kinds, **extra)
+        page.notes.extend(self.notes())
+        return page
 
 def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The page's head-statistics table from :meth:`attnviz.analysis.heads.HeadTable.rows` (layers as the model numbers them)."""
@@ -97,20 +197,19 @@ def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "descriptions": {name: statistic.description for name, statistic in STATISTICS.items()}}
 
 
-def encode_matrix(matrix: np.ndarray, bits: int) -> str:
-    """One head: weights in [0, 1] as unsigned integers (little-endian), gzipped, base64."""
-    top = (1 << bits) - 1
-    scaled = np.rint(np.clip(matrix, 0.0, 1.0) * top)
-    raw = scaled.astype("<u2" if bits == 16 else "u1").tobytes()
-    return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
-
-
-def decode_matrix(text: str, bits: int, shape: tuple[int, int]) -> np.ndarray:
-    """The inverse of :func:`encode_matrix` (as the page's script does it), for tests and tools."""
-    raw = gzip.decompress(base64.b64decode(text))
-    values = np.frombuffer(raw, dtype="<u2" if bits == 16 else "u1").astype(np.float64)
-    return (values / ((1 << bits) - 1)).reshape(shape)
-
+def head_values(entry: dict[str, Any], layer: int, head: int, level: int | None = None) -> np.ndarray:
+    """One head's matrix at ``level`` (default: the leaves, one cell per query and key) from a page
+    kind's tiles, in the page's units, as the page's script assembles it; for tests and tools."""
+    level = len(entry["levels"]) - 1 if level is None else level
+    if level >= entry["included"]:
+        raise ValueError(f"the page holds levels 0 to {entry['included'] - 1}, not {level}")
+    shape = entry["levels"][level]
+    out = np.full((shape["rows"], shape["cols"]), entry["centre"], dtype=np.float64)
+    for key, text in entry["pyramids"][layer][head]["tiles"][level].items():
+        x, y = (int(v) * TILE for v in key.split(","))
+        height, width = min(TILE, shape["rows"] - y), min(TILE, shape["cols"] - x)
+        out[y : y + height, x : x + width] = decode_tile(text, entry["encoding"], (height, width))
+    return entry["offset"] + out * entry["scale"]
 
 def colormap_table(name: str) -> list[list[int]]:
     """256 RGB triples of a matplotlib colormap (the page draws with the same colours as the images)."""
@@ -129,7 +228,7 @@ def page_of_view(view: Any) -> Page:
     span = view.scale.vmax - low if view.scale.vmax > low else 1.0
     builder = PageBuilder(view.title, view.title.split(" · ")[0], cells=int(panels.size))
     builder.add_layer(0, np.clip((panels - low) / span, 0.0, 1.0), rows=view.row_labels, cols=view.col_labels,
-                      breaks=view.row_breaks)
+                      breaks=view.row_breaks, centre=-low / span)
     page = builder.finish(initial={"view": "matrix", "layer": 0, "head": 0}, value_name=view.value_name,
                           notes=list(view.notes))
     kind = page.kinds["self"]

@@ -40,17 +40,34 @@ class PageView:
         return {"name": self.name, "tab": self.tab, "needs": self.needs, "heads": self.heads}
 
 
+MATRIX = (
+    "<div class=\"matrixbar\"><button type=\"button\" id=\"zoomin\" title=\"zoom in (+)\">+</button>"
+    "<button type=\"button\" id=\"zoomout\" title=\"zoom out (−)\">−</button>"
+    "<button type=\"button\" id=\"zoomfit\" title=\"the whole matrix (0)\">whole matrix</button>"
+    "<label>scale <select id=\"scale\"><option value=\"linear\">linear</option><option value=\"log\">log (4 decades)"
+    "</option><option value=\"row\">per row</option><option value=\"rank\">rank</option></select></label>"
+    "<label title=\"keys most queries lean on (Gu et al. 2024) left out of the scale's maximum\">"
+    "<input type=\"checkbox\" id=\"nosinks\"> leave sinks out of the scale</label>"
+    "<span class=\"legend\"><canvas id=\"legend\" aria-label=\"colour scale\"></canvas>"
+    "<span id=\"legendtext\"></span></span></div>"
+    "<p class=\"hint\" id=\"matrixinfo\" aria-live=\"polite\"></p>"
+    "<div class=\"matrixwrap\" id=\"matrixwrap\"><canvas id=\"matrix\" tabindex=\"0\" role=\"img\" "
+    "aria-label=\"attention matrix: queries down, keys across; scroll or + and − to zoom, arrows to move\"></canvas>"
+    "<div class=\"toks rows\" id=\"matrixrows\"></div><div class=\"toks cols\" id=\"matrixcols\"></div>"
+    "<div id=\"zoombox\"></div><canvas id=\"minimap\" aria-label=\"the whole matrix; click to go there\"></canvas></div>"
+)
+"""The matrix view's controls, colour legend, drawing, token labels and minimap (``assets/matrix.js``)."""
+
 PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
     PageView("head", "Head view", "Queries on the left, keys on the right; a line's strength is the weight. Hover a "
              "token to see only its row (left) or column (right); click the head swatches to choose heads.",
-             "<div class=\"scroll\"><canvas id=\"headview\"></canvas></div>", heads=True),
+             "<div id=\"headnote\"></div><div class=\"scroll\"><canvas id=\"headview\"></canvas></div>", heads=True),
     PageView("model", "Model view", "Every head of every layer; click one to open it.",
              "<div class=\"grid\" id=\"modelgrid\"></div>"),
-    PageView("matrix", "Matrix", "", "<div class=\"scroll\"><canvas id=\"matrix\"></canvas></div>",
-             hint_id="matrixtitle"),
+    PageView("matrix", "Matrix", "", MATRIX, hint_id="matrixtitle"),
     PageView("query", "One token", "What one token attends to in every layer and head at once (click a token on the "
              "left of the head view, or choose it here). <select id=\"querytoken\"></select>",
-             "<div class=\"scroll\"><canvas id=\"queryview\"></canvas></div>", heads=True),
+             "<div id=\"querynote\"></div><div class=\"scroll\"><canvas id=\"queryview\"></canvas></div>", heads=True),
     PageView("qk", "Query · key", "For one query: each key's elementwise products q·k, their sum (the score before "
              "scaling) and the scaled score.", "<div class=\"qk\" id=\"qkbox\"></div>", needs="qk"),
     PageView("table", "Heads table", "Click a column to sort, a row to open that head.",

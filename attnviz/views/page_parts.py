@@ -130,18 +130,27 @@ class PageCollector:
         """The page, titled for ``model``, to hold ``cells`` weights (heads × queries × keys) in all."""
         from ..render.page import PageBuilder
 
-        self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells)
+        self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells, layers=len(self.layers))
 
-    def add(self, header: AttentionResult, position: int, attentions: Any) -> None:
+    def add(self, header: AttentionResult, position: int, layer: Any) -> None:
+        """Layer ``position`` of ``header``'s text: ``[heads, n, n]`` whole, or an engine's
+        :class:`~attnviz.sources.stream.ItemLayer`, read a block of rows at a time (once, for the
+        page's tiles and the head statistics together)."""
         n = len(header.tokens)
+        whole = hasattr(layer, "shape")
+        heads = int(layer.shape[0]) if whole else int(layer.n_heads)
         if self.builder is None:
-            self.start(header.model_name, len(self.layers) * attentions.shape[0] * n * n)
+            self.start(header.model_name, len(self.layers) * heads * n * n)
         breaks = [i for i in range(1, n) if header.segment_ids[i] != header.segment_ids[i - 1]]
-        self.builder.add_layer(self.layers[position], attentions, rows=header.tokens, cols=header.tokens,
-                               causal=header.causal, row_special=header.special, col_special=header.special,
-                               breaks=breaks)
+        pyramid = self.builder.start_layer(heads, rows=header.tokens, cols=header.tokens, causal=header.causal,
+                                           row_special=header.special, col_special=header.special, breaks=breaks)
+        blocks = TiledLayer(layer, pyramid, causal=header.causal)
         if self.stats:
-            self.table.add_layer(header, position, attentions)
+            self.table.add_layer(header, position, blocks)  # its blocks reach the tiles as it reads them
+        else:
+            for _ in blocks.row_blocks():
+                pass
+        self.builder.end_layer(pyramid, self.layers[position])
 
     def finish(self, *, head: int | str, kind: str, view: str) -> Page:
         from ..errors import UsageError
@@ -159,3 +168,25 @@ class PageCollector:
             stats_data = stats_table(rows)
         first = {"kind": kind, "layer": 0, "head": head if isinstance(head, int) else 0, "view": view}
         return self.builder.finish(stats=stats_data, initial=first, qk=self.qk or None)
+
+
+class TiledLayer:
+    """A layer's blocks of query rows, each also added to a page's pyramid as it is read: what the
+    head statistics read (anything with ``n_heads`` and ``row_blocks()``), so one pass over a long
+    input's rows feeds both."""
+
+    def __init__(self, layer: Any, pyramid: Any, *, causal: bool) -> None:
+        self.layer, self.pyramid, self.causal = layer, pyramid, causal
+        self.n_heads = int(layer.shape[0]) if hasattr(layer, "shape") else int(layer.n_heads)
+
+    def row_blocks(self) -> Any:
+        if hasattr(self.layer, "shape"):
+            from ..analysis.row_statistics import blocks_of
+
+            blocks = blocks_of(self.layer, causal_trim=self.causal)
+        else:
+            blocks = self.layer.row_blocks()
+        for first, block in blocks:
+            block = block.cpu()
+            self.pyramid.add(first, block.float().numpy())
+            yield first, block

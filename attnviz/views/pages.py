@@ -56,10 +56,8 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
         detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)
         collector.qk = qk_vectors(detailed)
     for position, parts in reader:
-        attentions = parts[0].attentions
-        del parts
-        collector.add(reader.results[0], position, attentions)
-        del attentions  # before the next layer is computed
+        collector.add(reader.results[0], position, parts[0])  # whole or a block of rows at a time
+        del parts  # before the next layer is computed
     return with_steps(collector.finish(head=head, kind="self", view=view), reader.results[0])
 
 

@@ -25,40 +25,24 @@
   const K = () => data.kinds[state.kind];
   state.enabled = new Set([Math.min(state.head, K().heads - 1)]);
 
-  // --- decoding ---------------------------------------------------------------------------------
-  const cache = new Map();
-  function bytesOf(b64) {
-    const bin = atob(b64);
-    const out = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
-    return out;
-  }
-  async function gunzip(bytes) {
-    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-    return new Uint8Array(await new Response(stream).arrayBuffer());
-  }
-  // The weights of one head as a Float32Array [rows * cols], in the page's units.
-  async function matrix(kind, layerIndex, head) {
-    const key = kind + "/" + layerIndex + "/" + head;
-    if (!cache.has(key)) {
-      cache.set(key, (async () => {
-        const k = data.kinds[kind];
-        const raw = await gunzip(bytesOf(k.chunks[layerIndex][head]));
-        const ints = k.bits === 16 ? new Uint16Array(raw.buffer, raw.byteOffset, raw.byteLength / 2) : raw;
-        const top = (1 << k.bits) - 1, scale = (k.scale || 1) / top, offset = k.offset || 0;
-        const out = new Float32Array(ints.length);
-        for (let i = 0; i < ints.length; i++) out[i] = offset + ints[i] * scale;
-        return out;
-      })());
-    }
-    return cache.get(key);
+  // --- tiles (tiles.js): decoded only when drawn -------------------------------------------------
+  const tiles = attnvizTiles(() => data);
+  // One head's whole matrix (Float32Array rows * cols, in the page's units), or null where the page
+  // holds only pooled levels (a long input: the matrix view zooms into those).
+  const matrix = (kind, li, h) => tiles.matrix(kind, li, h);
+  function lacksCells(box) {
+    const k = K(), factor = k.levels[k.included - 1].factor;
+    const note = el("p", {class: "hint lacking"}, `This view draws single tokens; this page holds the matrix down to ` +
+      `${factor}×${factor}-token cells (see the notes above). The matrix and model views show it.`);
+    box.replaceChildren(note);
   }
   // From offset (0, or −m for signed values) to vmax.
   const colour = (v, vmax, offset = 0) => {
     const t = Math.max(0, Math.min(255, Math.round(((v - offset) / ((vmax - offset) || 1)) * 255)));
     return data.cmap[t];
   };
-  const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : v.toFixed(data.kinds[state.kind].bits === 16 ? 4 : 3));
+  const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : Math.abs(v) > 0 && Math.abs(v) < 1e-3 ? v.toExponential(2)
+    : v.toFixed(data.kinds[state.kind].encoding === "f16" ? 4 : 3));
   const tip = $("#tooltip");
   function showTip(event, text) {
     tip.textContent = text; tip.style.display = "block";
@@ -149,6 +133,8 @@
     ctx.clearRect(0, 0, width, height);
     const heads = [...state.enabled].sort((a, b) => a - b);
     const mats = await Promise.all(heads.map((h) => matrix(state.kind, state.layer, h)));
+    $("#headnote").replaceChildren();
+    if (mats.some((m) => m === null)) { canvas.width = canvas.height = 0; lacksCells($("#headnote")); return; }
     const cols = k.cols.length, x0 = colW, x1 = colW + gap, y = (i) => pad + i * rowH + rowH / 2;
     // A generated text at a step: only rows up to it, that step's row strong and the earlier ones faint.
     const rowEnd = rowCut(), colEnd = colCut(), focus = G() ? state.step : -1;
@@ -238,75 +224,21 @@
       }
     });
     for (const [canvas, li, h] of jobs) {  // one head at a time, so the first thumbnails show at once
-      const m = await matrix(state.kind, li, h);
-      paint(canvas, m, k.rows.length, k.cols.length, size, k.vmax * 1 || 1, k.offset || 0);
+      const m = await tiles.tile(state.kind, li, h, 0, 0, 0), g = k.levels[0];  // the whole head, max-pooled
+      paint(canvas, m, g.rows, g.cols, size, k.vmax * 1 || 1, k.offset || 0);
       canvas.dataset.drawn = "1";
       await new Promise((resolve) => requestAnimationFrame(resolve));
     }
   }
 
-  // --- matrix: one head large, labelled, with a tooltip ------------------------------------------
-  async function matrixView() {
-    const k = K(), canvas = $("#matrix"), rows = k.rows.length, cols = k.cols.length;
-    const cell = Math.max(1, Math.min(24, Math.floor(760 / Math.max(rows, cols))));
-    const labels = cell >= 9, left = labels ? 110 : 0, top = labels ? 110 : 0;
-    const dpr = window.devicePixelRatio || 1, width = left + cols * cell, height = top + rows * cell;
-    canvas.width = width * dpr; canvas.height = height * dpr;
-    canvas.style.width = width + "px"; canvas.style.height = height + "px";
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    const m = await matrix(state.kind, state.layer, state.head), vmax = k.vmax || 1;
-    for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
-      const [R, G, B] = colour(m[i * cols + j], vmax, k.offset || 0);
-      ctx.fillStyle = `rgb(${R},${G},${B})`;
-      ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
-    }
-    ctx.strokeStyle = "#fff"; ctx.lineWidth = 1.5;
-    for (const b of k.breaks || []) {
-      ctx.beginPath(); ctx.moveTo(left, top + b * cell); ctx.lineTo(left + cols * cell, top + b * cell); ctx.stroke();
-      ctx.beginPath(); ctx.moveTo(left + b * cell, top); ctx.lineTo(left + b * cell, top + rows * cell); ctx.stroke();
-    }
-    const rowEnd = Math.min(rows - 1, rowCut()), colEnd = Math.min(cols - 1, colCut());
-    if (G()) {  // at a step: what comes after it veiled, that step's row outlined, the prompt's end dashed
-      ctx.fillStyle = "rgba(255, 255, 255, 0.82)";
-      ctx.fillRect(left, top + (rowEnd + 1) * cell, cols * cell, (rows - rowEnd - 1) * cell);
-      ctx.fillRect(left + (colEnd + 1) * cell, top, (cols - colEnd - 1) * cell, (rowEnd + 1) * cell);
-      const edge = G().promptLength * cell;
-      promptEdge(ctx, left, top + edge, left + cols * cell, top + edge);
-      if (keysToo()) promptEdge(ctx, left + edge, top, left + edge, top + rows * cell);
-      ctx.strokeStyle = "#3b5bdb"; ctx.lineWidth = 2;
-      ctx.strokeRect(left + 1, top + state.step * cell + 1, (colEnd + 1) * cell - 2, cell - 2);
-    }
-    if (labels) {
-      ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
-      ctx.textAlign = "right"; ctx.textBaseline = "middle";
-      k.rows.forEach((t, i) => {
-        ctx.globalAlpha = i > rowEnd ? 0.3 : 1; ctx.fillStyle = labelColour(rowGenerated(i), false, false);
-        ctx.fillText(t, left - 4, top + i * cell + cell / 2);
-      });
-      k.cols.forEach((t, j) => {
-        ctx.globalAlpha = j > colEnd ? 0.3 : 1; ctx.fillStyle = labelColour(colGenerated(j), false, false);
-        ctx.save(); ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 2);
-        ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore();
-      });
-      ctx.globalAlpha = 1;
-    }
-    canvas.dataset.left = left; canvas.dataset.top = top; canvas.dataset.cell = cell;
-    $("#matrixtitle").textContent = [data.model, state.kind === "self" ? "" : state.kind, layerName(state.layer),
-      headName(state.head)].filter(Boolean).join(" · ");
-    canvas.dataset.drawn = "1";
-  }
-  async function matrixHover(event) {
-    const k = K(), canvas = event.target, rect = canvas.getBoundingClientRect();
-    const cell = +canvas.dataset.cell, j = Math.floor((event.clientX - rect.left - canvas.dataset.left) / cell);
-    const i = Math.floor((event.clientY - rect.top - canvas.dataset.top) / cell);
-    if (i < 0 || j < 0 || i >= k.rows.length || j >= k.cols.length) return hideTip();
-    const m = await matrix(state.kind, state.layer, state.head);
-    const later = i > rowCut() || j > colCut() ? "\n(after this step: not generated yet)" : "";
-    showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${data.valueName}: ${fmt(m[i * k.cols.length + j])}` +
-      later);
-  }
+  // --- matrix: one head at any length, zoomable (matrix.js) --------------------------------------
+  const matrixPanel = attnvizMatrix({
+    data: () => data, state, K, tiles, showTip, hideTip, fmt, rowCut, colCut, rowGenerated, colGenerated, G, keysToo,
+    promptEdge, selectQuery: (i) => { state.query = i; followQuery(i); },
+    title: () => { $("#matrixtitle").textContent = [data.model, state.kind === "self" ? "" : state.kind,
+      layerName(state.layer), headName(state.head)].filter(Boolean).join(" · "); },
+  });
+  const matrixView = () => matrixPanel.draw();
 
   // --- heads table --------------------------------------------------------------------------------
   let sortBy = null;
@@ -389,6 +321,8 @@
     const rows = [];
     for (let li = 0; li < k.layers.length; li++) for (let h = 0; h < k.heads; h++) rows.push([li, h]);
     const mats = await Promise.all(rows.map(([li, h]) => matrix(state.kind, li, h)));
+    $("#querynote").replaceChildren();
+    if (mats.some((m) => m === null)) { canvas.width = canvas.height = 0; lacksCells($("#querynote")); return; }
     ctx.font = Math.min(11, rowH) + "px system-ui, sans-serif"; ctx.textBaseline = "middle"; ctx.textAlign = "right";
     rows.forEach(([li, h], r) => {
       for (let j = 0; j < cols; j++) {
@@ -489,13 +423,14 @@
       nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
     }
     if (!nav.querySelector(`[data-view="${state.view}"]`)) state.view = nav.querySelector("button").dataset.view;
+    if (["head", "query"].includes(state.view) && K().included < K().levels.length) state.view = "matrix";  // no single cells
     stepBar();
     controls();
     setView(state.view);
   }
   // A new text's data (attnviz serve): the same views, the same layer, head and view where they exist.
   function replace(next) {
-    data = next; kinds = Object.keys(data.kinds); cache.clear(); window.attnviz.data = data;
+    data = next; kinds = Object.keys(data.kinds); tiles.clear(); window.attnviz.data = data;
     if (!data.kinds[state.kind]) state.kind = kinds[0];
     state.layer = Math.min(state.layer, K().layers.length - 1);
     state.head = Math.min(state.head, K().heads - 1);
@@ -551,11 +486,10 @@
   $("#querytoken").addEventListener("change", (e) => { state.query = +e.target.value; followQuery(state.query); draw(); });
   $("#headview").addEventListener("mousemove", headViewHover);
   $("#headview").addEventListener("mouseleave", () => { state.hoverRow = state.hoverCol = -1; headView(); });
-  $("#matrix").addEventListener("mousemove", matrixHover);
-  $("#matrix").addEventListener("mouseleave", hideTip);
   // For tests and scripts: the decoded weight of one cell, and what is shown.
   window.attnviz = {data, state, weight: async (kind, li, h, i, j) => (await matrix(kind, li, h))[i * data.kinds[kind].cols.length + j],
-                    setView, replace, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); }};
+                    setView, replace, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); },
+                    matrix: matrixPanel};
   if (data.live) live(data.live);
   build();
 })();

@@ -1,0 +1,88 @@
+// attnviz's tiles: each head's matrix as a pyramid (attnviz/render/pyramid.py). Level 0 is the whole
+// matrix max-pooled into one tile of at most 256 x 256 cells; each level below halves the pooling, down
+// to one cell per query and key. A tile is stored as half floats ("f16", byte-shuffled) or as one byte
+// on a log scale ("log8"), gzipped and base64-encoded; it is decoded only when it is drawn.
+// eslint-disable-next-line no-unused-vars
+function attnvizTiles(source) {
+  "use strict";
+  const HALF = new Float32Array(65536);  // every IEEE half float, once
+  for (let h = 0; h < 65536; h++) {
+    const sign = h & 0x8000 ? -1 : 1, exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+    HALF[h] = sign * (exponent === 0 ? fraction * 2 ** -24 : exponent === 31 ? (fraction ? NaN : Infinity)
+      : (1 + fraction / 1024) * 2 ** (exponent - 15));
+  }
+  const LOG8 = new Float32Array(256);  // 0, then 1e-6 … 1 evenly on a log scale
+  for (let c = 1; c < 256; c++) LOG8[c] = 10 ** (-6 * (1 - (c - 1) / 254));
+  const cache = new Map();
+
+  function bytesOf(b64) {
+    const bin = atob(b64);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+  async function gunzip(bytes) {
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+  // The values of one encoded tile, in the page's units (offset + stored · scale).
+  async function decode(text, k) {
+    const raw = await gunzip(bytesOf(text));
+    const scale = k.scale || 1, offset = k.offset || 0;
+    let out;
+    if (k.encoding === "f16") {
+      const n = raw.length >> 1;
+      out = new Float32Array(n);
+      for (let i = 0; i < n; i++) out[i] = offset + HALF[raw[i] | (raw[n + i] << 8)] * scale;
+    } else {
+      out = new Float32Array(raw.length);
+      for (let i = 0; i < raw.length; i++) out[i] = offset + LOG8[raw[i]] * scale;
+    }
+    return out;
+  }
+  const geometry = (k, level) => k.levels[level];
+  const tileShape = (k, level, x, y) => {
+    const g = geometry(k, level), t = k.tile;
+    return [Math.min(t, g.rows - y * t), Math.min(t, g.cols - x * t)];
+  };
+  // A tile's values (Float32Array, rows x cols of the tile), or null when the page does not hold its level.
+  // A tile the page left out at a level it holds is all "centre" (the masked half of causal attention).
+  function tile(kind, li, h, level, x, y) {
+    const k = source().kinds[kind];
+    const levels = k.pyramids[li][h].tiles;
+    if (level >= levels.length) return Promise.resolve(null);
+    const key = `${kind}/${li}/${h}/${level}/${x},${y}`;
+    if (!cache.has(key)) {
+      const text = levels[level][x + "," + y];
+      const [rows, cols] = tileShape(k, level, x, y);
+      const absent = () => Object.assign(new Float32Array(rows * cols).fill((k.offset || 0) + (k.centre || 0) * (k.scale || 1)),
+                                         {absent: true});
+      cache.set(key, text ? decode(text, k) : Promise.resolve(absent()));
+    }
+    return cache.get(key);
+  }
+  // One head's whole matrix at the leaves (Float32Array rows * cols), or null when the page holds a coarser level only.
+  function matrix(kind, li, h) {
+    const k = source().kinds[kind], leaf = k.levels.length - 1;
+    if (k.pyramids[li][h].tiles.length <= leaf) return Promise.resolve(null);
+    const key = `${kind}/${li}/${h}/whole`;
+    if (!cache.has(key)) {
+      cache.set(key, (async () => {
+        const rows = k.rows.length, cols = k.cols.length, t = k.tile, out = new Float32Array(rows * cols);
+        for (let y = 0; y * t < rows; y++) for (let x = 0; x * t < cols; x++) {
+          const values = await tile(kind, li, h, leaf, x, y), [th, tw] = tileShape(k, leaf, x, y);
+          for (let r = 0; r < th; r++) out.set(values.subarray(r * tw, (r + 1) * tw), (y * t + r) * cols + x * t);
+        }
+        return out;
+      })());
+    }
+    return cache.get(key);
+  }
+  // Each query's largest value (Float32Array of rows), for the per-row colour scale.
+  function rowMax(kind, li, h) {
+    const key = `${kind}/${li}/${h}/rowmax`;
+    if (!cache.has(key)) cache.set(key, decode(source().kinds[kind].pyramids[li][h].rowMax, source().kinds[kind]));
+    return cache.get(key);
+  }
+  return {tile, matrix, rowMax, tileShape, clear: () => cache.clear()};
+}
