@@ -96,6 +96,19 @@ def test_log8_codes_are_within_half_a_step_on_a_log_scale():
     np.testing.assert_allclose(decode_tile(encode_tile(tile, "log8"), "log8", (2, 2)), tile, rtol=0.03)
 
 
+def test_lin8_is_within_half_a_step_of_255():
+    values = np.linspace(0, 1, 1001).reshape(7, 143)
+    back = decode_tile(encode_tile(values, "lin8"), "lin8", values.shape)
+    assert np.abs(back - values).max() <= 0.5 / 255 + 1e-12
+
+
+def test_a_large_page_stores_leaves_linearly_and_pooled_levels_on_a_log_scale():
+    builder = PageBuilder("t", "m", cells=10**8)
+    geometry = Geometry(600, 600)
+    assert [builder.encoding_of(level, geometry) for level in range(3)] == ["log8", "log8", "lin8"]
+    assert PageBuilder("t", "m", cells=10).encoding_of(2, geometry) == "f16"
+
+
 def test_tiles_of_only_centre_are_left_out():
     grid = np.zeros((300, 520))
     grid[299, 519] = 0.5  # the last tile only

@@ -77,14 +77,21 @@ class PageBuilder:
 
     def __init__(self, title: str, model: str, *, cells: int, layers: int = 1, budget: int = PAGE_BUDGET) -> None:
         """``cells``: the heads × queries × keys of the page in all (half floats up to
-        :data:`~attnviz.render.pyramid.FLOAT16_CELLS`, else one byte on a log scale); ``layers``:
-        how many layers of each kind of attention it will hold."""
+        :data:`~attnviz.render.pyramid.FLOAT16_CELLS`, else a byte: see :meth:`encoding_of`);
+        ``layers``: how many layers of each kind of attention it will hold."""
         self.title, self.model = title, model
         self.encoding = "f16" if cells <= FLOAT16_CELLS else "log8"
         self.layers, self.budget = max(1, layers), budget
         self.kinds: dict[str, dict[str, Any]] = {}
         self._sizes: dict[str, list[int]] = {}  # kind → bytes of each level over the heads encoded so far
         self._heads_done: dict[str, int] = {}
+
+    def encoding_of(self, level: int, geometry: Geometry) -> str:
+        """How a level's tiles are stored: half floats on a small page; else a byte, on a log scale for
+        pooled levels and linear at the leaves (see :mod:`attnviz.render.pyramid`)."""
+        if self.encoding == "f16":
+            return "f16"
+        return "lin8" if level == geometry.leaf else "log8"
 
     def start_layer(self, heads: int, *, rows: list[str], cols: list[str], kind: str = "self", causal: bool = False,
                     row_special: list[bool] | None = None, col_special: list[bool] | None = None,
@@ -97,7 +104,9 @@ class PageBuilder:
             "colSpecial": list(col_special or [False] * len(cols)),
             "layers": [], "heads": int(heads), "pyramids": [], "vmax": 0.0, "causal": causal,
             "breaks": list(breaks or []), "scale": 1.0, "offset": 0.0, "centre": float(centre),
-            "tile": TILE, "levels": geometry.script_data(), "encoding": self.encoding, "included": None,
+            "tile": TILE, "levels": [{**level, "encoding": self.encoding_of(number, geometry)}
+                                     for number, level in enumerate(geometry.script_data())],
+            "encoding": self.encoding, "included": None,
         })
         included = entry["included"]
         finest = included - 1 if included is not None else self._first_finest(geometry, heads)
@@ -126,7 +135,8 @@ class PageBuilder:
         col_max = pyramid.col_max_filled()
         heads = []
         for h in range(pyramid.heads):
-            tiles = [tiles_of(grid[h], self.encoding, centre) for grid in levels]
+            tiles = [tiles_of(grid[h], self.encoding_of(level, pyramid.geometry), centre)
+                     for level, grid in enumerate(levels)]
             for level, found in enumerate(tiles[: len(sizes)]):
                 sizes[level] += sum(len(text) for text in found.values())
             sinks = np.flatnonzero(pyramid.col_sum[h] / seeing > SINK_THRESHOLD) if centre == 0 else np.array([], int)
@@ -134,7 +144,7 @@ class PageBuilder:
             vmax = float(pyramid.row_max[h].max(initial=centre))
             heads.append({"tiles": tiles, "vmax": vmax, "sinks": sinks.tolist(),
                           "vmaxNoSinks": float(rest.max(initial=centre)) if rest.size else vmax,
-                          "rowMax": encode_tile(pyramid.row_max[h][None, :], self.encoding)})
+                          "rowMax": encode_tile(pyramid.row_max[h][None, :], "f16")})
         entry["layers"].append(int(layer))
         entry["pyramids"].append(heads)
         entry["vmax"] = max(entry["vmax"], *(head["vmax"] for head in heads))
@@ -208,7 +218,7 @@ def head_values(entry: dict[str, Any], layer: int, head: int, level: int | None 
     for key, text in entry["pyramids"][layer][head]["tiles"][level].items():
         x, y = (int(v) * TILE for v in key.split(","))
         height, width = min(TILE, shape["rows"] - y), min(TILE, shape["cols"] - x)
-        out[y : y + height, x : x + width] = decode_tile(text, entry["encoding"], (height, width))
+        out[y : y + height, x : x + width] = decode_tile(text, shape["encoding"], (height, width))
     return entry["offset"] + out * entry["scale"]
 
 def colormap_table(name: str) -> list[list[int]]:

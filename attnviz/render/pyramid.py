@@ -70,9 +70,10 @@ class Geometry:
 
 
 def pool(values: np.ndarray, factor: int, centre: float = 0.0, *, offset: int = 0) -> np.ndarray:
-    """``values`` ``[..., rows, cols]`` max-pooled ``factor`` × ``factor`` (the value furthest from
-    ``centre``; for weights, with centre 0, the largest). ``offset``: rows of the first pooled row
-    that lie above ``values`` (a block that starts inside a pooled row). Edges pool what is there."""
+    """``values`` ``[..., rows, cols]`` max-pooled ``factor`` × ``factor``: the largest value (weights,
+    with ``centre`` 0, are never negative), or for signed values (another ``centre``) the one furthest
+    from it. ``offset``: rows of the first pooled row that lie above ``values`` (a block that starts
+    inside a pooled row). Edges pool what is there."""
     if factor == 1 and offset == 0:
         return values
     *lead, rows, cols = values.shape
@@ -81,9 +82,15 @@ def pool(values: np.ndarray, factor: int, centre: float = 0.0, *, offset: int = 
     right = (-cols) % factor
     padded = np.full((*lead, rows + top + bottom, cols + right), centre, dtype=values.dtype)
     padded[..., top : top + rows, :cols] = values
-    shaped = padded.reshape(*lead, (rows + top + bottom) // factor, factor, (cols + right) // factor, factor)
-    high, low = shaped.max(axis=(-3, -1)), shaped.min(axis=(-3, -1))
-    return high if centre <= float(low.min(initial=centre)) else np.where(high - centre >= centre - low, high, low)
+    n_rows, n_cols = (rows + top + bottom) // factor, (cols + right) // factor
+    # Along each row first (contiguous), then down: two simple reductions are several times faster than one over two axes.
+    high = padded.reshape(*lead, n_rows * factor, n_cols, factor).max(axis=-1)
+    high = high.reshape(*lead, n_rows, factor, n_cols).max(axis=-2)
+    if centre == 0:
+        return high
+    low = padded.reshape(*lead, n_rows * factor, n_cols, factor).min(axis=-1)
+    low = low.reshape(*lead, n_rows, factor, n_cols).min(axis=-2)
+    return np.where(high - centre >= centre - low, high, low)
 
 
 def merge(a: np.ndarray, b: np.ndarray, centre: float = 0.0) -> np.ndarray:
@@ -95,7 +102,7 @@ class LayerPyramid:
     """The pyramid of one layer's heads ``[heads, rows, cols]``, built from blocks of query rows.
 
     ``finest``: the finest level kept (the coarser ones are pooled from it at the end). ``centre``:
-    the value of nothing (0 for weights; a signed panel's zero)."""
+    the value of nothing (0 for weights, which are never negative; a signed panel's zero)."""
 
     def __init__(self, heads: int, rows: int, cols: int, *, finest: int, centre: float = 0.0) -> None:
         self.geometry = Geometry(rows, cols)
@@ -164,9 +171,14 @@ def encode_tile(values: np.ndarray, encoding: str) -> str:
         raw = (halves & 0xFF).astype(np.uint8).tobytes() + (halves >> 8).astype(np.uint8).tobytes()
     elif encoding == "log8":
         raw = log8_codes(flat).tobytes()
+    elif encoding == "lin8":
+        raw = np.rint(np.clip(flat, 0.0, 1.0) * 255).astype(np.uint8).tobytes()
     else:
         raise ValueError(f"unknown tile encoding {encoding!r}")
-    return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
+    # zlib's level 1 for the noisy bytes of half floats and logs (level 6 saves 1 % for twice the time); 3 for
+    # lin8, whose runs of zeros it finds (a 482-token page of 72 heads: 2.5 MB in 0.24 s; level 6: 2.0 MB in 0.68 s).
+    level = 3 if encoding == "lin8" else 1
+    return base64.b64encode(gzip.compress(raw, compresslevel=level, mtime=0)).decode("ascii")
 
 
 def decode_tile(text: str, encoding: str, shape: tuple[int, int]) -> np.ndarray:
@@ -176,6 +188,8 @@ def decode_tile(text: str, encoding: str, shape: tuple[int, int]) -> np.ndarray:
         n = raw.size // 2
         halves = raw[:n].astype(np.uint16) | (raw[n:].astype(np.uint16) << 8)
         values = halves.view("<f2").astype(np.float64)
+    elif encoding == "lin8":
+        values = raw / 255.0
     else:
         values = log8_values()[raw]
     return values.reshape(shape)

@@ -42,7 +42,7 @@
     return data.cmap[t];
   };
   const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : Math.abs(v) > 0 && Math.abs(v) < 1e-3 ? v.toExponential(2)
-    : v.toFixed(data.kinds[state.kind].encoding === "f16" ? 4 : 3));
+    : v.toFixed(K().encoding === "f16" ? 4 : 3));
   const tip = $("#tooltip");
   function showTip(event, text) {
     tip.textContent = text; tip.style.display = "block";

@@ -1,7 +1,7 @@
 // attnviz's tiles: each head's matrix as a pyramid (attnviz/render/pyramid.py). Level 0 is the whole
 // matrix max-pooled into one tile of at most 256 x 256 cells; each level below halves the pooling, down
-// to one cell per query and key. A tile is stored as half floats ("f16", byte-shuffled) or as one byte
-// on a log scale ("log8"), gzipped and base64-encoded; it is decoded only when it is drawn.
+// to one cell per query and key. A tile is stored as half floats ("f16", byte-shuffled) or as one byte,
+// on a log scale ("log8") or linear ("lin8"), gzipped and base64-encoded; it is decoded only when drawn.
 // eslint-disable-next-line no-unused-vars
 function attnvizTiles(source) {
   "use strict";
@@ -26,11 +26,14 @@ function attnvizTiles(source) {
     return new Uint8Array(await new Response(stream).arrayBuffer());
   }
   // The values of one encoded tile, in the page's units (offset + stored · scale).
-  async function decode(text, k) {
+  async function decode(text, k, encoding) {
     const raw = await gunzip(bytesOf(text));
     const scale = k.scale || 1, offset = k.offset || 0;
     let out;
-    if (k.encoding === "f16") {
+    if (encoding === "lin8") {
+      out = new Float32Array(raw.length);
+      for (let i = 0; i < raw.length; i++) out[i] = offset + (raw[i] / 255) * scale;
+    } else if (encoding === "f16") {
       const n = raw.length >> 1;
       out = new Float32Array(n);
       for (let i = 0; i < n; i++) out[i] = offset + HALF[raw[i] | (raw[n + i] << 8)] * scale;
@@ -57,7 +60,7 @@ function attnvizTiles(source) {
       const [rows, cols] = tileShape(k, level, x, y);
       const absent = () => Object.assign(new Float32Array(rows * cols).fill((k.offset || 0) + (k.centre || 0) * (k.scale || 1)),
                                          {absent: true});
-      cache.set(key, text ? decode(text, k) : Promise.resolve(absent()));
+      cache.set(key, text ? decode(text, k, k.levels[level].encoding) : Promise.resolve(absent()));
     }
     return cache.get(key);
   }
@@ -81,7 +84,7 @@ function attnvizTiles(source) {
   // Each query's largest value (Float32Array of rows), for the per-row colour scale.
   function rowMax(kind, li, h) {
     const key = `${kind}/${li}/${h}/rowmax`;
-    if (!cache.has(key)) cache.set(key, decode(source().kinds[kind].pyramids[li][h].rowMax, source().kinds[kind]));
+    if (!cache.has(key)) cache.set(key, decode(source().kinds[kind].pyramids[li][h].rowMax, source().kinds[kind], "f16"));
     return cache.get(key);
   }
   return {tile, matrix, rowMax, tileShape, clear: () => cache.clear()};
