@@ -119,16 +119,17 @@ def browser():
         instance.close()
 
 
-def open_offline(browser, path: Path, requests: list[str], errors: list[str]):
+def open_offline(browser, path: Path, requests: list[str], errors: list[str], ready: str = "#headview[data-drawn]"):
     """Open the page at ``path`` with every request but the page itself refused (and recorded in
-    ``requests``, so none may even be tried), script errors in ``errors``; once its head view is drawn."""
+    ``requests``, so none may even be tried), script errors in ``errors``; once ``ready`` is there
+    (its head view drawn)."""
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     page.on("request", lambda r: requests.append(r.url))
     page.route("**/*", lambda route: route.continue_() if route.request.url == path.as_uri() else route.abort())
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto(path.as_uri())
-    page.wait_for_selector("#headview[data-drawn]")
+    page.wait_for_selector(ready)
     return page
 
 

@@ -118,19 +118,20 @@ def qk_vectors(result: AttentionResult, digits: int = 4) -> dict[str, dict[str, 
 class PageCollector:
     """A page and its head statistics, built one layer at a time."""
 
-    def __init__(self, layers: Sequence[int], stats: bool, title: str) -> None:
+    def __init__(self, layers: Sequence[int], stats: bool, title: str, *, budget: int | None = None) -> None:
         from ..analysis.heads import HeadTableBuilder
 
-        self.layers, self.stats, self.title = list(layers), stats, title
+        self.layers, self.stats, self.title, self.budget = list(layers), stats, title, budget
         self.table = HeadTableBuilder()
         self.builder: Any = None
         self.qk: dict[str, Any] | None = None
 
     def start(self, model: str, cells: int) -> None:
         """The page, titled for ``model``, to hold ``cells`` weights (heads × queries × keys) in all."""
-        from ..render.page import PageBuilder
+        from ..render.page import PAGE_BUDGET, PageBuilder
 
-        self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells, layers=len(self.layers))
+        self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells, layers=len(self.layers),
+                                   budget=PAGE_BUDGET if self.budget is None else self.budget)
 
     def add(self, header: AttentionResult, position: int, layer: Any) -> None:
         """Layer ``position`` of ``header``'s text: ``[heads, n, n]`` whole, or an engine's

@@ -19,12 +19,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def page_view(source: Any, text: str | None, *, layer: int | None = None, head: int | str = 0, kind: str = "self",
               pair: str | None = None, target: str | None = None, reading: Reading | None = None,
-              truncate: bool = False, stats: bool = True, view: str = "head") -> Page:
+              truncate: bool = False, stats: bool = True, view: str = "head", budget: int | None = None) -> Page:
     """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
     ``layer`` (default: every layer), with the head statistics table (``stats``), for one text.
     Layers are quantised and compressed as the engine computes them. Encoder-decoder models get
     their encoder, decoder and cross-attention (``kind`` chooses the one shown first); one
-    cross-attention layer alone (a matrices config with a context) its cross-attention."""
+    cross-attention layer alone (a matrices config with a context) its cross-attention. ``budget``:
+    the bytes of tiles the page may hold (default :data:`attnviz.render.page.PAGE_BUDGET`); a long
+    input's finest levels are left out beyond it, and the page says so."""
     from ..analysis.reading import Reading
     from ..analysis.transforms import KINDS
     from ..errors import UsageError
@@ -50,7 +52,7 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
 
     reader = read_layers(source, [text], reading=reading, truncate=truncate, layers=layers, pairs=[pair],
                          target=target, purpose="the page")
-    collector = PageCollector(reader.layers, stats, _title_text(text))
+    collector = PageCollector(reader.layers, stats, _title_text(text), budget=budget)
     if source.capabilities.details and reading.plain and len(reader.results[0].tokens) <= QK_TOKENS:
         # The query-key view: each head's q and k (a second, small pass with details=True).
         detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)

@@ -205,9 +205,10 @@ function attnvizMatrix(env) {
     colBox.replaceChildren(...cols.map((c) => span("col", c)));
     rowBox.style.height = TOP + H + "px"; colBox.style.width = LEFT + W + "px";
   }
-  function pick(axis, i) {
-    if (axis === "row") { picked.row = picked.row === i ? -1 : i; if (picked.row >= 0) env.selectQuery(i); }
-    else picked.col = picked.col === i ? -1 : i;
+  // A token's text clicked picks its row (its query) or column (its key); clicked again, unpicks it.
+  function pick(axis, i, only = false) {
+    if (axis === "row") { picked.row = picked.row === i && !only ? -1 : i; if (picked.row >= 0) env.selectQuery(i); }
+    else picked.col = picked.col === i && !only ? -1 : i;
     schedule();
   }
   for (const box of [rowBox, colBox]) box.addEventListener("click", (event) => {
@@ -351,5 +352,5 @@ function attnvizMatrix(env) {
     view.x0 = j + 0.5 - (W * view.tpp) / 2; view.y0 = i + 0.5 - (H * view.tpp) / 2;
     return draw();
   }
-  return {draw, zoomTo, view, options, pick, fit: () => { fit(); return draw(); }};
+  return {draw, zoomTo, view, options, pick, picked, fit: () => { fit(); return draw(); }};
 }

@@ -41,8 +41,13 @@
     const t = Math.max(0, Math.min(255, Math.round(((v - offset) / ((vmax - offset) || 1)) * 255)));
     return data.cmap[t];
   };
-  const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : Math.abs(v) > 0 && Math.abs(v) < 1e-3 ? v.toExponential(2)
-    : v.toFixed(K().encoding === "f16" ? 4 : 3));
+  // Values to what the page stores: 4 significant digits of half floats, 3 of a byte.
+  const fmt = (v) => {
+    const digits = K().encoding === "f16" ? 4 : 3;
+    if (Math.abs(v) >= 100) return v.toFixed(1);
+    if (v === 0 || Math.abs(v) >= 1e-3) return Math.abs(v) >= 1 ? v.toFixed(digits - 1) : Number(v.toPrecision(digits)).toString();
+    return v.toExponential(digits - 1);
+  };
   const tip = $("#tooltip");
   function showTip(event, text) {
     tip.textContent = text; tip.style.display = "block";
@@ -394,6 +399,52 @@
     }
   }
 
+  // --- find a token of the context by its text, and go to it ---------------------------------------
+  const finder = {matches: [], at: -1};
+  function findBox() {
+    const form = $("#find");
+    if (form.dataset.ready) return;
+    form.dataset.ready = "1";
+    const input = el("input", {type: "search", id: "findtext", placeholder: "find a token…",
+                               "aria-label": "find a token of the text (Enter: next, Shift+Enter: previous)"});
+    const prev = el("button", {type: "button", id: "findprev", title: "previous match (Shift+Enter)"}, "↑");
+    const next = el("button", {type: "button", id: "findnext", title: "next match (Enter)"}, "↓");
+    const count = el("span", {class: "hint", id: "findcount", "aria-live": "polite"});
+    form.append(input, prev, next, count);
+    const search = () => {
+      const wanted = input.value.trim().toLowerCase(), rows = K().rows;
+      finder.matches = wanted ? rows.flatMap((t, i) => (t.toLowerCase().includes(wanted) ? [i] : [])) : [];
+      finder.at = -1;
+      count.textContent = wanted ? `${finder.matches.length} of ${rows.length} tokens` : "";
+    };
+    const go = (step) => {
+      if (!finder.matches.length) return;
+      finder.at = (finder.at + step + finder.matches.length) % finder.matches.length;
+      const i = finder.matches[finder.at];
+      count.textContent = `${finder.at + 1} of ${finder.matches.length}: position ${i}, ${K().rows[i]}`;
+      goToToken(i);
+    };
+    input.addEventListener("input", search);
+    input.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); go(e.shiftKey ? -1 : 1); } });
+    form.addEventListener("submit", (e) => e.preventDefault());
+    prev.addEventListener("click", () => go(-1));
+    next.addEventListener("click", () => go(1));
+  }
+  // Query token i chosen (found, or its text clicked): every view follows it.
+  function goToToken(i) {
+    state.query = i; followQuery(i);
+    if (state.view === "head" && K().included === K().levels.length) {
+      state.hoverRow = i; state.hoverCol = -1;
+      const box = $("#headview").parentElement;
+      box.scrollTop = Math.max(0, 8 + i * 18 - box.clientHeight / 3);
+      return headView();
+    }
+    if (["query", "qk"].includes(state.view)) return draw();
+    if (state.view !== "matrix") setView("matrix");
+    matrixPanel.pick("row", i, true);
+    return matrixPanel.zoomTo(i, i, Math.max(16, 1 / (matrixPanel.view.tpp || 1)));
+  }
+
   // --- tabs ---------------------------------------------------------------------------------------
   // The views are records in Python (attnviz/render/page_views.py): their names, tabs and what they need
   // come with the data; each one's drawing function is here, under its name.
@@ -426,6 +477,7 @@
     if (["head", "query"].includes(state.view) && K().included < K().levels.length) state.view = "matrix";  // no single cells
     stepBar();
     controls();
+    findBox();
     setView(state.view);
   }
   // A new text's data (attnviz serve): the same views, the same layer, head and view where they exist.
@@ -489,7 +541,7 @@
   // For tests and scripts: the decoded weight of one cell, and what is shown.
   window.attnviz = {data, state, weight: async (kind, li, h, i, j) => (await matrix(kind, li, h))[i * data.kinds[kind].cols.length + j],
                     setView, replace, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); },
-                    matrix: matrixPanel};
+                    matrix: matrixPanel, goToToken};
   if (data.live) live(data.live);
   build();
 })();
