@@ -193,10 +193,16 @@ def attention_view(
     vmax: float | None = None,
     cmap: str = "viridis",
     pool: bool | None = None,
+    rows: tuple[int | None, int | None] | None = None,
+    cols: tuple[int | None, int | None] | None = None,
 ) -> HeatmapView:
     """What ``attnviz heatmap`` draws: a ``head`` (a number), every head (``"all"``) or their mean
     (``"mean"``), in one ``layer`` or in every layer (None, the default: a panel per layer, or
     with ``head="all"`` every head of every layer, a row per layer).
+
+    ``rows`` and ``cols`` (token positions ``(first, stop)``, either None for the text's start or
+    end) draw a region of the matrix cell by cell, computing only its query rows
+    (:mod:`attnviz.views.region`): what a long input's pooled overview labels its rows and columns for.
 
     ``reading`` drops special tokens ([CLS], [SEP], BOS…) from both axes, rows rescaled to sum to 1
     or not, and/or joins word pieces (Clark et al. 2019: attention to a word is the sum over its
@@ -209,6 +215,17 @@ def attention_view(
     """
     from .render.view import head_across_layers_view, heatmap_view
 
+    if rows is not None or cols is not None:
+        from .errors import UsageError
+        from .views.region import region_view
+
+        if not reading.plain:
+            raise UsageError("[[rows]] and [[cols]] count the tokens as the model reads them; drop [[hide_special]] "
+                             "and [[words]] to draw a region")
+        if kind not in ("self", "encoder"):
+            raise UsageError(f"[[rows]] and [[cols]] draw a region of self-attention; [[kind={kind}]] is not one")
+        return region_view(source, text, rows=rows or (None, None), cols=cols or (None, None), layer=layer, head=head,
+                           pair=pair, truncate=truncate, vmax=vmax, cmap=cmap)
     if pool is not False and reading.plain and kind in ("self", "encoder") and \
             _long_for_a_picture(source, text, pair, truncate, always=bool(pool)):
         from .views.pooled import pooled_view

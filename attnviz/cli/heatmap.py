@@ -28,6 +28,7 @@ from .options import (
     Renormalize,
     Revision,
     Target,
+    TextFile,
     Truncate,
     TrustRemoteCode,
     Verbose,
@@ -38,6 +39,7 @@ from .options import (
     parse_head,
     parse_layer,
     reading,
+    text_from_file,
     text_or_example,
 )
 
@@ -53,8 +55,14 @@ def heatmap(
                                     "'mean'. With --query: the heads to list (default all).", show_default=False),
     query: str | None = typer.Option(None, "--query", "-q", help="One token (or its index): what it attends to in every "
                                      "layer and head at once, a row per head.", show_default=False),
+    rows: str | None = typer.Option(None, "--rows", help="A region: the queries A:B (token positions, B not included; "
+                                    ":B or A: for the text's start or end), drawn cell by cell. A long text's overview "
+                                    "labels its rows and columns with their positions.", show_default=False, metavar="A:B"),
+    cols: str | None = typer.Option(None, "--cols", help="A region: the keys C:D (token positions, D not included), drawn "
+                                    "cell by cell.", show_default=False, metavar="C:D"),
     kind: KindChoice = Kind,
     pair: str | None = Pair,
+    text_file: Path | None = TextFile,
     target: str | None = Target,
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
@@ -87,6 +95,13 @@ def heatmap(
         raise UsageError("--query draws a picture; the page has its own query view (click a token in the head view)")
     if renormalize and not hide_special:
         raise UsageError("--renormalize rescales rows after --hide-special; add --hide-special")
+    from ..views.region import parse_span
+
+    region = (None if rows is None else parse_span(rows, "rows"), None if cols is None else parse_span(cols, "cols"))
+    if region != (None, None) and (query is not None or (out is not None and out.suffix.lower() == ".html")):
+        raise UsageError("--rows and --cols draw a region of a heatmap; the page zooms into any region itself "
+                         "(scroll or drag a box), and --query draws one row")
+    text = text_from_file(text, text_file)
     if out is not None:
         from ..fileio import check_output_path
 
@@ -119,7 +134,7 @@ def heatmap(
 
     view = attention_view(source, text, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair,
                           target=target, reading=reading(hide_special, renormalize, words), truncate=truncate,
-                          vmax=vmax, cmap=cmap.value, pool=_picture(out))
+                          vmax=vmax, cmap=cmap.value, pool=_picture(out), rows=region[0], cols=region[1])
     show_view(view, out, values=values, fit=fit.value, width=width)
 
 

@@ -97,6 +97,8 @@ def _single(view: HeatmapView, console: Console, label_w: int, cell_w: int, colo
     breaks = {j - cols.start for j in view.col_breaks if cols.start < j < cols.stop}
     for line in _column_header([view.col_labels[j] for j in cols], cell_w, breaks):
         console.print(Text(" " * (label_w + 1)) + line, no_wrap=True, crop=False)
+    if view.token_step > 1 or view.row_start is not None:  # pooled or a region: where its columns are
+        console.print(_ruler(view, cols, label_w, cell_w, breaks), no_wrap=True, crop=False)
     for i, label in enumerate(view.row_labels):
         if i in view.row_breaks:
             console.print(Text(" " * (label_w + 1) + "─" * (len(cols) * cell_w + len(breaks)), style="dim"), crop=False)
@@ -243,6 +245,25 @@ def _column_header(labels: list[str], cell_w: int, breaks: set[int] = frozenset(
             line.append((ch if width <= cell_w else "?") + " " * max(0, cell_w - width))
         lines.append(line)
     return lines
+
+
+def _ruler(view: HeatmapView, cols: range, label_w: int, cell_w: int, breaks: set[int]) -> Text:
+    """The position of the first token of every few columns, under the column labels: what a
+    region of a pooled overview is asked for by (rows carry their ranges in their labels)."""
+    step, start = view.token_step, view.col_start
+    widest = len(str(start + (cols.stop - 1) * step))
+    every = max(1, -(-(widest + 1) // cell_w))  # numbers one space apart at least
+    chars = [" "] * (len(cols) * cell_w)
+    for j in range(0, len(cols), every):
+        text = str(start + (cols.start + j) * step)
+        if j * cell_w + len(text) <= len(chars):  # a number cut at the edge would read as another
+            chars[j * cell_w : j * cell_w + len(text)] = text
+    line = Text(_fit_label("key at", label_w) + " ", style="dim")
+    for j in range(len(cols)):
+        if j in breaks:
+            line.append("│", style="dim")
+        line.append("".join(chars[j * cell_w : (j + 1) * cell_w]), style="dim")
+    return line
 
 
 def _glyphs(label: str) -> list[str]:

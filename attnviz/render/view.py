@@ -44,6 +44,8 @@ class HeatmapView:
     pool_rows: bool = True  # False: rows are not tokens (layers of a mixing ratio) and are never pooled
     token_step: int = 1  # tokens per row and column already (a long input pooled as it was computed)
     n_tokens: int | None = None  # the tokens before that pooling (token_step > 1)
+    row_start: int | None = None  # a region (heatmap --rows/--cols): the positions of its first row and column;
+    col_start: int = 0  # its row labels start with their positions
 
     def with_note(self, note: str) -> HeatmapView:
         return replace(self, notes=[*self.notes, note])
@@ -265,6 +267,10 @@ def max_pool(view: HeatmapView, factor: int) -> HeatmapView:
         note = f"downsampled {n}×{n} → {qn}×{kn} by {how} blocks of {unit}"
         rows = [f"{i * rf * step}-{min((i + 1) * rf * step, n) - 1} {view.col_labels[i * rf]}" for i in range(qn)]
         notes = [x for x in view.notes if not x.startswith("downsampled")]
+    elif view.row_start is not None:  # a region: positions from its start, its labels' own positions dropped
+        note = f"downsampled {q}×{k} → {qn}×{kn} by {how} blocks of {unit}"
+        tokens = [label.split(" ", 1)[-1] for label in view.row_labels]
+        rows, notes = pooled_labels(tokens, rf, ranges=True, start=view.row_start), view.notes
     else:
         note = f"downsampled {q}×{k} → {qn}×{kn} by {how} blocks of {unit}"
         rows, notes = pooled_labels(view.row_labels, rf, ranges=True), view.notes
@@ -281,9 +287,10 @@ def max_pool(view: HeatmapView, factor: int) -> HeatmapView:
     )
 
 
-def pooled_labels(names: list[str], step: int, *, ranges: bool = False) -> list[str]:
-    """The label of each block of ``step`` tokens: its first token's, after the positions it covers with ``ranges``."""
+def pooled_labels(names: list[str], step: int, *, ranges: bool = False, start: int = 0) -> list[str]:
+    """The label of each block of ``step`` tokens: its first token's, after the positions it covers
+    with ``ranges`` (counted from ``start``: a region's first position)."""
     first = [names[i] for i in range(0, len(names), step)]
     if not ranges or step == 1:
         return first
-    return [f"{i * step}-{min((i + 1) * step, len(names)) - 1} {t}" for i, t in enumerate(first)]
+    return [f"{start + i * step}-{start + min((i + 1) * step, len(names)) - 1} {t}" for i, t in enumerate(first)]

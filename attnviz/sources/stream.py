@@ -107,6 +107,26 @@ class ItemLayer:
                 self._check(self._attentions)
         return self._attentions
 
+    def rows(self, first: int, stop: int, cols: tuple[int, int] | None = None) -> Tensor:
+        """Query rows ``first … stop − 1`` of every head over keys ``cols`` (default all),
+        ``[H, rows, keys]`` on the CPU: of weights made on demand, those rows alone are computed, a
+        block at a time, each cut to those keys at once (a region of a long input stays small)."""
+        low, high = (0, self.n_tokens) if cols is None else cols
+        if self._attentions is not None:
+            return self._attentions[:, first:stop, low:high].cpu()
+        from ..attention.rows import rows_per_block
+
+        source, item, n = self._rows  # type: ignore[misc]
+        out = torch.zeros(self.n_heads, stop - first, high - low)
+        step = rows_per_block(self.n_heads, n)
+        for start in range(first, stop, step):
+            block = source.block(item, start, min(stop, start + step), n)
+            if self._check is not None:
+                self._check(block)
+            seen = block[:, :, low:high].cpu()  # causal blocks leave out the keys after their last row (0)
+            out[:, start - first : start - first + block.shape[1], : seen.shape[2]] = seen
+        return out
+
     def row_blocks(self, rows: int | None = None) -> Iterator[tuple[int, Tensor]]:
         """``(first row, block [H, rows, width])`` over every query row in order, on the CPU (where the
         statistics and pictures are reduced; a block computed on a GPU is copied over). Columns from

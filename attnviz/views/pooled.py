@@ -47,12 +47,12 @@ def pooled_view(source: Any, text: str | None, *, layer: int | None, head: HeadC
         part = parts[0]
         del parts
         n_heads = part.n_heads
-        chosen = _chosen(head, n_heads, header.model_name)
+        chosen = chosen_heads(head, n_heads, header.model_name)
         pooled, sums = _pool_layer(part, chosen, factor)
         del part  # before the next layer is computed
         panels.append(pooled)
         importance.append(sums / rows_seeing(n, n, causal=header.causal))
-        titles += _titles(head, chosen, number, every)
+        titles += panel_titles(head, chosen, number, every)
     what = {"all": "every head" if every else "all heads", "mean": "mean of heads"}.get(str(head), f"head {head}")
     causal = " · causal" if header.causal else ""
     title = f"{header.model_name} · {what} · every layer{causal}" if every else \
@@ -71,8 +71,8 @@ def pooled_view(source: Any, text: str | None, *, layer: int | None, head: HeadC
     return with_sinks(view, causal=header.causal, importance=torch.cat(importance), labels=labels, factor=factor)
 
 
-def _chosen(head: HeadChoice, n_heads: int, model_name: str) -> list[int] | None:
-    """The heads drawn (None: their mean)."""
+def chosen_heads(head: HeadChoice, n_heads: int, model_name: str) -> list[int] | None:
+    """The heads drawn (None: their mean), checked against the model's."""
     if head == "mean":
         return None
     if head == "all":
@@ -82,7 +82,8 @@ def _chosen(head: HeadChoice, n_heads: int, model_name: str) -> list[int] | None
     return [head]
 
 
-def _titles(head: HeadChoice, chosen: list[int] | None, layer: int, every: bool) -> list[str]:
+def panel_titles(head: HeadChoice, chosen: list[int] | None, layer: int, every: bool) -> list[str]:
+    """Each panel's title: its layer (every layer shown) and head."""
     if every:
         return [f"L{layer} H{h}" for h in chosen] if head == "all" and chosen else [f"L{layer}"]
     if chosen is None:

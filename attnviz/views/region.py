@@ -1,0 +1,98 @@
+"""A region of a long input's attention at full resolution: queries ``A:B`` over keys ``C:D``.
+
+A long input's heatmap is a max-pooled overview (:mod:`attnviz.views.pooled`), whose rows and columns
+are labelled with the positions they cover; a region of it is drawn here cell by cell. Only the
+region's query rows are computed (:meth:`attnviz.sources.stream.ItemLayer.rows`), each block cut to
+the region's keys at once, so a region of a 32,768-token text costs its rows, not the whole matrix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import UsageError
+from ..labels import printable
+from ..render.view import HeadChoice, HeatmapView, matrix_view
+from .pooled import chosen_heads, panel_titles
+
+Span = tuple[int | None, int | None]
+
+
+def parse_span(text: str, name: str) -> Span:
+    """``"A:B"`` (either end may be left out: ``:B``, ``A:``) as token positions, B not included."""
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise UsageError(f"[[{name}={text}]] is a range of token positions: A:B (B not included), :B or A:")
+    ends: list[int | None] = []
+    for part in parts:
+        part = part.strip()
+        if not part:
+            ends.append(None)
+        elif part.isdigit():
+            ends.append(int(part))
+        else:
+            raise UsageError(f"[[{name}={text}]] is a range of token positions: A:B with whole numbers from 0")
+    return ends[0], ends[1]
+
+
+def resolve_span(span: Span, n: int, name: str) -> tuple[int, int]:
+    """``span`` within a text of ``n`` tokens: ``(first, stop)``, refused when empty or past its end."""
+    first, stop = 0 if span[0] is None else span[0], n if span[1] is None else span[1]
+    shown = f"{'' if span[0] is None else span[0]}:{'' if span[1] is None else span[1]}"
+    if first >= n:
+        raise UsageError(f"[[{name}={shown}]] starts past the text's {n:,} tokens (positions 0 to {n - 1})")
+    if stop > n:
+        raise UsageError(f"[[{name}={shown}]] ends past the text's {n:,} tokens; end it at {n} or leave the end out")
+    if stop <= first:
+        raise UsageError(f"[[{name}={shown}]] holds no token; give A:B with A < B")
+    return first, stop
+
+
+def region_view(source: Any, text: str | None, *, rows: Span = (None, None), cols: Span = (None, None),
+                layer: int | None = None, head: HeadChoice = 0, pair: str | None = None, truncate: bool = False,
+                vmax: float | None = None, cmap: str = "viridis") -> HeatmapView:
+    """Queries ``rows`` over keys ``cols`` (token positions, the end not included) of self-attention,
+    cell by cell: a ``head``, every head (``"all"``) or their ``"mean"``, in ``layer`` or in every
+    layer (None). Row labels carry each token's position; the view knows where it starts
+    (``row_start``, ``col_start``), so the terminal numbers its columns."""
+    from ..layer_range import check_layer
+    from .layers import read_layers
+
+    if layer is not None:
+        check_layer(layer, owner=source.name, count=source.n_layers)
+    reader = read_layers(source, [text], truncate=truncate, layers=None if layer is None else [layer], pairs=[pair],
+                         purpose="heatmap")
+    header = reader.results[0]
+    n = len(header.tokens)
+    r0, r1 = resolve_span(rows, n, "rows")
+    c0, c1 = resolve_span(cols, n, "cols")
+    panels: list[torch.Tensor] = []
+    titles: list[str] = []
+    n_heads = 0
+    for position, parts in reader:
+        part = parts[0]
+        del parts
+        n_heads = part.n_heads
+        chosen = chosen_heads(head, n_heads, header.model_name)
+        block = part.rows(r0, r1, (c0, c1))
+        panels.append(block.mean(0, keepdim=True) if chosen is None else block[chosen])
+        titles += panel_titles(head, chosen, reader.layers[position], layer is None)
+        del part, block  # before the next layer is computed
+    labels = [printable(t) for t in header.tokens]
+    what = {"all": "every head", "mean": "mean of heads"}.get(str(head), f"head {head}")
+    where = "every layer" if layer is None else f"layer {layer}"
+    causal = " · causal" if header.causal else ""
+    title = f"{header.model_name} · {where} · {what} · queries {r0}–{r1 - 1} × keys {c0}–{c1 - 1}{causal}"
+    breaks = [i for i in range(1, n) if header.segment_ids[i] != header.segment_ids[i - 1]]
+    view = matrix_view(
+        torch.cat(panels).double().numpy(), labels[r0:r1], labels[c0:c1], title=title,
+        panel_titles=titles, vmax=vmax, cmap=cmap, columns=n_heads if head == "all" and layer is None else None,
+        row_breaks=[b - r0 for b in breaks if r0 < b < r1], col_breaks=[b - c0 for b in breaks if c0 < b < c1],
+        notes=[f"a region of {n:,}×{n:,}: queries {r0}–{r1 - 1}, keys {c0}–{c1 - 1}, cell by cell"],
+    )
+    from dataclasses import replace
+
+    rows_named = [f"{i} {labels[i]}" for i in range(r0, r1)]  # (printable already: its space is not a token's)
+    return replace(view, row_labels=rows_named, row_start=r0, col_start=c0)
