@@ -11,7 +11,7 @@ from test_row_blocks import _never_whole
 
 from attnviz import api
 from attnviz.sources import stream
-from attnviz.views.region import parse_span, resolve_span
+from attnviz.spans import parse_span, resolve_span
 
 TEXT = " ".join(["the cat sat on the mat and the dog ran far away"] * 2)  # 50 tokens: the tiny models take 64
 
