@@ -45,6 +45,8 @@ FILES = {
     "examples/texts.txt": "\n".join(TEXTS) + "\n",
     "examples/corpus.jsonl": "".join(json.dumps({"id": i, "sentence": t}) + "\n" for i, t in enumerate(TEXTS)),
     "examples/data.csv": "id,text\n" + "".join(f'{i},"{t}"\n' for i, t in enumerate(TEXTS)),
+    # one long text, as shipped: the commands ask for regions of it by position
+    "examples/report.txt": (Path(__file__).resolve().parent.parent / "examples" / "report.txt").read_text(encoding="utf-8"),
 }
 HUB_IDS = ("gpt2", "t5-small")
 IMAGE_MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<", ".pdf": b"%PDF", ".html": b"<!DOCTYPE html>", ".npz": b"PK",
