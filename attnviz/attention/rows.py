@@ -137,15 +137,16 @@ class AttentionRows:
     def n_heads(self) -> int:
         return int(self.queries.shape[1])
 
-    def block(self, item: int, first: int, stop: int, n: int | None = None) -> Tensor:
+    def block(self, item: int, first: int, stop: int, n: int | None = None, heads: slice | None = None) -> Tensor:
         """Weights of text ``item``'s query rows ``first … stop − 1`` over its first ``n`` keys
-        (default all), ``[H, rows, width]`` float32. For causal attention ``width`` stops where every
-        later key is masked for these rows (those columns are 0 and left out)."""
+        (default all), ``[H, rows, width]`` float32 (``heads``: only those). For causal attention
+        ``width`` stops where every later key is masked for these rows (those columns are 0 and left out)."""
         n = self.keys.shape[-2] if n is None else n
         width = n if self.mask is None else min(n, self.mask.visible(stop))
         scale = 1.0 / math.sqrt(self.queries.shape[-1]) if self.scale is None else self.scale
-        q = self.queries[item, :, first:stop] * scale  # (H, rows, d)
-        scores = q @ self.keys[item, :, :width].transpose(-2, -1)  # (H, rows, width)
+        chosen = slice(None) if heads is None else heads
+        q = self.queries[item, chosen, first:stop] * scale  # (H, rows, d)
+        scores = q @ self.keys[item, chosen, :width].transpose(-2, -1)  # (H, rows, width)
         mask = None if self.mask is None else self.mask.rows(first, stop, width)
         if mask is not None:
             mask = mask[item] if mask.dim() == 4 else mask

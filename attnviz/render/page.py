@@ -46,6 +46,9 @@ class Page:
     live: dict[str, Any] | None = None  # attnviz serve: endpoint, text, and the extra fields (pair, target)
     extras: list[dict[str, Any]] = field(default_factory=list)  # other matrices (head distances): see add_matrix
     generation: dict[str, Any] | None = None  # a generated text's steps: attnviz.views.page_parts.generation_steps
+    held: dict[str, Any] = field(default_factory=dict, repr=False)  # kind → [layer][head] → every level's tiles kept
+    tiles: dict[str, Any] | None = None  # attnviz serve: where the page asks for the tiles it does not hold
+    left_out: list[str] = field(default_factory=list)  # what the page's budget left out (said unless a server has it)
 
     def add_matrix(self, name: str, values: Any, rows: list[str], cols: list[str], *, title: str = "",
                    value_name: str = "value", notes: list[str] | None = None) -> None:
@@ -58,9 +61,11 @@ class Page:
 
     def data(self, cmap: str = "viridis") -> dict[str, Any]:
         """The JSON the page's script reads, with the colour map as 256 RGB triples."""
+        served = ["the matrix's finer levels come from the server as you zoom in"] if self.left_out else []
+        notes = self.notes + (served if self.tiles else self.left_out)
         return {"title": self.title, "model": self.model, "kinds": self.kinds, "stats": self.stats, "qk": self.qk,
-                "initial": self.initial, "valueName": self.value_name, "notes": self.notes, "live": self.live,
-                "extras": self.extras, "generation": self.generation,
+                "initial": self.initial, "valueName": self.value_name, "notes": notes, "live": self.live,
+                "extras": self.extras, "generation": self.generation, "tiles": self.tiles,
                 "views": [view.script_data() for view in PAGE_VIEWS.values()],
                 "cmap": colormap_table(cmap), "format": "attnviz-page", "version": 1}
 
@@ -75,13 +80,15 @@ class PageBuilder:
     projected over ``layers`` layers, stays within ``budget`` bytes (a text of up to
     :data:`LEAVES_ALWAYS` tokens keeps every cell whatever it weighs)."""
 
-    def __init__(self, title: str, model: str, *, cells: int, layers: int = 1, budget: int = PAGE_BUDGET) -> None:
+    def __init__(self, title: str, model: str, *, cells: int, layers: int = 1, budget: int = PAGE_BUDGET,
+                 hold: int = 0) -> None:
         """``cells``: the heads × queries × keys of the page in all (half floats up to
         :data:`~attnviz.render.pyramid.FLOAT16_CELLS`, else a byte: see :meth:`encoding_of`);
-        ``layers``: how many layers of each kind of attention it will hold."""
+        ``layers``: how many layers of each kind of attention it will hold; ``hold``: bytes of finer
+        tiles to keep beyond the page's ``budget`` (a server answers them on request: :attr:`Page.held`)."""
         self.title, self.model = title, model
         self.encoding = "f16" if cells <= FLOAT16_CELLS else "log8"
-        self.layers, self.budget = max(1, layers), budget
+        self.layers, self.budget, self.hold = max(1, layers), budget, max(budget, hold)
         self.kinds: dict[str, dict[str, Any]] = {}
         self._sizes: dict[str, list[int]] = {}  # kind → bytes of each level over the heads encoded so far
         self._heads_done: dict[str, int] = {}
@@ -106,10 +113,10 @@ class PageBuilder:
             "breaks": list(breaks or []), "scale": 1.0, "offset": 0.0, "centre": float(centre),
             "tile": TILE, "levels": [{**level, "encoding": self.encoding_of(number, geometry)}
                                      for number, level in enumerate(geometry.script_data())],
-            "encoding": self.encoding, "included": None,
+            "encoding": self.encoding, "included": None, "held": None,
         })
-        included = entry["included"]
-        finest = included - 1 if included is not None else self._first_finest(geometry, heads)
+        held = entry["held"]
+        finest = held - 1 if held is not None else self._first_finest(geometry, heads)
         return LayerPyramid(heads, len(rows), len(cols), finest=finest, centre=centre)
 
     def _first_finest(self, geometry: Geometry, heads: int) -> int:
@@ -119,7 +126,7 @@ class PageBuilder:
         finest, cells = 0, 0
         for level in range(geometry.levels):
             cells += geometry.cells(level)
-            if cells * heads * self.layers * 0.5 > self.budget or geometry.cells(level) * heads > WORKING_CELLS:
+            if cells * heads * self.layers * 0.5 > self.hold or geometry.cells(level) * heads > WORKING_CELLS:
                 break
             finest = level
         return finest
@@ -152,23 +159,29 @@ class PageBuilder:
         self._keep(kind, pyramid.geometry, pyramid.heads)
 
     def _keep(self, kind: str, geometry: Geometry, heads: int) -> None:
-        """Decide (again) how many levels the page holds, and drop the finer ones already encoded."""
+        """Decide (again) how many levels the page holds (``included``) and the builder keeps
+        (``held``, for a server), and drop the finer ones already encoded."""
         entry, sizes = self.kinds[kind], self._sizes[kind]
-        if max(geometry.rows, geometry.cols) <= LEAVES_ALWAYS:
-            keep = len(sizes)
-        else:
+
+        def within(budget: int) -> int:
+            if max(geometry.rows, geometry.cols) <= LEAVES_ALWAYS:
+                return len(sizes)
             total_heads = heads * max(self.layers, len(entry["layers"]))
             keep, spent = 1, sizes[0] / self._heads_done[kind] * total_heads
             for level in range(1, len(sizes)):
                 spent += sizes[level] / self._heads_done[kind] * total_heads
-                if spent > self.budget:
+                if spent > budget:
                     break
                 keep = level + 1
-        entry["included"] = keep if entry["included"] is None else min(entry["included"], keep)
-        del sizes[entry["included"] :]
+            return keep
+
+        entry["held"] = within(self.hold) if entry["held"] is None else min(entry["held"], within(self.hold))
+        entry["included"] = min(entry["held"], within(self.budget) if entry["included"] is None else
+                                min(entry["included"], within(self.budget)))
+        del sizes[entry["held"] :]
         for layer in entry["pyramids"]:
             for head in layer:
-                del head["tiles"][entry["included"] :]
+                del head["tiles"][entry["held"] :]
 
     def add_layer(self, layer: int, attentions: Any, *, rows: list[str], cols: list[str], kind: str = "self",
                   causal: bool = False, row_special: list[bool] | None = None, col_special: list[bool] | None = None,
@@ -194,8 +207,17 @@ class PageBuilder:
         return out
 
     def finish(self, **extra: Any) -> Page:
-        page = Page(self.title, self.model, self.kinds, **extra)
-        page.notes.extend(self.notes())
+        """The page: each kind's tiles down to its ``included`` level; the finer ones kept (``hold``)
+        in :attr:`Page.held`, which a server answers from and the page's data never carries."""
+        kinds, held = {}, {}
+        for name, entry in self.kinds.items():
+            shown = entry["included"]
+            kinds[name] = {**entry, "pyramids": [[{**head, "tiles": head["tiles"][:shown]} for head in layer]
+                                                 for layer in entry["pyramids"]]}
+            del kinds[name]["held"]
+            held[name] = [[head["tiles"] for head in layer] for layer in entry["pyramids"]]
+        page = Page(self.title, self.model, kinds, **extra)
+        page.held, page.left_out = held, self.notes()
         return page
 
 def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:

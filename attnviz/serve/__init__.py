@@ -12,7 +12,15 @@ Contract (tests and scripts rely on it):
 * ``GET /api/attention?text=…[&pair=…][&target=…]``: ``{"model", "tokens", "token_ids", "special",
   "layers", "attentions": [layers][heads][q][k]}`` (plus the decoder's and cross-attention for
   encoder-decoder models), equal to ``attnviz.extract`` for that text.
-* ``GET /api/page?text=…``: the page's data for a text (what the page loads as one types).
+* ``GET /api/page?text=…``: the page's data for a text (what the page loads as one types). A long
+  text's page holds its matrix's coarse levels; its ``tiles`` entry names the page for
+  ``/api/tile``.
+* ``GET /api/tile?page=…&layer=…&head=…&level=…&x=…&y=…``: one tile of that page's matrix (level 0:
+  the whole matrix max-pooled into at most 256 × 256 cells; the last level: one cell per query
+  and key), as little-endian float32, row by row, with headers ``X-Tile-Rows``, ``X-Tile-Cols``
+  and ``X-Tile-Exact`` (1: computed from the layer's queries and keys, as the leaves always are:
+  equal to ``attnviz.extract``'s weights; 0: decoded from the pooled tiles kept when the page was
+  built). The server keeps the tiles of the last two pages; an older page's id is 404.
 * Both also take a POST of a JSON object (``{"text": …, "pair": …}``), for texts too long for a URL.
 * A missing text is 400; a text over :data:`MAX_TEXT_BYTES` 413 (a body is refused on its
   ``Content-Length``, and never read past the limit); a POST that is not ``application/json`` 415;
@@ -39,8 +47,16 @@ from typing import Any
 
 from ..errors import AttnvizError, AttnvizWarning, ServeError, UsageError, in_request_terms
 
-MAX_TEXT_BYTES = 64 * 1024
-"""Bytes of text (all fields together) one request may send."""
+MAX_TEXT_BYTES = 2 * 1024 * 1024
+"""Bytes of text (all fields together) one request may send: a document of 128k tokens and more."""
+
+HELD_TILES = 256_000_000
+"""Bytes of pooled tiles kept per page beyond what the page itself holds, to answer ``/api/tile`` at once."""
+
+PAGES_KEPT = 2
+"""Pages whose tiles the server keeps (the home page's and the last text's)."""
+
+TILE_FIELDS = ("page", "layer", "head", "level", "x", "y")
 
 MAX_BODY_BYTES = MAX_TEXT_BYTES + 1024
 """Bytes of a POST body: the text and its JSON framing. Checked on ``Content-Length``, then while reading."""
@@ -162,8 +178,27 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         finally:
             waiting[0] -= 1
 
+    from collections import OrderedDict
+
+    from ..views.live_tiles import LiveTiles
+
+    pages: OrderedDict[str, LiveTiles] = OrderedDict()  # the last PAGES_KEPT pages' tiles, by id (under the lock)
+
+    def tiled_page(values: dict[str, Any]) -> Any:
+        """The page of a text, its tiles kept for /api/tile (the oldest page's dropped)."""
+        layers: list[Any] = []
+        built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
+                          truncate=values["truncate"], hold=HELD_TILES, layers_out=layers)
+        if "self" in built.kinds and not can.cross:
+            live = LiveTiles(built, layers)
+            pages[live.id] = live
+            while len(pages) > PAGES_KEPT:
+                pages.popitem(last=False)
+            built.tiles = live.script_data("/api/tile")
+        return built
+
     def build_home() -> str:
-        page = page_view(source, EXAMPLE, stats=True)
+        page = tiled_page({"text": EXAMPLE, "pair": None, "target": None, "truncate": False})
         page.live = {"endpoint": "/api/page", "text": EXAMPLE, "fields": fields}
         return page_html(page, cmap=cmap, connect="'self'")
 
@@ -196,9 +231,36 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
     def page_json(values: dict[str, Any]) -> str:
-        built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
-                          truncate=values["truncate"])
-        return json.dumps(built.data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return json.dumps(tiled_page(values).data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+    async def tile(request: Request) -> Response:
+        """One tile of a kept page (see the module), as float32 bytes."""
+        params = request.query_params
+        unknown = sorted(set(params) - set(TILE_FIELDS))
+        if unknown:
+            return _Reply(422, f"unknown parameter {', '.join(map(repr, unknown))}; /api/tile takes "
+                               f"{', '.join(TILE_FIELDS)}").response()
+        numbers = {}
+        for name in TILE_FIELDS[1:]:
+            value = params.get(name, "")
+            if not value.isdigit() or len(value) > 9:
+                return _Reply(422, f"{name} must be a whole number from 0, not {value!r}").response()
+            numbers[name] = int(value)
+        live = pages.get(params.get("page", ""))
+        if live is None:
+            return _Reply(404, "no such page: its text was replaced by a newer one; load the page again").response()
+
+        def work() -> tuple[bytes, int, int, bool]:
+            values, exact = live.tile(**numbers)
+            return values.astype("<f4").tobytes(), values.shape[0], values.shape[1], exact
+
+        try:
+            body, rows, cols, exact = await run(work)
+        except _Reply as reply:
+            return reply.response()
+        return Response(body, media_type="application/octet-stream", headers={
+            "X-Tile-Rows": str(rows), "X-Tile-Cols": str(cols), "X-Tile-Exact": "1" if exact else "0",
+            "Cache-Control": "no-store"})
 
     def answering(encode: Any) -> Any:
         """A route: the request's fields, then ``encode(fields)`` on a worker thread, as JSON."""
@@ -214,13 +276,13 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
 
     async def http_error(request: Request, exc: Any) -> Response:
         """404, 405 and the like as JSON, as every other answer of this server."""
-        detail = {404: "no such page; the server has /, /api/attention and /api/page",
+        detail = {404: "no such page; the server has /, /api/attention, /api/page and /api/tile",
                   405: f"{request.method} is not allowed here; use GET (or POST for /api/…)"}
         return _Reply(exc.status_code, detail.get(exc.status_code, str(exc.detail))).response()
 
     both = ["GET", "POST"]
     app = Starlette(routes=[Route("/", homepage), Route("/api/attention", answering(attention_json), methods=both),
-                            Route("/api/page", answering(page_json), methods=both)],
+                            Route("/api/page", answering(page_json), methods=both), Route("/api/tile", tile)],
                     exception_handlers={HTTPException: http_error})
     return Guard(app, allowed_names(host, allowed_hosts))
 

@@ -90,6 +90,12 @@ class ItemLayer:
         return self._attentions is None
 
     @property
+    def made_from(self) -> tuple[AttentionRows, int, int] | None:
+        """What weights made on demand come from: ``(rows, item, n)``, the layer's queries and keys
+        (O(T·d), not O(T²)), this text's index in the batch and its length; None for whole weights."""
+        return self._rows
+
+    @property
     def n_tokens(self) -> int:
         return int(self._attentions.shape[-1]) if self._rows is None else self._rows[2]  # type: ignore[union-attr]
 

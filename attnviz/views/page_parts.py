@@ -118,10 +118,11 @@ def qk_vectors(result: AttentionResult, digits: int = 4) -> dict[str, dict[str, 
 class PageCollector:
     """A page and its head statistics, built one layer at a time."""
 
-    def __init__(self, layers: Sequence[int], stats: bool, title: str, *, budget: int | None = None) -> None:
+    def __init__(self, layers: Sequence[int], stats: bool, title: str, *, budget: int | None = None,
+                 hold: int = 0) -> None:
         from ..analysis.heads import HeadTableBuilder
 
-        self.layers, self.stats, self.title, self.budget = list(layers), stats, title, budget
+        self.layers, self.stats, self.title, self.budget, self.hold = list(layers), stats, title, budget, hold
         self.table = HeadTableBuilder()
         self.builder: Any = None
         self.qk: dict[str, Any] | None = None
@@ -131,7 +132,7 @@ class PageCollector:
         from ..render.page import PAGE_BUDGET, PageBuilder
 
         self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells, layers=len(self.layers),
-                                   budget=PAGE_BUDGET if self.budget is None else self.budget)
+                                   budget=PAGE_BUDGET if self.budget is None else self.budget, hold=self.hold)
 
     def add(self, header: AttentionResult, position: int, layer: Any) -> None:
         """Layer ``position`` of ``header``'s text: ``[heads, n, n]`` whole, or an engine's

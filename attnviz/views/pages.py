@@ -19,14 +19,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def page_view(source: Any, text: str | None, *, layer: int | None = None, head: int | str = 0, kind: str = "self",
               pair: str | None = None, target: str | None = None, reading: Reading | None = None,
-              truncate: bool = False, stats: bool = True, view: str = "head", budget: int | None = None) -> Page:
+              truncate: bool = False, stats: bool = True, view: str = "head", budget: int | None = None,
+              hold: int = 0, layers_out: list[Any] | None = None) -> Page:
     """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
     ``layer`` (default: every layer), with the head statistics table (``stats``), for one text.
     Layers are quantised and compressed as the engine computes them. Encoder-decoder models get
     their encoder, decoder and cross-attention (``kind`` chooses the one shown first); one
     cross-attention layer alone (a matrices config with a context) its cross-attention. ``budget``:
     the bytes of tiles the page may hold (default :data:`attnviz.render.page.PAGE_BUDGET`); a long
-    input's finest levels are left out beyond it, and the page says so."""
+    input's finest levels are left out beyond it, and the page says so. For a server:
+    ``hold`` bytes of finer tiles are kept in ``Page.held`` and each layer read is appended to
+    ``layers_out`` (:class:`attnviz.views.live_tiles.LiveTiles` answers tiles from both)."""
     from ..analysis.reading import Reading
     from ..analysis.transforms import KINDS
     from ..errors import UsageError
@@ -52,13 +55,15 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
 
     reader = read_layers(source, [text], reading=reading, truncate=truncate, layers=layers, pairs=[pair],
                          target=target, purpose="the page")
-    collector = PageCollector(reader.layers, stats, _title_text(text), budget=budget)
+    collector = PageCollector(reader.layers, stats, _title_text(text), budget=budget, hold=hold)
     if source.capabilities.details and reading.plain and len(reader.results[0].tokens) <= QK_TOKENS:
         # The query-key view: each head's q and k (a second, small pass with details=True).
         detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)
         collector.qk = qk_vectors(detailed)
     for position, parts in reader:
         collector.add(reader.results[0], position, parts[0])  # whole or a block of rows at a time
+        if layers_out is not None:
+            layers_out.append(parts[0])
         del parts  # before the next layer is computed
     return with_steps(collector.finish(head=head, kind="self", view=view), reader.results[0])
 

@@ -37,7 +37,7 @@ function attnvizMatrix(env) {
   function levels() {
     const k = env.K(), leaf = k.levels.length - 1;
     const wanted = Math.max(0, leaf - Math.ceil(Math.log2(Math.max(1, view.tpp)) - 1e-9));
-    return [Math.min(wanted, head().tiles.length - 1), wanted];
+    return [Math.min(wanted, env.tiles.levelsOf(env.state.kind, env.state.layer, env.state.head) - 1), wanted];
   }
   const X = (j) => LEFT + (j - view.x0) / view.tpp, Y = (i) => TOP + (i - view.y0) / view.tpp;
 
@@ -144,7 +144,9 @@ function attnvizMatrix(env) {
     legendBar(k);
     const pooled = f > 1 ? `one cell = ${f}×${f} tokens, max-pooled (a cell shows the strongest value it covers)`
       : "one cell = one query × one key";
-    const lacking = level < wanted ? " · finer cells are not in this page (see the notes above)" : "";
+    const failed = tiles.find((t) => t.values.failed);
+    const lacking = failed ? ` · the server did not send a tile: ${failed.values.failed}`
+      : level < wanted ? " · finer cells are not in this page (see the notes above)" : "";
     const last = (a, n) => Math.min(n, Math.ceil(a)) - 1;
     info.textContent = `${pooled}${lacking} · queries ${Math.floor(view.y0)}–${last(view.y0 + H * view.tpp, k.rows.length)}` +
       ` × keys ${Math.floor(view.x0)}–${last(view.x0 + W * view.tpp, k.cols.length)} of ${k.rows.length} × ${k.cols.length}`;

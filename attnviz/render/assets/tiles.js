@@ -48,13 +48,39 @@ function attnvizTiles(source) {
     const g = geometry(k, level), t = k.tile;
     return [Math.min(t, g.rows - y * t), Math.min(t, g.cols - x * t)];
   };
-  // A tile's values (Float32Array, rows x cols of the tile), or null when the page does not hold its level.
-  // A tile the page left out at a level it holds is all "centre" (the masked half of causal attention).
+  // The levels a head can be drawn at: those the page holds, or every one where a server computes the rest.
+  const served = (kind) => { const t = source().tiles; return t && t.kind === kind ? t : null; };
+  const levelsOf = (kind, li, h) => (served(kind) ? source().kinds[kind].levels.length
+    : source().kinds[kind].pyramids[li][h].tiles.length);
+  // A tile from attnviz serve (/api/tile): float32 bytes, row by row. A failure is an empty tile saying why.
+  async function fetched(kind, li, h, level, x, y, rows, cols) {
+    const t = served(kind), k = source().kinds[kind];
+    const query = new URLSearchParams({page: t.page, layer: k.layers[li], head: h, level, x, y});
+    try {
+      const reply = await fetch(`${t.endpoint}?${query}`);
+      if (!reply.ok) throw new Error((await reply.json()).error || reply.statusText);
+      return new Float32Array(await reply.arrayBuffer());
+    } catch (err) {
+      cache.delete(`${kind}/${li}/${h}/${level}/${x},${y}`);  // asked again next time
+      return Object.assign(new Float32Array(rows * cols), {failed: String(err.message || err)});
+    }
+  }
+  // A tile's values (Float32Array, rows x cols of the tile), or null when it is at a level the page does
+  // not hold (and no server computes). A tile the page left out at a level it holds is all "centre" (the
+  // masked half of causal attention).
   function tile(kind, li, h, level, x, y) {
     const k = source().kinds[kind];
     const levels = k.pyramids[li][h].tiles;
-    if (level >= levels.length) return Promise.resolve(null);
+    if (level >= levelsOf(kind, li, h)) return Promise.resolve(null);
     const key = `${kind}/${li}/${h}/${level}/${x},${y}`;
+    if (!cache.has(key) && level >= levels.length) {
+      const [rows, cols] = tileShape(k, level, x, y);
+      cache.set(key, fetched(kind, li, h, level, x, y, rows, cols));
+      for (const old of cache.keys()) {  // a long zoom fetches many tiles: the oldest go first
+        if (cache.size <= 600) break;
+        if (old !== key) cache.delete(old);
+      }
+    }
     if (!cache.has(key)) {
       const text = levels[level][x + "," + y];
       const [rows, cols] = tileShape(k, level, x, y);
@@ -87,5 +113,5 @@ function attnvizTiles(source) {
     if (!cache.has(key)) cache.set(key, decode(source().kinds[kind].pyramids[li][h].rowMax, source().kinds[kind], "f16"));
     return cache.get(key);
   }
-  return {tile, matrix, rowMax, tileShape, clear: () => cache.clear()};
+  return {tile, matrix, rowMax, tileShape, levelsOf, clear: () => cache.clear()};
 }

@@ -1,0 +1,112 @@
+"""Tiles of a text's matrix on request, at any zoom level: what ``attnviz serve`` answers ``/api/tile`` with.
+
+A page holds the levels its budget allows (:mod:`attnviz.render.page`); a server can answer every
+other one. For the text being viewed it keeps each layer's queries and keys (an engine's
+:class:`~attnviz.attention.rows.AttentionRows`: O(T·d), not O(T²)), or a short text's whole weights,
+and the pooled tiles the page's builder kept beyond the page (``Page.held``). A tile at a level
+it kept is decoded from them; any other is computed exactly: the weights of the tile's query rows
+for one head, a block of rows at a time, max-pooled to the level (:mod:`attnviz.render.pyramid`).
+At the leaves a tile is always computed, so it equals ``extract``'s weights to float rounding.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..render.pyramid import TILE, Geometry, decode_tile
+
+CACHED_TILES = 256
+"""Tiles computed on request kept for the next one (256 KB each at most)."""
+
+
+class LiveTiles:
+    """The tiles of one text's self-attention, every layer and head the page shows (see the module)."""
+
+    def __init__(self, page: Any, layers: list[Any]) -> None:
+        """``page``: the :class:`~attnviz.render.page.Page` built for the text (its ``held`` tiles);
+        ``layers``: the :class:`~attnviz.sources.stream.ItemLayer` of each of its layers, in order."""
+        entry = page.kinds["self"]
+        self.id = secrets.token_urlsafe(9)
+        self.layers, self.numbers = layers, list(entry["layers"])
+        self.heads, self.n = int(entry["heads"]), len(entry["rows"])
+        self.geometry = Geometry(self.n, len(entry["cols"]))
+        self.causal = bool(entry["causal"])
+        self.encodings = [level["encoding"] for level in entry["levels"]]
+        self.held = page.held.get("self", [])
+        self._cache: OrderedDict[tuple[int, int, int, int, int], np.ndarray] = OrderedDict()
+
+    def script_data(self, endpoint: str) -> dict[str, Any]:
+        """What the page's script needs to ask for tiles."""
+        return {"endpoint": endpoint, "page": self.id, "kind": "self"}
+
+    def tile(self, layer: int, head: int, level: int, x: int, y: int) -> tuple[np.ndarray, bool]:
+        """Tile ``(x, y)`` (column, row of tiles) of ``level`` of model layer ``layer``'s ``head``:
+        float32 ``[rows, cols]``, and whether it is exact (computed) rather than decoded from a kept tile."""
+        index = self._check(layer, head, level, x, y)
+        key = (index, head, level, x, y)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key], True
+        kept = self.held[index][head] if index < len(self.held) else []
+        rows, cols = self._shape(level, x, y)
+        if level < len(kept) and level != self.geometry.leaf:
+            text = kept[level].get(f"{x},{y}")
+            values = np.zeros((rows, cols), np.float32) if text is None else \
+                decode_tile(text, self.encodings[level], (rows, cols)).astype(np.float32)
+            return values, False
+        values = self._computed(index, head, level, x, y)
+        self._cache[key] = values
+        while len(self._cache) > CACHED_TILES:
+            self._cache.popitem(last=False)
+        return values, True
+
+    def _check(self, layer: int, head: int, level: int, x: int, y: int) -> int:
+        if layer not in self.numbers:
+            raise UsageError(f"[[layer={layer}]] is not on this page; it shows layers {', '.join(map(str, self.numbers))}")
+        if not 0 <= head < self.heads:
+            raise UsageError(f"[[head={head}]] is out of range; the model has heads 0 to {self.heads - 1}")
+        if not 0 <= level < self.geometry.levels:
+            raise UsageError(f"[[level={level}]] is out of range; this text's matrix has levels 0 to "
+                             f"{self.geometry.leaf}")
+        rows, cols = self.geometry.shape(level)
+        if not (0 <= x < -(-cols // TILE) and 0 <= y < -(-rows // TILE)):
+            raise UsageError(f"tile [[x={x}]], [[y={y}]] is outside level {level}, which has "
+                             f"{-(-cols // TILE)} × {-(-rows // TILE)} tiles")
+        return self.numbers.index(layer)
+
+    def _shape(self, level: int, x: int, y: int) -> tuple[int, int]:
+        rows, cols = self.geometry.shape(level)
+        return min(TILE, rows - y * TILE), min(TILE, cols - x * TILE)
+
+    def _computed(self, index: int, head: int, level: int, x: int, y: int) -> np.ndarray:
+        """The tile from the layer's queries and keys (or whole weights), max-pooled to ``level``."""
+        from ..attention.rows import rows_per_block
+
+        f = self.geometry.factor(level)
+        r0, c0 = y * TILE * f, x * TILE * f
+        r1, c1 = min(self.n, r0 + TILE * f), min(self.geometry.cols, c0 + TILE * f)
+        out = torch.zeros(*self._shape(level, x, y))
+        if self.causal and c0 > r1 - 1:
+            return out.numpy()  # every key after every query of the tile: masked
+        part = self.layers[index]
+        made = part.made_from
+        step = max(f, rows_per_block(1, self.n) // f * f)  # whole pooled rows per block
+        for start in range(r0, r1, step):
+            stop = min(r1, start + step)
+            if made is None:
+                block = part.attentions[head, start:stop, c0:c1].float()
+            else:
+                rows, item, n = made
+                block = rows.block(item, start, stop, n, heads=slice(head, head + 1))[0, :, c0:c1].cpu()
+            if block.shape[1] == 0:
+                continue
+            pooled = block if f == 1 else torch.nn.functional.max_pool2d(block[None], f, ceil_mode=True)[0]
+            top = (start - r0) // f
+            out[top : top + pooled.shape[0], : pooled.shape[1]] = pooled
+        return out.numpy()
