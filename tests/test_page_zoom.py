@@ -184,3 +184,47 @@ def test_a_matrix_held_pooled_says_so_and_still_zooms(browser, pooled_page):
     page.click("nav.tabs button[data-view=head]")
     assert "holds the matrix down to" in page.inner_text("#headnote")
     assert errors == [] and requests == [path.as_uri()]
+
+
+def test_the_served_page_zooms_into_exact_cells_from_the_server(browser):
+    import signal
+
+    from test_serve import _start
+
+    proc, url = _start()  # the default model
+    try:
+        random.seed(9)
+        text = " ".join(random.choice(WORDS) for _ in range(300))
+        asked: list[str] = []
+        errors: list[str] = []
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("request", lambda r: asked.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url + "/")
+        page.wait_for_selector("#headview[data-drawn]")
+        page.fill("#live-text", text)
+        page.wait_for_function("() => window.attnviz.data.kinds.self.rows.length > 300", timeout=60_000)
+        page.click("nav.tabs button[data-view=matrix]")
+        page.wait_for_selector("#matrix[data-drawn]")
+        page.select_option("#layer", "3")
+        i, j = 250, 20
+        for _ in range(8):
+            page.mouse.move(*_cell_centre(page, i, j))
+            before = _layout(page)["drawn"]
+            page.mouse.wheel(0, -400)
+            _redrawn(page, before)
+            if 1 / _layout(page)["tpp"] >= 24:
+                break
+        page.mouse.move(*_cell_centre(page, i, j))
+        page.wait_for_function("() => document.querySelector('#tooltip').style.display === 'block'")
+        tip = page.inner_text("#tooltip")
+        result = attnviz.extract(text)
+        assert f"query {i}: {result.tokens[i]}" in tip and f"key {j}: {result.tokens[j]}" in tip
+        # This page stores single cells as a byte; the server sends them exactly (3 digits shown).
+        assert any("/api/tile?" in u for u in asked)
+        assert float(tip.rsplit(":", 1)[1]) == pytest.approx(float(result.attentions[3, 0, i, j]), rel=6e-3)
+        page.close()
+        assert errors == []
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)

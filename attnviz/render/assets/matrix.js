@@ -336,7 +336,10 @@ function attnvizMatrix(env) {
     const value = t.values[(r - t.y * T) * t.cols + (c - t.x * T)];
     const later = i > env.rowCut() || j > env.colCut() ? "\n(after this step: not generated yet)" : "";
     if (factor === 1) {
-      env.showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${env.data().valueName}: ${env.fmt(value)}${later}`);
+      // A page stores a long text's single cells as a byte (to 1/255): a small weight reads as below that.
+      const stored = k.levels[shown.level].encoding === "lin8" && !env.data().tiles && value < (k.scale || 1) / 510 && !signed()
+        ? `below ${env.fmt(1 / 510)} (this page keeps single cells to 1/255; the server has them exactly)` : env.fmt(value);
+      env.showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${env.data().valueName}: ${stored}${later}`);
     } else {
       const rows = [r * factor, Math.min(k.rows.length, (r + 1) * factor) - 1], cols = [c * factor, Math.min(k.cols.length, (c + 1) * factor) - 1];
       env.showTip(event, `queries ${rows[0]}–${rows[1]} (${k.rows[rows[0]]} …) × keys ${cols[0]}–${cols[1]} (${k.cols[cols[0]]} …)\n` +

@@ -73,7 +73,9 @@ function attnvizTiles(source) {
     const levels = k.pyramids[li][h].tiles;
     if (level >= levelsOf(kind, li, h)) return Promise.resolve(null);
     const key = `${kind}/${li}/${h}/${level}/${x},${y}`;
-    if (!cache.has(key) && level >= levels.length) {
+    // Past the levels the page holds, or single cells it stores as a linear byte (to 1/255): from the server, exact.
+    const approximate = served(kind) && k.levels[level].encoding === "lin8";
+    if (!cache.has(key) && (level >= levels.length || approximate)) {
       const [rows, cols] = tileShape(k, level, x, y);
       cache.set(key, fetched(kind, li, h, level, x, y, rows, cols));
       for (const old of cache.keys()) {  // a long zoom fetches many tiles: the oldest go first
