@@ -139,6 +139,8 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     # Model view: every layer x head drawn; a click opens that head large.
     page.click("nav.tabs button[data-view=model]")
     page.wait_for_function("() => document.querySelectorAll('#modelgrid canvas[data-drawn]').length === 72")
+    # Every canvas says what it shows to a screen reader.
+    assert page.evaluate("[...document.querySelectorAll('canvas')].filter((c) => !c.getAttribute('aria-label')).length") == 0
     page.click("#modelgrid canvas[data-layer='4'][data-head='9']")
     page.wait_for_selector("#view-matrix.active #matrix[data-drawn]")
     assert page.evaluate("[window.attnviz.state.layer, window.attnviz.state.head]") == [4, 9]

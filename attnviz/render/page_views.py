@@ -61,13 +61,13 @@ MATRIX = (
 PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
     PageView("head", "Head view", "Queries on the left, keys on the right; a line's strength is the weight. Hover a "
              "token to see only its row (left) or column (right); click the head swatches to choose heads.",
-             "<div id=\"headnote\"></div><div class=\"scroll\"><canvas id=\"headview\"></canvas></div>", heads=True),
+             "<div id=\"headnote\"></div><div class=\"scroll\"><canvas id=\"headview\" role=\"img\" aria-label=\"head view: query tokens on the left, key tokens on the right, a line per weight\"></canvas></div>", heads=True),
     PageView("model", "Model view", "Every head of every layer; click one to open it.",
              "<div class=\"grid\" id=\"modelgrid\"></div>"),
     PageView("matrix", "Matrix", "", MATRIX, hint_id="matrixtitle"),
     PageView("query", "One token", "What one token attends to in every layer and head at once (click a token on the "
              "left of the head view, or choose it here). <select id=\"querytoken\"></select>",
-             "<div id=\"querynote\"></div><div class=\"scroll\"><canvas id=\"queryview\"></canvas></div>", heads=True),
+             "<div id=\"querynote\"></div><div class=\"scroll\"><canvas id=\"queryview\" role=\"img\" aria-label=\"one token's attention in every layer and head: a row per head, a column per key\"></canvas></div>", heads=True),
     PageView("qk", "Query · key", "For one query: each key's elementwise products q·k, their sum (the score before "
              "scaling) and the scaled score.", "<div class=\"qk\" id=\"qkbox\"></div>", needs="qk"),
     PageView("table", "Heads table", "Click a column to sort, a row to open that head.",

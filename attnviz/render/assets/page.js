@@ -217,7 +217,8 @@
     k.layers.forEach((layer, li) => {
       if (!k.panelTitles) grid.append(el("div", {class: "rowlabel"}, "L" + layer));
       for (let h = 0; h < k.heads; h++) {
-        const canvas = el("canvas", {width: size, height: size, "data-layer": li, "data-head": h});
+        const canvas = el("canvas", {width: size, height: size, "data-layer": li, "data-head": h, role: "img",
+          "aria-label": (k.panelTitles ? headName(h) : `layer ${layer}, head ${h}`) + ": the whole matrix, max-pooled"});
         canvas.style.width = size + "px"; canvas.style.height = size + "px";
         canvas.style.imageRendering = "pixelated";
         const fig = el("figure", {class: li === state.layer && h === state.head ? "selected" : "",
