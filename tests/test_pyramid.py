@@ -63,6 +63,16 @@ def test_blocks_of_any_size_pool_as_the_whole_matrix_by_hand():
     np.testing.assert_allclose(pyramid.col_sum, weights.astype(np.float64).sum(1), rtol=1e-9)
 
 
+def test_blocks_of_whole_pooled_rows_pool_without_padding_as_by_hand():
+    rng = np.random.default_rng(4)
+    weights = causal_weights(rng, 2, 600)
+    pyramid = LayerPyramid(2, 600, 600, finest=0)  # 4 tokens a cell: blocks of 64 rows, 600 keys, no padding
+    for first in range(0, 600, 64):
+        pyramid.add(first, weights[:, first : first + 64, : min(600, first + 64)])
+    for h in range(2):
+        np.testing.assert_array_equal(pyramid.levels()[0][h], pooled_by_hand(weights[h], 4))
+
+
 def test_signed_values_keep_the_one_furthest_from_their_zero():
     rng = np.random.default_rng(3)
     values = rng.random((1, 300, 300)).astype(np.float32)  # centre 0.5: below it, negative

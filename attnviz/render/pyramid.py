@@ -80,8 +80,11 @@ def pool(values: np.ndarray, factor: int, centre: float = 0.0, *, offset: int = 
     top = offset
     bottom = (-(rows + top)) % factor
     right = (-cols) % factor
-    padded = np.full((*lead, rows + top + bottom, cols + right), centre, dtype=values.dtype)
-    padded[..., top : top + rows, :cols] = values
+    if top or bottom or right:  # a block that starts or ends inside a pooled cell: padded (a copy)
+        padded = np.full((*lead, rows + top + bottom, cols + right), centre, dtype=values.dtype)
+        padded[..., top : top + rows, :cols] = values
+    else:  # whole pooled cells: reshaped as it is
+        padded = np.ascontiguousarray(values)
     n_rows, n_cols = (rows + top + bottom) // factor, (cols + right) // factor
     # Along each row first (contiguous), then down: two simple reductions are several times faster than one over two axes.
     high = padded.reshape(*lead, n_rows * factor, n_cols, factor).max(axis=-1)

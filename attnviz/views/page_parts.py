@@ -182,12 +182,18 @@ class TiledLayer:
         self.n_heads = int(layer.shape[0]) if hasattr(layer, "shape") else int(layer.n_heads)
 
     def row_blocks(self) -> Any:
+        from ..attention.rows import rows_per_block
+
+        # Blocks of whole pooled rows of the finest level kept: pooled in place, never padded (a copy).
+        f = self.pyramid.factor
+        n = self.pyramid.geometry.cols
+        step = max(f, rows_per_block(self.n_heads, n) // f * f)
         if hasattr(self.layer, "shape"):
             from ..analysis.row_statistics import blocks_of
 
-            blocks = blocks_of(self.layer, causal_trim=self.causal)
+            blocks = blocks_of(self.layer, step, causal_trim=self.causal)
         else:
-            blocks = self.layer.row_blocks()
+            blocks = self.layer.row_blocks(step)
         for first, block in blocks:
             block = block.cpu()
             self.pyramid.add(first, block.float().numpy())
