@@ -47,6 +47,18 @@ def _redrawn(page, before: float) -> None:
     page.wait_for_function("(b) => +document.querySelector('#matrix').dataset.drawn !== b", arg=before)
 
 
+def _wheel_to(page, i: int, j: int, *, px: float = 24, turns: int = 8) -> None:
+    """The wheel over query i's cell at key j, a turn at a time, until a token is ``px`` wide (or ``turns``
+    are done): a zoom keeps the cell under the pointer."""
+    for _ in range(turns):
+        page.mouse.move(*_cell_centre(page, i, j))
+        before = _layout(page)["drawn"]
+        page.mouse.wheel(0, -400)
+        _redrawn(page, before)
+        if 1 / _layout(page)["tpp"] >= px:
+            break
+
+
 def test_the_wheel_zooms_to_a_cell_whose_tokens_are_text_and_whose_value_is_the_weight(browser, zoomable):
     path, result = zoomable
     requests: list[str] = []
@@ -58,13 +70,7 @@ def test_the_wheel_zooms_to_a_cell_whose_tokens_are_text_and_whose_value_is_the_
     assert 1 / start["tpp"] < 10  # the whole matrix: tokens a few pixels wide, their text not shown yet
     assert page.locator("#matrixrows .tok").count() < 20
     i, j = 200, 150
-    for _ in range(8):  # the wheel over the cell, until a token is 24 px wide: the cell stays under the pointer
-        page.mouse.move(*_cell_centre(page, i, j))
-        before = _layout(page)["drawn"]
-        page.mouse.wheel(0, -400)
-        _redrawn(page, before)
-        if 1 / _layout(page)["tpp"] >= 24:
-            break
+    _wheel_to(page, i, j)  # until a token is 24 px wide
     assert 1 / _layout(page)["tpp"] >= 24
     # The tokens of that row and column are text on the page (the browser's find reads them).
     assert page.inner_text(f"#matrixrows .tok[data-index='{i}']") == result.tokens[i]
@@ -154,11 +160,7 @@ def test_a_matrix_held_pooled_says_so_and_still_zooms(browser, pooled_page):
     assert float(tip.split("strongest attention weight: ")[1].split(" ")[0]) == pytest.approx(strongest, rel=2e-3)
     # Zoomed in past what the page holds (the wheel below the diagonal, then a key): the finest level it
     # has, and a note saying so.
-    for _ in range(5):
-        page.mouse.move(*_cell_centre(page, 900, 300))
-        before = _layout(page)["drawn"]
-        page.mouse.wheel(0, -400)
-        _redrawn(page, before)
+    _wheel_to(page, 900, 300, px=40, turns=5)  # (40 px a token is as far as it goes)
     tpp = _layout(page)["tpp"]
     page.focus("#matrix")
     before = _layout(page)["drawn"]
@@ -208,13 +210,7 @@ def test_the_served_page_zooms_into_exact_cells_from_the_server(browser):
         page.wait_for_selector("#matrix[data-drawn]")
         page.select_option("#layer", "3")
         i, j = 250, 20
-        for _ in range(8):
-            page.mouse.move(*_cell_centre(page, i, j))
-            before = _layout(page)["drawn"]
-            page.mouse.wheel(0, -400)
-            _redrawn(page, before)
-            if 1 / _layout(page)["tpp"] >= 24:
-                break
+        _wheel_to(page, i, j)
         page.mouse.move(*_cell_centre(page, i, j))
         page.wait_for_function("() => document.querySelector('#tooltip').style.display === 'block'")
         tip = page.inner_text("#tooltip")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from test_row_blocks import _never_whole
+from test_sinks import _hf_attentions
 
 from attnviz import api
 from attnviz.sources import stream
@@ -16,20 +16,9 @@ from attnviz.spans import parse_span, resolve_span
 TEXT = " ".join(["the cat sat on the mat and the dog ran far away"] * 2)  # 50 tokens: the tiny models take 64
 
 
-def _eager(folder: str, text: str) -> tuple[list[str], torch.Tensor]:
-    from transformers import AutoModel, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
-    ids = tokenizer(text, return_tensors="pt")
-    with torch.no_grad():
-        out = model(**ids, output_attentions=True)
-    return tokenizer.convert_ids_to_tokens(ids["input_ids"][0]), torch.stack(out.attentions)[:, 0]
-
-
 @pytest.mark.parametrize("family", ["llama", "mistral"])  # causal; mistral with a sliding window
 def test_a_region_equals_transformers_there_from_its_rows_alone(tiny_hf, family, monkeypatch):
-    tokens, weights = _eager(tiny_hf[family], TEXT)
+    tokens, weights = _hf_attentions(tiny_hf[family], TEXT)  # transformers' eager weights
     monkeypatch.setattr(stream, "ROWS_FROM_BYTES", -1)  # the layers come as row blocks, made on demand
     _never_whole(monkeypatch)
     source = api.load(tiny_hf[family], engine="native")

@@ -27,14 +27,8 @@ def pooled_view(source: Any, text: str | None, *, layer: int | None, head: HeadC
                 truncate: bool = False, vmax: float | None = None, cmap: str = "viridis") -> HeatmapView:
     """What :func:`attnviz.api.attention_view` shows of ``text`` (self-attention, tokens as they are),
     max-pooled to the picture's size block by block; the same titles, labels and sink marks."""
-    from ..layer_range import check_layer
-    from .layers import read_layers
-
     every = layer is None
-    if layer is not None:
-        check_layer(layer, owner=source.name, count=source.n_layers)
-    stream = read_layers(source, [text], truncate=truncate, layers=None if layer is None else [layer], pairs=[pair],
-                         purpose="heatmap")
+    stream = heatmap_layers(source, text, layer=layer, pair=pair, truncate=truncate)
     header = stream.results[0]
     n = len(header.tokens)
     factor = max(1, -(-n // (GRID_CELLS if head == "all" else FIGURE_CELLS)))
@@ -69,6 +63,17 @@ def pooled_view(source: Any, text: str | None, *, layer: int | None, head: HeadC
     view = replace(view, row_labels=pooled_labels(labels, factor, ranges=True),  # (printable already)
                    token_step=factor, n_tokens=n)
     return with_sinks(view, causal=header.causal, importance=torch.cat(importance), labels=labels, factor=factor)
+
+
+def heatmap_layers(source: Any, text: str | None, *, layer: int | None, pair: str | None, truncate: bool) -> Any:
+    """The layer reader of a heatmap's text: ``layer`` (checked first) or every one, read as the model reads it."""
+    from ..layer_range import check_layer
+    from .layers import read_layers
+
+    if layer is not None:
+        check_layer(layer, owner=source.name, count=source.n_layers)
+    return read_layers(source, [text], truncate=truncate, layers=None if layer is None else [layer], pairs=[pair],
+                       purpose="heatmap")
 
 
 def chosen_heads(head: HeadChoice, n_heads: int, model_name: str) -> list[int] | None:

@@ -15,7 +15,7 @@ import torch
 from ..labels import printable
 from ..render.view import HeadChoice, HeatmapView, matrix_view
 from ..spans import Span, resolve_span
-from .pooled import chosen_heads, panel_titles
+from .pooled import chosen_heads, heatmap_layers, panel_titles
 
 
 def region_view(source: Any, text: str | None, *, rows: Span = (None, None), cols: Span = (None, None),
@@ -25,13 +25,7 @@ def region_view(source: Any, text: str | None, *, rows: Span = (None, None), col
     cell by cell: a ``head``, every head (``"all"``) or their ``"mean"``, in ``layer`` or in every
     layer (None). Row labels carry each token's position; the view knows where it starts
     (``row_start``, ``col_start``), so the terminal numbers its columns."""
-    from ..layer_range import check_layer
-    from .layers import read_layers
-
-    if layer is not None:
-        check_layer(layer, owner=source.name, count=source.n_layers)
-    reader = read_layers(source, [text], truncate=truncate, layers=None if layer is None else [layer], pairs=[pair],
-                         purpose="heatmap")
+    reader = heatmap_layers(source, text, layer=layer, pair=pair, truncate=truncate)
     header = reader.results[0]
     n = len(header.tokens)
     r0, r1 = resolve_span(rows, n, "rows")
