@@ -121,16 +121,19 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     shot = _image(page.screenshot())
     assert (shot[..., :3] < 0.9).mean() > 0.01  # more than a white page with a title
     assert page.locator("#steps").count() == 0  # no step slider: this text was not generated
-    # Head view: lines drawn; hovering a query token keeps only its row, which changes what is drawn.
+    # Head view: lines drawn, the tokens text; hovering a query token keeps only its row, which changes what is drawn.
     assert _drawn(page, "#headview")
+    assert page.locator("#headrows .htok").all_inner_texts() == result.tokens
+    assert page.locator("#headcols .htok").all_inner_texts() == result.tokens
     before = page.evaluate("document.querySelector('#headview').toDataURL()")
-    box = page.locator("#headview").bounding_box()
-    page.mouse.move(box["x"] + 100, box["y"] + 8 + 3 * 18 + 9)
-    assert page.evaluate("window.attnviz.state.hoverRow") == 3
+    page.hover("#headrows .htok[data-i='3']")
+    page.wait_for_function("() => window.attnviz.state.hoverRow === 3")
     page.wait_for_function("(b) => document.querySelector('#headview').toDataURL() !== b", arg=before)
-    page.mouse.move(box["x"] + 400, box["y"] + 8 + 2 * 18 + 9)
-    assert page.evaluate("window.attnviz.state.hoverCol") == 2 and page.evaluate("window.attnviz.state.hoverRow") == -1
+    assert int(page.get_attribute("#headview", "data-lines")) == len(result.tokens)  # its row: a line per key
+    page.hover("#headcols .htok[data-i='2']")
+    page.wait_for_function("() => window.attnviz.state.hoverCol === 2 && window.attnviz.state.hoverRow === -1")
     # Switching the layer redraws the head view from that layer's weights.
+    box = page.locator("#headview").bounding_box()
     page.mouse.move(box["x"] + 700, box["y"] + 700)
     shown = page.evaluate("document.querySelector('#headview').toDataURL()")
     page.select_option("#layer", "4")
@@ -166,11 +169,19 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     page.locator("table.heads tbody tr").first.click()
     page.wait_for_selector("#view-matrix.active")
     assert page.evaluate("[window.attnviz.state.layer, window.attnviz.state.head]") == [layer, head]
-    # Clicking a query token in the head view shows what it attends to in every layer and head.
+    # Clicking a query token in the head view keeps its lines and lists its strongest keys, in the order of
+    # the weights; from there, what it attends to in every layer and head.
     page.click("nav.tabs button[data-view=head]")
     page.wait_for_selector("#headview[data-drawn]")
-    box = page.locator("#headview").bounding_box()
-    page.mouse.click(box["x"] + 100, box["y"] + 8 + 6 * 18 + 9)
+    page.click("#headrows .htok[data-i='6']")
+    page.wait_for_selector("#headtop .chip-token")
+    layer, heads = page.evaluate("[window.attnviz.state.layer, [...window.attnviz.state.enabled]]")
+    assert len(heads) == 1
+    head = heads[0]
+    listed = [int(i) for i in page.eval_on_selector_all("#headtop .chip-token", "(b) => b.map((x) => x.dataset.i)")]
+    strongest = result.attentions[layer, head, 6].argsort(descending=True)[: len(listed)].tolist()
+    assert listed == strongest and page.evaluate("window.attnviz.state.query") == 6
+    page.click("#headquery")
     page.wait_for_selector("#view-query.active #queryview[data-drawn='6']")
     assert _drawn(page, "#queryview")
     assert errors == [] and requests == [path.as_uri()]

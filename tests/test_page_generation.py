@@ -131,7 +131,13 @@ TOOLTIPS = """([rows, keys]) => {
   }
   return out;
 }"""
-ROW = 18  # the head view's row height; rows start 8 pixels down, query labels end at x = 146
+ROW = 18  # the head view's row height; rows start 8 pixels down (its canvas records x0, x1, scroll)
+LABEL = """(i) => {
+  // A query token of the head view (text): its opacity (0-255), and whether it is drawn in the generated tokens' orange.
+  const t = document.querySelector(`#headrows .htok[data-i='${i}']`), style = getComputedStyle(t);
+  const [r, , b] = style.color.match(/\\d+/g).map(Number), alpha = Math.round(255 * +style.opacity);
+  return {alpha, orange: alpha > 128 && r > 150 && r - b > 100 ? 1 : 0};
+}"""
 
 
 def _box(page, selector: str, x0: float, y0: float, x1: float, y1: float) -> dict:
@@ -139,12 +145,14 @@ def _box(page, selector: str, x0: float, y0: float, x1: float, y1: float) -> dic
 
 
 def _query_label(page, i: int) -> dict:
-    return _box(page, "#headview", 0, 8 + i * ROW + 2, 146, 8 + i * ROW + 16)
+    return page.evaluate(LABEL, i)
 
 
 def _lines_below(page, position: int) -> dict:
     """The head view's lines between the token columns, below the row of ``position``."""
-    return _box(page, "#headview", 160, 8 + position * ROW + ROW / 2 + 3, 360, 8 + len(TOKENS) * ROW)
+    x0, x1, scroll = (float(page.get_attribute("#headview", f"data-{k}")) for k in ("x0", "x1", "scroll"))
+    return _box(page, "#headview", x0 + 10, 8 + position * ROW + ROW / 2 + 3 - scroll, x1 - 10,
+                8 + len(TOKENS) * ROW - scroll)
 
 
 def _veiled(page, selector: str, rows: int, cols: int) -> list[list[bool]]:

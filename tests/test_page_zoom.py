@@ -103,10 +103,12 @@ def test_a_token_found_by_its_text_opens_where_it_is(browser, zoomable):
     where = result.tokens.index("zebra")
     page.fill("#findtext", "ZEB")  # any case, any part of a token
     assert page.inner_text("#findcount") == f"1 of {len(result.tokens)} tokens"
-    page.press("#findtext", "Enter")  # in the head view: its row alone, scrolled into sight
-    assert page.evaluate("[window.attnviz.state.hoverRow, window.attnviz.state.query]") == [where, where]
-    scrolled = page.evaluate("document.querySelector('#headview').parentElement.scrollTop")
-    assert scrolled <= 8 + where * 18 <= scrolled + page.evaluate("document.querySelector('#headview').parentElement.clientHeight")
+    page.press("#findtext", "Enter")  # in the head view: its row kept, scrolled into sight, its text on the page
+    assert page.evaluate("[window.attnviz.head.pinned.row, window.attnviz.state.query]") == [where, where]
+    scrolled = page.evaluate("document.querySelector('#headscroll').scrollTop")
+    assert scrolled <= 8 + where * 18 <= scrolled + page.evaluate("document.querySelector('#headscroll').clientHeight")
+    assert page.inner_text(f"#headrows .htok.marked[data-i='{where}']") == "zebra"
+    assert page.locator("#headrows .htok").count() < 120  # only the tokens in sight (and a few more) are drawn
     page.click("nav.tabs button[data-view=matrix]")
     page.press("#findtext", "Enter")  # in the matrix: zoomed to its row, the row picked
     page.wait_for_selector(f"#matrixrows .tok.picked[data-index='{where}']")
@@ -182,9 +184,21 @@ def test_a_matrix_held_pooled_says_so_and_still_zooms(browser, pooled_page):
     page.mouse.click(box["x"] + box["width"] * 0.1, box["y"] + box["height"] * 0.1)  # near the first tokens
     _redrawn(page, before)
     assert y0 > 800 and _layout(page)["y0"] < 200
-    # The head view says why it cannot draw single tokens here.
+    # The head view draws each query's strongest keys the page holds, whose weights and order are the matrix's.
     page.click("nav.tabs button[data-view=head]")
-    assert "holds the matrix down to" in page.inner_text("#headnote")
+    page.wait_for_selector("#headview[data-drawn]")
+    assert "4 strongest keys" in page.inner_text("#headtop")
+    page.fill("#findtext", "t604")
+    page.press("#findtext", "Enter")
+    page.wait_for_selector("#headtop .chip-token")
+    listed = page.eval_on_selector_all("#headtop .chip-token", "(b) => b.map((x) => [+x.dataset.i, +x.querySelector('b').textContent])")
+    strongest = np.argsort(-weights[0, 604])[:4]
+    assert [key for key, _ in listed] == strongest.tolist()
+    assert [w for _, w in listed] == pytest.approx(weights[0, 604, strongest].tolist(), rel=1e-3)  # half floats
+    # The One token view draws the same keys (the others empty), and says why.
+    page.click("#headquery")
+    page.wait_for_selector("#view-query.active #queryview[data-drawn='604']")
+    assert "4 strongest keys" in page.inner_text("#querynote")
     assert errors == [] and requests == [path.as_uri()]
 
 

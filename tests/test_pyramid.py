@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz.render.page import PageBuilder, head_values
+from attnviz.render.page import LINES, LINES_BUDGET, PageBuilder, head_values
 from attnviz.render.pyramid import (
     TILE,
     Geometry,
     LayerPyramid,
+    decode_lines,
     decode_tile,
+    encode_lines,
     encode_tile,
     log8_codes,
     log8_values,
@@ -164,3 +166,53 @@ def test_sinks_are_the_keys_every_row_leans_on():
     head = builder.kinds["self"]["pyramids"][0][0]
     assert head["sinks"] == [0]
     assert head["vmax"] == pytest.approx(0.8) and head["vmaxNoSinks"] == pytest.approx(0.5)
+
+
+def _causal_weights(heads: int, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(heads, n, n)) * 3
+    scores[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] = -np.inf
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def test_a_long_page_holds_each_querys_strongest_keys_as_numpy_sorts_them():
+    """Built from causal blocks of rows (each hands over only the keys its rows see), the lines of a long
+    input are each query's strongest keys in order, their weights to half floats."""
+    heads, n = 2, 700
+    weights = _causal_weights(heads, n, 3)
+    builder = PageBuilder("t", "m", cells=weights.size, layers=1)
+    tokens = [f"t{i}" for i in range(n)]
+    pyramid = builder.start_layer(heads, rows=tokens, cols=tokens, causal=True)
+    for first in range(0, n, 96):
+        stop = min(n, first + 96)
+        pyramid.add(first, weights[:, first:stop, :stop])
+    builder.end_layer(pyramid, 0)
+    entry = builder.kinds["self"]
+    assert entry["lines"] == LINES
+    for h in range(heads):
+        keys, values = decode_lines(entry["pyramids"][0][h]["lines"], (n, LINES))
+        expected = np.argsort(-weights[h], axis=-1, kind="stable")[:, :LINES]
+        assert np.array_equal(keys[LINES - 1 :], expected[LINES - 1 :])
+        for i in range(LINES - 1):  # query i sees i + 1 keys: those, then weights of zero
+            assert np.array_equal(keys[i, : i + 1], expected[i, : i + 1]) and np.all(values[i, i + 1 :] == 0)
+        assert np.allclose(values, np.take_along_axis(weights[h], keys.astype(np.int64), -1), rtol=1e-3, atol=1e-7)
+
+
+def test_lines_are_left_out_where_every_cell_is_held_or_the_budget_has_no_room():
+    short = PageBuilder("t", "m", cells=1)
+    assert short.start_layer(1, rows=["a"] * 100, cols=["a"] * 100).lines == 0  # the head view reads the cells
+    wide = PageBuilder("t", "m", cells=1, layers=40)
+    assert wide.start_layer(32, rows=["a"] * 70_000, cols=["a"] * 600).lines == 0  # 40 × 32 heads × 70k queries
+    some = PageBuilder("t", "m", cells=1, layers=4)
+    assert some.start_layer(8, rows=["a"] * 40_000, cols=["a"] * 600).lines == LINES_BUDGET // (6 * 32 * 40_000)
+    assert PageBuilder("t", "m", cells=1).start_layer(1, rows=["a"] * 600, cols=["a"] * 600, centre=0.5).lines == 0
+
+
+@pytest.mark.parametrize("cols", [3, 70_000])
+def test_lines_round_trip_keys_of_any_size(cols):
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, cols, size=(50, 3)).astype(np.uint32)
+    weights = rng.random((50, 3)).astype(np.float32)
+    got_keys, got_weights = decode_lines(encode_lines(keys, weights), (50, 3))
+    assert np.array_equal(got_keys, keys) and np.allclose(got_weights, weights, rtol=1e-3)

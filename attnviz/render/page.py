@@ -19,13 +19,20 @@ import numpy as np
 
 from ..labels import printable
 from .page_views import PAGE_VIEWS
-from .pyramid import FLOAT16_CELLS, TILE, Geometry, LayerPyramid, decode_tile, encode_tile, tiles_of
+from .pyramid import FLOAT16_CELLS, TILE, Geometry, LayerPyramid, decode_tile, encode_lines, encode_tile, tiles_of
 
 PAGE_BUDGET = 24_000_000
 """Bytes of tiles a page holds at most, by default: finer levels of a long input's matrix are left out."""
 
 LEAVES_ALWAYS = 512
 """Tokens up to which a page holds every single cell whatever its budget (the head view draws them)."""
+
+LINES = 4
+"""Each query's strongest keys a long input's page holds (up to), for the head view's lines."""
+
+LINES_BUDGET = 16_000_000
+"""Bytes (before compression) of those lines a page holds at most: fewer keys a query on a long input
+of many heads, none where even one would not fit (the head view says so)."""
 
 WORKING_CELLS = 64_000_000
 """Cells of one layer's finest pooled level kept while a layer is read (256 MB of float32)."""
@@ -114,10 +121,18 @@ class PageBuilder:
             "tile": TILE, "levels": [{**level, "encoding": self.encoding_of(number, geometry)}
                                      for number, level in enumerate(geometry.script_data())],
             "encoding": self.encoding, "included": None, "held": None,
+            "lines": self._lines_of(geometry, heads, centre),
         })
         held = entry["held"]
         finest = held - 1 if held is not None else self._first_finest(geometry, heads)
-        return LayerPyramid(heads, len(rows), len(cols), finest=finest, centre=centre)
+        return LayerPyramid(heads, len(rows), len(cols), finest=finest, centre=centre, lines=entry["lines"])
+
+    def _lines_of(self, geometry: Geometry, heads: int, centre: float) -> int:
+        """How many strongest keys a query the page holds: none where it holds every cell (the head view
+        draws from them) or the values are not weights; else up to :data:`LINES`, within :data:`LINES_BUDGET`."""
+        if max(geometry.rows, geometry.cols) <= LEAVES_ALWAYS or centre != 0:
+            return 0
+        return int(min(LINES, geometry.cols, LINES_BUDGET // (6 * heads * self.layers * geometry.rows)))
 
     def _first_finest(self, geometry: Geometry, heads: int) -> int:
         """The finest level worth computing before any tile was weighed (half a byte a cell: hopeful)."""
@@ -152,6 +167,8 @@ class PageBuilder:
             heads.append({"tiles": tiles, "vmax": vmax, "sinks": sinks.tolist(),
                           "vmaxNoSinks": float(rest.max(initial=centre)) if rest.size else vmax,
                           "rowMax": encode_tile(pyramid.row_max[h][None, :], "f16")})
+            if pyramid.lines:
+                heads[-1]["lines"] = encode_lines(pyramid.line_keys[h], pyramid.line_weights[h])
         entry["layers"].append(int(layer))
         entry["pyramids"].append(heads)
         entry["vmax"] = max(entry["vmax"], *(head["vmax"] for head in heads))
@@ -202,7 +219,7 @@ class PageBuilder:
                 factor = entry["levels"][entry["included"] - 1]["factor"]
                 what = "" if len(self.kinds) == 1 else f"{kind}: "
                 out.append(f"{what}the matrix holds cells of down to {factor}×{factor} tokens (max-pooled); finer "
-                           f"ones are left out to keep this page within {self.budget / 1e6:.0f} MB: a page of fewer "
+                           f"ones are left out to keep this page within {self.budget / 1e6:.3g} MB: a page of fewer "
                            "layers, or the server, holds every cell")
         return out
 

@@ -58,15 +58,27 @@ MATRIX = (
 )
 """The matrix view's controls, colour legend, drawing, token labels and minimap (``assets/matrix.js``)."""
 
+HEAD = (
+    "<div id=\"headnote\"></div><div id=\"headtop\" class=\"headtop\" aria-live=\"polite\"></div>"
+    "<div class=\"headbox\" id=\"headscroll\" tabindex=\"0\"><div class=\"headspace\" id=\"headspace\">"
+    "<canvas id=\"headview\" role=\"img\" aria-label=\"head view: a line from each query token on the left to the key "
+    "tokens on the right it attends to, stronger for a larger weight\"></canvas>"
+    "<div class=\"htoks\" id=\"headrows\"></div><div class=\"htoks\" id=\"headcols\"></div></div></div>"
+)
+"""The head view's tokens (text, only those in sight), its lines (a canvas the window's size) and the kept
+token's strongest keys (``assets/headview.js``)."""
+
 PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
     PageView("head", "Head view", "Queries on the left, keys on the right; a line's strength is the weight. Hover a "
-             "token to see only its row (left) or column (right); click the head swatches to choose heads.",
-             "<div id=\"headnote\"></div><div class=\"scroll\"><canvas id=\"headview\" role=\"img\" aria-label=\"head view: query tokens on the left, key tokens on the right, a line per weight\"></canvas></div>", heads=True),
+             "token to see only its lines, click it to keep them (↑/↓ move, Esc lets go); the head swatches choose "
+             "heads.", HEAD, heads=True),
     PageView("model", "Model view", "Every head of every layer; click one to open it.",
              "<div class=\"grid\" id=\"modelgrid\"></div>"),
     PageView("matrix", "Matrix", "", MATRIX, hint_id="matrixtitle"),
     PageView("query", "One token", "What one token attends to in every layer and head at once (click a token on the "
-             "left of the head view, or choose it here). <select id=\"querytoken\"></select>",
+             "left of the head view, or choose it here). <select id=\"querytoken\"></select><input type=\"number\" "
+             "id=\"queryat\" min=\"0\" aria-label=\"the query's position\" hidden> <span id=\"querytext\"></span> "
+             "Click a cell to open it in the matrix.",
              "<div id=\"querynote\"></div><div class=\"scroll\"><canvas id=\"queryview\" role=\"img\" aria-label=\"one token's attention in every layer and head: a row per head, a column per key\"></canvas></div>", heads=True),
     PageView("qk", "Query · key", "For one query: each key's elementwise products q·k, their sum (the score before "
              "scaling) and the scaled score.", "<div class=\"qk\" id=\"qkbox\"></div>", needs="qk"),

@@ -107,7 +107,7 @@ class LayerPyramid:
     ``finest``: the finest level kept (the coarser ones are pooled from it at the end). ``centre``:
     the value of nothing (0 for weights, which are never negative; a signed panel's zero)."""
 
-    def __init__(self, heads: int, rows: int, cols: int, *, finest: int, centre: float = 0.0) -> None:
+    def __init__(self, heads: int, rows: int, cols: int, *, finest: int, centre: float = 0.0, lines: int = 0) -> None:
         self.geometry = Geometry(rows, cols)
         if not 0 <= finest < self.geometry.levels:
             raise ValueError(f"finest level {finest} is not one of the {self.geometry.levels} levels")
@@ -118,6 +118,10 @@ class LayerPyramid:
         self.col_max = np.full((heads, cols), -np.inf, dtype=np.float32)
         self.col_sum = np.zeros((heads, cols), dtype=np.float64)
         self.rows_seen = 0
+        # Each query's ``lines`` strongest keys (the head view of a long input draws them): key, weight.
+        self.lines = min(lines, cols)
+        self.line_keys = np.zeros((heads, rows, self.lines), dtype=np.uint32)
+        self.line_weights = np.zeros((heads, rows, self.lines), dtype=np.float32)
 
     def add(self, first: int, block: np.ndarray) -> None:
         """Query rows ``first …`` of every head, ``[heads, rows, width]``: keys from ``width`` on are
@@ -137,6 +141,13 @@ class LayerPyramid:
             np.maximum(block.max(axis=-1), self.centre)
         self.col_max[:, :width] = np.maximum(self.col_max[:, :width], block.max(axis=1))
         self.col_sum[:, :width] += block.sum(axis=1, dtype=np.float64)
+        if self.lines and width:
+            import torch  # not at import: drawing processes never load torch (and never ask for lines)
+
+            count = min(self.lines, width)
+            weights, keys = torch.from_numpy(block).topk(count, dim=-1)  # 10x numpy's argpartition
+            self.line_keys[:, first : first + rows, :count] = keys.numpy()
+            self.line_weights[:, first : first + rows, :count] = weights.numpy()
         self.rows_seen += rows
 
     def levels(self) -> list[np.ndarray]:
@@ -196,6 +207,23 @@ def decode_tile(text: str, encoding: str, shape: tuple[int, int]) -> np.ndarray:
     else:
         values = log8_values()[raw]
     return values.reshape(shape)
+
+
+def encode_lines(keys: np.ndarray, weights: np.ndarray) -> dict[str, str]:
+    """One head's strongest keys per query (``[rows, k]`` each) as the page stores them: the keys as
+    four byte planes of a 32-bit integer (the high ones compress to nothing below 65,536 tokens), the
+    weights as half floats."""
+    flat = np.ascontiguousarray(keys, dtype="<u4").ravel()
+    planes = b"".join(((flat >> shift) & 0xFF).astype(np.uint8).tobytes() for shift in (0, 8, 16, 24))
+    return {"keys": base64.b64encode(gzip.compress(planes, compresslevel=3, mtime=0)).decode("ascii"),
+            "weights": encode_tile(weights, "f16")}
+
+
+def decode_lines(lines: dict[str, str], shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of :func:`encode_lines`: keys ``[rows, k]`` and weights ``[rows, k]``."""
+    planes = np.frombuffer(gzip.decompress(base64.b64decode(lines["keys"])), dtype=np.uint8).reshape(4, -1)
+    keys = sum(planes[i].astype(np.uint32) << (8 * i) for i in range(4))
+    return np.asarray(keys).reshape(shape), decode_tile(lines["weights"], "f16", shape)
 
 
 def log8_codes(values: np.ndarray) -> np.ndarray:

@@ -126,68 +126,14 @@
     box.append(el("label", {}, K().panelTitles ? "panel " : "heads "), heads);
   }
 
-  // --- head view: tokens in two columns, a line per weight --------------------------------------
-  async function headView() {
-    const k = K(), canvas = $("#headview"), ctx = canvas.getContext("2d");
-    const rowH = 18, pad = 8, colW = 150, gap = 220;
-    const n = Math.max(k.rows.length, k.cols.length);
-    const width = colW * 2 + gap, height = n * rowH + pad * 2, dpr = window.devicePixelRatio || 1;
-    canvas.width = width * dpr; canvas.height = height * dpr;
-    canvas.style.width = width + "px"; canvas.style.height = height + "px";
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    const heads = [...state.enabled].sort((a, b) => a - b);
-    const mats = await Promise.all(heads.map((h) => matrix(state.kind, state.layer, h)));
-    $("#headnote").replaceChildren();
-    if (mats.some((m) => m === null)) { canvas.width = canvas.height = 0; lacksCells($("#headnote")); return; }
-    const cols = k.cols.length, x0 = colW, x1 = colW + gap, y = (i) => pad + i * rowH + rowH / 2;
-    // A generated text at a step: only rows up to it, that step's row strong and the earlier ones faint.
-    const rowEnd = rowCut(), colEnd = colCut(), focus = G() ? state.step : -1;
-    ctx.lineWidth = 2;
-    heads.forEach((h, index) => {
-      const m = mats[index];
-      ctx.strokeStyle = HEAD_COLORS[h % HEAD_COLORS.length];
-      for (let i = 0; i < k.rows.length; i++) {
-        if ((state.hoverRow >= 0 && i !== state.hoverRow) || i > rowEnd) continue;
-        const faint = focus >= 0 && state.hoverRow < 0 && i !== focus ? 0.3 : 1;
-        for (let j = 0; j < cols; j++) {
-          if (state.hoverCol >= 0 && j !== state.hoverCol) continue;
-          const w = (m[i * cols + j] - (k.offset || 0)) / (k.scale || 1);
-          if (w < 0.01) continue;
-          ctx.globalAlpha = Math.min(1, w) * (heads.length > 1 ? 0.8 : 1) * faint;
-          ctx.beginPath(); ctx.moveTo(x0 + 4, y(i)); ctx.lineTo(x1 - 4, y(j)); ctx.stroke();
-        }
-      }
-    });
-    ctx.textBaseline = "middle";
-    k.rows.forEach((t, i) => {
-      ctx.globalAlpha = i > rowEnd ? 0.25 : 1; ctx.font = (i === focus ? "600 " : "") + "13px system-ui, sans-serif";
-      ctx.fillStyle = labelColour(rowGenerated(i), k.rowSpecial[i], i === state.hoverRow || i === focus);
-      ctx.textAlign = "right"; ctx.fillText(t, x0 - 4, y(i));
-    });
-    ctx.font = "13px system-ui, sans-serif";
-    k.cols.forEach((t, j) => {
-      ctx.globalAlpha = j > colEnd ? 0.25 : 1;
-      ctx.fillStyle = labelColour(colGenerated(j), k.colSpecial[j], j === state.hoverCol);
-      ctx.textAlign = "left"; ctx.fillText(t, x1 + 4, y(j));
-    });
-    ctx.globalAlpha = 1;
-    if (G()) {
-      const edge = y(G().promptLength) - rowH / 2;
-      promptEdge(ctx, 0, edge, x0, edge);
-      if (keysToo()) promptEdge(ctx, x1, edge, width, edge);
-    }
-    canvas.dataset.drawn = String(heads.length);
-  }
-  function headViewHover(event) {
-    const k = K(), rect = event.target.getBoundingClientRect();
-    const x = event.clientX - rect.left, i = Math.floor((event.clientY - rect.top - 8) / 18);
-    const row = x < 150 && i >= 0 && i < k.rows.length ? i : -1;
-    const col = x > 370 && i >= 0 && i < k.cols.length ? i : -1;
-    if (row !== state.hoverRow || col !== state.hoverCol) {
-      state.hoverRow = row; state.hoverCol = col; headView();
-    }
-  }
+  // --- head view: tokens in two columns, a line per weight (headview.js) ----------------------------
+  const headPanel = attnvizHeadView({
+    K, state, tiles, el, fmt, labelColour, rowCut, colCut, rowGenerated, colGenerated, G, keysToo, promptEdge, lacksCells,
+    colours: (h) => HEAD_COLORS[h % HEAD_COLORS.length],
+    selectQuery: (i) => { state.query = i; followQuery(i); },
+    openQuery: (i) => { state.query = i; followQuery(i); setView("query"); },
+  });
+  const headView = () => headPanel.draw();
 
   // --- model view: every layer x head as a thumbnail --------------------------------------------
   function paint(canvas, m, rows, cols, size, vmax, offset = 0) {
@@ -209,6 +155,7 @@
     }
     ctx.putImageData(img, 0, 0);
   }
+  let modelSerial = 0;
   async function modelView() {
     const k = K(), grid = $("#modelgrid"), size = 96;
     grid.replaceChildren();
@@ -229,12 +176,31 @@
         jobs.push([canvas, li, h]);
       }
     });
-    for (const [canvas, li, h] of jobs) {  // one head at a time, so the first thumbnails show at once
+    // Thumbnails in sight first (a large model has hundreds), then the rest a few at a time between frames;
+    // a newer drawing of the view stops this one.
+    const mine = ++modelSerial, waiting = new Set(jobs), seen = [], byCanvas = new Map(jobs.map((j) => [j[0], j]));
+    const observer = new IntersectionObserver((entries) => {
+      for (const e of entries) if (e.isIntersecting) seen.push(e.target);
+    });
+    jobs.forEach(([canvas]) => observer.observe(canvas));
+    const paintOne = async ([canvas, li, h]) => {
       const m = await tiles.tile(state.kind, li, h, 0, 0, 0), g = k.levels[0];  // the whole head, max-pooled
       paint(canvas, m, g.rows, g.cols, size, k.vmax * 1 || 1, k.offset || 0);
       canvas.dataset.drawn = "1";
+    };
+    await new Promise((resolve) => requestAnimationFrame(resolve));  // the observer's first report
+    while (waiting.size && mine === modelSerial) {
+      const started = performance.now();
+      while (waiting.size && performance.now() - started < 12) {
+        let next = null;
+        while (seen.length && !(next && waiting.has(next))) next = byCanvas.get(seen.shift());
+        if (!(next && waiting.has(next))) next = waiting.values().next().value;
+        waiting.delete(next);
+        await paintOne(next);
+      }
       await new Promise((resolve) => requestAnimationFrame(resolve));
     }
+    observer.disconnect();
   }
 
   // --- matrix: one head at any length, zoomable (matrix.js) --------------------------------------
@@ -307,59 +273,17 @@
   }
 
   // --- one token across the model: its row in every layer and head --------------------------------
-  async function queryView() {
-    const k = K(), canvas = $("#queryview"), cols = k.cols.length, n = k.layers.length * k.heads;
-    const sel = $("#querytoken");
-    state.query = Math.min(state.query, k.rows.length - 1);
-    if (sel.dataset.kind !== state.kind || sel.options.length !== k.rows.length) {
-      const name = (t, i) => i + ": " + t + (rowGenerated(i) ? " (generated)" : "");
-      sel.replaceChildren(...k.rows.map((t, i) => el("option", {value: i}, name(t, i))));
-      sel.dataset.kind = state.kind;
-    }
-    sel.value = state.query;
-    const cell = Math.max(3, Math.min(22, Math.floor(760 / Math.max(cols, 8)))), rowH = Math.max(4, Math.min(14, Math.floor(900 / n)));
-    const left = 64, top = cell >= 9 ? 110 : 0, dpr = window.devicePixelRatio || 1;
-    const width = left + cols * cell, height = top + n * rowH;
-    canvas.width = width * dpr; canvas.height = height * dpr;
-    canvas.style.width = width + "px"; canvas.style.height = height + "px";
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0); ctx.clearRect(0, 0, width, height);
-    const rows = [];
-    for (let li = 0; li < k.layers.length; li++) for (let h = 0; h < k.heads; h++) rows.push([li, h]);
-    const mats = await Promise.all(rows.map(([li, h]) => matrix(state.kind, li, h)));
-    $("#querynote").replaceChildren();
-    if (mats.some((m) => m === null)) { canvas.width = canvas.height = 0; lacksCells($("#querynote")); return; }
-    ctx.font = Math.min(11, rowH) + "px system-ui, sans-serif"; ctx.textBaseline = "middle"; ctx.textAlign = "right";
-    rows.forEach(([li, h], r) => {
-      for (let j = 0; j < cols; j++) {
-        const [R, G, B] = colour(mats[r][state.query * cols + j], k.vmax || 1, k.offset || 0);
-        ctx.fillStyle = `rgb(${R},${G},${B})`; ctx.fillRect(left + j * cell, top + r * rowH, cell, rowH);
-      }
-      if (rowH >= 8 || h === 0) { ctx.fillStyle = "#1d1d1f"; ctx.fillText(`L${k.layers[li]}H${h}`, left - 4, top + r * rowH + rowH / 2); }
-    });
-    const colEnd = Math.min(cols - 1, colCut());
-    if (G()) {  // keys after the step veiled, the prompt's end dashed
-      ctx.fillStyle = "rgba(255, 255, 255, 0.82)";
-      ctx.fillRect(left + (colEnd + 1) * cell, top, (cols - colEnd - 1) * cell, n * rowH);
-      if (keysToo()) promptEdge(ctx, left + G().promptLength * cell, top, left + G().promptLength * cell, top + n * rowH);
-    }
-    if (top) {
-      ctx.font = Math.min(12, cell) + "px system-ui, sans-serif";
-      k.cols.forEach((t, j) => { ctx.save(); ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 2);
-        ctx.globalAlpha = j > colEnd ? 0.3 : 1; ctx.fillStyle = labelColour(colGenerated(j), false, false);
-        ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore(); });
-    }
-    canvas.onmousemove = (event) => {
-      const r0 = canvas.getBoundingClientRect(), j = Math.floor((event.clientX - r0.left - left) / cell);
-      const r = Math.floor((event.clientY - r0.top - top) / rowH);
-      if (r < 0 || j < 0 || r >= rows.length || j >= cols) return hideTip();
-      const [li, h] = rows[r];
-      showTip(event, `layer ${k.layers[li]}, head ${h}\nquery ${state.query}: ${k.rows[state.query]}\nkey ${j}: ${k.cols[j]}\n` +
-        `${data.valueName}: ${fmt(mats[r][state.query * cols + j])}`);
-    };
-    canvas.onmouseleave = hideTip;
-    Object.assign(canvas.dataset, {left, top, cell, rowh: rowH, drawn: String(state.query)});
-  }
+  const queryPanel = attnvizOneToken({
+    K, state, tiles, el, fmt, colour, labelColour, colCut, colGenerated, rowGenerated, G, keysToo, promptEdge, lacksCells,
+    showTip, hideTip, valueName: () => data.valueName,
+    onQuery: (i) => { state.query = i; followQuery(i); draw(); },
+    openCell: (li, h, i, j) => {
+      state.layer = li; state.head = h; state.query = i; controls(); setView("matrix");
+      matrixPanel.pick("row", i, true);
+      return matrixPanel.zoomTo(i, j, 24);
+    },
+  });
+  const queryView = () => queryPanel.draw();
 
   // --- other matrices (compare-heads' head distances) --------------------------------------------
   function extrasView() {
@@ -434,12 +358,7 @@
   // Query token i chosen (found, or its text clicked): every view follows it.
   function goToToken(i) {
     state.query = i; followQuery(i);
-    if (state.view === "head" && K().included === K().levels.length) {
-      state.hoverRow = i; state.hoverCol = -1;
-      const box = $("#headview").parentElement;
-      box.scrollTop = Math.max(0, 8 + i * 18 - box.clientHeight / 3);
-      return headView();
-    }
+    if (state.view === "head") return headPanel.goTo(i);
     if (["query", "qk"].includes(state.view)) return draw();
     if (state.view !== "matrix") setView("matrix");
     matrixPanel.pick("row", i, true);
@@ -489,7 +408,7 @@
     state.head = Math.min(state.head, K().heads - 1);
     state.enabled = new Set([...state.enabled].filter((h) => h < K().heads));
     if (!state.enabled.size) state.enabled.add(state.head);
-    state.hoverRow = state.hoverCol = -1; state.query = 0;
+    state.hoverRow = state.hoverCol = -1; state.query = 0; headPanel.reset();
     build();
   }
   // attnviz serve: a text box (and pair/target boxes where they apply), recomputed as the user types.
@@ -530,19 +449,11 @@
       clearTimeout(timer); timer = setTimeout(update, 250);
     });
   }
-  $("#headview").addEventListener("click", (event) => {  // a query token: what it attends to, everywhere
-    const rect = event.target.getBoundingClientRect(), i = Math.floor((event.clientY - rect.top - 8) / 18);
-    if (event.clientX - rect.left < 150 && i >= 0 && i < K().rows.length) {
-      state.query = i; followQuery(i); setView("query");
-    }
-  });
   $("#querytoken").addEventListener("change", (e) => { state.query = +e.target.value; followQuery(state.query); draw(); });
-  $("#headview").addEventListener("mousemove", headViewHover);
-  $("#headview").addEventListener("mouseleave", () => { state.hoverRow = state.hoverCol = -1; headView(); });
   // For tests and scripts: the decoded weight of one cell, and what is shown.
   window.attnviz = {data, state, weight: async (kind, li, h, i, j) => (await matrix(kind, li, h))[i * data.kinds[kind].cols.length + j],
                     setView, replace, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); },
-                    matrix: matrixPanel, goToToken};
+                    matrix: matrixPanel, head: headPanel, goToToken};
   if (data.live) live(data.live);
   build();
 })();

@@ -109,11 +109,39 @@ function attnvizTiles(source) {
     }
     return cache.get(key);
   }
+  // One query's row at the leaves (Float32Array of cols) from the tiles of its band, without the whole
+  // matrix; null where the page holds no single cells.
+  async function row(kind, li, h, i) {
+    const k = source().kinds[kind], leaf = k.levels.length - 1;
+    if (k.pyramids[li][h].tiles.length <= leaf) return null;
+    const t = k.tile, cols = k.cols.length, y = Math.floor(i / t), out = new Float32Array(cols);
+    for (let x = 0; x * t < cols; x++) {
+      const values = await tile(kind, li, h, leaf, x, y), [, tw] = tileShape(k, leaf, x, y);
+      out.set(values.subarray((i - y * t) * tw, (i - y * t + 1) * tw), x * t);
+    }
+    return out;
+  }
   // Each query's largest value (Float32Array of rows), for the per-row colour scale.
   function rowMax(kind, li, h) {
     const key = `${kind}/${li}/${h}/rowmax`;
     if (!cache.has(key)) cache.set(key, decode(source().kinds[kind].pyramids[li][h].rowMax, source().kinds[kind], "f16"));
     return cache.get(key);
   }
-  return {tile, matrix, rowMax, tileShape, levelsOf, clear: () => cache.clear()};
+  // Each query's strongest keys where the page holds them (a long input): {keys, weights, k}, or null.
+  function lines(kind, li, h) {
+    const k = source().kinds[kind], stored = k.pyramids[li][h].lines;
+    if (!stored || !k.lines) return Promise.resolve(null);
+    const key = `${kind}/${li}/${h}/lines`;
+    if (!cache.has(key)) {
+      cache.set(key, (async () => {
+        const planes = await gunzip(bytesOf(stored.keys)), n = planes.length >> 2;
+        const keys = new Uint32Array(n);
+        for (let i = 0; i < n; i++)
+          keys[i] = (planes[i] | (planes[n + i] << 8) | (planes[2 * n + i] << 16) | (planes[3 * n + i] << 24)) >>> 0;
+        return {keys, weights: await decode(stored.weights, k, "f16"), k: k.lines};
+      })());
+    }
+    return cache.get(key);
+  }
+  return {tile, matrix, row, rowMax, lines, tileShape, levelsOf, clear: () => cache.clear()};
 }

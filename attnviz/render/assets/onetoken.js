@@ -1,0 +1,121 @@
+// attnviz's One token view: what one query attends to in every layer and head at once, a row per head and
+// a column per key, fitting the window: a long input's keys are max-pooled into columns of pixels (so no
+// strong weight disappears) and the tooltip names the keys a column covers. The row comes from the leaf
+// tiles of its band; where the page holds no single cells, from each query's strongest keys (headview.js).
+// eslint-disable-next-line no-unused-vars
+function attnvizOneToken(ctx) {
+  "use strict";
+  const {K, state, tiles, el, fmt, colour, labelColour, colCut, colGenerated, rowGenerated, G, keysToo, promptEdge,
+         lacksCells, showTip, hideTip, valueName, onQuery} = ctx;
+  const MANY = 2000;  // queries beyond which a number field chooses one (a list of them would not help)
+  const canvas = document.getElementById("queryview"), note = document.getElementById("querynote");
+  let serial = 0;
+
+  function chooser() {
+    const k = K(), sel = document.getElementById("querytoken"), at = document.getElementById("queryat");
+    const many = k.rows.length > MANY;
+    sel.hidden = many; at.hidden = !many;
+    if (many) {
+      at.max = k.rows.length - 1; at.value = state.query;
+      document.getElementById("querytext").textContent = k.rows[state.query] + (rowGenerated(state.query) ? " (generated)" : "");
+      return;
+    }
+    document.getElementById("querytext").textContent = "";
+    if (sel.dataset.kind !== state.kind || sel.options.length !== k.rows.length) {
+      const name = (t, i) => i + ": " + t + (rowGenerated(i) ? " (generated)" : "");
+      sel.replaceChildren(...k.rows.map((t, i) => el("option", {value: i}, name(t, i))));
+      sel.dataset.kind = state.kind;
+    }
+    sel.value = state.query;
+  }
+  // Query i's row of one head, in the page's units: exact from the leaves, else its strongest keys (sparse).
+  async function rowOf(li, h, i) {
+    const exact = await tiles.row(state.kind, li, h, i);
+    if (exact) return {values: exact, sparse: false};
+    const lines = await tiles.lines(state.kind, li, h);
+    if (!lines) return null;
+    const k = K(), values = new Float32Array(k.cols.length).fill((k.offset || 0) + (k.centre || 0) * (k.scale || 1));
+    for (let c = 0; c < lines.k; c++) values[lines.keys[i * lines.k + c]] = Math.max(values[lines.keys[i * lines.k + c]], lines.weights[i * lines.k + c]);
+    return {values, sparse: true};
+  }
+
+  async function draw() {
+    const k = K(), cols = k.cols.length, heads = [], mine = ++serial;
+    state.query = Math.max(0, Math.min(state.query, k.rows.length - 1));
+    chooser();
+    for (let li = 0; li < k.layers.length; li++) for (let h = 0; h < k.heads; h++) heads.push([li, h]);
+    const found = await Promise.all(heads.map(([li, h]) => rowOf(li, h, state.query)));
+    if (mine !== serial) return;
+    note.replaceChildren();
+    if (found.some((r) => r === null)) { canvas.width = canvas.height = 0; lacksCells(note); return; }
+    if (found.some((r) => r.sparse)) note.append(el("p", {class: "hint"}, `At this length the page holds each query's ` +
+      `${k.lines} strongest keys in each head: the other keys are drawn empty (the matrix view shows them pooled).`));
+    // Keys per column of cells, and cells' size: every key its own cell while cells of 3 px fit, else pooled.
+    const left = 64, room = Math.max(120, canvas.parentElement.clientWidth - left - 4);
+    const per = cols * 3 <= room ? 1 : Math.ceil(cols / Math.floor(room / 2));
+    const shown = Math.ceil(cols / per), cell = per === 1 ? Math.max(3, Math.min(22, Math.floor(room / Math.max(cols, 8)))) : 2;
+    const n = heads.length, rowH = Math.max(4, Math.min(14, Math.floor(900 / n)));
+    const top = cell >= 9 ? 110 : 0, dpr = window.devicePixelRatio || 1;
+    const width = left + shown * cell, height = top + n * rowH;
+    canvas.width = Math.round(width * dpr); canvas.height = Math.round(height * dpr);
+    canvas.style.width = width + "px"; canvas.style.height = height + "px";
+    const c = canvas.getContext("2d");
+    c.setTransform(dpr, 0, 0, dpr, 0, 0); c.clearRect(0, 0, width, height);
+    // A column's strongest weight (and where), per head.
+    const pooled = found.map(({values}) => {
+      const best = new Float32Array(shown), at = new Int32Array(shown);
+      for (let x = 0; x < shown; x++) {
+        let b = -Infinity, where = x * per;
+        for (let j = x * per; j < Math.min(cols, (x + 1) * per); j++) if (values[j] > b) { b = values[j]; where = j; }
+        best[x] = b; at[x] = where;
+      }
+      return {best, at};
+    });
+    c.font = Math.min(11, rowH) + "px system-ui, sans-serif"; c.textBaseline = "middle"; c.textAlign = "right";
+    heads.forEach(([li, h], r) => {
+      for (let x = 0; x < shown; x++) {
+        const [R, G_, B] = colour(pooled[r].best[x], k.vmax || 1, k.offset || 0);
+        c.fillStyle = `rgb(${R},${G_},${B})`; c.fillRect(left + x * cell, top + r * rowH, cell, rowH);
+      }
+      if (rowH >= 8 || h === 0) { c.fillStyle = "#1d1d1f"; c.fillText(`L${k.layers[li]}H${h}`, left - 4, top + r * rowH + rowH / 2); }
+    });
+    const colEnd = Math.min(cols - 1, colCut());
+    if (G()) {  // keys after the step veiled, the prompt's end dashed
+      const from = Math.floor((colEnd + 1) / per);
+      c.fillStyle = "rgba(255, 255, 255, 0.82)";
+      c.fillRect(left + from * cell, top, (shown - from) * cell, n * rowH);
+      const edge = left + (G().promptLength / per) * cell;
+      if (keysToo()) promptEdge(c, edge, top, edge, top + n * rowH);
+    }
+    if (top) {
+      c.font = Math.min(12, cell) + "px system-ui, sans-serif";
+      k.cols.forEach((t, j) => { c.save(); c.translate(left + j * cell + cell / 2, top - 4); c.rotate(-Math.PI / 2);
+        c.globalAlpha = j > colEnd ? 0.3 : 1; c.fillStyle = labelColour(colGenerated(j), false, false);
+        c.textAlign = "left"; c.fillText(t, 0, 0); c.restore(); });
+    }
+    canvas.onmousemove = (event) => {
+      const box = canvas.getBoundingClientRect(), x = Math.floor((event.clientX - box.left - left) / cell);
+      const r = Math.floor((event.clientY - box.top - top) / rowH);
+      if (r < 0 || x < 0 || r >= n || x >= shown) return hideTip();
+      const [li, h] = heads[r], q = `query ${state.query}: ${k.rows[state.query]}`, j = pooled[r].at[x];
+      if (per === 1) {
+        return showTip(event, `layer ${k.layers[li]}, head ${h}\n${q}\nkey ${j}: ${k.cols[j]}\n${valueName()}: ${fmt(pooled[r].best[x])}`);
+      }
+      const last = Math.min(cols, (x + 1) * per) - 1;
+      showTip(event, `layer ${k.layers[li]}, head ${h}\n${q}\nkeys ${x * per}–${last} (max-pooled)\n` +
+        `strongest at key ${j}: ${k.cols[j]}\n${valueName()}: ${fmt(pooled[r].best[x])}`);
+    };
+    canvas.onmouseleave = hideTip;
+    canvas.onclick = (event) => {  // a key's column: the matrix at this query and that key
+      const box = canvas.getBoundingClientRect(), x = Math.floor((event.clientX - box.left - left) / cell);
+      const r = Math.floor((event.clientY - box.top - top) / rowH);
+      if (r >= 0 && x >= 0 && r < n && x < shown) ctx.openCell(heads[r][0], heads[r][1], state.query, pooled[r].at[x]);
+    };
+    Object.assign(canvas.dataset, {left, top, cell, rowh: rowH, per, drawn: String(state.query)});
+  }
+  document.getElementById("queryat").addEventListener("change", (event) => {
+    const i = Math.round(+event.target.value);
+    if (Number.isFinite(i) && i >= 0 && i < K().rows.length) onQuery(i);
+  });
+  return {draw};
+}
