@@ -119,11 +119,14 @@ def browser():
         instance.close()
 
 
-def open_offline(browser, path: Path, requests: list[str], errors: list[str], ready: str = "#headview[data-drawn]"):
+def open_offline(browser, path: Path, requests: list[str], errors: list[str], ready: str = "#headview[data-drawn]",
+                 init: str | None = None):
     """Open the page at ``path`` with every request but the page itself refused (and recorded in
     ``requests``, so none may even be tried), script errors in ``errors``; once ``ready`` is there
-    (its head view drawn)."""
+    (its head view drawn). ``init``: a script run before the page's own."""
     page = browser.new_page(viewport={"width": 1300, "height": 900})
+    if init:
+        page.add_init_script(init)
     page.on("request", lambda r: requests.append(r.url))
     page.route("**/*", lambda route: route.continue_() if route.request.url == path.as_uri() else route.abort())
     page.on("pageerror", lambda e: errors.append(str(e)))

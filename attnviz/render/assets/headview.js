@@ -8,7 +8,9 @@ function attnvizHeadView(ctx) {
   "use strict";
   const {K, state, tiles, el, fmt, colours, labelColour, rowCut, colCut, rowGenerated, colGenerated, G, keysToo,
          promptEdge, lacksCells, openQuery} = ctx;
-  const ROW = 18, PAD = 8, OVERSCAN = 12, FAINT = 0.01;
+  // A line's strength is its weight over the strongest weight drawn (said above the view): a long context's
+  // weights are small, and its strongest lines still stand out; below FAINT of the strongest, none is drawn.
+  const ROW = 18, PAD = 8, OVERSCAN = 12, FAINT = 0.02;
   const box = document.getElementById("headscroll"), space = document.getElementById("headspace");
   const canvas = document.getElementById("headview"), rowsBox = document.getElementById("headrows");
   const colsBox = document.getElementById("headcols"), top = document.getElementById("headtop");
@@ -109,12 +111,12 @@ function attnvizHeadView(ctx) {
       }
       for (const [i, j, v] of found) {
         const w = (v - offset) / scale;
-        if (w >= FAINT && i <= rowEnd && j <= colEnd) out.push([i, j, w, source.head]);
+        if (w > 0 && i <= rowEnd && j <= colEnd) out.push([i, j, w, source.head]);
       }
     }
     return out.sort((a, b) => a[2] - b[2]);  // the strongest drawn last, on top
   }
-  function paint(g, found) {
+  function paint(g, found, strongest) {
     const dpr = window.devicePixelRatio || 1, c = canvas.getContext("2d");
     canvas.width = Math.round(g.width * dpr); canvas.height = Math.round(g.height * dpr);
     canvas.style.width = g.width + "px"; canvas.style.height = g.height + "px";
@@ -122,13 +124,19 @@ function attnvizHeadView(ctx) {
     c.clearRect(0, 0, g.width, g.height);
     const many = state.enabled.size > 1, stepRow = G() && focus().row < 0 ? state.step : -1;
     c.lineCap = "round";
-    for (const [i, j, w, h] of found) {
+    for (const [i, j, weight, h] of found) {
+      const w = weight / strongest;
+      if (w < FAINT) continue;
       const faint = stepRow >= 0 && i !== stepRow ? 0.3 : 1;
       c.strokeStyle = colours(h);
       c.globalAlpha = Math.min(1, 0.12 + 0.88 * Math.sqrt(Math.min(1, w))) * (many ? 0.8 : 1) * faint;
-      c.lineWidth = 0.6 + 3.4 * Math.min(1, w);
-      c.beginPath(); c.moveTo(g.x0, y(i) - g.scroll); c.lineTo(g.x1, y(j) - g.scroll); c.stroke();
+      c.lineWidth = 0.6 + 3.4 * w;
+      // A token out of sight: the line ends at the window's edge, dashed (the list above names it).
+      const a = y(i) - g.scroll, b = y(j) - g.scroll, edge = (v) => Math.max(1, Math.min(g.height - 1, v));
+      c.setLineDash(edge(a) !== a || edge(b) !== b ? [5, 4] : []);
+      c.beginPath(); c.moveTo(g.x0, edge(a)); c.lineTo(g.x1, edge(b)); c.stroke();
     }
+    c.setLineDash([]);
     c.globalAlpha = 1;
     if (G()) {
       const edge = y(G().promptLength) - ROW / 2 - g.scroll;
@@ -138,10 +146,11 @@ function attnvizHeadView(ctx) {
   }
 
   // --- the kept token's strongest keys (or queries), as text one click away ------------------------------
-  function summary(found) {
+  function summary(found, strongest) {
     const k = K(), f = focus();
     if (f.row < 0 && f.col < 0) {
       top.replaceChildren(el("span", {}, `${k.rows.length} queries, ${k.cols.length} keys` +
+        (found.length ? ` · the strongest line drawn is a weight of ${fmt(strongest)}` : "") +
         (sources.some((s) => s && !s.all) ? ` · each query's ${k.lines} strongest keys are drawn (this page holds no more)` : "") +
         " · hover a token for its lines, click to keep it, ↑/↓ to move"));
       return;
@@ -164,10 +173,11 @@ function attnvizHeadView(ctx) {
     const k = K(), g = layout(), first = Math.max(0, Math.floor((g.scroll - PAD) / ROW) - OVERSCAN);
     const last = Math.min(count() - 1, Math.ceil((g.scroll + g.height - PAD) / ROW) + OVERSCAN);
     const found = lines(g, first, last), f = focus(), strength = new Map();
-    if (f.row >= 0) for (const [, j, w] of found) strength.set(j, Math.max(strength.get(j) || 0, w));
+    const strongest = found.length ? found[found.length - 1][2] : 1;
+    if (f.row >= 0) for (const [, j, w] of found) strength.set(j, Math.max(strength.get(j) || 0, w / strongest));
     tokens(g, first, last, strength);
-    paint(g, found);
-    summary(found);
+    paint(g, found, strongest);
+    summary(found, strongest);
     Object.assign(canvas.dataset, {x0: g.x0, x1: g.x1, rowh: ROW, pad: PAD, scroll: g.scroll, first, last,
                                    lines: found.length, drawn: String(sources.length)});
     if (!k.rows.length) canvas.dataset.drawn = "0";

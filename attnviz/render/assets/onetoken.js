@@ -7,6 +7,7 @@ function attnvizOneToken(ctx) {
   "use strict";
   const {K, state, tiles, el, fmt, colour, labelColour, colCut, colGenerated, rowGenerated, G, keysToo, promptEdge,
          lacksCells, showTip, hideTip, valueName, onQuery} = ctx;
+  const LINEAR_KEYS = 512;  // keys beyond which the colours are on a log scale (as the matrix's)
   const MANY = 2000;  // queries beyond which a number field chooses one (a list of them would not help)
   const canvas = document.getElementById("queryview"), note = document.getElementById("querynote");
   let serial = 0;
@@ -48,6 +49,8 @@ function attnvizOneToken(ctx) {
     if (mine !== serial) return;
     note.replaceChildren();
     if (found.some((r) => r === null)) { canvas.width = canvas.height = 0; lacksCells(note); return; }
+    if (cols > LINEAR_KEYS && !k.panelTitles) note.append(el("p", {class: "hint"}, "Colour: each head's row on a log " +
+      "scale, from 4 decades below its strongest weight (dark) to that weight (bright)."));
     if (found.some((r) => r.sparse)) note.append(el("p", {class: "hint"}, `At this length the page holds each query's ` +
       `${k.lines} strongest keys in each head: the other keys are drawn empty (the matrix view shows them pooled).`));
     // Keys per column of cells, and cells' size: every key its own cell while cells of 3 px fit, else pooled.
@@ -72,9 +75,14 @@ function attnvizOneToken(ctx) {
       return {best, at};
     });
     c.font = Math.min(11, rowH) + "px system-ui, sans-serif"; c.textBaseline = "middle"; c.textAlign = "right";
+    // A long input's weights are small: each head's row on a log scale, 4 decades below its strongest weight.
+    const logScale = cols > LINEAR_KEYS && !k.panelTitles;
+    const shade = (v, top) => (logScale ? colour(v > 0 ? Math.max(0, 4 + Math.log10(v / top)) : 0, 4)
+      : colour(v, k.vmax || 1, k.offset || 0));
     heads.forEach(([li, h], r) => {
+      const top = Math.max(...pooled[r].best) || 1;
       for (let x = 0; x < shown; x++) {
-        const [R, G_, B] = colour(pooled[r].best[x], k.vmax || 1, k.offset || 0);
+        const [R, G_, B] = shade(pooled[r].best[x], top);
         c.fillStyle = `rgb(${R},${G_},${B})`; c.fillRect(left + x * cell, top + r * rowH, cell, rowH);
       }
       if (rowH >= 8 || h === 0) { c.fillStyle = "#1d1d1f"; c.fillText(`L${k.layers[li]}H${h}`, left - 4, top + r * rowH + rowH / 2); }
