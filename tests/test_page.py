@@ -244,10 +244,67 @@ def test_the_query_key_view_shows_the_products(browser, minilm, tmp_path):
     page.goto(path.as_uri())
     page.evaluate("window.attnviz.select(2, 5)")
     page.select_option("#query", "3")
-    page.wait_for_selector("#qkbox tr[data-key='4'] td.scaled")
+    page.wait_for_selector("#qkbox .qkrow[data-key='4'] .scaled")
     for j in (0, 4):
-        row = page.locator(f"#qkbox tr[data-key='{j}']")
-        scaled = float(row.locator("td.scaled").inner_text())
-        weight = float(row.locator("td.weight").inner_text())
+        row = page.locator(f"#qkbox .qkrow[data-key='{j}']")
+        scaled = float(row.locator(".scaled").inner_text())
+        weight = float(row.locator(".weight").inner_text())
         assert scaled == pytest.approx(float(result.scores[2, 5, 3, j]), abs=2e-3 + 2e-3 * abs(scaled))
         assert weight == pytest.approx(float(result.attentions[2, 5, 3, j]), abs=1e-3)
+
+
+def test_the_query_key_view_fits_the_window_and_colours_by_sign(browser, minilm, tmp_path):
+    """The query · key view as a picture (bertviz's neuron view): at 1280 px no horizontal scroll bar, q's
+    cells blue where q_c < 0 and red where q_c > 0, each row's score and scaled score q·k_j/√d as text, and
+    a cell's tooltip naming q_c, k_c and their product."""
+    text = "The cat sat on the mat."
+    result = attnviz.extract(text, details=True)
+    path = render_html(api.page_view(minilm, text, view="qk"), tmp_path / "qk.html")
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.evaluate("window.attnviz.select(2, 5)")
+    page.select_option("#query", "3")
+    page.wait_for_selector("#qkbox .qkrow[data-key='8'] .scaled")
+    for box in ("#qkbox", "#qkbox .qkscroll"):
+        width, room = page.evaluate(f"(() => {{ const b = document.querySelector('{box}'); return [b.scrollWidth, b.clientWidth]; }})()")
+        assert width <= room + 1, (box, width, room)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    q = result.queries[2, 5, 3]
+    d = q.shape[0]
+    cell = int(page.get_attribute("#qkbox canvas.qvec", "data-cell"))
+    assert cell >= 2 and page.evaluate("document.querySelector('#qkbox canvas.qvec').getAttribute('aria-label')")
+
+    def colour(c: int) -> list[int]:  # the q row's cell of component c, in the first block (k's)
+        return page.evaluate(f"""(() => {{ const canvas = document.querySelector('#qkbox canvas.qvec');
+            const s = canvas.width / canvas.clientWidth, x = +canvas.dataset.x.split(',')[0] + ({c} + 0.5) * {cell};
+            return [...canvas.getContext('2d').getImageData(Math.floor(x * s), Math.floor(canvas.height / 2), 1, 1).data]; }})()""")
+
+    r, _, b, _ = colour(int(q.argmin()))
+    assert b > r + 60, ("the most negative component is not blue", r, b)
+    r, _, b, _ = colour(int(q.argmax()))
+    assert r > b + 60, ("the most positive component is not red", r, b)
+    # Every key has its row: the score and the scaled score as text.
+    keys = page.locator("#qkbox .qkrow")
+    assert keys.count() == len(result.tokens)
+    row = page.locator("#qkbox .qkrow[data-key='2']")
+    dot = float((result.queries[2, 5, 3] * result.keys[2, 5, 2]).sum())
+    assert float(row.locator(".dot").inner_text()) == pytest.approx(dot, abs=2e-3 + 2e-3 * abs(dot))
+    assert float(row.locator(".scaled").inner_text()) == pytest.approx(dot / d**0.5, abs=2e-3 + 2e-3 * abs(dot))
+    # The tooltip of key 2's cell of component c names the component, q_c, k_c and their product.
+    c = 5
+    box = row.locator("canvas").bounding_box()
+    page.mouse.move(box["x"] + (c + 0.5) * cell, box["y"] + box["height"] / 2)
+    page.wait_for_function("() => document.querySelector('#tooltip').style.display === 'block'")
+    tip = page.inner_text("#tooltip")
+    k = float(result.keys[2, 5, 2, c])
+    assert f"component {c}" in tip and f"key 2 “{result.tokens[2]}”" in tip
+    got = {line.split(" = ")[0]: float(line.split(" = ")[1]) for line in tip.splitlines()[1:]}
+    assert got[f"q_{c}"] == pytest.approx(float(q[c]), abs=1e-3) and got[f"k_{c}"] == pytest.approx(k, abs=1e-3)
+    assert got[f"q_{c} · k_{c}"] == pytest.approx(float(q[c]) * k, abs=1e-3)
+    # → moves the query.
+    page.mouse.click(5, 5)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => document.querySelector('#query').value === '4'")
+    assert errors == []

@@ -80,8 +80,10 @@ PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
              "id=\"queryat\" min=\"0\" aria-label=\"the query's position\" hidden> <span id=\"querytext\"></span> "
              "Click a cell to open it in the matrix.",
              "<div id=\"querynote\"></div><div class=\"scroll\"><canvas id=\"queryview\" role=\"img\" aria-label=\"one token's attention in every layer and head: a row per head, a column per key\"></canvas></div>", heads=True),
-    PageView("qk", "Query · key", "For one query: each key's elementwise products q·k, their sum (the score before "
-             "scaling) and the scaled score.", "<div class=\"qk\" id=\"qkbox\"></div>", needs="qk"),
+    PageView("qk", "Query · key", "For one query (choose it, or ← →): its vector q, and for each key its vector k and "
+             "the elementwise product q ⊙ k as coloured cells (blue negative, red positive), then their sum, the score "
+             "q·k, the score scaled by √d and the attention weight (the softmax of the scaled scores over the keys). "
+             "Hover a cell for its component.", "<div class=\"qk\" id=\"qkbox\"></div>", needs="qk"),
     PageView("table", "Heads table", "Click a column to sort, a row to open that head.",
              "<div class=\"scroll\" id=\"table\"></div>", needs="stats"),
     PageView("extras", "Head distances", "Hover a cell for its value; click a head's row to open it.",

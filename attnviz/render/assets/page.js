@@ -240,36 +240,13 @@
     box.replaceChildren(table);
   }
 
-  // --- query-key view (bertviz's neuron view) -----------------------------------------------------
+  // --- query-key view (bertviz's neuron view), as a picture fitting the window (qk.js) ----------------------
+  const qkPanel = attnvizQK({
+    data: () => data, K, state, el, fmt, matrix, rowGenerated, colGenerated, showTip, hideTip,
+    onQuery: (i) => { state.query = i; followQuery(i); draw(); },
+  });
   async function qkView() {
-    const box = $("#qkbox");
-    const layer = data.qk && data.qk[String(K().layers[state.layer])];
-    const head = layer && layer[String(state.head)];
-    if (!head) { box.replaceChildren(el("p", {class: "hint"}, "No query and key vectors for this layer.")); return; }
-    const k = K(), q = head.q[state.query], d = q.length;
-    const sel = el("select", {id: "query", onchange: (e) => {
-      state.query = +e.target.value; followQuery(state.query); qkView();
-    }});
-    k.rows.forEach((t, i) => sel.append(el("option", {value: i}, i + ": " + t)));
-    sel.value = state.query;
-    const table = el("table");
-    const hdr = el("tr", {}, el("th", {}, "key"));
-    for (let c = 0; c < d; c++) hdr.append(el("th", {}, "q·k[" + c + "]"));
-    hdr.append(el("th", {}, "q·k"), el("th", {}, "÷√d"), el("th", {}, "weight"));
-    table.append(hdr);
-    const qrow = el("tr", {}, el("th", {}, "q"));
-    q.forEach((v) => qrow.append(el("td", {}, v.toFixed(3))));
-    table.append(qrow);
-    const m = await matrix(state.kind, state.layer, state.head);
-    k.cols.forEach((t, j) => {
-      const tr = el("tr", {"data-key": j}, el("th", {}, t));
-      let dot = 0;
-      head.k[j].forEach((v, c) => { const p = q[c] * v; dot += p; tr.append(el("td", {}, p.toFixed(3))); });
-      tr.append(el("td", {class: "dot"}, dot.toFixed(3)), el("td", {class: "scaled"}, (dot / Math.sqrt(d)).toFixed(3)),
-                el("td", {class: "weight"}, fmt(m[state.query * k.cols.length + j])));
-      table.append(tr);
-    });
-    box.replaceChildren(el("label", {}, "query "), sel, el("div", {class: "scroll"}, table));
+    return qkPanel.draw();
   }
 
   // --- one token across the model: its row in every layer and head --------------------------------
