@@ -114,3 +114,26 @@ def test_bad_tile_requests_are_answered_in_words(served, params, status, message
     page = client.post("/api/page", json={"text": "The cat sat on the mat."}).json()["tiles"]["page"]
     reply = client.get("/api/tile", params={"page": page, **params})
     assert reply.status_code == status and message in reply.json()["error"], reply.text
+
+
+def test_a_server_keeps_a_long_texts_layers_as_queries_and_keys(tmp_path):
+    """A server (``layers_out``) keeps each layer of a text over 512 tokens as its queries and keys, never its
+    whole weights (32 layers of 4,096 tokens would be 16 GiB); a shorter text's whole weights are extract's own."""
+    from test_page_long import _model
+
+    _model(tmp_path)
+    source = api.load(str(tmp_path))
+    kept: dict[int, list] = {}
+    for n in (100, 600):
+        text = " ".join(f"w{i % 50}" for i in range(n))
+        layers: list = []
+        page = api.page_view(source, text, hold=10**9, layers_out=layers)
+        kept[n] = layers
+        live = LiveTiles(page, layers)
+        result = source.extract(text)
+        x, y = (1, 2) if n == 600 else (0, 0)
+        values, exact = live.tile(1, 3, Geometry(n, n).leaf, x, y)
+        want = result.attentions[1, 3, y * TILE : (y + 1) * TILE, x * TILE : (x + 1) * TILE].numpy()
+        assert exact and values.shape == want.shape
+        np.testing.assert_allclose(values, want, atol=1e-6 if n == 100 else 1e-5)
+    assert all(layer.made_from is None for layer in kept[100]) and all(layer.made_from is not None for layer in kept[600])

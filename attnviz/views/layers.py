@@ -64,11 +64,12 @@ class LayerReader:
 def read_layers(source: Any, texts: Sequence[str | None], *, reading: Reading = Reading(),
                 layers: Sequence[int] | None = None, kind: str = "self", target: str | None = None,
                 truncate: bool = False, pairs: Sequence[str | None] | None = None, float16: bool = False,
-                purpose: str = "this") -> LayerReader:
+                purpose: str = "this", rows: bool = False) -> LayerReader:
     """The :class:`LayerReader` of ``texts`` through a loaded ``source``: ``layers`` (model numbers;
     None: every one) of one kind of square attention, the input's (``self``/``encoder``) or an
     encoder-decoder model's ``decoder`` self-attention over ``target`` (its tokens then stand in for
-    the text's). ``purpose`` names the caller in the errors for ``cross``, which is not square."""
+    the text's). ``purpose`` names the caller in the errors for ``cross``, which is not square. ``rows``:
+    layers as row blocks made on demand wherever the engine can (:class:`~attnviz.sources.base.ExtractOptions`)."""
     from ..analysis.transforms import KINDS
 
     if kind not in KINDS:
@@ -79,7 +80,7 @@ def read_layers(source: Any, texts: Sequence[str | None], *, reading: Reading = 
         raise UsageError(no_self_attention(source.name, kind, purpose, explain=source.engine == "config"))
     if kind in ("self", "encoder"):
         stream = source.stream_batch(list(texts), truncate=truncate, layers=layers, pairs=pairs, target=target,
-                                     float16=float16)
+                                     float16=float16, **({"rows": True} if rows else {}))
         return LayerReader(stream, reading)
     if not source.capabilities.cross:
         raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {source.name} has only "

@@ -40,6 +40,9 @@ class LiveTiles:
         self.encodings = [level["encoding"] for level in entry["levels"]]
         self.held = page.held.get("self", [])
         self._cache: OrderedDict[tuple[int, int, int, int, int], np.ndarray] = OrderedDict()
+        # Each (layer, head)'s row normalisers (log-sum-exp), computed for the rows a tile first needs and
+        # kept (4 bytes a row): a later tile over those rows computes its own columns only.
+        self._normalisers: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def script_data(self, endpoint: str) -> dict[str, Any]:
         """What the page's script needs to ask for tiles."""
@@ -96,17 +99,42 @@ class LiveTiles:
             return out.numpy()  # every key after every query of the tile: masked
         part = self.layers[index]
         made = part.made_from
-        step = max(f, rows_per_block(1, self.n) // f * f)  # whole pooled rows per block
+        step = max(f, rows_per_block(1, c1 - c0) // f * f)  # whole pooled rows per block
+        # Pooled levels: each row's normaliser once, then the tile's columns alone. The leaves: whole rows'
+        # softmax, the same function as extract's (the normaliser's way differs by a few 1e-6).
+        pooled_level = made is not None and f > 1
+        if pooled_level:
+            norms = self._rows_normalised(index, head, r0, r1)
         for start in range(r0, r1, step):
             stop = min(r1, start + step)
             if made is None:
                 block = part.attentions[head, start:stop, c0:c1].float()
-            else:
+            elif not pooled_level:
                 rows, item, n = made
                 block = rows.block(item, start, stop, n, heads=slice(head, head + 1))[0, :, c0:c1].cpu()
+            else:
+                rows, item, n = made
+                width = min(c1, n if rows.mask is None else min(n, rows.mask.visible(stop)))
+                if width <= c0:
+                    continue
+                block = rows.columns(item, start, stop, c0, width, norms[None, start - r0 : stop - r0],
+                                     heads=slice(head, head + 1))[0].cpu()
             if block.shape[1] == 0:
                 continue
             pooled = block if f == 1 else torch.nn.functional.max_pool2d(block[None], f, ceil_mode=True)[0]
             top = (start - r0) // f
             out[top : top + pooled.shape[0], : pooled.shape[1]] = pooled
         return out.numpy()
+
+    def _rows_normalised(self, index: int, head: int, r0: int, r1: int) -> torch.Tensor:
+        """Rows ``r0 … r1 − 1``'s normalisers for one head, computing those not known yet (see __init__)."""
+        rows, item, n = self.layers[index].made_from
+        if (index, head) not in self._normalisers:
+            self._normalisers[(index, head)] = (torch.zeros(self.n), torch.zeros(self.n, dtype=torch.bool))
+        values, known = self._normalisers[(index, head)]
+        missing = (~known[r0:r1]).nonzero().flatten()
+        if missing.numel():
+            first, stop = r0 + int(missing[0]), r0 + int(missing[-1]) + 1
+            values[first:stop] = rows.normalisers(item, first, stop, n, heads=slice(head, head + 1))[0].cpu()
+            known[first:stop] = True
+        return values[r0:r1]

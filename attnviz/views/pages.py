@@ -53,8 +53,10 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
                          "self-attention")
     from .layers import read_layers
 
+    # A server keeps each layer to answer tiles: as queries and keys (O(T·d)) wherever the engine can, never
+    # a long text's whole weights (32 layers of 4,096 tokens would be 16 GiB).
     reader = read_layers(source, [text], reading=reading, truncate=truncate, layers=layers, pairs=[pair],
-                         target=target, purpose="the page")
+                         target=target, purpose="the page", rows=layers_out is not None)
     collector = PageCollector(reader.layers, stats, _title_text(text), budget=budget, hold=hold)
     if source.capabilities.details and reading.plain and len(reader.results[0].tokens) <= QK_TOKENS:
         # The query-key view: each head's q and k (a second, small pass with details=True).

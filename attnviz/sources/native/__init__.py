@@ -141,8 +141,10 @@ class NativeSource(ModelSource):
         from ...attention import head_value_norms
 
         n_layers = self.n_layers if capture.layers is None else max(capture.layers) + 1
-        if self.rows_for(ids.shape[0], ids.shape[1]) and not (capture.details or capture.grad):
-            capture = replace(capture, rows=True)  # too long to hold a layer: its weights as row blocks
+        # Row blocks for an input too long to hold a layer, or a long one whose caller asked for them.
+        asked = capture.rows and ids.shape[1] > stream.ROWS_ASKED_FROM_TOKENS
+        rows = (asked or self.rows_for(ids.shape[0], ids.shape[1])) and not (capture.details or capture.grad)
+        capture = replace(capture, rows=rows)
         i = -1
         for out in self.model.run(ids, mask, types, n_layers, capture):  # (enumerate would hold the last layer)
             i += 1
