@@ -137,3 +137,18 @@ def test_a_server_keeps_a_long_texts_layers_as_queries_and_keys(tmp_path):
         assert exact and values.shape == want.shape
         np.testing.assert_allclose(values, want, atol=1e-6 if n == 100 else 1e-5)
     assert all(layer.made_from is None for layer in kept[100]) and all(layer.made_from is not None for layer in kept[600])
+    # Building the page kept every row's normaliser: a pooled tile over rows no tile asked for computes its own
+    # columns only, and equals the whole rows' max-pooled weights.
+    rows, item, n = kept[600][1].made_from
+    values, known = rows.memo[(item, n)]
+    assert bool(known.all()) and values.shape == (rows.n_heads, n)
+    result = source.extract(" ".join(f"w{i % 50}" for i in range(600)))
+    torch.testing.assert_close(values[3, 300:310], torch.logsumexp(
+        rows.scores(item, 300, 310, 0, n, heads=slice(3, 4))[0], dim=-1), rtol=0, atol=1e-5)
+    live = LiveTiles(api.page_view(source, " ".join(f"w{i % 50}" for i in range(600)), hold=0, layers_out=(fresh := [])),
+                     fresh)
+    level = Geometry(600, 600).leaf - 1
+    pooled = live._computed(live.numbers.index(1), 3, level, 1, 0)  # computed, not decoded from the page
+    assert not live._normalisers  # the kept normalisers were used, none computed
+    want = torch.nn.functional.max_pool2d(result.attentions[1, 3][None], 2, ceil_mode=True)[0][:TILE, TILE:].numpy()
+    np.testing.assert_allclose(pooled, want, atol=1e-5)

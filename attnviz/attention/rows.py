@@ -65,8 +65,8 @@ class RowMask:
     def causal(self) -> bool:
         return self.start is not None
 
-    def visible(self, stop: int) -> int:
-        """How many keys (from the first) rows before ``stop`` may see at most: the rest are masked."""
+    def visible(self, stop: int, first: int = 0) -> int:
+        """How many keys (from the first) rows ``first … stop − 1`` may see at most: the rest are masked."""
         return self.t_k if self.start is None else min(self.t_k, self.start + stop)
 
     def rows(self, first: int, stop: int, width: int | None = None) -> Tensor | None:
@@ -108,7 +108,7 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: RowMask | None, *, 
     step = rows_per_block(q.shape[1], k.shape[-2], q.shape[0])
     for first in range(0, q.shape[-2], step):
         stop = min(q.shape[-2], first + step)
-        width = mask.visible(stop)
+        width = mask.visible(stop, first)
         rows = mask.rows(first, stop, width)
         block = sdpa(q[..., first:stop, :], k[..., :width, :], v[..., :width, :], attn_mask=rows, scale=scale)
         if rows is not None:
@@ -122,62 +122,132 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: RowMask | None, *, 
 class AttentionRows:
     """One layer's attention weights for a padded batch, computed a block of query rows at a time.
 
-    Holds what the weights are made from: the queries ``[B, H, Tq, d]`` and keys ``[B, H, Tk, d]``
-    (after RoPE, repeated under grouped-query attention), the :class:`RowMask` and the scale.
-    A block is the same function as the whole matrix (:func:`attnviz.attention.attention_weights`
-    of ``q kᵀ · scale``), so its numbers equal those rows of the whole matrix up to float rounding.
+    Holds what the weights are made from: the queries ``[B, H, Tq, d]`` and keys ``[B, H_kv, Tk, d]``
+    (after RoPE; under grouped-query attention ``H_kv`` divides ``H`` and query head ``h`` reads key head
+    ``h // (H / H_kv)``, never repeated in memory), the mask (a :class:`RowMask` or any object with its
+    ``rows``/``visible``) and the scale, and what some models add to the scores: ``softcap``
+    (``c · tanh(s / c)``, Gemma 2), a ``bias`` broadcastable to ``[B, H, Tq, Tk]`` (T5's relative
+    positions) and ``sinks`` ``[H]`` (a learned logit in each row's softmax that takes no key, gpt-oss).
+    A block is the same function as the whole matrix (``softmax(q kᵀ · scale + …)`` under the mask),
+    so its numbers equal those rows of the whole matrix up to float rounding.
     """
 
     queries: Tensor
     keys: Tensor
     mask: RowMask | None
     scale: float | None = None
+    softcap: float | None = None
+    bias: Tensor | None = None
+    sinks: Tensor | None = None
+    # Set to a dict to keep each row's normaliser as whole blocks are computed (a server keeping a layer:
+    # a later tile over any rows needs only its own columns); ``{(item, n): (values [H, n], known [n])}``.
+    memo: dict[tuple[int, int], tuple[Tensor, Tensor]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_heads(self) -> int:
         return int(self.queries.shape[1])
+
+    @property
+    def plain(self) -> bool:
+        """True when the weights are a softmax of scaled scores alone (no softcap, bias or sinks)."""
+        return self.softcap is None and self.bias is None and self.sinks is None
+
+    def _width(self, first: int, stop: int, n: int) -> int:
+        return n if self.mask is None else min(n, self.mask.visible(stop, first))
+
+    def _heads(self, heads: slice | None) -> range:
+        return range(self.n_heads) if heads is None else range(*heads.indices(self.n_heads))
+
+    def _products(self, item: int, first: int, stop: int, c0: int, c1: int, heads: slice | None) -> Tensor:
+        """``q kᵀ · scale`` for heads ``heads``, rows ``first … stop − 1``, keys ``c0 … c1 − 1``: ``[h, rows, keys]``."""
+        scale = 1.0 / math.sqrt(self.queries.shape[-1]) if self.scale is None else self.scale
+        chosen = self._heads(heads)
+        groups = self.n_heads // int(self.keys.shape[1])
+        keys = self.keys[item, :, c0:c1].transpose(-2, -1)  # (H_kv, d, keys)
+        if groups == 1:
+            return (self.queries[item, chosen.start : chosen.stop : chosen.step, first:stop] * scale) @ keys[
+                chosen.start : chosen.stop : chosen.step]
+        if heads is None:  # each key head once for its group of query heads: (H_kv, G·rows, d) @ (H_kv, d, keys)
+            q = self.queries[item, :, first:stop] * scale
+            rows = q.shape[-2]
+            out = q.reshape(keys.shape[0], groups * rows, q.shape[-1]) @ keys
+            return out.view(self.n_heads, rows, -1)
+        return torch.stack([(self.queries[item, h, first:stop] * scale) @ keys[h // groups] for h in chosen])
+
+    def _logits(self, item: int, first: int, stop: int, c0: int, c1: int, heads: slice | None,
+                mask: Tensor | None) -> Tensor:
+        """The scores the softmax takes, float32: products, soft-capped, plus the bias; −inf where masked."""
+        out = self._products(item, first, stop, c0, c1, heads).float()
+        if self.softcap is not None:
+            out = torch.tanh(out / self.softcap) * self.softcap
+        if self.bias is not None:
+            chosen = self._heads(heads)
+            bias = self.bias[item if self.bias.shape[0] > 1 else 0]
+            bias = bias[chosen.start : chosen.stop : chosen.step] if bias.shape[0] > 1 else bias
+            out = out + bias[:, first:stop, c0:c1].float()
+        if mask is not None:
+            mask = (mask[item if mask.shape[0] > 1 else 0] if mask.dim() == 4 else mask)[..., c0:c1]
+            out.masked_fill_(~mask, float("-inf"))
+        return out
+
+    def _sinks(self, heads: slice | None) -> Tensor:
+        chosen = self._heads(heads)
+        return self.sinks.float()[chosen.start : chosen.stop : chosen.step]  # type: ignore[union-attr]
 
     def block(self, item: int, first: int, stop: int, n: int | None = None, heads: slice | None = None) -> Tensor:
         """Weights of text ``item``'s query rows ``first … stop − 1`` over its first ``n`` keys
         (default all), ``[H, rows, width]`` float32 (``heads``: only those). For causal attention
         ``width`` stops where every later key is masked for these rows (those columns are 0 and left out)."""
         n = self.keys.shape[-2] if n is None else n
-        width = n if self.mask is None else min(n, self.mask.visible(stop))
-        scale = 1.0 / math.sqrt(self.queries.shape[-1]) if self.scale is None else self.scale
-        chosen = slice(None) if heads is None else heads
-        q = self.queries[item, chosen, first:stop] * scale  # (H, rows, d)
-        scores = q @ self.keys[item, chosen, :width].transpose(-2, -1)  # (H, rows, width)
+        width = self._width(first, stop, n)
         mask = None if self.mask is None else self.mask.rows(first, stop, width)
-        if mask is not None:
-            mask = mask[item] if mask.dim() == 4 else mask
-        return attention_weights(scores, mask=mask, inplace=True).float()
+        if self.memo is not None and heads is None:  # the row's normaliser kept on the way (see ``memo``)
+            logits = self._logits(item, first, stop, 0, width, None, mask)
+            lse = torch.logsumexp(logits, dim=-1)
+            if self.sinks is not None:
+                lse = torch.logaddexp(lse, self._sinks(None)[:, None])
+            values, known = self.memo.setdefault((item, n), (torch.zeros(self.n_heads, n), torch.zeros(n, dtype=torch.bool)))
+            values[:, first:stop], known[first:stop] = lse.cpu(), True
+            seen = torch.isfinite(lse)[..., None]
+            return torch.where(seen, torch.exp(logits - torch.where(seen, lse[..., None], 0.0)), 0.0)
+        if self.plain:
+            scores = self._products(item, first, stop, 0, width, heads)
+            if mask is not None:
+                mask = mask[item if mask.shape[0] > 1 else 0] if mask.dim() == 4 else mask
+            return attention_weights(scores, mask=mask, inplace=True).float()
+        logits = self._logits(item, first, stop, 0, width, heads, mask)
+        if self.sinks is None:
+            seen = torch.isfinite(logits).any(-1, keepdim=True)
+            return torch.where(seen, torch.softmax(logits, dim=-1), 0.0)
+        sink = self._sinks(heads)[:, None, None]  # a logit in every row's softmax that takes no key
+        top = torch.maximum(logits.amax(-1, keepdim=True), sink)
+        exp = torch.exp(logits - top)
+        return exp / (exp.sum(-1, keepdim=True) + torch.exp(sink - top))
 
     def scores(self, item: int, first: int, stop: int, c0: int, c1: int, heads: slice | None = None) -> Tensor:
-        """Scaled scores ``q kᵀ · scale`` of text ``item``'s rows ``first … stop − 1`` over keys ``c0 … c1 − 1``,
-        ``[H, rows, c1 − c0]`` float32, −inf where the mask hides a key (``heads``: only those)."""
-        scale = 1.0 / math.sqrt(self.queries.shape[-1]) if self.scale is None else self.scale
-        chosen = slice(None) if heads is None else heads
-        q = self.queries[item, chosen, first:stop] * scale
-        out = (q @ self.keys[item, chosen, c0:c1].transpose(-2, -1)).float()
+        """The scores the softmax takes (``q kᵀ · scale``, soft-capped, plus any bias) of text ``item``'s rows
+        ``first … stop − 1`` over keys ``c0 … c1 − 1``, ``[H, rows, c1 − c0]`` float32, −inf where the mask
+        hides a key (``heads``: only those)."""
         mask = None if self.mask is None else self.mask.rows(first, stop, c1)
-        if mask is not None:
-            mask = (mask[item] if mask.dim() == 4 else mask)[..., c0:c1]
-            out.masked_fill_(~mask, float("-inf"))
-        return out
+        return self._logits(item, first, stop, c0, c1, heads, mask)
 
     def normalisers(self, item: int, first: int, stop: int, n: int | None = None, heads: slice | None = None) -> Tensor:
-        """Each row's log-sum-exp of its scores over the keys it sees (among the first ``n``), ``[H, rows]``:
-        with it, any columns of those rows are ``exp(scores − normaliser)`` (:meth:`columns`), without the
-        rest of the row. −inf for a row that sees no key."""
+        """Each row's log-sum-exp of its scores over the keys it sees (among the first ``n``), and its sink
+        if the model has one, ``[H, rows]``: with it, any columns of those rows are ``exp(scores − normaliser)``
+        (:meth:`columns`), without the rest of the row. −inf for a row that sees no key (and has no sink)."""
         n = self.keys.shape[-2] if n is None else n
-        width = n if self.mask is None else min(n, self.mask.visible(stop))
-        heads_n = len(range(*(heads or slice(None)).indices(self.n_heads)))
-        step = rows_per_block(heads_n, max(1, width))
+        kept = None if self.memo is None else self.memo.get((item, n))
+        if kept is not None and bool(kept[1][first:stop].all()):
+            chosen = self._heads(heads)
+            return kept[0][chosen.start : chosen.stop : chosen.step, first:stop].to(self.queries.device)
+        heads_n = len(self._heads(heads))
+        step = rows_per_block(heads_n, max(1, self._width(first, stop, n)))
         out = []
         for start in range(first, stop, step):
             end = min(stop, start + step)
-            out.append(torch.logsumexp(self.scores(item, start, end, 0, width, heads), dim=-1))
-        return torch.cat(out, dim=-1)
+            out.append(torch.logsumexp(self.scores(item, start, end, 0, self._width(start, end, n), heads), dim=-1))
+        lse = torch.cat(out, dim=-1)
+        return lse if self.sinks is None else torch.logaddexp(lse, self._sinks(heads)[:, None])
 
     def columns(self, item: int, first: int, stop: int, c0: int, c1: int, normalisers: Tensor,
                 heads: slice | None = None) -> Tensor:

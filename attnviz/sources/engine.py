@@ -103,7 +103,9 @@ class ModelSource(Source):
             for info in infos
         ]
         outs = self.forward_layers(ids.to(dev), mask.to(dev), types.to(dev), capture)
-        return LayerStream(results, kept, outs)
+        stream = LayerStream(results, kept, outs)
+        stream.keep_normalisers = capture.rows
+        return stream
 
     def special_ids(self) -> set[int]:
         """Ids of the tokenizer's special tokens ([CLS], <s>, <|endoftext|>, …), not the unknown token:

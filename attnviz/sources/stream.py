@@ -170,6 +170,9 @@ class LayerStream:
     def __init__(self, results: list[AttentionResult], layers: list[int], outs: Iterator[LayerOut]) -> None:
         self.results, self.layers, self._outs = results, layers, outs
         self.whole = False  # True when ``results`` already hold every layer (see :meth:`of_results`)
+        # Row-block layers keep each row's normaliser as whole blocks are read (a server keeping the layers:
+        # its tiles then compute only their own columns); set where the layers are kept (``Capture.rows``).
+        self.keep_normalisers = False
 
     def __iter__(self) -> Iterator[tuple[int, list[ItemLayer]]]:
         """``(position, parts)``: the layer's index among ``layers``, and one :class:`ItemLayer` per text.
@@ -184,6 +187,8 @@ class LayerStream:
             for out in self._outs:
                 if out.weights is not None:
                     check_finite(out.weights, out.layer, name)
+                if out.rows is not None and self.keep_normalisers and out.rows.memo is None:
+                    out.rows.memo = {}
                 yield position, [_cut(out, b, n, name) for b, n in enumerate(lengths)]
                 del out  # before the next layer is computed: one layer's matrices at a time
                 position += 1  # (not enumerate: it would keep the last layer alive)

@@ -114,7 +114,7 @@ class LiveTiles:
                 block = rows.block(item, start, stop, n, heads=slice(head, head + 1))[0, :, c0:c1].cpu()
             else:
                 rows, item, n = made
-                width = min(c1, n if rows.mask is None else min(n, rows.mask.visible(stop)))
+                width = min(c1, n if rows.mask is None else min(n, rows.mask.visible(stop, start)))
                 if width <= c0:
                     continue
                 block = rows.columns(item, start, stop, c0, width, norms[None, start - r0 : stop - r0],
@@ -129,6 +129,9 @@ class LiveTiles:
     def _rows_normalised(self, index: int, head: int, r0: int, r1: int) -> torch.Tensor:
         """Rows ``r0 … r1 − 1``'s normalisers for one head, computing those not known yet (see __init__)."""
         rows, item, n = self.layers[index].made_from
+        kept = None if rows.memo is None else rows.memo.get((item, n))
+        if kept is not None and bool(kept[1][r0:r1].all()):  # kept as the page was built
+            return kept[0][head, r0:r1]
         if (index, head) not in self._normalisers:
             self._normalisers[(index, head)] = (torch.zeros(self.n), torch.zeros(self.n, dtype=torch.bool))
         values, known = self._normalisers[(index, head)]
