@@ -62,7 +62,8 @@ def extract(
         text: the input; None for a ``type = "matrices"`` config, which fixes its own input.
         model: None for the embedded default (all-MiniLM-L6-v2); a ``.toml`` config; a Hugging
             Face model folder; or a hub id such as ``gpt2``.
-        engine: ``"native"`` (our attention on the model's weights), ``"hf"`` (transformers), or
+        engine: ``"native"`` (our attention on the model's weights), ``"fused"`` (transformers with attnviz's
+            attention function), ``"hf"`` (transformers' eager attention), or
             ``"auto"``: native where it supports the model.
         causal: config models only: force a causal mask on or off.
         pair: a second sentence (BERT-style sentence pairs).

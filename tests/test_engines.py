@@ -98,7 +98,7 @@ def test_batch_on_minilm(minilm):
 
 def test_t5_cross_attention(tiny_hf):
     r = attnviz.extract("Der Hund jagt die Katze.", model=tiny_hf["t5"], target="The dog chased the cat.")
-    assert r.metadata["engine"] == "hf"
+    assert r.metadata["engine"] == "fused"  # T5 routes attention through transformers' registry
     assert r.target_tokens[:3] == ["The", "dog", "chased"] and r.tokens[:2] == ["Der", "Hund"]
     n_src, n_tgt = len(r.tokens), len(r.target_tokens)
     assert r.attentions.shape == (2, 4, n_src, n_src)
@@ -124,7 +124,8 @@ def test_t5_cross_attention_against_transformers(tiny_hf):
 def test_engine_choice_and_errors(tiny_hf, tmp_path):
     with pytest.raises(ModelNotFoundError, match=r"the native engine cannot run .*model_type 't5'"):
         load_source(tiny_hf["t5"], engine="native")
-    assert load_source(tiny_hf["t5"]).engine == "hf"  # auto falls back
+    assert load_source(tiny_hf["t5"]).engine == "fused"  # auto falls back to transformers' registry
+    assert load_source(tiny_hf["t5"], engine="hf").engine == "hf"
     assert load_source(tiny_hf["gpt2"]).engine == "native"
     with pytest.raises(UsageError, match=r"^causal applies to \.toml config models"):
         load_source(tiny_hf["gpt2"], causal=True)
@@ -173,8 +174,8 @@ def test_float16_checkpoint_gives_the_same_numbers_on_both_engines(tiny_hf):
     torch.testing.assert_close(native.attentions, hf.attentions, rtol=0, atol=1e-5)
 
 
-def test_rope_scaling_falls_back_to_transformers(tiny_hf):
-    assert load_source(tiny_hf["llama_rope_scaled"]).engine == "hf"
+def test_rope_scaling_falls_back_to_transformers_registry(tiny_hf):
+    assert load_source(tiny_hf["llama_rope_scaled"]).engine == "fused"
     with pytest.raises(ModelNotFoundError, match="'linear' is not implemented natively"):
         load_source(tiny_hf["llama_rope_scaled"], engine="native")
 

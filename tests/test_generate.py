@@ -31,6 +31,31 @@ def lm(tiny_hf, tmp_path_factory):
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).save_pretrained(folder)
         folders[family] = str(folder)
+    # Families only transformers runs, on the LLaMA folder's tokenizer: soft-capping and alternating sliding
+    # windows (Gemma 2), q/k norms (Qwen3, OLMo 2), a fused qkv projection (Phi-3), learned sinks (gpt-oss).
+    common = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 64}
+    extra = {
+        "gemma2": ("Gemma2Config", {"head_dim": 8, "sliding_window": 4, "attn_logit_softcapping": 5.0,
+                                    "final_logit_softcapping": 3.0}),
+        "qwen3": ("Qwen3Config", {"head_dim": 8}),
+        "phi3": ("Phi3Config", {"pad_token_id": 0}),
+        "olmo2": ("Olmo2Config", {}),
+        "gpt_oss": ("GptOssConfig", {"head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 4,
+                                     "layer_types": ["sliding_attention", "full_attention"]}),
+    }
+    import transformers
+
+    for family, (config_name, options) in extra.items():
+        folder = root / family
+        shutil.copytree(tiny_hf["llama"], folder)
+        llama = AutoConfig.from_pretrained(folder)
+        config = getattr(transformers, config_name)(vocab_size=llama.vocab_size, bos_token_id=llama.bos_token_id,
+                                                    eos_token_id=llama.eos_token_id, **common, **options)
+        torch.manual_seed(0)
+        (folder / "config.json").unlink()
+        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+        folders[family] = str(folder)
     return folders
 
 
@@ -51,7 +76,7 @@ def _reference(folder: str, n: int, **options):
     return out, torch.stack([a[0] for a in full.attentions]), encoded["input_ids"].shape[1]
 
 
-@pytest.mark.parametrize("engine", ["hf", "native"])
+@pytest.mark.parametrize("engine", ["hf", "fused", "native"])
 @pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2"])
 def test_greedy_generation_equals_transformers(lm, family, engine):
     """Native: RoPE positions continued on the cache, grouped-query keys, Mistral's window of 5 over 11 tokens."""
@@ -72,7 +97,27 @@ def test_greedy_generation_equals_transformers(lm, family, engine):
     assert torch.allclose(result.attentions, full, atol=1e-5)  # the last row too, and nothing else differs
 
 
-@pytest.mark.parametrize("engine", ["hf", "native"])
+@pytest.mark.parametrize("family", ["gemma2", "qwen3", "phi3", "olmo2", "gpt_oss"])
+def test_fused_generation_equals_transformers_on_families_only_transformers_runs(lm, family):
+    """Through attnviz's attention function (soft-capping, sliding windows on a growing cache, q/k norms,
+    sinks): the tokens and every step's rows equal transformers' eager generate."""
+    folder = lm[family]
+    result = attnviz.generate(PROMPT, model=folder, max_new_tokens=6, stop_at_eos=False)
+    assert result.metadata["engine"] == "fused"
+    out, full, prompt_length = _reference(folder, 6, do_sample=False)
+    assert result.token_ids == out.sequences[0].tolist() and result.metadata["prompt_length"] == prompt_length
+    row = 0
+    for step in out.attentions:
+        for layer, weights in enumerate(step):
+            rows, width = weights.shape[-2:]
+            end = row + rows
+            torch.testing.assert_close(result.attentions[layer, :, row:end, end - width : end], weights[0],
+                                       rtol=0, atol=1e-5)
+        row += step[0].shape[-2]
+    torch.testing.assert_close(result.attentions, full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["hf", "fused", "native"])
 def test_sampling_is_seeded_and_equals_transformers(lm, engine):
     folder = lm["gpt2"]
     options = dict(sample=True, temperature=0.8, top_k=50, top_p=0.95, seed=7, engine=engine)

@@ -68,7 +68,7 @@ def test_greedy_generation_equals_transformers(s2s, family, tmp_path):
     assert result.metadata["target_ids"] == sequence and len(sequence) == N + 1
     assert result.token_ids == src[0].tolist() and len(result.target_tokens) == N + 1
     assert sequence[0] == model.config.decoder_start_token_id and result.metadata["target_start"] == 1
-    assert result.metadata["encoder_decoder"] and result.metadata["generation"] and result.metadata["engine"] == "hf"
+    assert result.metadata["encoder_decoder"] and result.metadata["generation"] and result.metadata["engine"] == "fused"
     assert result.decoder_attentions.shape == (2, 4, N + 1, N + 1) and result.cross_attentions.shape == (2, 4, N + 1, src.shape[1])
     # Each target token's rows from the step that processed it (transformers keeps no row for the last token).
     assert len(out.decoder_attentions) == len(out.cross_attentions) == N

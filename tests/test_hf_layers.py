@@ -19,12 +19,13 @@ TEXTS = ["The cat sat on the mat because it was tired.", "A dog."]
 
 @pytest.fixture(scope="module")
 def load(tiny_hf):
-    loaded: dict[str, HFSource] = {}
+    loaded: dict[tuple[str, str], HFSource] = {}
 
-    def source(family: str) -> HFSource:
-        if family not in loaded:
-            loaded[family] = HFSource(tiny_hf[family], name=family)
-        return loaded[family]
+    def source(family: str, attention: str = "eager") -> HFSource:
+        """The eager engine by default (this file's subject); ``"fused"``: attnviz's attention function."""
+        if (family, attention) not in loaded:
+            loaded[family, attention] = HFSource(tiny_hf[family], name=family, attention=attention)
+        return loaded[family, attention]
 
     return source
 
@@ -50,13 +51,14 @@ def _attention_modules(source: HFSource) -> list[torch.nn.Module]:
     return [module for module, _ in source._plan.modules]
 
 
+@pytest.mark.parametrize("attention", ["eager", "fused"])
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "qwen2"])
-def test_layers_equal_transformers_output_attentions(load, family):
-    source = load(family)
-    assert source.capabilities.streaming
+def test_layers_equal_transformers_output_attentions(load, family, attention):
+    source = load(family, attention)
+    assert source.capabilities.streaming and source.engine == {"eager": "hf", "fused": "fused"}[attention]
     ids, mask, types = _batch(source)
     extra = {"token_type_ids": types} if family == "bert" else {}
-    with torch.no_grad():
+    with torch.no_grad(), source.eager_attention():
         reference = source.model(input_ids=ids, attention_mask=mask, output_attentions=True, **extra).attentions
     outs = list(source.forward_layers(ids, mask, types, Capture()))
     assert [o.layer for o in outs] == list(range(len(reference)))
@@ -66,7 +68,7 @@ def test_layers_equal_transformers_output_attentions(load, family):
     # and through the public batch API: each text equals itself run alone by transformers
     for text, result in zip(TEXTS, source.extract_batch(TEXTS), strict=True):
         alone = torch.tensor([source.encode(text).ids])
-        with torch.no_grad():
+        with torch.no_grad(), source.eager_attention():
             want = source.model(input_ids=alone, output_attentions=True).attentions
         torch.testing.assert_close(result.attentions, torch.cat(want), rtol=0, atol=1e-5)
 
@@ -93,10 +95,11 @@ def test_only_wanted_layers_come_out_and_the_forward_stops_after_the_last(load):
             handle.remove()
 
 
-def test_one_layer_alive_at_a_time(load):
-    """When each layer's weights are produced, no earlier layer's weights are alive anywhere
-    (transformers' output_attentions=True keeps them all: 1 here)."""
-    source = load("llama")
+@pytest.mark.parametrize("attention", ["eager", "fused"])
+def test_one_layer_alive_at_a_time(load, attention):
+    """When each layer's weights are produced (the fused engine: its queries and keys), no earlier layer's
+    are alive anywhere (transformers' output_attentions=True keeps them all: 1 here)."""
+    source = load("llama", attention)
     ids, mask, _ = _batch(source)
     produced: list[weakref.ref] = []
     alive: list[int] = []
@@ -112,7 +115,7 @@ def test_one_layer_alive_at_a_time(load):
             del parts
         assert alive == [0, 0]
         alive.clear()
-        with torch.no_grad():
+        with torch.no_grad(), source.eager_attention():
             source.model(input_ids=ids, attention_mask=mask, output_attentions=True)
         assert alive == [0, 1]  # the check sees what the whole-model path holds
     finally:

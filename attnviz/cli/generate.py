@@ -73,7 +73,8 @@ def generate(
         import sys
 
         how = {"native": "attnviz's attention, key/value cache", "config": "config model, key/value cache",
-               "hf": "transformers generate"}.get(result.metadata.get("engine", ""), "?")
+               "hf": "transformers generate, eager attention",
+               "fused": "transformers generate, attnviz's attention function"}.get(result.metadata.get("engine", ""), "?")
         sys.stderr.write(f"attnviz: engine {result.metadata.get('engine')} ({how}) on {device.value}, "
                          f"model {result.model_name}\n")
     chosen_head = None if head_choice == "mean" else int(head_choice)

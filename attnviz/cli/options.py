@@ -31,6 +31,7 @@ class Cmap(str, Enum):
 class EngineChoice(str, Enum):
     auto = "auto"
     native = "native"
+    fused = "fused"
     hf = "hf"
 
 
@@ -48,7 +49,9 @@ class KindChoice(str, Enum):
 
 Model = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default=False)
 EngineOpt = typer.Option(
-    EngineChoice.auto, "--engine", help="native: attnviz's attention on the weights; hf: transformers; auto: native where it can."
+    EngineChoice.auto, "--engine", help="native: attnviz's attention on the weights; fused: transformers with attnviz's attention function "
+    "(fused kernel, weights from the queries and keys); hf: transformers' eager attention; auto: the first that runs "
+    "the model, in that order."
 )
 Revision = typer.Option(None, "--revision", help="Hub branch, tag or commit of --model.", show_default=False)
 DeviceOpt = typer.Option(Device.cpu, "--device", help="Where the model runs.")

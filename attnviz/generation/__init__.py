@@ -41,8 +41,9 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     processed it (see the module's docs).
 
     ``engine``: ``auto`` runs attnviz's own attention with a key/value cache where the native engine
-    supports the model (GPT-2, the LLaMA family), else transformers' ``generate``; ``native`` or
-    ``hf`` insist on one.
+    supports the model (GPT-2, the LLaMA family), else transformers' ``generate`` on attnviz's attention
+    function (``fused``) where the family routes attention through transformers' registry, else on eager
+    attention (``hf``); ``native``, ``fused`` or ``hf`` insist on one.
     """
     from ..sources.files import read_config
     from ..sources.hub import fetch_config, hub_reachable
@@ -73,7 +74,8 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     options: dict[str, Any] = {"name": place.name, "max_new_tokens": max_new_tokens, "sampling": sampling,
                                "stop_at_eos": stop_at_eos}
     hf_options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code, "device": device,
-                                  "local_files_only": place.hub_id is not None and not hub_reachable()}
+                                  "local_files_only": place.hub_id is not None and not hub_reachable(),
+                                  "attention": {"hf": "eager", "fused": "fused"}.get(engine, "auto")}
     if config.get("is_encoder_decoder"):
         if engine == "native":
             raise ModelNotFoundError(f"the native engine cannot generate with {place.name}: encoder-decoder models "
@@ -81,7 +83,7 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
         from .seq2seq import generate_seq2seq_hf
 
         return generate_seq2seq_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
-    if engine != "hf":
+    if engine in ("auto", "native"):
         native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             del options["name"]

@@ -13,12 +13,13 @@ from .sampling import Sampling
 
 def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool,
                 revision: str | None = None, trust_remote_code: bool = False, local_files_only: bool = False,
-                device: str = "cpu") -> AttentionResult:
-    """Generate with transformers from ``ref`` (a folder or hub id) and keep every attention row."""
+                device: str = "cpu", attention: str = "auto") -> AttentionResult:
+    """Generate with transformers from ``ref`` (a folder or hub id) and keep every attention row; with
+    ``attention`` ``"auto"`` through attnviz's attention function where it gives eager's weights."""
     import torch
 
     tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
-                             local_files_only=local_files_only, device=device)
+                             local_files_only=local_files_only, device=device, attention=attention)
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     if encoded["input_ids"].shape[1] == 0:
         raise UsageError("the tokenizer produced no tokens for the prompt")
@@ -35,7 +36,7 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     eos = model.generation_config.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
     extra: dict[str, Any] = {} if stop_at_eos else {"min_new_tokens": max_new_tokens}
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), whole_weights(model):
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         out = sampling.generate(model, **encoded, max_new_tokens=max_new_tokens, output_attentions=True,
@@ -52,7 +53,7 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     return AttentionResult(
         tokens=labels, attentions=attentions, token_ids=ids, special=[i in special for i in ids], causal=True,
         model_name=name,
-        metadata={"engine": "hf", "generation": True, "prompt_length": prompt_length,
+        metadata={"engine": engine_of(model), "generation": True, "prompt_length": prompt_length,
                   "sampling": sampling_metadata(sampling),
                   "stopped_at_eos": bool(stop_at_eos and eos is not None
                                          and ids[-1] in (eos if isinstance(eos, list) else [eos]))},
@@ -62,7 +63,7 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
 def rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> Any:
     """``[layers, heads, total, keys or total]`` from each step's per-layer ``[1, heads, rows, width]``
     weights: a step's rows follow the previous step's, and its keys end at its last row (self-attention;
-    a sliding-window cache keeps only the last ``width``) or are the whole source (cross-attention,
+    a layer's sliding-window cache keeps only its last ``width``) or are the whole source (cross-attention,
     ``keys`` given)."""
     import torch
 
@@ -70,10 +71,10 @@ def rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> 
     out = torch.zeros(layers, heads, total, total if keys is None else keys)
     row = 0
     for step in steps:
-        rows, width = step[0].shape[-2:]
-        end = row + rows
-        first = 0 if keys is not None else end - width
+        end = row + step[0].shape[-2]
         for layer, weights in enumerate(step):
+            width = weights.shape[-1]  # per layer: sliding-window layers (Gemma 2's every other) keep fewer keys
+            first = 0 if keys is not None else end - width
             out[layer, :, row:end, first : first + width] = weights[0].float().cpu()
         row = end
     return out
@@ -88,10 +89,28 @@ def generated_labels(tokenizer: Any, ids: list[int]) -> list[str]:
     return [label_from_piece(piece) if piece is not None else f"<{i}>" for piece, i in zip(pieces, ids, strict=True)]
 
 
+def engine_of(model: Any) -> str:
+    """``"fused"`` for a model on attnviz's attention function, ``"hf"`` for eager attention."""
+    from ..sources.hf_attention import is_fused
+
+    return "fused" if is_fused(model) else "hf"
+
+
+def whole_weights(model: Any) -> Any:
+    """Where ``output_attentions=True`` is asked of ``model``: the fused engine's whole weights."""
+    from contextlib import nullcontext
+
+    from ..sources.hf_attention import weights_mode
+
+    return weights_mode("whole") if engine_of(model) == "fused" else nullcontext()
+
+
 def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,
-          device: str, seq2seq: bool = False) -> tuple[Any, Any]:
-    """The tokenizer and the float32 eager model, with its language-model head: ``...ForCausalLM``, or
-    ``...ForConditionalGeneration`` when ``seq2seq`` (an encoder-decoder such as T5 or BART)."""
+          device: str, seq2seq: bool = False, attention: str = "auto") -> tuple[Any, Any]:
+    """The tokenizer and the float32 model, with its language-model head: ``...ForCausalLM``, or
+    ``...ForConditionalGeneration`` when ``seq2seq`` (an encoder-decoder such as T5 or BART); on attnviz's
+    attention function (``attention`` ``"auto"`` where it gives eager's weights on a probe, ``"fused"`` or an
+    error), else eager attention."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
@@ -112,4 +131,13 @@ def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remo
     if missing:  # transformers would fill it with random numbers: every token would be noise
         raise ModelNotFoundError(f"{name} has no language-model head ({missing[0]} is not in its weights), so it "
                                  f"cannot generate; give the checkpoint of a {example} model")
-    return tokenizer, model.to(device).eval()
+    model = model.to(device).eval()
+    if attention != "eager":
+        from ..sources.hf_attention import probe_inputs, switch_to_fused
+
+        vocab = model.get_input_embeddings().num_embeddings
+        reason = switch_to_fused(model, probe_inputs(vocab, model.device, encoder_decoder=seq2seq),
+                                 family=model.config.model_type, encoder_decoder=seq2seq)
+        if reason is not None and attention == "fused":
+            raise ModelNotFoundError(f"the fused engine cannot generate with {name}: {reason}; use [[engine=hf]] or auto")
+    return tokenizer, model

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from ..sources.decoding import sampling_metadata
-from .hf import generated_labels, load_for_generation, rows_by_step
+from .hf import engine_of, generated_labels, load_for_generation, rows_by_step, whole_weights
 from .sampling import Sampling
 
 TARGET_START = 1
@@ -34,7 +34,7 @@ TARGET_START = 1
 
 def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling,
                         stop_at_eos: bool, revision: str | None = None, trust_remote_code: bool = False,
-                        local_files_only: bool = False, device: str = "cpu") -> AttentionResult:
+                        local_files_only: bool = False, device: str = "cpu", attention: str = "auto") -> AttentionResult:
     """Generate with transformers from the encoder-decoder model ``ref`` (a folder or hub id), reading
     ``prompt`` as the source, and keep every decoder self- and cross-attention row (see the module's docs).
     Greedy unless ``sampling.sample``; the same ``sampling.seed`` gives the same tokens. The arguments
@@ -42,7 +42,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
     import torch
 
     tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
-                             local_files_only=local_files_only, device=device, seq2seq=True)
+                             local_files_only=local_files_only, device=device, seq2seq=True, attention=attention)
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     source = {"input_ids": encoded["input_ids"],
               "attention_mask": encoded.get("attention_mask", torch.ones_like(encoded["input_ids"]))}
@@ -54,7 +54,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
     eos_ids = [] if eos is None else eos if isinstance(eos, list) else [eos]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids[0] if eos_ids else None)
     extra: dict[str, Any] = {} if stop_at_eos else {"min_new_tokens": max_new_tokens}
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), whole_weights(model):
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         # The encoder runs once, here: generate reuses its output, and so does the last step below.
@@ -78,7 +78,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
         attentions=torch.stack([a[0] for a in encoder.attentions]).float().cpu(), causal=False, model_name=name,
         decoder_attentions=decoder_attentions, cross_attentions=cross_attentions,
         target_tokens=generated_labels(tokenizer, target_ids), target_special=[i in special for i in target_ids],
-        metadata={"engine": "hf", "generation": True, "encoder_decoder": True, "target_start": TARGET_START,
+        metadata={"engine": engine_of(model), "generation": True, "encoder_decoder": True, "target_start": TARGET_START,
                   "target_ids": target_ids, "sampling": sampling_metadata(sampling),
                   "stopped_at_eos": bool(stop_at_eos and target_ids[-1] in eos_ids)},
     )

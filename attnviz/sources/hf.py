@@ -1,6 +1,15 @@
-"""The transformers engine: any model transformers can load, with eager attention and its attentions.
+"""The transformers engines: any model transformers can load, with its attention weights.
 
-Loads with ``attn_implementation="eager"`` (fused kernels never build the attention matrix).
+Two ways to get the weights from transformers:
+
+- ``fused`` (the default where it works): the model runs with attnviz's attention function
+  registered in transformers' ``AttentionInterface`` (:mod:`attnviz.sources.hf_attention`): each
+  layer's output through torch's fused kernel, the weights made by attnviz from the queries and keys
+  transformers hands over, only for the layers asked, and for long inputs a block of rows at a time.
+  It is checked once, on a short padded batch, against eager attention; a family that does not route
+  attention through the registry, or differs there, keeps eager.
+- ``hf``: transformers' eager attention, which builds every layer's ``[B, H, T, T]`` itself.
+
 Each layer's weights are taken as the forward computes them (:mod:`attnviz.sources.hf_layers`), so
 a long input holds about one layer's at a time; where that cannot be established for a model, it
 asks for ``output_attentions=True`` and hands the layers on one at a time. Encoder-decoder models
@@ -12,6 +21,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +33,7 @@ from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions
 from .engine import Capture, LayerOut, ModelSource
 from .hf_layers import LayerPlan, plan_layers, stream_layers
-from .stream import LayerStream
+from .stream import ROWS_ASKED_FROM_TOKENS, ROWS_FROM_BYTES, LayerStream
 from .tokens import TokenInfo, unknown_token_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,8 +97,6 @@ def _load(
 class HFSource(ModelSource):
     """A model run by transformers itself."""
 
-    engine = "hf"
-
     def __init__(
         self,
         ref: str,
@@ -99,7 +107,11 @@ class HFSource(ModelSource):
         device: str = "cpu",
         device_map: str | None = None,
         local_files_only: bool = False,
+        attention: str = "auto",
+        why: str | None = None,
     ) -> None:
+        """``attention``: ``"auto"`` (attnviz's attention function where it gives eager's weights, else
+        eager), ``"fused"`` (that function or an error) or ``"eager"``; ``why``: why no native engine."""
         hf_tokenizer, self.model = _load(
             ref, revision=revision, trust_remote_code=trust_remote_code, device_map=device_map, name=name,
             local_files_only=local_files_only, cpu=device == "cpu" and device_map is None,
@@ -126,13 +138,73 @@ class HFSource(ModelSource):
             vocab_rows=self.model.get_input_embeddings().num_embeddings,
         )
         self.token_types = getattr(config, "type_vocab_size", 0) > 1
+        self.fused = False
+        self.why = (f"asked for ([[engine=hf]]); {why}" if why else "asked for ([[engine=hf]])") \
+            if attention == "eager" else why
+        if attention != "eager":
+            self._try_fused(required=attention == "fused")
         self._plan: LayerPlan | None = None  # None: every layer from output_attentions=True at once
         if not self.encoder_decoder:
-            inputs, attentions = self._probe()
-            self.causal = self._reads_causal(attentions)
-            self._plan = plan_layers(self.model, self.n_layers, inputs, attentions)
+            with self._whole():
+                inputs, attentions = self._probe()
+                self.causal = self._reads_causal(attentions)
+                self._plan = plan_layers(self.model, self.n_layers, inputs, attentions)
             if self._plan is not None:
                 self.capabilities = replace(self.capabilities, streaming=True)
+
+    @property
+    def engine(self) -> str:  # type: ignore[override]
+        return "fused" if self.fused else "hf"
+
+    def describe(self) -> str:
+        how = ("attnviz's attention function in transformers' registry: the layer's output through the fused "
+               "kernel, the weights from the queries and keys, equal to eager attention on a probe") if self.fused \
+            else "transformers' eager attention"
+        return f"{super().describe()}; {how}" + (f"; eager because {self.why}" if self.why and not self.fused else "") \
+            + (f" ({self.why})" if self.why and self.fused else "")
+
+    def _try_fused(self, *, required: bool) -> None:
+        """Switch the model to attnviz's attention function if it gives eager attention's weights on a short
+        padded batch; else keep eager (or, ``required``, say why not)."""
+        from .hf_attention import switch_to_fused
+
+        reason = switch_to_fused(self.model, self._probe_batch(), family=self.family,
+                                 encoder_decoder=self.encoder_decoder)
+        if reason is None:
+            self.fused = True
+            return
+        if required:
+            raise ModelNotFoundError(f"the fused engine cannot run {self.name}: {reason}; use [[engine=hf]] or auto")
+        self.why = reason
+
+    def _probe_batch(self) -> dict[str, Tensor]:
+        from .hf_attention import probe_inputs
+
+        inputs = probe_inputs(self.model.get_input_embeddings().num_embeddings, self.model.device,
+                              encoder_decoder=self.encoder_decoder)
+        if self.token_types:
+            inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
+        return inputs
+
+    def _whole(self) -> Any:
+        """Where ``output_attentions=True`` is asked for: the fused engine's whole weights."""
+        if not self.fused:
+            return nullcontext()
+        from .hf_attention import weights_mode
+
+        return weights_mode("whole")
+
+    @contextmanager
+    def eager_attention(self) -> Iterator[None]:
+        """Run the model with eager attention meanwhile (gradients need the weights in the forward's graph)."""
+        if not self.fused:
+            yield
+            return
+        self.model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            self.model.set_attn_implementation("attnviz")
 
     @property
     def n_layers(self) -> int:
@@ -182,7 +254,8 @@ class HFSource(ModelSource):
 
     @torch.no_grad()
     def _attentions(self, ids: Tensor, mask: Tensor, types: Tensor) -> list[Tensor]:
-        return list(self.model(**self._inputs(ids, mask, types), output_attentions=True).attentions)
+        with self._whole():
+            return list(self.model(**self._inputs(ids, mask, types), output_attentions=True).attentions)
 
     def _probe(self) -> tuple[dict[str, Tensor], list[Tensor]]:
         """A three-token forward pass: its inputs, and every layer's weights (``output_attentions=True``)."""
@@ -202,13 +275,37 @@ class HFSource(ModelSource):
         Models where that cannot be established run whole (:meth:`_whole_layers`)."""
         if self._plan is None or capture.grad:
             return self._whole_layers(ids, mask, types, capture)
-        return stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,
-                             whole=lambda: self._whole_layers(ids, mask, types, capture))
+        if not self.fused:
+            return stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,
+                                 whole=lambda: self._whole_layers(ids, mask, types, capture))
+        return self._fused_layers(ids, mask, types, capture)
+
+    def _fused_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
+        """Each layer as row blocks on demand (the queries and keys), made whole where the consumer wants
+        the whole weights (short inputs): only the layers wanted, never a ``[T, T]`` mask for long ones."""
+        from .hf_attention import weights_mode
+
+        batch, tokens = ids.shape
+        heads = getattr(self.model.config, "num_attention_heads", None) or 1
+        as_rows = (capture.rows and tokens > ROWS_ASKED_FROM_TOKENS) or batch * heads * tokens**2 * 4 > ROWS_FROM_BYTES
+        for out in stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,  # type: ignore[arg-type]
+                                 whole=lambda: self._whole_layers(ids, mask, types, capture),
+                                 around=lambda: weights_mode("rows")):
+            if out.rows is not None and not as_rows:
+                rows = out.rows
+                out = LayerOut(layer=out.layer, weights=torch.stack([rows.dense(b) for b in range(batch)]))
+                del rows
+            yield out
 
     def _whole_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
         """transformers builds every layer's attention at once (``output_attentions=True``); they are
         handed on one at a time and each is released once passed on."""
-        attentions: list[Tensor | None] = list(self._attentions(ids, mask, types))
+        if capture.grad:
+            with self.eager_attention(), torch.enable_grad():
+                attentions: list[Tensor | None] = list(
+                    self.model(**self._inputs(ids, mask, types), output_attentions=True).attentions)
+        else:
+            attentions = list(self._attentions(ids, mask, types))
         for i in range(len(attentions)):
             weights, attentions[i] = attentions[i], None
             if capture.wants(i):
@@ -240,12 +337,13 @@ class HFSource(ModelSource):
             label = self.hf_tokenizer.convert_ids_to_tokens(start)
             tgt = TokenInfo(ids=[start], labels=[label], special=[True], word_ids=[-1], segment_ids=[0])
         dev = self.model.device
-        out = self.model(
-            input_ids=torch.tensor([src.ids], device=dev),
-            attention_mask=torch.ones(1, len(src.ids), dtype=torch.long, device=dev),
-            decoder_input_ids=torch.tensor([tgt.ids], device=dev),
-            output_attentions=True,
-        )
+        with self._whole():
+            out = self.model(
+                input_ids=torch.tensor([src.ids], device=dev),
+                attention_mask=torch.ones(1, len(src.ids), dtype=torch.long, device=dev),
+                decoder_input_ids=torch.tensor([tgt.ids], device=dev),
+                output_attentions=True,
+            )
 
         def stack(layers: tuple[Tensor, ...]) -> Tensor:
             return torch.stack([a[0] for a in layers]).float().cpu()
@@ -258,3 +356,4 @@ class HFSource(ModelSource):
             metadata={"engine": self.engine, "family": self.family, "device": self.device, "target_ids": tgt.ids,
                       **({"unk_token_id": unk} if (unk := unknown_token_id(self.tokenizer)) is not None else {})},
         )
+

@@ -26,12 +26,14 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ..attention.rows import AttentionRows
 from .stream import Capture, LayerOut
 
 
@@ -80,17 +82,21 @@ def plan_layers(model: nn.Module, n_layers: int, inputs: dict[str, Tensor], refe
 
 
 def stream_layers(model: nn.Module, plan: LayerPlan, inputs: dict[str, Tensor], capture: Capture,
-                  whole: Callable[[], Iterator[LayerOut]]) -> Iterator[LayerOut]:
+                  whole: Callable[[], Iterator[LayerOut]],
+                  around: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Iterator[LayerOut]:
     """Each layer ``capture`` wants, in order, as the forward computes it; the forward does not go
     past a layer until the consumer asks for the next one, and stops after the last one wanted.
     An exception in the forward reaches the consumer as it was raised; closing the generator ends
-    the forward. ``whole`` (the whole-model path) is used should the weights not come at all."""
+    the forward. ``whole`` (the whole-model path) is used should the weights not come at all.
+    The forward runs inside ``around()`` (in its own thread); weights it gives as
+    :class:`~attnviz.attention.rows.AttentionRows` (the fused engine) are handed on as ``rows``."""
     wanted = [i for i in range(plan.n_layers) if capture.wants(i)]
     if not wanted:
         return
     handoff = _Handoff(capture, wanted[-1])
     handles = [module.register_forward_hook(handoff.hook(index)) for module, index in plan.modules]
-    handoff.thread = threading.Thread(target=handoff.run, args=(model, {**inputs, **plan.kwargs}, torch.get_num_threads()),
+    handoff.thread = threading.Thread(target=handoff.run, args=(model, {**inputs, **plan.kwargs}, torch.get_num_threads(),
+                                                                around),
                                       name="attnviz-hf-forward", daemon=True)
     fall_back = False
     try:
@@ -106,7 +112,8 @@ def stream_layers(model: nn.Module, plan: LayerPlan, inputs: dict[str, Tensor], 
                 raise RuntimeError(f"transformers stopped giving attention weights after layer {given - 1}")
             layer, weights = item
             item = None
-            yield LayerOut(layer=layer, weights=weights)
+            yield LayerOut(layer=layer, weights=weights) if isinstance(weights, Tensor) else \
+                LayerOut(layer=layer, weights=None, rows=weights)
             del weights  # before the forward goes on: one layer's weights alive at a time
             given += 1
             handoff.resume.release()
@@ -151,7 +158,7 @@ class _Handoff:
             if not self.capture.wants(layer):
                 return  # dropped at once
             weights = output[index] if isinstance(output, (tuple, list)) else None
-            if not isinstance(weights, Tensor):
+            if not isinstance(weights, (Tensor, AttentionRows)):
                 self.outbox.put(_NO_WEIGHTS)
                 raise _Stop
             self.outbox.put((layer, weights))
@@ -163,11 +170,12 @@ class _Handoff:
                 raise _Stop
         return take
 
-    def run(self, model: nn.Module, inputs: dict[str, Tensor], threads: int) -> None:
+    def run(self, model: nn.Module, inputs: dict[str, Tensor], threads: int,
+            around: Callable[[], AbstractContextManager[Any]]) -> None:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
         try:
-            with torch.no_grad():  # grad mode is per thread
+            with torch.no_grad(), around():  # grad mode (and the fused engine's mode) are per thread
                 model(**inputs)
         except _Stop:
             pass

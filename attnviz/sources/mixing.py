@@ -87,7 +87,7 @@ def _refusal(source: Source) -> str | None:
             return (f"{name} is an encoder-decoder config model, which norm-based mixing does not decompose; use a "
                     f"transformer config without decoder_layers, or {what_works()}")
         return None
-    if engine == "hf":
+    if engine in ("hf", "fused"):
         return (f"{name} runs on transformers, whose modules attnviz does not hook for the residual stream and the "
                 f"values; norm-based mixing needs {what_works()}: load it with [[engine=native]] where that engine "
                 "supports the model")

@@ -7,7 +7,9 @@
 - an existing folder → a Hugging Face model folder;
 - anything else → a hub id, fetched through the usual cache (``--revision``, ``HF_HUB_OFFLINE``).
 
-``engine="auto"`` runs the native engine where it supports the model, else transformers.
+``engine="auto"`` runs the native engine where it supports the model, else transformers with attnviz's
+attention function (``fused``) where the family routes attention through transformers' registry, else
+transformers' eager attention (``hf``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from .hub import fetch_config, fetch_native_files, hub_reachable, looks_like_pat
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Source
 
-Engine = Literal["auto", "native", "hf"]
-ENGINES = ("auto", "native", "hf")
+Engine = Literal["auto", "native", "fused", "hf"]
+ENGINES = ("auto", "native", "fused", "hf")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
@@ -95,14 +97,18 @@ def load_source(
     if causal is not None:
         raise UsageError("[[causal]] applies to .toml config models; a trained model's masking is its own")
     place = locate(model)
-    if engine != "hf" and device_map is None:
+    why = None
+    if engine in ("auto", "native") and device_map is None:
         native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             return native
+        why = "the native engine does not run this family"
     elif engine == "native":
-        raise UsageError("[[device_map]] is for [[engine=hf]]; the native engine runs on one [[device]]")
+        raise UsageError("[[device_map]] is for [[engine=hf]] or fused; the native engine runs on one [[device]]")
+    elif device_map is not None and engine == "auto":
+        why = "[[device_map]] is for the transformers engines"
     return _hf_source(place, revision=revision, device=device, device_map=device_map,
-                      trust_remote_code=trust_remote_code)
+                      trust_remote_code=trust_remote_code, attention={"hf": "eager"}.get(engine, engine), why=why)
 
 
 @dataclass(frozen=True)
@@ -160,8 +166,9 @@ def check_run_options(engine: str, device: str) -> None:
 
 
 def _config_source(model: str, *, engine: str, device: str, device_map: str | None, causal: bool | None) -> Source:
-    if engine == "hf":
-        raise UsageError(f"{model} is an attnviz config model; it runs on attnviz's own attention, not [[engine=hf]]")
+    if engine in ("hf", "fused"):
+        raise UsageError(f"{model} is an attnviz config model; it runs on attnviz's own attention, not "
+                         f"[[engine={engine}]]")
     if device_map is not None or device != "cpu":
         raise UsageError(f"{model} is a small config model; it runs on the CPU (drop [[device]]/[[device_map]])")
     from ..config import load_config
@@ -189,7 +196,7 @@ def native_source(place: ModelPlace, *, engine: str, revision: str | None, devic
 
 
 def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_map: str | None,
-               trust_remote_code: bool) -> Source:
+               trust_remote_code: bool, attention: str = "auto", why: str | None = None) -> Source:
     from .files import read_config
 
     local_only = False
@@ -202,7 +209,7 @@ def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_m
 
     return HFSource(str(place.folder) if place.folder is not None else place.hub_id,  # type: ignore[arg-type]
                     name=place.name, device=device, revision=revision, trust_remote_code=trust_remote_code,
-                    device_map=device_map, local_files_only=local_only)
+                    device_map=device_map, local_files_only=local_only, attention=attention, why=why)
 
 
 def _hub_native_folder(repo_id: str, revision: str | None, engine: Engine) -> Path | None:

@@ -1,0 +1,215 @@
+"""attnviz's attention function in transformers' registry: each layer's output at the fused kernel's
+speed, and its weights made by attnviz from the queries and keys transformers hands over.
+
+transformers routes attention through ``AttentionInterface`` (``ALL_ATTENTION_FUNCTIONS``): a model
+loaded with ``attn_implementation="attnviz"`` calls :func:`attention` in every attention layer with its
+queries and keys after rotary embeddings and q/k norms, the scaling, soft-capping, sinks and
+key/value-head layout the model uses, and the mask. Masks come from ``AttentionMaskInterface``
+(:func:`mask`): transformers' own ``sdpa_mask`` for short inputs, and for long ones the mask
+*function* it describes (causal, a sliding window per layer, chunks, padding), evaluated a block of
+rows at a time (:class:`~attnviz.attention.described.FunctionMask`), never a ``[T, T]`` tensor.
+
+What :func:`attention` returns as the layer's weights depends on the thread's mode (:func:`weights_mode`):
+nothing (a plain forward: the speed of SDPA), the whole ``[B, H, Tq, Tk]`` in float32 (what
+``output_attentions=True`` collects), or :class:`~attnviz.attention.rows.AttentionRows` (the queries
+and keys, from which any block of rows is computed on demand). The output goes through torch's
+``scaled_dot_product_attention`` (transformers' ``sdpa_attention_forward``) except where that kernel
+cannot compute it (soft-capping, learned sinks) or the mask is described; then it is computed
+exactly, a block of rows at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from ..attention.described import FunctionMask, TensorMask
+from ..attention.rows import AttentionRows, RowMask, rows_per_block
+
+NAME = "attnviz"
+Mode = Literal["none", "whole", "rows"]
+
+# From this many mask entries (batch × queries × keys) on, a mask is described, not built (64 MiB of booleans).
+DESCRIBE_FROM = 64 * 2**20
+
+_state = threading.local()
+_fused: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # models switched by :func:`switch_to_fused`
+
+
+def is_fused(model: nn.Module) -> bool:
+    """Whether ``model`` runs on attnviz's attention function (:func:`switch_to_fused` switched it)."""
+    return model in _fused
+
+
+def current_mode() -> Mode:
+    return getattr(_state, "mode", "none")
+
+
+@contextmanager
+def weights_mode(mode: Mode) -> Iterator[None]:
+    """In this thread, what :func:`attention` returns as weights: nothing, whole, or as rows."""
+    before = current_mode()
+    _state.mode = mode
+    try:
+        yield
+    finally:
+        _state.mode = before
+
+
+def register() -> None:
+    """Add ``"attnviz"`` to transformers' attention and mask registries (once; idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, mask)
+
+
+def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str, encoder_decoder: bool) -> str | None:
+    """Switch ``model`` (loaded with eager attention) to attnviz's attention function if its weights equal
+    eager attention's on ``inputs`` (a short padded batch) to 1e-4 in every layer; None when switched, else
+    why not (the model is left on eager attention)."""
+    register()
+    reason = None
+    with torch.no_grad():
+        reference = _all_attentions(model, inputs, encoder_decoder)
+        try:
+            model.set_attn_implementation(NAME)  # type: ignore[operator]
+            with weights_mode("whole"):
+                got = _all_attentions(model, inputs, encoder_decoder)
+        except Exception as exc:  # a family that does not route attention through the registry
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            reason = f"{family} does not route its attention through transformers' registry ({first})"
+        else:
+            error = _largest_difference(reference, got, inputs.get("attention_mask"))
+            if error is None or error > 1e-4:
+                reason = (f"{family}'s attention through transformers' registry differs from eager on a probe "
+                          f"({'other layers' if error is None else f'by {error:.1e}'})")
+    if reason is not None:
+        model.set_attn_implementation("eager")  # type: ignore[operator]
+    else:
+        _fused.add(model)
+    return reason
+
+
+def _all_attentions(model: nn.Module, inputs: dict[str, Tensor], encoder_decoder: bool) -> list[Tensor]:
+    out = model(**inputs, output_attentions=True)
+    names = ("encoder_attentions", "decoder_attentions", "cross_attentions") if encoder_decoder else ("attentions",)
+    return [a for name in names for a in (getattr(out, name, None) or ())]
+
+
+def _largest_difference(reference: list[Tensor], got: list[Tensor], mask: Tensor | None) -> float | None:
+    """The largest difference between two runs' weights over real tokens' rows and keys; None when they
+    do not have the same layers."""
+    if len(reference) != len(got) or not reference:
+        return None
+    worst = 0.0
+    for want, have in zip(reference, got, strict=True):
+        if not isinstance(have, Tensor) or have.shape != want.shape:
+            return None
+        want, have = want.float(), have.float()
+        if mask is not None and want.shape[-2] == want.shape[-1] == mask.shape[-1]:
+            real = mask.bool()[:, None, :, None] & mask.bool()[:, None, None, :]
+            want, have = want.masked_fill(~real, 0.0), have.masked_fill(~real, 0.0)
+        worst = max(worst, float((want - have).abs().max()))
+    return worst
+
+
+def probe_inputs(vocab: int, device: torch.device | str, *, encoder_decoder: bool = False) -> dict[str, Tensor]:
+    """Two texts of 6 and 4 tokens, the second padded: enough to check padding and causal masks."""
+    ids = (torch.arange(12, device=device).view(2, 6) * 7 + 5) % vocab
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if encoder_decoder:
+        inputs["decoder_input_ids"] = ids[:, :3]
+    return inputs
+
+
+def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
+         mask_function: Any = None, attention_mask: Tensor | None = None, local_size: int | None = None,
+         allow_is_causal_skip: bool = True, allow_is_bidirectional_skip: bool = False, use_vmap: bool = False,
+         device: torch.device | str = "cpu", **kwargs: Any) -> Tensor | FunctionMask | None:
+    """transformers' ``sdpa_mask`` for short inputs (a boolean ``[B, 1, Tq, Tk]``, or None where the
+    attention is plainly causal or full); a :class:`FunctionMask` from :data:`DESCRIBE_FROM` entries on."""
+    from transformers.masking_utils import (
+        _ignore_bidirectional_mask_sdpa,
+        _ignore_causal_mask_sdpa,
+        causal_mask_function,
+        prepare_padding_mask,
+        sdpa_mask,
+    )
+
+    function = causal_mask_function if mask_function is None else mask_function
+    if batch_size * q_length * kv_length < DESCRIBE_FROM:
+        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                         kv_offset=kv_offset, mask_function=function, attention_mask=attention_mask,
+                         local_size=local_size, allow_is_causal_skip=allow_is_causal_skip,
+                         allow_is_bidirectional_skip=allow_is_bidirectional_skip, use_vmap=use_vmap, device=device)
+    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+    if allow_is_causal_skip and _ignore_causal_mask_sdpa(padding, q_length, kv_length, q_offset, kv_offset, local_size):
+        return None
+    if allow_is_bidirectional_skip and _ignore_bidirectional_mask_sdpa(padding, kv_length, local_size):
+        return None
+    return FunctionMask(batch_size, q_length, kv_length, int(q_offset), int(kv_offset), function, padding, device,
+                        use_vmap)
+
+
+def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+              dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None,
+              position_bias: Tensor | None = None, softcap: float | None = None, s_aux: Tensor | None = None,
+              **kwargs: Any) -> tuple[Tensor, Tensor | AttentionRows | None]:
+    """One attention layer: ``(output [B, Tq, H, dv], weights)`` as transformers' attention functions return
+    them; the weights as :func:`current_mode` asks (see the module's docstring)."""
+    t_q, t_k = query.shape[-2], key.shape[-2]
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    bias = position_bias
+    described: Any
+    if isinstance(attention_mask, FunctionMask):
+        described = attention_mask
+    elif isinstance(attention_mask, Tensor) and attention_mask.dtype == torch.bool:
+        described = TensorMask(attention_mask)
+    elif isinstance(attention_mask, Tensor):  # an additive float mask a model built itself
+        described = TensorMask(attention_mask > torch.finfo(attention_mask.dtype).min / 2)
+        bias = attention_mask if bias is None else bias + attention_mask
+    else:
+        described = RowMask(t_q, t_k, start=0) if causal and t_q > 1 else None
+    rows = AttentionRows(query, key, described, scaling, softcap=softcap, bias=bias, sinks=s_aux)
+    exact = softcap is not None or s_aux is not None or isinstance(attention_mask, FunctionMask)
+    if exact:
+        output = _exact_output(rows, value)
+    else:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        output = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                        is_causal=is_causal, position_bias=position_bias, **kwargs)[0]
+    mode = current_mode()
+    if mode == "rows":
+        return output, rows
+    if mode == "whole":
+        return output, torch.stack([rows.dense(b) for b in range(query.shape[0])])
+    return output, None
+
+
+def _exact_output(rows: AttentionRows, value: Tensor) -> Tensor:
+    """``weights · v`` a block of query rows at a time, ``[B, Tq, H, dv]`` (transformers' layout), in the
+    values' dtype; the weights are :class:`AttentionRows`' (float32), so soft-capping, sinks and any mask hold."""
+    batch, heads, t_q = rows.queries.shape[0], rows.n_heads, rows.queries.shape[-2]
+    kv_heads, dv = value.shape[1], value.shape[-1]
+    groups = heads // kv_heads
+    out = torch.empty(batch, heads, t_q, dv, dtype=value.dtype, device=value.device)
+    step = rows_per_block(heads, value.shape[-2])
+    for b in range(batch):
+        for first in range(0, t_q, step):
+            stop = min(t_q, first + step)
+            weights = rows.block(b, first, stop)  # (H, r, w)
+            width = weights.shape[-1]
+            grouped = weights.reshape(kv_heads, groups * (stop - first), width).to(value.dtype)
+            out[b, :, first:stop] = (grouped @ value[b, :, :width]).view(heads, stop - first, dv)
+    return out.transpose(1, 2).contiguous()
