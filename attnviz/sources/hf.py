@@ -287,7 +287,9 @@ class HFSource(ModelSource):
 
         batch, tokens = ids.shape
         heads = getattr(self.model.config, "num_attention_heads", None) or 1
-        as_rows = (capture.rows and tokens > ROWS_ASKED_FROM_TOKENS) or batch * heads * tokens**2 * 4 > ROWS_FROM_BYTES
+        # Past ROWS_ASKED_FROM_TOKENS a layer goes on as row blocks whoever reads it: statistics and pictures reduce
+        # it a block at a time, and a consumer that needs every number builds it from the same blocks.
+        as_rows = tokens > ROWS_ASKED_FROM_TOKENS or batch * heads * tokens**2 * 4 > ROWS_FROM_BYTES
         for out in stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,  # type: ignore[arg-type]
                                  whole=lambda: self._whole_layers(ids, mask, types, capture),
                                  around=lambda: weights_mode("rows")):

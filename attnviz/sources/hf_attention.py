@@ -80,7 +80,8 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
     with torch.no_grad():
         reference = _all_attentions(model, inputs, encoder_decoder)
         try:
-            model.set_attn_implementation(NAME)  # type: ignore[operator]
+            model.set_attn_implementation(NAME)  # type: ignore[operator]  (a family outside the registry ignores it)
+            _state.calls = 0
             with weights_mode("whole"):
                 got = _all_attentions(model, inputs, encoder_decoder)
         except Exception as exc:  # a family that does not route attention through the registry
@@ -88,7 +89,9 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
             reason = f"{family} does not route its attention through transformers' registry ({first})"
         else:
             error = _largest_difference(reference, got, inputs.get("attention_mask"))
-            if error is None or error > 1e-4:
+            if getattr(_state, "calls", 0) == 0:
+                reason = f"{family} does not route its attention through transformers' registry (it computes its own)"
+            elif error is None or error > 1e-4:
                 reason = (f"{family}'s attention through transformers' registry differs from eager on a probe "
                           f"({'other layers' if error is None else f'by {error:.1e}'})")
     if reason is not None:
@@ -167,6 +170,7 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
               **kwargs: Any) -> tuple[Tensor, Tensor | AttentionRows | None]:
     """One attention layer: ``(output [B, Tq, H, dv], weights)`` as transformers' attention functions return
     them; the weights as :func:`current_mode` asks (see the module's docstring)."""
+    _state.calls = getattr(_state, "calls", 0) + 1
     t_q, t_k = query.shape[-2], key.shape[-2]
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     bias = position_bias
@@ -181,12 +185,14 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     else:
         described = RowMask(t_q, t_k, start=0) if causal and t_q > 1 else None
     rows = AttentionRows(query, key, described, scaling, softcap=softcap, bias=bias, sinks=s_aux)
-    exact = softcap is not None or s_aux is not None or isinstance(attention_mask, FunctionMask)
-    if exact:
+    if softcap is not None or s_aux is not None:
         output = _exact_output(rows, value)
+    elif isinstance(attention_mask, FunctionMask):
+        output = _blocked_output(rows, attention_mask, value, position_bias)
     else:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+        kwargs.pop("output_attentions", None)  # weights are this function's business (it warns of them)
         output = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                         is_causal=is_causal, position_bias=position_bias, **kwargs)[0]
     mode = current_mode()
@@ -195,6 +201,29 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     if mode == "whole":
         return output, torch.stack([rows.dense(b) for b in range(query.shape[0])])
     return output, None
+
+
+def _blocked_output(rows: AttentionRows, described: FunctionMask, value: Tensor, bias: Tensor | None) -> Tensor:
+    """``softmax(q kᵀ · scale + bias) v`` through torch's fused kernel a block of query rows at a time, each
+    block over the keys its rows may see with its rows' mask (never a ``[Tq, Tk]`` mask), ``[B, Tq, H, dv]``.
+    A row that may see no key gives 0."""
+    query, key = rows.queries, rows.keys
+    groups = query.shape[1] // key.shape[1]
+    out = torch.empty(*query.shape[:-1], value.shape[-1], dtype=value.dtype, device=value.device)
+    step = rows_per_block(query.shape[1], key.shape[-2], query.shape[0])
+    for first in range(0, query.shape[-2], step):
+        stop = min(query.shape[-2], first + step)
+        width = max(1, described.visible(stop, first))
+        allowed = described.rows(first, stop, width)
+        mask: Tensor = allowed
+        if bias is not None:
+            mask = bias[..., first:stop, :width].to(query.dtype).masked_fill(~allowed, float("-inf"))
+        block = torch.nn.functional.scaled_dot_product_attention(
+            query[..., first:stop, :], key[..., :width, :], value[..., :width, :], attn_mask=mask, scale=rows.scale,
+            enable_gqa=groups > 1)
+        seen = allowed.any(-1, keepdim=True)
+        out[..., first:stop, :] = block if bool(seen.all()) else block.masked_fill(~seen, 0.0)
+    return out.transpose(1, 2).contiguous()
 
 
 def _exact_output(rows: AttentionRows, value: Tensor) -> Tensor:

@@ -91,11 +91,13 @@ def token_info(encoding: Any, texts: tuple[str, str | None], special_ids: frozen
     prev: tuple[int, int | None, int] | None = None  # (sequence, tokenizer word, end offset) of a word piece
     word = -1
     space_before = False
-    seq_ids = encoding.sequence_ids
+    # Each of an Encoding's properties builds its whole list when read: read each once (at 32,768
+    # tokens, reading them per token took seconds).
+    seq_ids, special_mask, tokenizer_words = encoding.sequence_ids, encoding.special_tokens_mask, encoding.word_ids
     pieces = zip(encoding.ids, encoding.tokens, encoding.offsets, strict=True)
     for i, (tid, piece, (start, end)) in enumerate(pieces):
         seq = seq_ids[i]
-        if encoding.special_tokens_mask[i] or seq is None or tid in special_ids:
+        if special_mask[i] or seq is None or tid in special_ids:
             labels.append(printable(piece))
             word_ids.append(-1)
             special.append(True)
@@ -106,7 +108,7 @@ def token_info(encoding: Any, texts: tuple[str, str | None], special_ids: frozen
         surface = source[start:end] if end > start else ""
         continues = (
             prev is not None
-            and prev[:2] == (seq, encoding.word_ids[i])
+            and prev[:2] == (seq, tokenizer_words[i])
             and start == prev[2]
             and bool(surface.strip())
             and not surface[:1].isspace()
@@ -128,7 +130,7 @@ def token_info(encoding: Any, texts: tuple[str, str | None], special_ids: frozen
         special.append(False)
         # A piece that is or ends in whitespace ends a word: what follows starts a new one.
         ends_word = not surface.strip() or surface[-1:].isspace() or piece.endswith(("▁", "Ġ"))
-        prev = None if ends_word else (seq, encoding.word_ids[i], end)
+        prev = None if ends_word else (seq, tokenizer_words[i], end)
     segment = [s if s is not None else (1 if i and seq_ids[i - 1] == 1 else 0) for i, s in enumerate(seq_ids)]
     return TokenInfo(ids=list(encoding.ids), labels=labels, special=special, word_ids=word_ids, segment_ids=segment)
 

@@ -1,0 +1,159 @@
+"""The fused engine (issue 30): attnviz's attention function in transformers' registry gives every layer's
+weights equal to eager attention's ``output_attentions``, on tiny random models of 30 architectures built
+from transformers' own config classes (encoders, decoders, encoder-decoders; grouped-query attention,
+sliding windows alternating per layer, chunked attention, soft-capping, learned sinks, partial rotary,
+q/k norms, mixtures of experts, relative position biases), for a padded batch of two texts of different
+lengths: with transformers' own masks, with the masks described (evaluated a block of rows at a time),
+and as row blocks made on demand. The layers' outputs equal eager's too. Families that do not route
+attention through the registry (ALiBi's Bloom and Falcon) keep eager, and say why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnviz.sources import hf_attention
+from attnviz.sources.hf_attention import switch_to_fused, weights_mode
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=99,
+             max_position_embeddings=128)
+GQA = dict(SMALL, num_key_value_heads=2)
+GPT = dict(n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=128)
+SEQ2SEQ = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+               encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=99, max_position_embeddings=128)
+
+# name: (config class, options, what it exercises)
+ZOO = {
+    "bert": ("BertConfig", SMALL, "encoder, absolute positions"),
+    "roberta": ("RobertaConfig", dict(SMALL, pad_token_id=1), "encoder, padding-offset positions"),
+    "distilbert": ("DistilBertConfig", dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, vocab_size=99), "encoder"),
+    "albert": ("AlbertConfig", dict(SMALL, embedding_size=16), "encoder, one layer's weights shared"),
+    "electra": ("ElectraConfig", dict(SMALL, embedding_size=16), "encoder"),
+    "modernbert": ("ModernBertConfig", dict(SMALL, global_attn_every_n_layers=2, local_attention=4, pad_token_id=0,
+                                            bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3),
+                   "encoder, local and global layers, rotary"),
+    "gpt2": ("GPT2Config", dict(GPT, bos_token_id=0, eos_token_id=0), "decoder, absolute positions"),
+    "gpt_neox": ("GPTNeoXConfig", dict(SMALL, rotary_pct=0.5), "decoder, partial rotary"),
+    "gptj": ("GPTJConfig", dict(GPT, rotary_dim=4), "decoder, partial rotary, parallel blocks"),
+    "codegen": ("CodeGenConfig", dict(GPT, rotary_dim=4), "decoder, fused qkv"),
+    "opt": ("OPTConfig", dict(SMALL, ffn_dim=64, word_embed_proj_dim=32), "decoder, learned positions"),
+    "llama": ("LlamaConfig", GQA, "decoder, grouped-query attention"),
+    "mistral": ("MistralConfig", dict(GQA, sliding_window=3), "decoder, sliding window"),
+    "mixtral": ("MixtralConfig", dict(GQA, num_local_experts=4, num_experts_per_tok=2), "mixture of experts"),
+    "qwen2": ("Qwen2Config", GQA, "decoder, qkv biases"),
+    "qwen3": ("Qwen3Config", dict(GQA, head_dim=8), "decoder, q/k norms"),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(GQA, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                                         moe_intermediate_size=16), "q/k norms, mixture of experts"),
+    "gemma": ("GemmaConfig", dict(GQA, head_dim=8), "decoder"),
+    "gemma2": ("Gemma2Config", dict(GQA, head_dim=8, sliding_window=3, attn_logit_softcapping=5.0,
+                                    final_logit_softcapping=3.0), "soft-capping, sliding windows alternating"),
+    "gemma3": ("Gemma3TextConfig", dict(GQA, head_dim=8, sliding_window=3), "q/k norms, local and global layers"),
+    "phi": ("PhiConfig", dict(SMALL, partial_rotary_factor=0.5), "partial rotary"),
+    "phi3": ("Phi3Config", dict(GQA, pad_token_id=0, bos_token_id=1, eos_token_id=2), "fused qkv"),
+    "olmo2": ("Olmo2Config", dict(GQA, pad_token_id=0, bos_token_id=1, eos_token_id=2), "q/k norms over all heads"),
+    "stablelm": ("StableLmConfig", dict(GQA, partial_rotary_factor=0.25), "partial rotary"),
+    "persimmon": ("PersimmonConfig", SMALL, "q/k layer norms, partial rotary"),
+    "starcoder2": ("Starcoder2Config", dict(GQA, sliding_window=3), "sliding window, biases"),
+    "cohere": ("CohereConfig", dict(GQA, pad_token_id=0, bos_token_id=1, eos_token_id=2), "parallel blocks"),
+    "gpt_oss": ("GptOssConfig", dict(GQA, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=3,
+                                     layer_types=["sliding_attention", "full_attention"]),
+                "learned sinks, sliding window, mixture of experts"),
+    "llama4": ("Llama4TextConfig", dict(GQA, head_dim=8, attention_chunk_size=3, intermediate_size_mlp=64,
+                                        num_local_experts=2, no_rope_layers=[1, 0]), "chunked attention, no-RoPE layers"),
+    "bart": ("BartConfig", SEQ2SEQ, "encoder-decoder, cross-attention"),
+    "t5": ("T5Config", dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=99),
+           "encoder-decoder, relative position bias"),
+}
+LENGTHS = (9, 6)  # the second text padded on the right
+
+
+def _model(name: str):
+    import transformers
+
+    config_name, options, _ = ZOO[name]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_name)(**options)
+    return transformers.AutoModel.from_config(config, attn_implementation="eager").eval()
+
+
+def _inputs(model) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, 99, (2, LENGTHS[0]), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, LENGTHS[1]:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if model.config.is_encoder_decoder:
+        inputs["decoder_input_ids"] = ids[:, :5]
+    return inputs
+
+
+def _attentions(out, encoder_decoder: bool) -> list[tuple[str, torch.Tensor]]:
+    names = ("encoder_attentions", "decoder_attentions", "cross_attentions") if encoder_decoder else ("attentions",)
+    return [(name, a) for name in names for a in getattr(out, name)]
+
+
+def _check(reference, got, encoder_decoder: bool) -> None:
+    want_all, got_all = _attentions(reference, encoder_decoder), _attentions(got, encoder_decoder)
+    assert len(want_all) == len(got_all) and len(want_all) >= 2
+    for (name, want), (_, have) in zip(want_all, got_all, strict=True):
+        if not isinstance(have, torch.Tensor):  # row blocks: made whole per text
+            have = torch.stack([have.dense(b) for b in range(want.shape[0])])
+        assert have.shape == want.shape, name
+        for b, n in enumerate(LENGTHS):
+            rows = n if name != "decoder_attentions" and name != "cross_attentions" else want.shape[-2]
+            keys = n if name != "decoder_attentions" else want.shape[-1]
+            torch.testing.assert_close(have[b, :, :rows, :keys].float(), want[b, :, :rows, :keys].float(),
+                                       rtol=0, atol=1e-5, msg=lambda m, name=name, b=b: f"{name}, text {b}: {m}")
+    hidden_want, hidden_got = reference[0], got[0]
+    for b, n in enumerate(LENGTHS):
+        rows = n if not encoder_decoder else hidden_want.shape[1]
+        torch.testing.assert_close(hidden_got[b, :rows], hidden_want[b, :rows], rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_every_layer_equals_eager_attention(name, monkeypatch):
+    model = _model(name)
+    inputs = _inputs(model)
+    encoder_decoder = bool(model.config.is_encoder_decoder)
+    with torch.no_grad():
+        reference = model(**inputs, output_attentions=True)
+        assert switch_to_fused(model, inputs, family=name, encoder_decoder=encoder_decoder) is None
+        assert hf_attention.is_fused(model)
+        with weights_mode("whole"):  # transformers' own masks (sdpa_mask), weights made whole
+            _check(reference, model(**inputs, output_attentions=True), encoder_decoder)
+        with weights_mode("rows"):  # row blocks on demand
+            _check(reference, model(**inputs, output_attentions=True), encoder_decoder)
+        monkeypatch.setattr(hf_attention, "DESCRIBE_FROM", 0)  # every mask described, as for a long text
+        with weights_mode("rows"):
+            _check(reference, model(**inputs, output_attentions=True), encoder_decoder)
+        plain = model(**inputs)  # no weights asked: the fused kernel alone, the same outputs
+        torch.testing.assert_close(plain[0][0], reference[0][0], rtol=0, atol=1e-4)
+
+
+def test_the_zoo_covers_what_the_issue_names():
+    covered = " ".join(what for _, _, what in ZOO.values())
+    for feature in ("encoder", "decoder", "encoder-decoder", "grouped-query", "sliding window", "soft-capping",
+                    "partial rotary", "q/k norms", "mixture of experts", "sinks", "chunked"):
+        assert feature in covered, feature
+    assert len(ZOO) >= 20
+
+
+@pytest.mark.parametrize("name", ["bloom", "falcon"])
+def test_families_outside_the_registry_keep_eager_attention(name):
+    """ALiBi's Bloom and Falcon compute attention themselves: the probe finds it, and the model stays on eager."""
+    import transformers
+
+    config = {"bloom": transformers.BloomConfig(hidden_size=32, n_layer=2, n_head=4, vocab_size=99),
+              "falcon": transformers.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                  vocab_size=99, alibi=True)}[name]
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config, attn_implementation="eager").eval()
+    inputs = _inputs(model)
+    with torch.no_grad():
+        before = model(**inputs, output_attentions=True).attentions
+        reason = switch_to_fused(model, inputs, family=name, encoder_decoder=False)
+        assert reason is not None and name in reason and "registry" in reason
+        assert not hf_attention.is_fused(model)
+        after = model(**inputs, output_attentions=True).attentions  # eager again, the same weights
+    for want, have in zip(before, after, strict=True):
+        torch.testing.assert_close(have, want, rtol=0, atol=0)
