@@ -55,6 +55,7 @@ def extract(
     device: str = "cpu",
     device_map: str | None = None,
     trust_remote_code: bool = False,
+    dtype: str | None = None,
 ) -> AttentionResult:
     """Attention of every head of ``model`` on ``text``.
 
@@ -64,7 +65,7 @@ def extract(
             Face model folder; or a hub id such as ``gpt2``.
         engine: ``"native"`` (our attention on the model's weights), ``"fused"`` (transformers with attnviz's
             attention function), ``"hf"`` (transformers' eager attention), or
-            ``"auto"``: native where it supports the model.
+            ``"auto"``: the first of those that runs the model.
         causal: config models only: force a causal mask on or off.
         pair: a second sentence (BERT-style sentence pairs).
         target: the decoder's input, for encoder-decoder models (T5, BART).
@@ -76,12 +77,14 @@ def extract(
         revision: a hub branch, tag or commit.
         device: ``cpu``, ``cuda`` or ``mps``; ``device_map="auto"`` spreads a large model (transformers).
         trust_remote_code: let transformers run a hub model's own code. Off unless asked for.
+        dtype: ``"bfloat16"`` or ``"float16"`` runs the model in half precision on the transformers engines
+            (default: float32 on the CPU); the fused engine computes the weights in float32 either way.
 
     Returns:
         An :class:`AttentionResult` whose ``attentions`` are float32 ``[layers, heads, q, k]``.
     """
     source = load_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code)
+                         device_map=device_map, trust_remote_code=trust_remote_code, dtype=dtype)
     kwargs = {"float16": True} if float16 else {}
     return source.extract(text, pair=pair, target=target, truncate=truncate, details=details, layers=layers, **kwargs)
 
@@ -173,11 +176,14 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
 
 
 def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | None = None, revision: str | None = None,
-         device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False) -> Source:
+         device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False,
+         dtype: str | None = None) -> Source:
     """The :class:`~attnviz.sources.base.Source` for ``model`` (see :func:`extract` for the arguments),
-    to pass to the functions below so a model is loaded once for several calls."""
+    to pass to the functions below so a model is loaded once for several calls. ``dtype``
+    (``"float32"``, ``"bfloat16"``, ``"float16"``): the model's precision on the transformers engines
+    (default: float32 on the CPU, the checkpoint's own elsewhere); the weights are computed in float32."""
     return load_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
-                       trust_remote_code=trust_remote_code)
+                       trust_remote_code=trust_remote_code, dtype=dtype)
 
 
 def attention_view(

@@ -75,12 +75,26 @@ def heads(folder: Path, text: Path, engine: str) -> list[str]:
             "--format", "json"]
 
 
+def report(runs: dict[str, list[dict]], rows: int) -> None:
+    median = {name: (statistics.median(r["seconds"] for r in rs), statistics.median(r["peak_mib"] for r in rs))
+              for name, rs in runs.items()}
+    for name, (seconds, peak) in median.items():
+        print(f"   {name:32s} {seconds:7.2f} s   peak {peak:7.0f} MiB")
+    ours, floor, eager = median["attnviz heads (auto: fused)"], median["bare SDPA forward (floor)"], \
+        median["bare eager, output_attentions"]
+    before = median["attnviz heads --engine hf"]
+    print(f"   fused/floor time {ours[0] / floor[0]:.2f}× (goal ≤ 1.5×); fused/eager-forward peak "
+          f"{ours[1] / eager[1]:.2f}× (goal ≤ 0.25×); fused/hf engine {ours[0] / before[0]:.2f}× time, "
+          f"{ours[1] / before[1]:.2f}× peak; {rows} head rows")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--long", type=int, nargs="?", const=32768, default=None,
                         help="also the Gemma-3 shape at this many tokens (default 32,768) within 4 GiB")
+    parser.add_argument("--skip-short", action="store_true", help="only the --long run")
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     unlimited = 64 * 2**30
@@ -95,25 +109,17 @@ def main() -> None:
             "bare eager, output_attentions": [sys.executable, "-c", FORWARD, str(folder), str(text), "eager"],
         }
         runs: dict[str, list[dict]] = {name: [] for name in sides}
-        for _ in range(args.repeat):
+        for _ in range(0 if args.skip_short else args.repeat):
             for name, command in sides.items():
                 result = measure(unlimited, command, env, str(out) if name.startswith("attnviz heads (") else os.devnull)
                 if result["rc"] != 0:
                     sys.exit(f"{name} failed: {result['error']}")
                 runs[name].append(result)
-        rows = len(json.loads(out.read_text())["heads"])
-        print(f"== heads --file, one text of {args.length:,} tokens, Qwen3 shape (4 layers, 8 heads over 2 KV heads, "
+        rows = len(json.loads(out.read_text())["heads"]) if out.exists() else 0
+        if not args.skip_short:
+            print(f"== heads --file, one text of {args.length:,} tokens, Qwen3 shape (4 layers, 8 heads over 2 KV heads, "
               f"hidden 256, head_dim 32); medians of {args.repeat} fresh processes each")
-        median = {name: (statistics.median(r["seconds"] for r in rs), statistics.median(r["peak_mib"] for r in rs))
-                  for name, rs in runs.items()}
-        for name, (seconds, peak) in median.items():
-            print(f"   {name:32s} {seconds:7.2f} s   peak {peak:7.0f} MiB")
-        ours, floor, eager = median["attnviz heads (auto: fused)"], median["bare SDPA forward (floor)"], \
-            median["bare eager, output_attentions"]
-        before = median["attnviz heads --engine hf"]
-        print(f"   fused/floor time {ours[0] / floor[0]:.2f}× (goal ≤ 1.5×); fused/eager-forward peak "
-              f"{ours[1] / eager[1]:.2f}× (goal ≤ 0.25×); fused/hf engine {ours[0] / before[0]:.2f}× time, "
-              f"{ours[1] / before[1]:.2f}× peak; {rows} head rows")
+            report(runs, rows)
         if args.long:
             long_folder, long_text = Path(tmp) / "gemma3-small", Path(tmp) / "long.txt"
             build(long_folder, "gemma3", args.long)

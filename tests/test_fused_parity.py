@@ -157,3 +157,91 @@ def test_families_outside_the_registry_keep_eager_attention(name):
         after = model(**inputs, output_attentions=True).attentions  # eager again, the same weights
     for want, have in zip(before, after, strict=True):
         torch.testing.assert_close(have, want, rtol=0, atol=0)
+
+
+def test_half_precision_runs_the_model_in_it_and_the_weights_in_float32(tiny_hf):
+    """``dtype="bfloat16"``: the model in bfloat16 (auto leaves the native engine for fused), the weights computed
+    in float32 from its queries and keys: rows sum to 1 to float32 rounding, and near the float32 run's."""
+    import attnviz
+    from attnviz.errors import UsageError
+
+    text = "The cat sat on the mat because it was tired."
+    full = attnviz.extract(text, model=tiny_hf["llama"])
+    half = attnviz.extract(text, model=tiny_hf["llama"], dtype="bfloat16")
+    assert full.metadata["engine"] == "native" and half.metadata["engine"] == "fused"
+    assert half.attentions.dtype == torch.float32
+    torch.testing.assert_close(half.attentions.sum(-1), torch.ones(half.attentions.shape[:-1]), rtol=0, atol=1e-5)
+    assert float((half.attentions - full.attentions).abs().max()) < 0.05
+    with pytest.raises(UsageError, match="native engine computes in float32"):
+        attnviz.extract(text, model=tiny_hf["llama"], engine="native", dtype="float16")
+    with pytest.raises(UsageError, match="unknown"):
+        attnviz.extract(text, model=tiny_hf["llama"], dtype="float8")
+
+
+@pytest.fixture(scope="module")
+def folders(tiny_hf, tmp_path_factory):
+    """Saved models with the tiny LLaMA's tokenizer: a Gemma 2 (soft-capping, windows of 64 on every other
+    layer, 1,024 positions) and a Bloom (ALiBi, outside the registry)."""
+    import shutil
+
+    import transformers
+    from transformers import AutoConfig
+
+    root = tmp_path_factory.mktemp("fused")
+    vocab = AutoConfig.from_pretrained(tiny_hf["llama"]).vocab_size
+    configs = {
+        "gemma2": transformers.Gemma2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                            max_position_embeddings=1024, sliding_window=64, attn_logit_softcapping=5.0),
+        "bloom": transformers.BloomConfig(vocab_size=vocab, hidden_size=32, n_layer=2, n_head=4),
+    }
+    out = {}
+    for name, config in configs.items():
+        folder = root / name
+        shutil.copytree(tiny_hf["llama"], folder)
+        (folder / "config.json").unlink()
+        torch.manual_seed(0)
+        transformers.AutoModel.from_config(config).save_pretrained(folder)
+        out[name] = str(folder)
+    return out
+
+
+def test_a_family_outside_the_registry_runs_eager_and_says_why(folders, run_cli):
+    from attnviz.errors import ModelNotFoundError
+    from attnviz.sources.resolve import load_source
+
+    source = load_source(folders["bloom"])
+    assert source.engine == "hf" and "does not route its attention" in source.describe()
+    with pytest.raises(ModelNotFoundError, match="the fused engine cannot run .*use engine=hf or auto"):
+        load_source(folders["bloom"], engine="fused")
+    result = run_cli("heads", "The cat sat on the mat.", "--model", folders["bloom"], "--verbose")
+    assert result.exit_code == 0, result.output
+    assert "engine hf (bloom)" in result.stderr and "eager: bloom does not route" in result.stderr
+    fused = run_cli("heads", "The cat sat on the mat.", "--model", folders["gemma2"], "--verbose")
+    assert fused.exit_code == 0 and "engine fused (gemma2)" in fused.stderr
+
+
+def test_a_long_text_through_described_masks_and_row_blocks_equals_eager(folders, monkeypatch):
+    """728 tokens: each layer comes as row blocks (past 512 tokens), a window's mask described as transformers'
+    function (64 keys on layer 0), soft-capping on both, and the weights equal the eager engine's."""
+    import attnviz
+    from attnviz.sources.resolve import load_source
+
+    monkeypatch.setattr(hf_attention, "DESCRIBE_FROM", 100_000)  # 700 × 700 masks are described
+    text = " ".join(["the cat sat on the mat and the dog ran after it"] * 33)
+    fused_source = load_source(folders["gemma2"])
+    assert fused_source.engine == "fused"
+    stream = fused_source.stream_batch([text])
+    masks = []
+    for _, parts in stream:
+        assert parts[0].made_from is not None  # row blocks, never the whole layer
+        masks.append(type(parts[0].made_from[0].mask).__name__)
+        del parts
+    # the sliding layer's mask is transformers' function, described; the global one is plainly causal (no mask)
+    assert len(stream.results[0].tokens) > 512 and masks == ["FunctionMask", "RowMask"]
+    fused = attnviz.extract(text, model=folders["gemma2"])
+    eager = attnviz.extract(text, model=folders["gemma2"], engine="hf")
+    torch.testing.assert_close(fused.attentions, eager.attentions, rtol=0, atol=1e-5)
+    row = fused.attentions[:, :, 600]  # layer 0 slides a window of 64: query 600 sees keys 537 to 600
+    assert bool((row[0, :, :537] == 0).all()) and bool((row[0, :, 537:601] > 0).all())
+    assert bool((row[1, :, :601] > 0).all())  # layer 1 sees every key before it

@@ -164,6 +164,8 @@ class AttentionRows:
         chosen = self._heads(heads)
         groups = self.n_heads // int(self.keys.shape[1])
         keys = self.keys[item, :, c0:c1].transpose(-2, -1)  # (H_kv, d, keys)
+        if keys.dtype in (torch.float16, torch.bfloat16):  # a model run in half precision: weights in float32
+            return self._products32(item, first, stop, keys.float(), heads, scale, groups)
         if groups == 1:
             return (self.queries[item, chosen.start : chosen.stop : chosen.step, first:stop] * scale) @ keys[
                 chosen.start : chosen.stop : chosen.step]
@@ -173,6 +175,12 @@ class AttentionRows:
             out = q.reshape(keys.shape[0], groups * rows, q.shape[-1]) @ keys
             return out.view(self.n_heads, rows, -1)
         return torch.stack([(self.queries[item, h, first:stop] * scale) @ keys[h // groups] for h in chosen])
+
+    def _products32(self, item: int, first: int, stop: int, keys: Tensor, heads: slice | None, scale: float,
+                    groups: int) -> Tensor:
+        chosen = self._heads(heads)
+        q = self.queries[item, chosen.start : chosen.stop : chosen.step, first:stop].float() * scale
+        return torch.stack([q[i] @ keys[h // groups] for i, h in enumerate(chosen)])
 
     def _logits(self, item: int, first: int, stop: int, c0: int, c1: int, heads: slice | None,
                 mask: Tensor | None) -> Tensor:

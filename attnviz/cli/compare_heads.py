@@ -16,6 +16,8 @@ from .options import (
     Device,
     DeviceMap,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     EngineChoice,
     EngineOpt,
     HideSpecial,
@@ -58,6 +60,7 @@ def compare_heads(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    dtype: Dtype | None = DtypeOpt,
     device_map: str | None = DeviceMap,
     pair: str | None = Pair,
     causal: bool | None = Causal,
@@ -88,7 +91,8 @@ def compare_heads(
     if page and (vs is not None or vs_model is not None):
         raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
     options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
-                            device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+                            device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
+                         dtype=dtype)
     source = options.load()
     text = text_or_example(text, source)
     from ..report import comparison_report

@@ -14,6 +14,8 @@ from .options import (
     CmapOpt,
     Device,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     EngineChoice,
     EngineOpt,
     Model,
@@ -46,6 +48,7 @@ def generate(
     width: int | None = Width,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    dtype: Dtype | None = DtypeOpt,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
@@ -67,7 +70,7 @@ def generate(
 
     result = run(prompt, model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_k=top_k,
                  top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, engine=engine.value, revision=revision, device=device.value,
-                 trust_remote_code=trust_remote_code)
+                 trust_remote_code=trust_remote_code, dtype=None if dtype is None else dtype.value)
     console = stdout_console(width)
     if verbose:
         import sys

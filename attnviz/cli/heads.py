@@ -14,6 +14,8 @@ from .options import (
     Device,
     DeviceMap,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     EngineChoice,
     EngineOpt,
     HideSpecial,
@@ -71,6 +73,7 @@ def heads(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    dtype: Dtype | None = DtypeOpt,
     device_map: str | None = DeviceMap,
     layer: str = Layer,
     kind: KindChoice = Kind,
@@ -105,7 +108,8 @@ def heads(
             "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": device_map is not None})
         assert file is not None and out is not None  # checked above
         options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
-                                device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+                                device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
+                         dtype=dtype)
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
                                     reading=reading(hide_special, renormalize, words), batch_size=BATCH)
         write_parquet(file, out, settings, verbose=verbose)
@@ -123,7 +127,8 @@ def heads(
         raise UsageError("--target is the decoder's input for TEXT; it does not go with --file or --probe")
     view = reading(hide_special, renormalize, words)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
+                         dtype=dtype)
     if given == 0:  # the example sentence (a matrices config or a saved result has its own input)
         text = text_or_example(text, source)
     from ..api import heads_of

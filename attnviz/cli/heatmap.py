@@ -15,6 +15,8 @@ from .options import (
     Device,
     DeviceMap,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     EngineChoice,
     EngineOpt,
     Fit,
@@ -78,6 +80,7 @@ def heatmap(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    dtype: Dtype | None = DtypeOpt,
     device_map: str | None = DeviceMap,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
@@ -107,7 +110,8 @@ def heatmap(
 
         check_output_path(out)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
+                         dtype=dtype)
     text = text_or_example(text, source)
     if out is not None and out.suffix.lower() == ".html":  # the interactive page: every head, the one asked open
         if values or vmax is not None:

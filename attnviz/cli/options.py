@@ -35,6 +35,12 @@ class EngineChoice(str, Enum):
     hf = "hf"
 
 
+class Dtype(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
 class Device(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
@@ -55,6 +61,9 @@ EngineOpt = typer.Option(
 )
 Revision = typer.Option(None, "--revision", help="Hub branch, tag or commit of --model.", show_default=False)
 DeviceOpt = typer.Option(Device.cpu, "--device", help="Where the model runs.")
+DtypeOpt = typer.Option(None, "--dtype", help="The model's precision on the transformers engines (default: float32 on "
+                        "the CPU, the checkpoint's own elsewhere); the weights are computed in float32 either way.",
+                        show_default=False)
 DeviceMap = typer.Option(
     None, "--device-map", help="'auto' spreads a model too large for one device (transformers + accelerate).",
     show_default=False,
@@ -175,22 +184,26 @@ class ModelOptions:
     device_map: str | None = None
     trust_remote_code: bool = False
     verbose: bool = False
+    dtype: str | None = None
 
     def load(self) -> Any:
         """The source, through :func:`attnviz.api.load`; with ``verbose``, say on stderr which engine runs it."""
         from ..api import load
 
         source = load(self.model, engine=self.engine, causal=self.causal, revision=self.revision,  # type: ignore[arg-type]
-                      device=self.device, device_map=self.device_map, trust_remote_code=self.trust_remote_code)
+                      device=self.device, device_map=self.device_map, trust_remote_code=self.trust_remote_code,
+                      dtype=self.dtype)
         if self.verbose:
             sys.stderr.write(f"attnviz: {source.describe()}\n")
         return source
 
 
 def model_options(model: str | None, *, engine: EngineChoice, causal: bool | None, revision: str | None,
-                  device: Device, device_map: str | None, trust_remote_code: bool, verbose: bool) -> ModelOptions:
+                  device: Device, device_map: str | None, trust_remote_code: bool, verbose: bool,
+                  dtype: Dtype | None = None) -> ModelOptions:
     """The shared options of a command, from its parameters."""
-    return ModelOptions(model, engine.value, causal, revision, device.value, device_map, trust_remote_code, verbose)
+    return ModelOptions(model, engine.value, causal, revision, device.value, device_map, trust_remote_code, verbose,
+                        None if dtype is None else dtype.value)
 
 
 def open_source(model: str | None, **options: Any) -> Any:

@@ -19,6 +19,8 @@ from .options import (
     Device,
     DeviceMap,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     EngineChoice,
     EngineOpt,
     Fit,
@@ -94,6 +96,7 @@ def rollout(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    dtype: Dtype | None = DtypeOpt,
     device_map: str | None = DeviceMap,
     pair: str | None = Pair,
     causal: bool | None = Causal,
@@ -132,7 +135,8 @@ def rollout(
                          head=None if head is None else parse_head(head), target_token=target_token, vs=vs,
                          force=force, kind=kind_name(kind), target=target, reading=view, pair=pair)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
-                         trust_remote_code=trust_remote_code, verbose=verbose)
+                         trust_remote_code=trust_remote_code, verbose=verbose,
+                         dtype=dtype)
     text = text_or_example(text, source)
     from ..api import attribution_view
 

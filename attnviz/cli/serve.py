@@ -13,6 +13,8 @@ from .options import (
     Device,
     DeviceMap,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     EngineChoice,
     EngineOpt,
     Model,
@@ -38,6 +40,7 @@ def serve(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    dtype: Dtype | None = DtypeOpt,
     device_map: str | None = DeviceMap,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
@@ -55,7 +58,8 @@ def serve(
     if not host.strip():
         raise UsageError("--host is empty; give an address such as 127.0.0.1")
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
+                         dtype=dtype)
     if source.capabilities.fixed_input:
         raise UsageError(f"{source.name} has a fixed input (a matrices config or a saved result): there is nothing "
                          "to type; use attnviz view")

@@ -15,6 +15,8 @@ from .options import (
     Device,
     DeviceMap,
     DeviceOpt,
+    Dtype,
+    DtypeOpt,
     EngineChoice,
     EngineOpt,
     HideSpecial,
@@ -83,6 +85,7 @@ def view(
     engine: EngineChoice = EngineOpt,
     revision: str | None = Revision,
     device: Device = DeviceOpt,
+    dtype: Dtype | None = DtypeOpt,
     device_map: str | None = DeviceMap,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
@@ -109,7 +112,8 @@ def view(
     check_output_path(out)
     text = text_from_file(text, text_file)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose)
+                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
+                         dtype=dtype)
     text = text_or_example(text, source)
     from ..api import page_view
     from ..render.html import render_html

@@ -39,7 +39,7 @@ class ExportActor:
         self.settings, self.out_dir = settings, Path(out_dir)
         self.source = load_source(settings.model, engine=settings.engine, revision=settings.revision,  # type: ignore[arg-type]
                                   device=settings.device, trust_remote_code=settings.trust_remote_code,
-                                  causal=settings.causal)
+                                  causal=settings.causal, dtype=settings.dtype)
 
     def describe(self) -> str:
         return f"{self.source.describe()} (a Ray actor on {os.uname().nodename}, pid {os.getpid()})"

@@ -86,7 +86,8 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
     from ..sources.resolve import load_source
 
     source = load_source(settings.model, engine=settings.engine, revision=settings.revision,  # type: ignore[arg-type]
-                         device=settings.device, trust_remote_code=settings.trust_remote_code, causal=settings.causal)
+                         device=settings.device, trust_remote_code=settings.trust_remote_code, causal=settings.causal,
+                         dtype=settings.dtype)
     if on_source is not None:
         on_source(source)
     pending: deque[tuple[Item, list[str], dict[str, Any], list[Future[Any]]]] = deque()

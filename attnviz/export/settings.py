@@ -25,6 +25,7 @@ class ExportSettings:
     engine: str = "auto"
     revision: str | None = None
     device: str = "cpu"
+    dtype: str | None = None  # the model's precision on the transformers engines (None: float32 on the CPU)
     trust_remote_code: bool = False
     causal: bool | None = None  # config models: force a causal mask on or off (None: the config's)
     layers: tuple[int, ...] | None = None  # None: every layer
@@ -79,7 +80,7 @@ class ExportSettings:
                 "float16", "truncate", "cmap", "style")
         values = {k: getattr(self, k) for k in keys}
         # Only when set, so earlier exports keep their fingerprint.
-        values.update({k: getattr(self, k) for k in ("causal", "pair") if getattr(self, k) is not None})
+        values.update({k: getattr(self, k) for k in ("causal", "pair", "dtype") if getattr(self, k) is not None})
         values.update({k: True for k in ("hide_special", "renormalize", "words") if getattr(self, k)})
         blob = json.dumps(values, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -139,7 +140,8 @@ _PARSERS = {
     "shard": parse_shard,
 }
 _KINDS = {"batch_size": int, "jobs": int, "trust_remote_code": bool, "causal": bool, "float16": bool, "truncate": bool, "quiet": bool,
-          "grid": bool, "model": str, "revision": str, "engine": str, "device": str, "field": str, "column": str,
+          "grid": bool, "model": str, "revision": str, "engine": str, "device": str, "dtype": str, "field": str,
+          "column": str,
           "cmap": str, "input_format": str, "style": str, "pair": str,
           "hide_special": bool, "renormalize": bool, "words": bool, "backend": str, "ray_address": str}
 _INPUT_FORMATS = ("auto", "lines", "jsonl", "csv", "parquet")

@@ -35,7 +35,7 @@ __all__ = ["MAX_NEW_TOKENS", "Sampling", "generate", "generated_summary"]
 def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20, sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              stop_at_eos: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
-             trust_remote_code: bool = False) -> AttentionResult:
+             trust_remote_code: bool = False, dtype: str | None = None) -> AttentionResult:
     """Continue ``prompt`` with a causal language model (a folder, a hub id such as ``gpt2``, or a
     causal config model with a vocabulary) and return every token's attention at the step that
     processed it (see the module's docs).
@@ -43,13 +43,17 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     ``engine``: ``auto`` runs attnviz's own attention with a key/value cache where the native engine
     supports the model (GPT-2, the LLaMA family), else transformers' ``generate`` on attnviz's attention
     function (``fused``) where the family routes attention through transformers' registry, else on eager
-    attention (``hf``); ``native``, ``fused`` or ``hf`` insist on one.
+    attention (``hf``); ``native``, ``fused`` or ``hf`` insist on one. ``dtype``: the model's precision on
+    transformers (``bfloat16``, ``float16``; default float32 on the CPU), the weights computed in float32.
     """
     from ..sources.files import read_config
     from ..sources.hub import fetch_config, hub_reachable
-    from ..sources.resolve import check_run_options, locate, native_source
+    from ..sources.resolve import check_dtype, check_run_options, locate, native_source
 
     check_run_options(engine, device)
+    check_dtype(dtype)
+    if dtype not in (None, "float32") and engine == "native":
+        raise UsageError(f"the native engine computes in float32; [[dtype={dtype}]] is for [[engine=fused]] or hf")
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and {MAX_NEW_TOKENS}")
     sampling = Sampling(sample, temperature, top_k, top_p, seed)
@@ -75,7 +79,7 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
                                "stop_at_eos": stop_at_eos}
     hf_options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code, "device": device,
                                   "local_files_only": place.hub_id is not None and not hub_reachable(),
-                                  "attention": {"hf": "eager", "fused": "fused"}.get(engine, "auto")}
+                                  "attention": {"hf": "eager", "fused": "fused"}.get(engine, "auto"), "dtype": dtype}
     if config.get("is_encoder_decoder"):
         if engine == "native":
             raise ModelNotFoundError(f"the native engine cannot generate with {place.name}: encoder-decoder models "
@@ -83,7 +87,7 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
         from .seq2seq import generate_seq2seq_hf
 
         return generate_seq2seq_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
-    if engine in ("auto", "native"):
+    if engine in ("auto", "native") and dtype in (None, "float32"):
         native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             del options["name"]

@@ -13,13 +13,13 @@ from .sampling import Sampling
 
 def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool,
                 revision: str | None = None, trust_remote_code: bool = False, local_files_only: bool = False,
-                device: str = "cpu", attention: str = "auto") -> AttentionResult:
+                device: str = "cpu", attention: str = "auto", dtype: str | None = None) -> AttentionResult:
     """Generate with transformers from ``ref`` (a folder or hub id) and keep every attention row; with
     ``attention`` ``"auto"`` through attnviz's attention function where it gives eager's weights."""
     import torch
 
     tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
-                             local_files_only=local_files_only, device=device, attention=attention)
+                             local_files_only=local_files_only, device=device, attention=attention, dtype=dtype)
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     if encoded["input_ids"].shape[1] == 0:
         raise UsageError("the tokenizer produced no tokens for the prompt")
@@ -106,7 +106,7 @@ def whole_weights(model: Any) -> Any:
 
 
 def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,
-          device: str, seq2seq: bool = False, attention: str = "auto") -> tuple[Any, Any]:
+          device: str, seq2seq: bool = False, attention: str = "auto", dtype: str | None = None) -> tuple[Any, Any]:
     """The tokenizer and the float32 model, with its language-model head: ``...ForCausalLM``, or
     ``...ForConditionalGeneration`` when ``seq2seq`` (an encoder-decoder such as T5 or BART); on attnviz's
     attention function (``attention`` ``"auto"`` where it gives eager's weights on a probe, ``"fused"`` or an
@@ -120,10 +120,12 @@ def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remo
     auto, what, example = ((AutoModelForSeq2SeqLM, "an encoder-decoder language model", "...ForConditionalGeneration")
                            if seq2seq else (AutoModelForCausalLM, "a causal language model", "...ForCausalLM"))
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "local_files_only": local_files_only}
-    dtype = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+    precision = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype":
+                 getattr(torch, dtype or "float32")}
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref, **kwargs)
-        model, info = auto.from_pretrained(ref, attn_implementation="eager", output_loading_info=True, **dtype, **kwargs)
+        model, info = auto.from_pretrained(ref, attn_implementation="eager", output_loading_info=True, **precision,
+                                           **kwargs)
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelNotFoundError(f"{name} cannot generate: it is not {what} transformers can load ({first})") from None

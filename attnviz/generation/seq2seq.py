@@ -34,7 +34,8 @@ TARGET_START = 1
 
 def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling,
                         stop_at_eos: bool, revision: str | None = None, trust_remote_code: bool = False,
-                        local_files_only: bool = False, device: str = "cpu", attention: str = "auto") -> AttentionResult:
+                        local_files_only: bool = False, device: str = "cpu", attention: str = "auto",
+                        dtype: str | None = None) -> AttentionResult:
     """Generate with transformers from the encoder-decoder model ``ref`` (a folder or hub id), reading
     ``prompt`` as the source, and keep every decoder self- and cross-attention row (see the module's docs).
     Greedy unless ``sampling.sample``; the same ``sampling.seed`` gives the same tokens. The arguments
@@ -42,7 +43,8 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
     import torch
 
     tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
-                             local_files_only=local_files_only, device=device, seq2seq=True, attention=attention)
+                             local_files_only=local_files_only, device=device, seq2seq=True, attention=attention,
+                                           dtype=dtype)
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     source = {"input_ids": encoded["input_ids"],
               "attention_mask": encoded.get("attention_mask", torch.ones_like(encoded["input_ids"]))}

@@ -49,6 +49,7 @@ def _load(
     name: str,
     local_files_only: bool,
     cpu: bool,
+    precision: str | None = None,
 ) -> tuple[Any, Any]:
     import transformers
     from transformers import AutoModel, AutoTokenizer
@@ -61,14 +62,15 @@ def _load(
     }
     # On the CPU, compute in float32 whatever the checkpoint's dtype (as the native engine does):
     # half precision there is slow, and its rounding would differ from the native engine's numbers.
-    dtype = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    dtype = {key: getattr(torch, precision or "float32")}
     try:
         from transformers import AutoConfig
 
         AutoConfig.from_pretrained(ref, **kwargs)  # an unknown architecture fails here, clearly, first
         tokenizer = AutoTokenizer.from_pretrained(ref, **kwargs)
         model = AutoModel.from_pretrained(
-            ref, attn_implementation="eager", device_map=device_map, **(dtype if cpu else {}), **kwargs
+            ref, attn_implementation="eager", device_map=device_map, **(dtype if cpu or precision else {}), **kwargs
         )
     except (ImportError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0]
@@ -109,12 +111,13 @@ class HFSource(ModelSource):
         local_files_only: bool = False,
         attention: str = "auto",
         why: str | None = None,
+        dtype: str | None = None,
     ) -> None:
         """``attention``: ``"auto"`` (attnviz's attention function where it gives eager's weights, else
         eager), ``"fused"`` (that function or an error) or ``"eager"``; ``why``: why no native engine."""
         hf_tokenizer, self.model = _load(
             ref, revision=revision, trust_remote_code=trust_remote_code, device_map=device_map, name=name,
-            local_files_only=local_files_only, cpu=device == "cpu" and device_map is None,
+            local_files_only=local_files_only, cpu=device == "cpu" and device_map is None, precision=dtype,
         )
         if device_map is None:
             self.model.to(device)
@@ -157,11 +160,14 @@ class HFSource(ModelSource):
         return "fused" if self.fused else "hf"
 
     def describe(self) -> str:
-        how = ("attnviz's attention function in transformers' registry: the layer's output through the fused "
-               "kernel, the weights from the queries and keys, equal to eager attention on a probe") if self.fused \
+        from ..errors import in_api_terms
+
+        precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        how = ("transformers with attnviz's attention function (each layer's output through the fused kernel, its "
+               "weights from the queries and keys; equal to eager attention on a probe)") if self.fused \
             else "transformers' eager attention"
-        return f"{super().describe()}; {how}" + (f"; eager because {self.why}" if self.why and not self.fused else "") \
-            + (f" ({self.why})" if self.why and self.fused else "")
+        because = "" if not self.why else f"; {'not native' if self.fused else 'eager'}: {in_api_terms(self.why)}"
+        return f"engine {self.engine} ({self.family}) on {self.device} in {precision}, model {self.name}: {how}{because}"
 
     def _try_fused(self, *, required: bool) -> None:
         """Switch the model to attnviz's attention function if it gives eager attention's weights on a short
@@ -232,13 +238,13 @@ class HFSource(ModelSource):
 
             auto = {"causal-lm": transformers.AutoModelForCausalLM, "masked-lm": transformers.AutoModelForMaskedLM}[task]
             a = self._reload
-            cpu = self.model.device.type == "cpu" and a["device_map"] is None
-            dtype = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+            key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+            dtype = {key: next(self.model.parameters()).dtype}  # the precision the model was loaded in
             try:
                 model, info = auto.from_pretrained(
                     a["ref"], attn_implementation="eager", device_map=a["device_map"], revision=a["revision"],
                     trust_remote_code=a["trust_remote_code"], local_files_only=a["local_files_only"],
-                    output_loading_info=True, **(dtype if cpu else {}))
+                    output_loading_info=True, **dtype)
             except (ValueError, KeyError, OSError):  # no such head for this architecture
                 model, info = None, {}
             if model is not None and not info.get("missing_keys"):

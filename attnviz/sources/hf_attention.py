@@ -73,7 +73,8 @@ def register() -> None:
 
 def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str, encoder_decoder: bool) -> str | None:
     """Switch ``model`` (loaded with eager attention) to attnviz's attention function if its weights equal
-    eager attention's on ``inputs`` (a short padded batch) to 1e-4 in every layer; None when switched, else
+    eager attention's on ``inputs`` (a short padded batch) in every layer (to 1e-4 in float32, 5e-2 in half
+    precision); None when switched, else
     why not (the model is left on eager attention)."""
     register()
     reason = None
@@ -91,7 +92,7 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
             error = _largest_difference(reference, got, inputs.get("attention_mask"))
             if getattr(_state, "calls", 0) == 0:
                 reason = f"{family} does not route its attention through transformers' registry (it computes its own)"
-            elif error is None or error > 1e-4:
+            elif error is None or error > _tolerance(model):
                 reason = (f"{family}'s attention through transformers' registry differs from eager on a probe "
                           f"({'other layers' if error is None else f'by {error:.1e}'})")
     if reason is not None:
@@ -99,6 +100,12 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
     else:
         _fused.add(model)
     return reason
+
+
+def _tolerance(model: nn.Module) -> float:
+    """How far the probe's weights may be from eager's: float rounding in float32; in half precision eager
+    rounds its scores to 8 bits of mantissa (bfloat16) before the softmax, and attnviz does not."""
+    return 1e-4 if next(model.parameters()).dtype == torch.float32 else 5e-2
 
 
 def _all_attentions(model: nn.Module, inputs: dict[str, Tensor], encoder_decoder: bool) -> list[Tensor]:

@@ -82,8 +82,14 @@ def load_source(
     device: str = "cpu",
     device_map: str | None = None,
     trust_remote_code: bool = False,
+    dtype: str | None = None,
 ) -> Source:
-    """The source for a ``--model`` value, run by the engine ``engine`` asks for."""
+    """The source for a ``--model`` value, run by the engine ``engine`` asks for; ``dtype``: the model's
+    precision on the transformers engines (see :func:`check_dtype`)."""
+    check_dtype(dtype)
+    if dtype is not None and (is_saved_result(model) or (model is not None and model.lower().endswith(".toml"))):
+        raise UsageError(f"[[dtype]] is for models transformers runs; {model} is "
+                         f"{'a saved result' if is_saved_result(model) else 'a config model'}, computed in float32")
     if is_saved_result(model):
         return _saved_source(model, engine=engine, causal=causal, revision=revision, device=device,  # type: ignore[arg-type]
                              device_map=device_map, trust_remote_code=trust_remote_code)
@@ -98,7 +104,12 @@ def load_source(
         raise UsageError("[[causal]] applies to .toml config models; a trained model's masking is its own")
     place = locate(model)
     why = None
-    if engine in ("auto", "native") and device_map is None:
+    half = dtype not in (None, "float32")
+    if engine == "native" and half:
+        raise UsageError(f"the native engine computes in float32; [[dtype={dtype}]] is for [[engine=fused]] or hf")
+    if half and engine == "auto":
+        why = f"[[dtype={dtype}]] runs on the transformers engines"
+    elif engine in ("auto", "native") and device_map is None:
         native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             return native
@@ -108,7 +119,8 @@ def load_source(
     elif device_map is not None and engine == "auto":
         why = "[[device_map]] is for the transformers engines"
     return _hf_source(place, revision=revision, device=device, device_map=device_map,
-                      trust_remote_code=trust_remote_code, attention={"hf": "eager"}.get(engine, engine), why=why)
+                      trust_remote_code=trust_remote_code, attention={"hf": "eager"}.get(engine, engine), why=why,
+                      dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,15 @@ def _saved_source(model: str, *, engine: str, causal: bool | None, revision: str
     return SavedSource.open(model)
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_dtype(dtype: str | None) -> None:
+    """``None`` (float32 on the CPU, the checkpoint's own precision elsewhere) or one of :data:`DTYPES`."""
+    if dtype is not None and dtype not in DTYPES:
+        raise UsageError(f"[[dtype={dtype!r}]] is unknown; use one of {', '.join(DTYPES)}")
+
+
 def check_run_options(engine: str, device: str) -> None:
     if engine not in ENGINES:
         raise UsageError(f"[[engine={engine!r}]] is unknown; use one of {', '.join(ENGINES)}")
@@ -196,7 +217,8 @@ def native_source(place: ModelPlace, *, engine: str, revision: str | None, devic
 
 
 def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_map: str | None,
-               trust_remote_code: bool, attention: str = "auto", why: str | None = None) -> Source:
+               trust_remote_code: bool, attention: str = "auto", why: str | None = None,
+               dtype: str | None = None) -> Source:
     from .files import read_config
 
     local_only = False
@@ -209,7 +231,7 @@ def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_m
 
     return HFSource(str(place.folder) if place.folder is not None else place.hub_id,  # type: ignore[arg-type]
                     name=place.name, device=device, revision=revision, trust_remote_code=trust_remote_code,
-                    device_map=device_map, local_files_only=local_only, attention=attention, why=why)
+                    device_map=device_map, local_files_only=local_only, attention=attention, why=why, dtype=dtype)
 
 
 def _hub_native_folder(repo_id: str, revision: str | None, engine: Engine) -> Path | None:
