@@ -185,10 +185,12 @@ def similarity_reference(model, ids, other_ids):
     return y, reference_grads(y, out.attentions)
 
 
-def test_similarity_target_matches_transformers_both_engines(tiny_hf, quiet):
+def test_similarity_target_matches_transformers_every_engine(tiny_hf, quiet):
+    """The fused engine too: its gradient run uses eager attention, whose weights autograd sees."""
     reference = quiet.BertModel.from_pretrained(tiny_hf["bert"], attn_implementation="eager").eval()
-    for engine in ("native", "hf"):
+    for engine in ("native", "fused", "hf"):
         source = load(tiny_hf["bert"], engine=engine)
+        assert source.engine == engine
         found = attention_gradients(source, "The cat sat on the mat.", vs="A dog chased the cat.")
         other = torch.tensor([source.encode("A dog chased the cat.").ids])
         y, grads = similarity_reference(reference, torch.tensor([found.result.token_ids]), other)

@@ -207,7 +207,8 @@ def _hf(source: HFSource, text: str | None, target_token: str | None, vs: str | 
             raise UsageError(f"{source.name}'s checkpoint has no language-model head (transformers would make one "
                              "up at random), so there is no next-token logit to take gradients of; give the "
                              "checkpoint of a ...ForCausalLM model")
-    with torch.enable_grad():
+    # The fused engine's output does not depend on its weights as a tensor autograd sees: eager for this run.
+    with torch.enable_grad(), source.eager_attention():
         out = model(**_hf_inputs(source, info), output_attentions=True)
         weights = list(out.attentions)
         if plan.kind == "similarity":
