@@ -273,10 +273,11 @@ class AttentionRows:
         for first in range(0, n_rows, step):
             yield first, self.block(item, first, min(n_rows, first + step), n)
 
-    def dense(self, item: int, n: int | None = None) -> Tensor:
-        """Text ``item``'s whole ``[H, n, n]`` (default ``[H, Tq, Tk]``): what a consumer that needs every number gets."""
+    def dense(self, item: int, n: int | None = None, device: torch.device | str | None = None) -> Tensor:
+        """Text ``item``'s whole ``[H, n, n]`` (default ``[H, Tq, Tk]``): what a consumer that needs every number
+        gets, on the CPU (or ``device``)."""
         shape = (self.queries.shape[-2], self.keys.shape[-2]) if n is None else (n, n)
-        out = torch.zeros(self.n_heads, *shape)
+        out = torch.zeros(self.n_heads, *shape, device=device)
         for first, block in self.blocks(item, n):
             out[:, first : first + block.shape[1], : block.shape[2]] = block
         return out

@@ -206,7 +206,7 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     if mode == "rows":
         return output, rows
     if mode == "whole":
-        return output, torch.stack([rows.dense(b) for b in range(query.shape[0])])
+        return output, torch.stack([rows.dense(b, device=query.device) for b in range(query.shape[0])])
     return output, None
 
 
