@@ -245,3 +245,48 @@ def test_a_long_text_through_described_masks_and_row_blocks_equals_eager(folders
     row = fused.attentions[:, :, 600]  # layer 0 slides a window of 64: query 600 sees keys 537 to 600
     assert bool((row[0, :, :537] == 0).all()) and bool((row[0, :, 537:601] > 0).all())
     assert bool((row[1, :, :601] > 0).all())  # layer 1 sees every key before it
+
+
+def test_the_load_check_catches_what_a_padded_probe_alone_would_miss():
+    """Splinter's attention modules name no ``is_causal``: on an unpadded text (no mask handed over) attnviz would
+    read it as causal; Doge reads its mask as a tensor, which a long text's described mask is not. Both are
+    found at load (an unpadded text, and the masks described) and stay on eager attention."""
+    import transformers
+
+    for name, config in (
+        ("splinter", transformers.SplinterConfig(**SMALL)),
+        ("doge", transformers.DogeConfig(**GQA)),
+    ):
+        torch.manual_seed(0)
+        model = transformers.AutoModel.from_config(config, attn_implementation="eager").eval()
+        reason = switch_to_fused(model, _inputs(model), family=name, encoder_decoder=False)
+        assert reason is not None and not hf_attention.is_fused(model), name
+        assert ("described" in reason) == (name == "doge"), reason
+        if name == "splinter":  # an encoder, on eager attention again: its first token sees the later ones
+            with torch.no_grad():
+                out = model(input_ids=_inputs(model)["input_ids"][:1], output_attentions=True).attentions
+            assert bool((out[0][0, :, 0, 1:] > 0).all())
+
+
+def test_a_mask_shared_by_every_query_is_read_row_block_by_row_block(monkeypatch):
+    """Switch Transformers' encoder builds a ``[B, 1, 1, T]`` additive mask: past one block of rows (300 tokens)
+    each block must still see it."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.SwitchTransformersConfig(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                                                   num_heads=4, vocab_size=99, num_experts=2)
+    model = transformers.SwitchTransformersEncoderModel(config).eval()
+    model.set_attn_implementation("eager")
+    ids = torch.randint(4, 99, (2, 300), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 250:] = 0
+    with torch.no_grad():
+        reference = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        assert switch_to_fused(model, _inputs(model), family="switch", encoder_decoder=False) is None
+        monkeypatch.setattr("attnviz.attention.rows.BLOCK_ELEMENTS", 4 * 32 * 300)  # blocks of 32 rows
+        with weights_mode("rows"):
+            got = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    for want, have in zip(reference, got, strict=True):
+        for b, n in enumerate((300, 250)):
+            torch.testing.assert_close(have.dense(b)[:, :n, :n], want[b, :, :n, :n], rtol=0, atol=1e-5)

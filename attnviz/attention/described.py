@@ -39,10 +39,12 @@ class TensorMask:
         return int(self.mask.shape[-1])
 
     def visible(self, stop: int, first: int = 0) -> int:
-        return _last_seen(self.mask[..., first:stop, :])
+        return _last_seen(self.rows(first, stop))
 
     def rows(self, first: int, stop: int, width: int | None = None) -> Tensor:
-        return self.mask[..., first:stop, : self.t_k if width is None else width]
+        """Rows ``first … stop − 1`` over the first ``width`` keys (a mask shared by every query: the same row)."""
+        mask = self.mask if self.mask.shape[-2] > 1 else self.mask.expand(*self.mask.shape[:-2], stop, self.t_k)
+        return mask[..., first:stop, : self.t_k if width is None else width]
 
     def dense(self) -> Tensor:
         return self.mask
@@ -65,6 +67,7 @@ class FunctionMask:
     device: torch.device | str = "cpu"
     use_vmap: bool = False
     _last: list[tuple[int, int, Tensor]] = field(default_factory=list, repr=False, compare=False)
+    _moved: dict[str, FunctionMask] = field(default_factory=dict, repr=False, compare=False)
 
     def _evaluate(self, first: int, stop: int, width: int) -> Tensor:
         from transformers.masking_utils import and_masks, padding_mask_function
@@ -88,9 +91,22 @@ class FunctionMask:
     def rows(self, first: int, stop: int, width: int | None = None) -> Tensor:
         """The mask of query rows ``first … stop − 1`` over the first ``width`` keys, ``[B, 1, rows, width]``."""
         width = self.t_k if width is None else width
-        if self._last and self._last[0][:2] == (first, stop) and self._last[0][2].shape[-1] >= width:
-            return self._last[0][2][..., :width]  # just evaluated for :meth:`visible`
+        last = self._last[0] if self._last else None  # read once: another thread may replace it
+        if last is not None and last[:2] == (first, stop) and last[2].shape[-1] >= width:
+            return last[2][..., :width]  # just evaluated for :meth:`visible`
         return self._evaluate(first, stop, width)
+
+    def on(self, device: torch.device | str) -> FunctionMask:
+        """This mask evaluated on ``device`` (a layer placed on another device by a device map); kept per device."""
+        if torch.device(device) == torch.device(self.device):
+            return self
+        moved = self._moved.get(str(device))
+        if moved is None:
+            padding = None if self.padding is None else self.padding.to(device)
+            moved = self._moved[str(device)] = FunctionMask(self.batch, self.t_q, self.t_k, self.q_offset,
+                                                            self.kv_offset, self.function, padding, device,
+                                                            self.use_vmap)
+        return moved
 
     def visible(self, stop: int, first: int = 0) -> int:
         """One past the last key rows ``first … stop − 1`` may see (the block's mask is kept for :meth:`rows`)."""

@@ -292,7 +292,9 @@ class HFSource(ModelSource):
         from .hf_attention import weights_mode
 
         batch, tokens = ids.shape
-        heads = getattr(self.model.config, "num_attention_heads", None) or 1
+        config = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") \
+            else self.model.config
+        heads = getattr(config, "num_attention_heads", None) or 1
         # Past ROWS_ASKED_FROM_TOKENS a layer goes on as row blocks whoever reads it: statistics and pictures reduce
         # it a block at a time, and a consumer that needs every number builds it from the same blocks.
         as_rows = tokens > ROWS_ASKED_FROM_TOKENS or batch * heads * tokens**2 * 4 > ROWS_FROM_BYTES

@@ -77,29 +77,50 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
     precision); None when switched, else
     why not (the model is left on eager attention)."""
     register()
-    reason = None
+    # The padded batch, its first text alone and unpadded (transformers then passes no mask, and the module's
+    # own ``is_causal`` decides), and the batch again with its masks described as they are for long texts.
+    alone = {name: value[:1, : int(inputs["attention_mask"][0].sum())] if name != "decoder_input_ids" else value[:1]
+             for name, value in inputs.items()}
+    runs = [(inputs, False), (alone, False), (inputs, True)]
     with torch.no_grad():
-        reference = _all_attentions(model, inputs, encoder_decoder)
-        try:
-            model.set_attn_implementation(NAME)  # type: ignore[operator]  (a family outside the registry ignores it)
-            _state.calls = 0
-            with weights_mode("whole"):
-                got = _all_attentions(model, inputs, encoder_decoder)
-        except Exception as exc:  # a family that does not route attention through the registry
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            reason = f"{family} does not route its attention through transformers' registry ({first})"
-        else:
-            error = _largest_difference(reference, got, inputs.get("attention_mask"))
-            if getattr(_state, "calls", 0) == 0:
-                reason = f"{family} does not route its attention through transformers' registry (it computes its own)"
-            elif error is None or error > _tolerance(model):
-                reason = (f"{family}'s attention through transformers' registry differs from eager on a probe "
-                          f"({'other layers' if error is None else f'by {error:.1e}'})")
+        references = [_all_attentions(model, batch, encoder_decoder) for batch, _ in runs]
+        model.set_attn_implementation(NAME)  # type: ignore[operator]  (a family outside the registry ignores it)
+        reason = None
+        for (batch, described), reference in zip(runs, references, strict=True):
+            reason = _compare(model, batch, reference, family=family, encoder_decoder=encoder_decoder,
+                              described=described)
+            if reason is not None:
+                break
     if reason is not None:
         model.set_attn_implementation("eager")  # type: ignore[operator]
+        _fused.discard(model)
     else:
         _fused.add(model)
     return reason
+
+
+def _compare(model: nn.Module, inputs: dict[str, Tensor], reference: list[Tensor], *, family: str,
+             encoder_decoder: bool, described: bool) -> str | None:
+    """Why the model's weights through attnviz's function differ from ``reference`` (eager's), or None."""
+    global DESCRIBE_FROM
+    kept, DESCRIBE_FROM = DESCRIBE_FROM, 0 if described else DESCRIBE_FROM
+    where = " with its masks described, as for a long text" if described else ""
+    try:
+        _state.calls = 0
+        with weights_mode("whole"):
+            got = _all_attentions(model, inputs, encoder_decoder)
+    except Exception as exc:  # a family that does not route attention through the registry, or handles its mask
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        return f"{family} does not route its attention through transformers' registry{where} ({first})"
+    finally:
+        DESCRIBE_FROM = kept
+    if getattr(_state, "calls", 0) == 0:
+        return f"{family} does not route its attention through transformers' registry (it computes its own)"
+    error = _largest_difference(reference, got, inputs.get("attention_mask"))
+    if error is None or error > _tolerance(model):
+        return (f"{family}'s attention through transformers' registry differs from eager on a probe{where} "
+                f"({'other layers' if error is None else f'by {error:.1e}'})")
+    return None
 
 
 def _tolerance(model: nn.Module) -> float:
@@ -181,16 +202,20 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     t_q, t_k = query.shape[-2], key.shape[-2]
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     bias = position_bias
+    if isinstance(attention_mask, Tensor) and attention_mask.shape[-2] == 1 < t_q:
+        attention_mask = attention_mask.expand(*attention_mask.shape[:-2], t_q, attention_mask.shape[-1])  # a view
+    if bias is not None and bias.shape[-2] == 1 < t_q:
+        bias = bias.expand(*bias.shape[:-2], t_q, bias.shape[-1])
     described: Any
     if isinstance(attention_mask, FunctionMask):
-        described = attention_mask
+        attention_mask = described = attention_mask.on(query.device)  # a layer on another device (device_map)
     elif isinstance(attention_mask, Tensor) and attention_mask.dtype == torch.bool:
         described = TensorMask(attention_mask)
     elif isinstance(attention_mask, Tensor):  # an additive float mask a model built itself
         described = TensorMask(attention_mask > torch.finfo(attention_mask.dtype).min / 2)
         bias = attention_mask if bias is None else bias + attention_mask
     else:
-        described = RowMask(t_q, t_k, start=0) if causal and t_q > 1 else None
+        described = RowMask(t_q, t_k, start=0, device=query.device) if causal and t_q > 1 else None
     rows = AttentionRows(query, key, described, scaling, softcap=softcap, bias=bias, sinks=s_aux)
     if softcap is not None or s_aux is not None:
         output = _exact_output(rows, value)
