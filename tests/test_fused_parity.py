@@ -212,7 +212,7 @@ def test_a_family_outside_the_registry_runs_eager_and_says_why(folders, run_cli)
 
     source = load_source(folders["bloom"])
     assert source.engine == "hf" and "does not route its attention" in source.describe()
-    with pytest.raises(ModelNotFoundError, match="the fused engine cannot run .*use engine=hf or auto"):
+    with pytest.raises(ModelNotFoundError, match=r"the fused engine cannot run .*use engine=hf or auto"):
         load_source(folders["bloom"], engine="fused")
     result = run_cli("heads", "The cat sat on the mat.", "--model", folders["bloom"], "--verbose")
     assert result.exit_code == 0, result.output

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "attnviz"
 PARTS = {
     "entry": ("attnviz", "attnviz.__main__", "attnviz._entry"),
     "cli": ("attnviz.cli",),
-    "apps": ("attnviz.serve", "attnviz.export", "attnviz.report", "attnviz.notebook"),
+    "apps": ("attnviz.serve", "attnviz.export", "attnviz.report", "attnviz.notebook", "attnviz.tui"),
     "api": ("attnviz.api", "attnviz.views"),
     "methods": ("attnviz.attribution", "attnviz.explain", "attnviz.generation"),
     "sources": ("attnviz.sources", "attnviz.config"),

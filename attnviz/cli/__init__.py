@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from . import compare_heads, explain, export, generate, heads, heatmap, rollout, serve, view
+from . import compare_heads, explain, export, generate, heads, heatmap, rollout, serve, tui, view
 
 app = typer.Typer(
     name="attnviz",
@@ -26,6 +26,7 @@ app.command("rollout")(rollout.rollout)
 app.command("export")(export.export)
 app.command("view")(view.view)
 app.command("serve")(serve.serve)
+app.command("tui")(tui.tui)
 app.command("generate")(generate.generate)
 
 

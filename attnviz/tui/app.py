@@ -1,0 +1,402 @@
+"""``attnviz tui``: every view at the keyboard, in any terminal (over SSH, in tmux), with the model kept warm.
+
+A Textual app over an :class:`~attnviz.tui.explorer.Explorer`: the model runs on a worker thread (a
+spinner meanwhile; the screen never freezes), every view is drawn by the commands' own renderers, and an
+error is a message in the app, never a crash. ``q`` or Ctrl-C leaves the terminal as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tab, Tabs
+
+from ..errors import AttnvizError
+from .explorer import TITLES, Explorer
+
+HELP = """\
+attnviz tui: the keys
+
+  ←/→        previous / next layer          ↑/↓       previous / next head
+  Tab, 1–7   views: head, model, heads table, one token, compare heads, generation, explain
+  /          find a token by its text       n         the next token that matches
+  Enter      select a token (the first)     [ ]       select the previous / next token
+             a selected token's row and column are listed under the heatmap; view 4 shows it everywhere
+  + -        zoom into the selected token's region / out
+  , .        previous / next generation step (view 6)
+  e          explain this head (view 7)     t         type a new text (the model stays loaded)
+  s          save the current view (.png, .svg, .pdf, .html, .npz)
+  ?          this help                      q         quit (Ctrl-C too)
+
+The heads table sorts by a column when you click its header. Mouse scrolling moves long views.
+"""
+
+
+# Every binding, in a footer that wraps rather than cuts (at 80 columns: two lines).
+KEYS = ("←→ layer  ↑↓ head  Tab/1-7 view  / find  n next  Enter select  [ ] token  +- zoom  ,. step  "
+        "e explain  t text  s save  ? help  q quit")
+
+
+class Ask(ModalScreen[str | None]):
+    """One line of input (a token to find, a new text, a file name); Escape cancels."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    Ask { align: center middle; }
+    Ask > Vertical { width: 80%; max-width: 100; height: auto; border: round $accent; padding: 0 1; }
+    """
+
+    def __init__(self, prompt: str, value: str = "") -> None:
+        super().__init__()
+        self.prompt, self.value = prompt, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.prompt)
+            yield Input(value=self.value, id="answer")
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class Help(ModalScreen[None]):
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "close", "close")]
+    DEFAULT_CSS = """
+    Help { align: center middle; }
+    Help > Static { width: auto; max-width: 100%; height: auto; border: round $accent; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class ViewTabs(Tabs, can_focus=False):
+    """The views' tabs: clicked, never focused (the arrows are the app's)."""
+
+
+class HeadsTable(DataTable, can_focus=False):
+    """The heads table: sorted by clicking a header; ↑/↓ stay the app's (they move the head)."""
+
+
+class Canvas(VerticalScroll, can_focus=False):
+    """Where a view is drawn; scrolled with the mouse."""
+
+
+class AttnvizTUI(App[None]):
+    """The explorer (see the module)."""
+
+    TITLE = "attnviz"
+    CSS = """
+    #status { height: 1; background: $boost; padding: 0 1; }
+    #tabs { height: 2; }
+    #body { height: 1fr; }
+    #body > * { height: 1fr; }
+    #message { height: auto; max-height: 3; color: $warning; padding: 0 1; }
+    #keys { height: auto; padding: 0 1; background: $boost; }
+    """
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("left", "layer(-1)", "layer −"), Binding("right", "layer(1)", "layer +"),
+        Binding("up", "head(-1)", "head −"), Binding("down", "head(1)", "head +"),
+        Binding("tab", "next_view", "view", priority=True), Binding("shift+tab", "previous_view", show=False,
+                                                                    priority=True),
+        *[Binding(str(i), f"view({i})", show=False) for i in range(1, 8)],
+        Binding("slash", "find", "find"), Binding("n", "find_next", show=False),
+        Binding("enter", "select", show=False),
+        Binding("left_square_bracket", "token(-1)", show=False), Binding("right_square_bracket", "token(1)", show=False),
+        Binding("plus,equals_sign", "zoom(1)", "zoom"), Binding("minus", "zoom(-1)", show=False),
+        Binding("comma", "step(-1)", show=False), Binding("full_stop", "step(1)", show=False),
+        Binding("e", "explain", "explain"), Binding("t", "type_text", "text"), Binding("s", "save", "save"),
+        Binding("question_mark", "help", "help"), Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", show=False, priority=True),
+    ]
+
+    def __init__(self, explorer: Explorer | None = None, text: str | None = None, *,
+                 loader: Any = None, colour: bool | None = None) -> None:
+        """``explorer`` over a loaded source, or ``loader`` (a callable returning the source) to load it on a
+        worker while the app shows a spinner; ``text``: the first text (None: a saved result's own, or ask)."""
+        super().__init__()
+        self.explorer, self.loader, self.first_text = explorer, loader, text
+        self.colour = (os.environ.get("NO_COLOR") in (None, "")) if colour is None else colour
+        self.last_find: str | None = None
+        self.busy = False
+        self.drawn: dict[str, Any] = {}  # each pane's state when it was drawn
+        self.animation_level = "none"  # content at once, over SSH too
+
+    # --- layout ------------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static("loading…", id="status")
+        yield ViewTabs(*[Tab(title, id=f"v-{name}") for name, title in TITLES.items()], id="tabs")
+        with ContentSwitcher(id="body", initial="c-heatmap"):
+            for name in TITLES:  # one pane per view: switching back to a view draws nothing again
+                if name == "heads":
+                    yield HeadsTable(id="c-heads", zebra_stripes=True, cursor_type="row")
+                else:
+                    with Canvas(id=f"c-{name}"):
+                        yield Static("", id=f"view-{name}")
+        yield Static("", id="message")
+        yield Static(Text(KEYS, style="dim"), id="keys")
+
+    def on_mount(self) -> None:
+        # The keys are the app's: the tabs and the table take clicks, not the arrows (←/→ layer, ↑/↓ head).
+        self.set_focus(None)
+        self.query_one("#body").loading = True
+        self.load_and_compute()
+
+    @work(thread=True, exclusive=True, group="model")
+    def load_and_compute(self) -> None:
+        """Load the model (when given a loader) and run it on the first text, off the UI thread."""
+        try:
+            if self.explorer is None:
+                loaded = self.loader()  # an Explorer (the command's options in it) or a source
+                self.explorer = loaded if isinstance(loaded, Explorer) else Explorer(loaded)
+            if self.first_text is not None or self.explorer.fixed:
+                self.explorer.compute(self.first_text)
+        except Exception as exc:  # shown in the app, never a crash
+            self.call_from_thread(self.went_wrong, exc)
+            return
+        self.call_from_thread(self.computed)
+
+    def computed(self) -> None:
+        self.query_one("#body").loading = False
+        self.busy = False
+        self.say("")
+        if self.explorer is not None and self.explorer.result is None:
+            self.action_type_text()
+        self.refresh_view()
+
+    def went_wrong(self, exc: BaseException) -> None:
+        self.query_one("#body").loading = False
+        self.busy = False
+        self.say(_said(exc))
+        self.refresh_view()
+
+    def say(self, text: str) -> None:
+        self.query_one("#message", Static).update(Text(text))
+
+    # --- drawing -----------------------------------------------------------------------------------------
+
+    def refresh_view(self) -> None:
+        explorer = self.explorer
+        status = self.query_one("#status", Static)
+        if explorer is None:
+            status.update("loading the model…")
+            return
+        status.update(Text(explorer.status()))
+        tabs = self.query_one("#tabs", Tabs)
+        for name in TITLES:
+            tab = tabs.query_one(f"#v-{name}", Tab)
+            tab.display = name in explorer.views()
+        if tabs.active != f"v-{explorer.view}":
+            tabs.active = f"v-{explorer.view}"
+        body = self.query_one("#body", ContentSwitcher)
+        body.current = f"c-{explorer.view}"
+        if explorer.result is None:
+            return
+        try:
+            if explorer.view == "heads":
+                self._fill_table(self.query_one("#c-heads", DataTable))
+            else:
+                width = max(40, self.size.width - 2)
+                key = explorer.draw_key(width, self.colour)
+                pane = self.query_one(f"#view-{explorer.view}", Static)
+                if self.drawn.get(explorer.view) != key:  # a pane keeps what it drew until the state changes
+                    pane.update(explorer.draw(width, self.colour))
+                    self.drawn[explorer.view] = key
+        except Exception as exc:  # in the app, never a crash: an AttnvizError says what to do
+            if explorer.view == "heads":
+                body.current = "c-heatmap"
+            pane = self.query_one(f"#view-{body.current[2:]}", Static)
+            pane.update(Text(_said(exc)))
+            self.drawn.pop(body.current[2:], None)
+
+    def _fill_table(self, table: DataTable) -> None:
+        rows, stats = self.explorer.heads_rows()  # type: ignore[union-attr]
+        key = (id(self.explorer.result), self.explorer.sort)  # type: ignore[union-attr]
+        here = next((i for i, row in enumerate(rows)
+                     if (row["layer"], row["head"]) == (self.explorer.layer_number, self.explorer.head)), 0)  # type: ignore[union-attr]
+        if self.drawn.get("heads") == key:
+            table.move_cursor(row=here)  # the current layer and head
+            return
+        self.drawn["heads"] = key
+        table.clear(columns=True)
+        for column in ("layer", "head", *stats, "labels"):
+            table.add_column(column, key=column)
+        for row in rows:
+            labels = ", ".join(str(label) for label in row.get("labels", []))  # type: ignore[union-attr]
+            table.add_row(str(row["layer"]), str(row["head"]),
+                          *[f"{float(row[s]):.3f}" if row.get(s) is not None else "" for s in stats], labels)  # type: ignore[arg-type]
+        table.move_cursor(row=here)  # the current layer and head
+
+    def on_resize(self) -> None:
+        if self.explorer is not None and self.explorer.result is not None:
+            self.refresh_view()
+
+    # --- actions -----------------------------------------------------------------------------------------
+
+    def _has_result(self) -> bool:
+        if self.busy or self.explorer is None or self.explorer.result is None:
+            self.say("computing…" if self.busy else "no text yet: press t to type one")
+            return False
+        return True
+
+    def _apply(self, change: Any) -> None:
+        if not self._has_result():
+            return
+        try:
+            change()
+        except Exception as exc:
+            self.say(_said(exc))
+            return
+        self.say("")
+        self.refresh_view()
+
+    def action_layer(self, delta: int) -> None:
+        self._apply(lambda: self.explorer.move_layer(delta))  # type: ignore[union-attr]
+
+    def action_head(self, delta: int) -> None:
+        self._apply(lambda: self.explorer.move_head(delta))  # type: ignore[union-attr]
+
+    def action_select(self) -> None:
+        self._apply(lambda: self.explorer.select_here())  # type: ignore[union-attr]
+
+    def action_token(self, delta: int) -> None:
+        self._apply(lambda: self.explorer.move_token(delta))  # type: ignore[union-attr]
+
+    def action_zoom(self, delta: int) -> None:
+        self._apply(lambda: self.explorer.zoom_in() if delta > 0 else self.explorer.zoom_out())  # type: ignore[union-attr]
+
+    def action_step(self, delta: int) -> None:
+        def move() -> None:
+            self.explorer.step = max(0, self.explorer.step + delta)  # type: ignore[union-attr]
+        self._apply(move)
+
+    def _show(self, name: str) -> None:
+        def switch() -> None:
+            if name not in self.explorer.views():  # type: ignore[union-attr]
+                raise _NotHere(f"this result has no {TITLES[name].split(' ', 1)[1]} view")
+            self.explorer.view = name  # type: ignore[union-attr]
+        self._apply(switch)
+
+    def action_view(self, number: int) -> None:
+        self._show(list(TITLES)[number - 1])
+
+    def action_next_view(self, step: int = 1) -> None:
+        if not self._has_result():
+            return
+        views = self.explorer.views()  # type: ignore[union-attr]
+        self._show(views[(views.index(self.explorer.view) + step) % len(views)])  # type: ignore[union-attr]
+
+    def action_previous_view(self) -> None:
+        self.action_next_view(-1)
+
+    def action_explain(self) -> None:
+        self._show("explain")
+
+    @on(Tabs.TabActivated)
+    def tab_clicked(self, event: Tabs.TabActivated) -> None:
+        name = (event.tab.id or "v-heatmap")[2:]
+        if self.explorer is not None and self.explorer.result is not None and self.explorer.view != name:
+            self._show(name)
+
+    @on(DataTable.HeaderSelected)
+    def sort_by(self, event: DataTable.HeaderSelected) -> None:
+        column = str(event.column_key.value)
+        if column == "labels":
+            return
+        self._apply(lambda: setattr(self.explorer, "sort", column))
+
+    def action_find(self) -> None:
+        if not self._has_result():
+            return
+
+        def found(answer: str | None) -> None:
+            if answer:
+                self.last_find = answer
+                self._apply(lambda: self.explorer.find(answer))  # type: ignore[union-attr]
+        self.push_screen(Ask("find a token (Enter selects the next one whose text contains it):", self.last_find or ""),
+                         found)
+
+    def action_find_next(self) -> None:
+        if self.last_find:
+            self._apply(lambda: self.explorer.find(self.last_find))  # type: ignore[union-attr, arg-type]
+
+    def action_type_text(self) -> None:
+        if self.busy or self.explorer is None:
+            return
+        if self.explorer.fixed:
+            self.say(f"{self.explorer.source.name} is a saved result; its text is fixed")
+            return
+
+        def typed(answer: str | None) -> None:
+            if answer is not None:
+                self.run_text(answer)
+        self.push_screen(Ask("a new text (the model stays loaded):", self.explorer.text or ""), typed)
+
+    def run_text(self, text: str) -> None:
+        self.busy = True
+        self.query_one("#body").loading = True
+        self.say("")
+        self._compute(text)
+
+    @work(thread=True, exclusive=True, group="model")
+    def _compute(self, text: str) -> None:
+        try:
+            self.explorer.compute(text)  # type: ignore[union-attr]
+        except Exception as exc:  # shown in the app, never a crash
+            self.call_from_thread(self.went_wrong, exc)
+            return
+        self.call_from_thread(self.computed)
+
+    def action_save(self) -> None:
+        if not self._has_result():
+            return
+
+        def chosen(answer: str | None) -> None:
+            if not answer:
+                return
+            try:
+                written = self.save_to(Path(answer))
+            except (AttnvizError, OSError) as exc:
+                self.say(exc.for_cli() if isinstance(exc, AttnvizError) else f"cannot write {answer}: {exc}")
+                return
+            self.say(f"wrote {written}")
+        default = f"layer{self.explorer.layer_number}_head{self.explorer.head}.png"  # type: ignore[union-attr]
+        self.push_screen(Ask("save as (.png, .svg, .pdf: this head; .html: the page; .npz: the result):", default),
+                         chosen)
+
+    def save_to(self, path: Path) -> Path:
+        """Write the current text's view to ``path``, by its extension, as the commands write them."""
+        from .saving import save_view
+
+        return save_view(self.explorer, path)  # type: ignore[arg-type]
+
+    def action_help(self) -> None:
+        self.push_screen(Help())
+
+
+def _said(exc: BaseException) -> str:
+    """What an error says in the app: an attnviz error's message (with the command's flags); anything else
+    named as an internal error, with its type, to report."""
+    if isinstance(exc, AttnvizError):
+        return exc.for_cli()
+    return f"internal error ({type(exc).__name__}: {exc}); please report it"
+
+
+class _NotHere(AttnvizError):
+    """A view this result does not have."""

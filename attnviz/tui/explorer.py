@@ -1,0 +1,309 @@
+"""What ``attnviz tui`` shows, without the terminal: the text's result, the layer, head, view, zoom and
+selected token, and each view drawn as rich renderables by the same renderers as the commands.
+
+The model runs once per text (:meth:`Explorer.compute`, on a worker thread in the app); the result is
+then read through a :class:`~attnviz.sources.saved.SavedSource`, so switching layer, head or view
+never runs the model again. Explaining a head needs the model itself (the native engine or a config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from ..errors import UsageError
+
+VIEWS = ("heatmap", "model", "heads", "token", "compare", "steps", "explain")
+TITLES = {"heatmap": "1 head", "model": "2 model", "heads": "3 heads table", "token": "4 one token",
+          "compare": "5 compare heads", "steps": "6 generation", "explain": "7 explain"}
+
+
+class Sink:
+    """A console that keeps what the renderers print (they print ``Text`` lines and tables to a console),
+    at a width, with or without colour."""
+
+    def __init__(self, width: int, colour: bool) -> None:
+        self.width = max(20, width)
+        self.no_color = not colour
+        self.color_system = "truecolor" if colour else None
+        self.items: list[RenderableType] = []
+
+    def print(self, *objects: Any, **_: Any) -> None:
+        for item in objects:
+            self.items.append(Text(item) if isinstance(item, str) else item)
+
+    def group(self) -> Group:
+        return Group(*self.items)
+
+
+@dataclass
+class Explorer:
+    """The state of one exploring session over a loaded source (or a saved result)."""
+
+    source: Any
+    pair: str | None = None  # a second sentence (BERT-style pairs)
+    target: str | None = None  # the decoder's input (T5, BART)
+    kind: str = "self"  # which attention of an encoder-decoder: self (the encoder's), decoder or cross
+    reading: Any = None  # hide special tokens, renormalise, words (a Reading; None: as computed)
+    text: str | None = None
+    result: Any = None  # the AttentionResult of ``text``
+    saved: Any = None  # ``result`` as a source
+    layer: int = 0
+    head: int = 0
+    view: str = "heatmap"
+    token: int | None = None  # the selected token (a row of the heatmap, the one-token view's query)
+    zoom: int = 0  # 0: the whole matrix; each step halves the region around the selected token
+    step: int = 0  # the generation view's step
+    sort: str | None = None
+    cache: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    @property
+    def fixed(self) -> bool:
+        """A saved result: its text is fixed."""
+        return getattr(self.source, "engine", None) == "saved"
+
+    def compute(self, text: str | None) -> None:
+        """Run the model on ``text`` (a saved result: its own text) and keep the result; the slow part,
+        run off the UI thread by the app. The selection is kept where the new text has room for it."""
+        from ..sources.saved import SavedSource
+
+        if self.fixed:
+            if text:
+                raise UsageError(f"{self.source.name} is a saved result; its text is fixed")
+            result = self.source.extract(None)
+        else:
+            if text is None or not text.strip():
+                raise UsageError("the text is empty; type the text to inspect")
+            result = self.source.extract(text, pair=self.pair, target=self.target)
+        self.result, self.text = result, text
+        self.saved = SavedSource(result, getattr(self.source, "name", "result"))
+        self.cache.clear()
+        self.layer = min(self.layer, self.n_layers - 1)
+        self.head = min(self.head, self.n_heads - 1)
+        self.token = None if self.token is None or self.token >= self.n_tokens else self.token
+        self.zoom, self.step = 0, 0
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.result.attentions.shape[0]) if self.result is not None else 0
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.result.attentions.shape[1]) if self.result is not None else 0
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.result.tokens) if self.result is not None else 0
+
+    @property
+    def layer_number(self) -> int:
+        """The model's number of the current layer (a saved result may hold some layers only)."""
+        held = self.result.metadata.get("layers") if self.result is not None else None
+        return int(held[self.layer]) if held else self.layer
+
+    @property
+    def generated(self) -> bool:
+        return self.result is not None and bool(self.result.metadata.get("generation"))
+
+    def views(self) -> list[str]:
+        """The views this result has (the generation view only for a generation)."""
+        return [v for v in VIEWS if v != "steps" or self.generated]
+
+    # --- moving ------------------------------------------------------------------------------------------
+
+    def move_layer(self, delta: int) -> None:
+        self.layer = (self.layer + delta) % max(1, self.n_layers)
+
+    def move_head(self, delta: int) -> None:
+        self.head = (self.head + delta) % max(1, self.n_heads)
+
+    def move_token(self, delta: int) -> None:
+        start = 0 if self.token is None else self.token + delta
+        self.token = max(0, min(self.n_tokens - 1, start))
+
+    def select_here(self) -> None:
+        """Enter: select the token the view shows (the first, when none is selected yet)."""
+        self.token = 0 if self.token is None else self.token
+
+    def select(self, token: int) -> None:
+        if not 0 <= token < self.n_tokens:
+            raise UsageError(f"token {token} is out of range; the text has tokens 0 to {self.n_tokens - 1}")
+        self.token = token
+
+    def find(self, query: str) -> int:
+        """The next token after the selected one whose label contains ``query`` (case-folded), selected."""
+        if not query.strip():
+            raise UsageError("type part of a token to find it")
+        wanted = query.strip().casefold()
+        tokens = self.result.tokens
+        start = -1 if self.token is None else self.token
+        for offset in range(1, len(tokens) + 1):
+            i = (start + offset) % len(tokens)
+            if wanted in tokens[i].casefold():
+                self.token = i
+                return i
+        raise UsageError(f"no token contains {query.strip()!r}")
+
+    def zoom_in(self) -> None:
+        if self.n_tokens >> (self.zoom + 1) >= 2:
+            self.zoom += 1
+
+    def zoom_out(self) -> None:
+        self.zoom = max(0, self.zoom - 1)
+
+    def region(self) -> tuple[int, int] | None:
+        """The rows and columns shown when zoomed: ``n / 2^zoom`` tokens around the selected one."""
+        if self.zoom == 0:
+            return None
+        size = max(2, self.n_tokens >> self.zoom)
+        centre = self.token if self.token is not None else self.n_tokens // 2
+        start = max(0, min(self.n_tokens - size, centre - size // 2))
+        return start, start + size
+
+    # --- drawing -----------------------------------------------------------------------------------------
+
+    def _reading(self) -> dict[str, Any]:
+        return {} if self.reading is None else {"reading": self.reading}
+
+    def status(self) -> str:
+        if self.result is None:
+            return "no text yet: press t to type one"
+        token = "" if self.token is None else f" · token {self.token} {self.result.tokens[self.token]!r}"
+        zoom = "" if self.region() is None else f" · tokens {self.region()[0]}–{self.region()[1] - 1}"  # type: ignore[index]
+        return (f"{self.result.model_name} · {self.n_tokens} tokens · layer {self.layer_number} of {self.n_layers} · "
+                f"head {self.head} of {self.n_heads}{token}{zoom}")
+
+    def draw_key(self, width: int, colour: bool) -> tuple[Any, ...]:
+        """What the current view's drawing depends on (views that do not read the head leave it out)."""
+        head = None if self.view in ("model", "token", "compare") else self.head
+        layer = None if self.view == "model" else self.layer
+        token = self.token if self.view in ("heatmap", "token") else None
+        zoom = self.zoom if self.view == "heatmap" else None
+        step = self.step if self.view == "steps" else None
+        return (id(self.result), self.view, layer, head, token, zoom, step, width, colour)
+
+    def draw(self, width: int, colour: bool) -> RenderableType:
+        """The current view (not the heads table, which the app shows as a sortable table)."""
+        if self.result is None:
+            return Text("no text yet: press t to type one, ? for help")
+        key = self.draw_key(width, colour)
+        if key not in self.cache:
+            self.cache[key] = self._draw(width, colour)
+        return self.cache[key]
+
+    def _draw(self, width: int, colour: bool) -> RenderableType:
+        draw: dict[str, Callable[[Sink], None]] = {
+            "heatmap": self._heatmap, "model": self._model, "token": self._token, "compare": self._compare,
+            "steps": self._steps, "explain": self._explain, "heads": self._heads_text,
+        }
+        sink = Sink(width, colour)
+        draw[self.view](sink)
+        return sink.group()
+
+    def _heatmap(self, sink: Sink) -> None:
+        from ..api import attention_view
+        from ..render.terminal import render_terminal
+
+        region = self.region()
+        view = attention_view(self.saved, None, layer=self.layer_number, head=self.head, kind=self.kind,
+                              rows=region, cols=region, **self._reading())
+        render_terminal(view, sink)  # type: ignore[arg-type]
+        if self.token is not None:
+            self._row_and_column(sink)
+
+    def _row_and_column(self, sink: Sink) -> None:
+        """The selected token's row (what it attends to most) and column (who attends to it most) in this head."""
+        import torch
+
+        kinds = {"self": self.result.attentions, "decoder": self.result.decoder_attentions}
+        matrix = kinds.get(self.kind, self.result.attentions)
+        if matrix is None or self.token >= matrix.shape[-1]:  # type: ignore[operator]
+            return
+        weights = matrix[self.layer, self.head].float()
+        tokens = self.result.tokens if self.kind != "decoder" else (self.result.target_tokens or [])
+        label = tokens[self.token]  # type: ignore[index]
+        for name, values in ((f"{label!r} (token {self.token}) attends to", weights[self.token]),
+                             (f"{label!r} is attended to by", weights[:, self.token])):
+            top = torch.topk(values, min(5, values.numel()))
+            shown = ", ".join(f"{tokens[int(i)]} ({int(i)}) {float(v):.2f}" for v, i in zip(top.values, top.indices,
+                                                                                           strict=True))
+            sink.print(Text(f"{name}: {shown}"))
+
+    def _model(self, sink: Sink) -> None:
+        from ..api import attention_view
+        from ..render.terminal import render_thumbnails
+
+        numbers = list(self.result.metadata.get("layers") or range(self.n_layers))
+        view = attention_view(self.saved, None, layer=None, head="all", kind=self.kind, **self._reading())
+        render_thumbnails(view, sink, layers=numbers, size=8)  # type: ignore[arg-type]
+
+    def _token(self, sink: Sink) -> None:
+        from ..api import query_view
+        from ..render.terminal import render_terminal
+
+        token = 0 if self.token is None else self.token
+        view = query_view(self.saved, None, token, layer=self.layer_number, kind=self.kind, **self._reading())
+        render_terminal(view, sink)  # type: ignore[arg-type]
+        if self.token is None:
+            sink.print(Text("the first token; select another with [ ] or find one with /", style="dim"))
+
+    def _compare(self, sink: Sink) -> None:
+        from ..api import compare_heads_of_text
+        from ..report import comparison_report
+
+        overview = compare_heads_of_text(self.saved, None, layer=self.layer_number, kind=self.kind,  # type: ignore[arg-type]
+                                         **self._reading())
+        comparison_report(overview, console=sink, out=None, top=5, cmap="viridis")  # type: ignore[arg-type]
+
+    def _steps(self, sink: Sink) -> None:
+        from ..api import generation_summary
+
+        summary = generation_summary(self.result, layer=self.layer_number, head=self.head)
+        steps = summary.steps
+        if not steps:
+            sink.print(Text("nothing was generated"))
+            return
+        self.step = max(0, min(self.step, len(steps) - 1))
+        step = steps[self.step]
+        sink.print(Text(f"step {self.step + 1} of {len(steps)} (, and . move): token {step.position} "
+                        f"{step.label!r}", style="bold"))
+        sink.print(Text(f"{summary.where}: what it attended to most", style="dim"))
+        for position, label, weight in step.attended:
+            bar = "█" * max(1, round(weight * 30))
+            sink.print(Text(f"  {position:>5} {label[:20]:<20} {weight:6.3f} {bar}"))
+        if step.source is not None:
+            sink.print(Text("in the source (cross-attention):", style="dim"))
+            for position, label, weight in step.source:
+                sink.print(Text(f"  {position:>5} {label[:20]:<20} {weight:6.3f} {'█' * max(1, round(weight * 30))}"))
+
+    def _explain(self, sink: Sink) -> None:
+        from ..explain import walkthrough
+        from ..render.explain import render_walkthrough
+
+        inputs_of = getattr(self.source, "explain_inputs", None)
+        if inputs_of is None or self.fixed:
+            raise UsageError("explain walks through one layer of a model attnviz runs itself (the native engine or a "
+                             "config model); this one cannot")
+        walk = walkthrough(inputs_of(self.text, self.layer_number), head=self.head)
+        render_walkthrough(walk, sink)  # type: ignore[arg-type]
+
+    def _heads_text(self, sink: Sink) -> None:
+        from ..render.tables import head_stats_table
+
+        rows, stats = self.heads_rows()
+        sink.print(head_stats_table(rows, stats, title="heads"))
+
+    def heads_rows(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every head's statistics on the text, sorted by ``sort`` (largest first), and the statistics' names."""
+        if "heads" not in self.cache:
+            from ..api import heads_of
+
+            table = heads_of(self.saved, [None], kind=self.kind, **self._reading())  # type: ignore[list-item]
+            self.cache["heads"] = (table, list(table.stats))
+        table, stats = self.cache["heads"]
+        rows = table.select(sort=self.sort) if self.sort else table.select()
+        return rows, stats

@@ -1,0 +1,38 @@
+"""``s`` in ``attnviz tui``: the current view written to a file, as the commands write it (the same
+registry of formats: a labelled figure, the interactive page, or the result's numbers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+
+def save_view(explorer: Any, path: Path) -> Path:
+    """``.png``/``.svg``/``.pdf``: the current layer and head as a labelled figure; ``.html``: the text's
+    interactive page, the current head open; ``.npz``: the whole result (``AttentionResult.load`` reads it);
+    ``.json``: the current head's matrix and labels."""
+    from ..fileio import check_output_path
+
+    path = Path(path).expanduser()
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return Path(explorer.result.save(path))
+    check_output_path(path)
+    if suffix == ".html":
+        from ..api import page_view
+        from ..render.html import render_html
+
+        page = page_view(explorer.saved, None, layer=None, head=explorer.head)
+        return Path(render_html(page, path))
+    from ..api import attention_view
+    from ..render.registry import VIEW_DATA, for_path
+
+    region = explorer.region()
+    view = attention_view(explorer.saved, None, layer=explorer.layer_number, head=explorer.head, rows=region,
+                          cols=region, pool=suffix in (".png", ".svg", ".pdf") or None)
+    fmt = VIEW_DATA.get(suffix) or for_path(path)
+    if fmt is None:  # pragma: no cover - check_output_path refused it first
+        raise UsageError(f"{path}: use .png, .svg, .pdf, .html, .npz or .json")
+    return Path(fmt.render(view, path))

@@ -1,0 +1,366 @@
+"""``attnviz tui`` (issue 31), driven by Textual's Pilot: every key and view, errors inside the app, NO_COLOR,
+80×24 and resizing, screens against golden text; and the real command under tmux (test_tui_tmux.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz.api import load
+from attnviz.errors import ModelNotFoundError
+from attnviz.result import AttentionResult
+from attnviz.sources.saved import SavedSource
+from attnviz.tui.app import KEYS, AttnvizTUI, Help
+from attnviz.tui.explorer import Explorer
+
+TINY = "sample_configs/tiny.toml"
+TEXT = "The cat sat on the mat and the cat slept."
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def drive(app: AttnvizTUI, script: Callable[..., Awaitable[None]], size: tuple[int, int] = (100, 30)) -> None:
+    """Run ``app`` headless at ``size``, wait for its first text, then ``script(pilot)``."""
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await script(pilot)
+    asyncio.run(main())
+
+
+def screen(app: AttnvizTUI) -> str:
+    """The terminal's text, line by line, as a user sees it."""
+    return "\n".join(strip.text.rstrip() for strip in app.screen._compositor.render_strips())
+
+
+def pane(app: AttnvizTUI) -> str:
+    """The text of the view shown now, all of it (scrolled out of sight too), at the app's width."""
+    from rich.console import Console
+
+    current = app.query_one("#body").current
+    if current == "c-heads":
+        return ""
+    console = Console(width=app.size.width, no_color=True, color_system=None, record=True, file=io.StringIO())
+    console.print(app.query_one(f"#view-{current[2:]}").content)
+    return console.export_text()
+
+
+def drawn(app: AttnvizTUI):
+    """The rich renderable of the view shown now."""
+    return app.query_one(f"#view-{app.query_one('#body').current[2:]}").content
+
+
+async def keys(pilot, *names: str) -> None:
+    for name in names:
+        await pilot.press(name)
+    await pilot.pause()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load(TINY)
+
+
+def test_arrows_move_the_layer_and_head_and_tab_or_digits_switch_views(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        explorer = app.explorer
+        assert explorer.result.tokens[:3] == ["The", "cat", "sat"]
+        assert "layer 0 of 2 · head 0 of 4" in screen(app) and "tiny · layer 0 · head 0" in pane(app)
+        await keys(pilot, "right")
+        assert explorer.layer == 1 and "layer 1 of 2" in screen(app) and "tiny · layer 1 · head 0" in pane(app)
+        await keys(pilot, "right")
+        assert explorer.layer == 0  # around
+        await keys(pilot, "down", "down")
+        assert explorer.head == 2 and "head 2 of 4" in screen(app) and "layer 0 · head 2" in pane(app)
+        await keys(pilot, "up")
+        assert explorer.head == 1
+        seen = {}
+        for digit, name in zip("123457", ("heatmap", "model", "heads", "token", "compare", "explain"), strict=True):
+            await keys(pilot, digit)
+            assert explorer.view == name and app.query_one("#body").current == f"c-{name}"
+            seen[name] = pane(app)
+        assert "L0" in seen["model"] and "H3" in seen["model"]  # every head's thumbnail
+        assert app.query_one("#c-heads").row_count == 8  # 2 layers × 4 heads
+        assert "The" in seen["token"] and "explain" not in seen["heatmap"]
+        assert "Scores" in seen["explain"] or "scores" in seen["explain"]
+        await keys(pilot, "6")  # no generation in this result
+        assert explorer.view == "explain" and "no generation view" in screen(app)
+        await keys(pilot, "tab")
+        assert explorer.view == "heatmap"  # views go around, skipping the absent one
+        await keys(pilot, "shift+tab")
+        assert explorer.view == "explain"
+        await keys(pilot, "e", "1")
+        assert explorer.view == "heatmap"
+
+    drive(app, script)
+
+
+def test_find_select_and_zoom(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        explorer = app.explorer
+        await keys(pilot, "slash")
+        for ch in "cat":
+            await pilot.press(ch)
+        await keys(pilot, "enter")
+        assert explorer.token == 1 and "token 1 'cat'" in screen(app)
+        await keys(pilot, "n")
+        assert explorer.token == explorer.result.tokens.index("cat", 2)  # the next "cat"
+        await keys(pilot, "left_square_bracket")
+        assert explorer.token == explorer.result.tokens.index("cat", 2) - 1
+        await keys(pilot, "right_square_bracket")
+        token = explorer.token
+        row = explorer.result.attentions[0, 0, token]
+        assert f"'cat' (token {token}) attends to: {explorer.result.tokens[int(row.argmax())]}" in pane(app)
+        n = explorer.n_tokens
+        await keys(pilot, "plus")
+        start, stop = explorer.region()
+        assert stop - start == n // 2 and start <= explorer.token < stop
+        assert f"tokens {start}–{stop - 1}" in screen(app)
+        await keys(pilot, "4")
+        assert f"{explorer.result.tokens[explorer.token]}" in pane(app)  # its row in every head
+        await keys(pilot, "1", "minus")
+        assert explorer.region() is None
+        await keys(pilot, "slash")
+        for ch in "zebra":
+            await pilot.press(ch)
+        await keys(pilot, "enter")
+        assert "no token contains 'zebra'" in screen(app)
+
+    drive(app, script)
+
+
+def test_a_new_text_is_computed_by_the_warm_model(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        before = app.explorer.source
+        await keys(pilot, "t")
+        app.screen.query_one("#answer").value = "A dog ran home."
+        await keys(pilot, "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.explorer.source is before  # not loaded again
+        assert app.explorer.result.tokens == ["A", "dog", "ran", "home", "."]
+        want = tiny.extract("A dog ran home.").attentions
+        torch.testing.assert_close(app.explorer.result.attentions, want, rtol=0, atol=0)
+        assert "5 tokens" in screen(app)
+        await keys(pilot, "t")
+        app.screen.query_one("#answer").value = "   "
+        await keys(pilot, "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "the text is empty" in screen(app) and app.explorer.result.tokens[0] == "A"  # the last text stays
+
+    drive(app, script)
+
+
+def test_save_writes_the_view_as_the_commands_do(tiny, tmp_path):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def save(pilot, name: str) -> None:
+        await keys(pilot, "s")
+        app.screen.query_one("#answer").value = str(tmp_path / name)
+        await keys(pilot, "enter")
+
+    async def script(pilot) -> None:
+        await keys(pilot, "right", "down")
+        await save(pilot, "head.png")
+        assert (tmp_path / "head.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "wrote" in screen(app)
+        await save(pilot, "result.npz")
+        saved = AttentionResult.load(tmp_path / "result.npz")
+        torch.testing.assert_close(saved.attentions, app.explorer.result.attentions)
+        await save(pilot, "page.html")
+        assert "<html" in (tmp_path / "page.html").read_text(encoding="utf-8")[:200]
+        await save(pilot, "head.json")
+        assert (tmp_path / "head.json").stat().st_size > 0
+        await save(pilot, "head.docx")
+        assert "head.docx" in screen(app) and not (tmp_path / "head.docx").exists()
+
+    drive(app, script)
+
+
+def test_help_opens_and_q_quits(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        await keys(pilot, "question_mark")
+        assert isinstance(app.screen, Help) and "←/→" in screen(app)
+        await keys(pilot, "escape")
+        assert not isinstance(app.screen, Help)
+        await keys(pilot, "q")
+        assert not app.is_running
+
+    drive(app, script)
+
+
+def test_errors_are_messages_in_the_app_never_a_crash(tiny, monkeypatch):
+    def fail() -> Explorer:
+        raise ModelNotFoundError("folder nowhere does not exist; check the path, or give a hub id such as gpt2")
+
+    app = AttnvizTUI(None, TEXT, loader=fail, colour=False)
+
+    async def script(pilot) -> None:
+        assert "folder nowhere does not exist" in screen(app) and app.is_running
+        await keys(pilot, "right", "1", "slash")  # nothing to move: says so, no crash
+        assert app.is_running
+
+    drive(app, script)
+
+    def broken(self, sink) -> None:
+        raise ValueError("a bug in a view")
+
+    monkeypatch.setattr(Explorer, "_model", broken)
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def view_fails(pilot) -> None:
+        await keys(pilot, "2")
+        assert "internal error (ValueError: a bug in a view)" in screen(app) and app.is_running
+        await keys(pilot, "1")
+        assert "tiny · layer 0 · head 0" in pane(app)
+
+    drive(app, view_fails)
+
+
+def test_too_long_a_text_is_a_message(tmp_path):
+    app = AttnvizTUI(Explorer(load()), " ".join(["word"] * 600), colour=False)
+
+    async def script(pilot) -> None:
+        assert "takes at most 512" in screen(app) and app.is_running
+
+    drive(app, script)
+
+
+def test_no_color_draws_shades_and_colour_draws_colours(tiny):
+    for colour in (False, True):
+        app = AttnvizTUI(Explorer(tiny), TEXT, colour=colour)
+
+        async def script(pilot, colour=colour, app=app) -> None:
+            lines = list(drawn(app).renderables)
+            styled = [span for line in lines if hasattr(line, "spans") for span in line.spans if "on #" in str(span.style)
+                      or "on rgb" in str(span.style)]
+            shades = any(ch in str(line) for line in lines for ch in "░▒▓█")
+            assert (not colour and shades and not styled) or (colour and styled and not shades)
+
+        drive(app, script)
+
+
+def test_80_by_24_every_view_fits_and_resizing_redraws(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        for digit in "123457":
+            await keys(pilot, digit)
+            text = screen(app)
+            assert len(text.splitlines()) == 24 and "internal error" not in text
+        footer = " ".join(screen(app).split())
+        assert all(part in footer for part in ("←→ layer", "↑↓ head", "q quit", "? help", "s save"))
+        await keys(pilot, "1")
+        narrow = pane(app)
+        await pilot.resize_terminal(140, 40)
+        await pilot.pause()
+        wide = pane(app)
+        assert len(screen(app).splitlines()) == 40 and max(map(len, wide.splitlines())) <= 140
+        assert narrow != wide or max(map(len, narrow.splitlines())) <= 80
+
+    drive(app, script, size=(80, 24))
+
+
+def _hand() -> AttentionResult:
+    weights = torch.tensor([[1.0, 0, 0, 0], [0.5, 0.5, 0, 0], [0.1, 0.2, 0.7, 0], [0, 0.3, 0.3, 0.4]])
+    uniform = torch.ones(4, 4).tril() / torch.arange(1, 5)[:, None]  # each token over itself and those before
+    both = torch.stack([weights, uniform])
+    return AttentionResult(tokens=["我", "爱", "cat", "."], attentions=torch.stack([both, both.flip(0)]),
+                           model_name="hand", causal=True)
+
+
+@pytest.mark.parametrize("view", ["heatmap", "model", "token"])
+def test_screens_equal_their_golden_text(view):
+    """80×24, no colour, a result with weights chosen by hand (so the text can be checked by eye)."""
+    app = AttnvizTUI(Explorer(SavedSource(_hand(), "hand.npz")), None, colour=False)
+
+    async def script(pilot) -> None:
+        await keys(pilot, str(list(("heatmap", "model", "heads", "token")).index(view) + 1))
+        got = screen(app) + "\n"
+        golden = GOLDEN / f"tui_{view}_80x24.txt"
+        assert got == golden.read_text(encoding="utf-8")
+
+    drive(app, script, size=(80, 24))
+
+
+def test_a_saved_generation_has_its_step_view(tmp_path):
+    import attnviz
+
+    result = attnviz.generate("the cat sat on the", model="sample_configs/causal.toml", max_new_tokens=4,
+                              stop_at_eos=False)
+    result.save(tmp_path / "gen.npz")
+    app = AttnvizTUI(Explorer(load(str(tmp_path / "gen.npz"))), None, colour=False)
+
+    async def script(pilot) -> None:
+        await keys(pilot, "6")
+        assert app.explorer.view == "steps" and "step 1 of 4" in pane(app)
+        await keys(pilot, "full_stop", "full_stop")
+        assert "step 3 of 4" in pane(app)
+        await keys(pilot, "comma")
+        assert "step 2 of 4" in pane(app)
+        first = app.explorer.result.metadata["prompt_length"] + 1
+        assert f"token {first} " in pane(app)
+        await keys(pilot, "t")
+        assert "its text is fixed" in screen(app)
+
+    drive(app, script)
+
+
+def test_a_slow_text_keeps_the_screen_alive(tiny, monkeypatch):
+    """The model runs on a worker: while it does, the screen shows a spinner and keys answer."""
+    import threading
+
+    gate = threading.Event()
+    original = Explorer.compute
+
+    def slow(self, text):
+        gate.wait(10)
+        original(self, text)
+
+    monkeypatch.setattr(Explorer, "compute", slow)
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            assert app.query_one("#body").loading  # the spinner
+            await keys(pilot, "right", "question_mark")
+            assert isinstance(app.screen, Help)  # the UI answers meanwhile
+            await keys(pilot, "escape")
+            gate.set()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert not app.query_one("#body").loading and app.explorer.result is not None
+
+    asyncio.run(main())
+
+
+def test_keys_footer_lists_every_binding():
+    bound = {binding.action.split("(")[0] for binding in AttnvizTUI.BINDINGS}
+    words = {"layer": "layer", "head": "head", "next_view": "view", "find": "find", "find_next": "next",
+             "token": "token", "zoom": "zoom", "step": "step", "explain": "explain", "type_text": "text",
+             "save": "save", "help": "help", "quit": "quit", "view": "1-7", "previous_view": "Tab", "select": "Enter"}
+    assert bound <= set(words) and all(words[action] in KEYS for action in bound)
+
+
+def test_without_textual_the_command_says_how_to_get_it(monkeypatch, run_cli):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "textual", None)
+    result = run_cli("tui", "The cat sat.")
+    assert result.exit_code != 0 and "pip install 'attnviz[tui]'" in result.stderr
+    assert np.array([1]).size == 1
