@@ -47,13 +47,13 @@ def pane(app: AttnvizTUI) -> str:
     if current == "c-heads":
         return ""
     console = Console(width=app.size.width, no_color=True, color_system=None, record=True, file=io.StringIO())
-    console.print(app.query_one(f"#view-{current[2:]}").content)
+    console.print(app.query_one(f"#{current}").content)
     return console.export_text()
 
 
 def drawn(app: AttnvizTUI):
     """The rich renderable of the view shown now."""
-    return app.query_one(f"#view-{app.query_one('#body').current[2:]}").content
+    return app.query_one(f"#{app.query_one('#body').current}").content
 
 
 async def keys(pilot, *names: str) -> None:
@@ -85,7 +85,8 @@ def test_arrows_move_the_layer_and_head_and_tab_or_digits_switch_views(tiny):
         seen = {}
         for digit, name in zip("123457", ("heatmap", "model", "heads", "token", "compare", "explain"), strict=True):
             await keys(pilot, digit)
-            assert explorer.view == name and app.query_one("#body").current == f"c-{name}"
+            assert explorer.view == name
+            assert app.query_one("#body").current == ("c-heads" if name == "heads" else "c-view")
             seen[name] = pane(app)
         assert "L0" in seen["model"] and "H3" in seen["model"]  # every head's thumbnail
         assert app.query_one("#c-heads").row_count == 8  # 2 layers × 4 heads
@@ -364,3 +365,60 @@ def test_without_textual_the_command_says_how_to_get_it(monkeypatch, run_cli):
     result = run_cli("tui", "The cat sat.")
     assert result.exit_code != 0 and "pip install 'attnviz[tui]'" in result.stderr
     assert np.array([1]).size == 1
+
+
+def test_a_long_text_is_computed_view_by_view_through_the_model(tmp_path, monkeypatch):
+    """Past RESULT_BYTES nothing is kept whole: each view is computed through the loaded model on a worker,
+    as the commands compute it, and equals the command's picture."""
+    from test_page_long import _model
+
+    from attnviz.api import attention_view
+    from attnviz.render.terminal import render_terminal
+    from attnviz.tui import explorer as module
+    from attnviz.tui.explorer import Sink
+
+    _model(tmp_path)
+    monkeypatch.setattr(module, "RESULT_BYTES", 1000)
+    source = load(str(tmp_path))
+    text = " ".join(f"w{i % 50}" for i in range(700))
+    app = AttnvizTUI(Explorer(source), text, colour=False)
+
+    async def script(pilot) -> None:
+        explorer = app.explorer
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert explorer.long and explorer.result is None and explorer.n_tokens == 700  # (no start token)
+        assert "700 tokens (long: views computed as asked)" in screen(app)
+        sink = Sink(app.size.width - 2, False)
+        render_terminal(attention_view(source, text, layer=0, head=0), sink)
+        assert pane(app).splitlines()[0] == str(sink.items[0])  # the command's own picture (its title)
+        assert "by max-pooling" in pane(app)
+        await keys(pilot, "down", "3")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.query_one("#c-heads").row_count == 8
+        await keys(pilot, "1", "slash")
+        for ch in "w7":
+            await pilot.press(ch)
+        await keys(pilot, "enter", "plus", "plus", "plus")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        start, stop = explorer.region()
+        assert stop - start == 700 >> 3 and f"tokens {start}–{stop - 1}" in screen(app)
+        assert "internal error" not in screen(app)
+
+    drive(app, script)
+
+
+def test_a_click_on_a_heatmap_row_selects_its_token(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        text = screen(app).splitlines()
+        y = next(i for i, line in enumerate(text) if line.strip().startswith("sat "))  # the row of "sat"
+        await pilot.click(offset=(1, y))
+        await pilot.pause()
+        assert app.explorer.token == 2 and "token 2 'sat'" in screen(app)
+        assert "'sat' (token 2) attends to:" in pane(app)
+
+    drive(app, script)

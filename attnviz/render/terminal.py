@@ -45,7 +45,7 @@ def render_terminal(view: HeatmapView, console: Console, *, values: bool = False
     cell_w = 4 if values else 2
     n_panels = view.panels.shape[0]
     if n_panels > 1 or fit == "downsample":
-        view = _pool_to_fit(view, console.width, cell_w, grid=n_panels > 1)
+        view = pool_to_fit(view, console.width, cell_w, grid=n_panels > 1)
     label_w = _label_width(view)
     max_cols = max(1, (console.width - label_w - 1 - len(view.col_breaks)) // cell_w)
     console.print(Text(view.title, style="bold"))
@@ -77,7 +77,7 @@ def _label_width(view: HeatmapView) -> int:
     return min(_LABEL_MAX, max(cell_len(s) for s in view.row_labels))
 
 
-def _pool_to_fit(view: HeatmapView, width: int, cell_w: int, *, grid: bool) -> HeatmapView:
+def pool_to_fit(view: HeatmapView, width: int, cell_w: int, *, grid: bool) -> HeatmapView:
     """The smallest max-pooling factor whose output fits ``width`` (pooled labels are wider)."""
     n_keys = view.panels.shape[2]
     factor = 1

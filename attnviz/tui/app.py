@@ -7,16 +7,20 @@ error is a message in the app, never a crash. ``q`` or Ctrl-C leaves the termina
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
+from textual.geometry import Size
 from textual.screen import ModalScreen
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tab, Tabs
 
 from ..errors import AttnvizError
@@ -93,8 +97,40 @@ class HeadsTable(DataTable, can_focus=False):
     """The heads table: sorted by clicking a header; ↑/↓ stay the app's (they move the head)."""
 
 
-class Canvas(VerticalScroll, can_focus=False):
-    """Where a view is drawn; scrolled with the mouse."""
+class Pane(ScrollView, can_focus=False):
+    """Where a view is drawn: its lines rendered once (by rich, at the pane's width) and kept as strips, of which
+    Textual draws only those in sight; scrolled with the mouse. Far quicker than re-laying out a renderable."""
+
+    DEFAULT_CSS = "Pane { height: 1fr; }"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lines: list[Strip] = []
+        self.content: Any = Text("")  # what was drawn, for whoever reads it back (tests, saving)
+
+    @staticmethod
+    def strips(renderable: Any, width: int) -> list[Strip]:
+        """``renderable``'s lines at ``width``, as Textual draws them (pure: a worker may call it)."""
+        from rich.console import Console
+
+        console = Console(width=width, color_system="truecolor", force_terminal=True, legacy_windows=False)
+        return [Strip(line) for line in console.render_lines(renderable, console.options.update_width(width),
+                                                               pad=False)]
+
+    def update(self, renderable: Any, lines: list[Strip] | None = None) -> None:
+        self.content = renderable
+        width = max(20, self.size.width or self.app.size.width - 2)
+        self.lines = self.strips(renderable, width) if lines is None else lines
+        self.virtual_size = Size(max((strip.cell_length for strip in self.lines), default=0), len(self.lines))
+        self.scroll_to(0, 0, animate=False)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        line = y + int(self.scroll_offset.y)
+        if not 0 <= line < len(self.lines):
+            return Strip.blank(self.size.width)
+        return self.lines[line].crop_extend(int(self.scroll_offset.x), int(self.scroll_offset.x) + self.size.width,
+                                            None)
 
 
 class AttnvizTUI(App[None]):
@@ -102,7 +138,7 @@ class AttnvizTUI(App[None]):
 
     TITLE = "attnviz"
     CSS = """
-    #status { height: 1; background: $boost; padding: 0 1; }
+    #status { height: auto; max-height: 2; background: $boost; padding: 0 1; }
     #tabs { height: 2; }
     #body { height: 1fr; }
     #body > * { height: 1fr; }
@@ -135,6 +171,8 @@ class AttnvizTUI(App[None]):
         self.last_find: str | None = None
         self.busy = False
         self.drawn: dict[str, Any] = {}  # each pane's state when it was drawn
+        self.ahead: dict[tuple[Any, ...], Any] = {}  # views drawn, or drawn ahead: their renderable and lines
+        self.idle_timer: Any = None
         self.animation_level = "none"  # content at once, over SSH too
 
     # --- layout ------------------------------------------------------------------------------------------
@@ -142,13 +180,11 @@ class AttnvizTUI(App[None]):
     def compose(self) -> ComposeResult:
         yield Static("loading…", id="status")
         yield ViewTabs(*[Tab(title, id=f"v-{name}") for name, title in TITLES.items()], id="tabs")
-        with ContentSwitcher(id="body", initial="c-heatmap"):
-            for name in TITLES:  # one pane per view: switching back to a view draws nothing again
-                if name == "heads":
-                    yield HeadsTable(id="c-heads", zebra_stripes=True, cursor_type="row")
-                else:
-                    with Canvas(id=f"c-{name}"):
-                        yield Static("", id=f"view-{name}")
+        with ContentSwitcher(id="body", initial="c-view"):
+            # One pane for every drawn view (its lines kept per view and state: switching is swapping lines),
+            # and the heads table.
+            yield Pane(id="c-view")
+            yield HeadsTable(id="c-heads", zebra_stripes=True, cursor_type="row")
         yield Static("", id="message")
         yield Static(Text(KEYS, style="dim"), id="keys")
 
@@ -176,9 +212,47 @@ class AttnvizTUI(App[None]):
         self.query_one("#body").loading = False
         self.busy = False
         self.say("")
-        if self.explorer is not None and self.explorer.result is None:
+        self.ahead.clear()
+        if self.explorer is not None and not self.explorer.shown:
             self.action_type_text()
         self.refresh_view()
+        self._when_idle()
+
+    def _when_idle(self) -> None:
+        """After a change, once the user has paused on it (0.4 s): draw the other views ahead (see :meth:`_idle`)."""
+        if self.idle_timer is not None:
+            self.idle_timer.stop()
+        if self.explorer is None or not self.explorer.shown or self.explorer.long:
+            return
+        text = self.explorer.text
+        self.idle_timer = self.set_timer(0.4, lambda: None if self.busy or self.explorer.text != text  # type: ignore[union-attr]
+                                         else self._idle(text))
+
+    def _idle(self, text: str | None) -> None:
+        """While the user reads: the other views at the current state drawn ahead on a worker, and the heads table
+        filled (on the UI thread, as Textual wants; once per text)."""
+        self._draw_ahead(max(40, self.size.width - 2), text)
+        if self.explorer is not None and self.explorer.view != "heads":
+            with contextlib.suppress(Exception):  # filled again, and the error shown, when the table is visited
+                self._fill_table(self.query_one("#c-heads", DataTable))
+
+    @work(thread=True, exclusive=True, group="ahead")
+    def _draw_ahead(self, width: int, text: str | None) -> None:
+        """The other views of a new text drawn ahead, off the UI thread, from a frozen copy of the state, so a
+        first visit shows them at once (explain, a second of CPU, waits to be asked)."""
+        import copy
+
+        explorer = self.explorer
+        for name in explorer.views():  # type: ignore[union-attr]
+            if name in ("explain", "heads", explorer.view) or self.busy or explorer.text != text:  # type: ignore[union-attr]
+                continue
+            frozen = copy.copy(explorer)  # shares the result and the cache; its selection stays as it is now
+            frozen.view = name
+            try:
+                renderable = frozen.draw(width, self.colour)
+                self._keep(frozen.draw_key(width, self.colour), (renderable, Pane.strips(renderable, width)))
+            except Exception:
+                continue
 
     def went_wrong(self, exc: BaseException) -> None:
         self.query_one("#body").loading = False
@@ -205,29 +279,71 @@ class AttnvizTUI(App[None]):
         if tabs.active != f"v-{explorer.view}":
             tabs.active = f"v-{explorer.view}"
         body = self.query_one("#body", ContentSwitcher)
-        body.current = f"c-{explorer.view}"
-        if explorer.result is None:
+        body.current = "c-heads" if explorer.view == "heads" else "c-view"
+        if not explorer.shown:
             return
         try:
             if explorer.view == "heads":
+                if explorer.long and not explorer.heads_ready():
+                    self._draw_later(0)  # a long text's statistics: through the model, once
+                    return
                 self._fill_table(self.query_one("#c-heads", DataTable))
             else:
                 width = max(40, self.size.width - 2)
                 key = explorer.draw_key(width, self.colour)
-                pane = self.query_one(f"#view-{explorer.view}", Static)
-                if self.drawn.get(explorer.view) != key:  # a pane keeps what it drew until the state changes
-                    pane.update(explorer.draw(width, self.colour))
-                    self.drawn[explorer.view] = key
+                pane = self.query_one("#c-view", Pane)
+                if self.drawn.get("view") != key:  # the pane keeps what it drew until the state changes
+                    if explorer.long and not explorer.drawn(width, self.colour):
+                        pane.update(Text("computing this view through the model…", style="dim"))
+                        self.drawn.pop("view", None)
+                        self._draw_later(width)
+                        return
+                    ready = self.ahead.get(key)  # drawn before, or ahead while the user looked at another view
+                    if ready is None:
+                        renderable = explorer.draw(width, self.colour)
+                        ready = self._keep(key, (renderable, Pane.strips(renderable, width)))
+                    pane.update(*ready)
+                    self.drawn["view"] = key
         except Exception as exc:  # in the app, never a crash: an AttnvizError says what to do
-            if explorer.view == "heads":
-                body.current = "c-heatmap"
-            pane = self.query_one(f"#view-{body.current[2:]}", Static)
-            pane.update(Text(_said(exc)))
-            self.drawn.pop(body.current[2:], None)
+            body.current = "c-view"
+            self.query_one("#c-view", Pane).update(Text(_said(exc)))
+            self.drawn.pop("view", None)
+
+    @work(thread=True, exclusive=True, group="draw")
+    def _draw_later(self, width: int) -> None:
+        """A long text's view, computed through the model off the UI thread; shown when done (if still wanted)."""
+        explorer = self.explorer
+        self.call_from_thread(self._drawing, True)
+        try:
+            if explorer.view == "heads":  # type: ignore[union-attr]
+                explorer.heads_rows()  # type: ignore[union-attr]
+            else:
+                explorer.draw(width, self.colour)  # type: ignore[union-attr]
+        except Exception as exc:
+            self.call_from_thread(self._draw_failed, exc)
+        else:
+            self.call_from_thread(self.refresh_view)
+        finally:
+            self.call_from_thread(self._drawing, False)
+
+    def _keep(self, key: tuple[Any, ...], drawn: Any) -> Any:
+        """Keep a drawn view's lines (the last 128: a few MB at most)."""
+        self.ahead[key] = drawn
+        while len(self.ahead) > 128:
+            self.ahead.pop(next(iter(self.ahead)))
+        return drawn
+
+    def _drawing(self, busy: bool) -> None:
+        self.query_one("#body").loading = busy
+
+    def _draw_failed(self, exc: BaseException) -> None:
+        self.query_one("#body", ContentSwitcher).current = "c-view"
+        self.query_one("#c-view", Pane).update(Text(_said(exc)))
+        self.drawn.pop("view", None)
 
     def _fill_table(self, table: DataTable) -> None:
         rows, stats = self.explorer.heads_rows()  # type: ignore[union-attr]
-        key = (id(self.explorer.result), self.explorer.sort)  # type: ignore[union-attr]
+        key = (id(self.explorer.result), self.explorer.text, self.explorer.sort)  # type: ignore[union-attr]
         here = next((i for i, row in enumerate(rows)
                      if (row["layer"], row["head"]) == (self.explorer.layer_number, self.explorer.head)), 0)  # type: ignore[union-attr]
         if self.drawn.get("heads") == key:
@@ -244,13 +360,13 @@ class AttnvizTUI(App[None]):
         table.move_cursor(row=here)  # the current layer and head
 
     def on_resize(self) -> None:
-        if self.explorer is not None and self.explorer.result is not None:
+        if self.explorer is not None and self.explorer.shown:
             self.refresh_view()
 
     # --- actions -----------------------------------------------------------------------------------------
 
     def _has_result(self) -> bool:
-        if self.busy or self.explorer is None or self.explorer.result is None:
+        if self.busy or self.explorer is None or not self.explorer.shown:
             self.say("computing…" if self.busy else "no text yet: press t to type one")
             return False
         return True
@@ -265,6 +381,7 @@ class AttnvizTUI(App[None]):
             return
         self.say("")
         self.refresh_view()
+        self._when_idle()
 
     def action_layer(self, delta: int) -> None:
         self._apply(lambda: self.explorer.move_layer(delta))  # type: ignore[union-attr]
@@ -308,10 +425,22 @@ class AttnvizTUI(App[None]):
     def action_explain(self) -> None:
         self._show("explain")
 
+    def on_click(self, event: events.Click) -> None:
+        """A click on a heatmap row selects its token (its row and column are listed under the heatmap)."""
+        if self.explorer is None or not self.explorer.shown or self.explorer.view != "heatmap":
+            return
+        pane = self.query_one("#c-view", Pane)
+        offset = event.get_content_offset(pane)
+        if offset is None:
+            return
+        token = self.explorer.token_at(offset.y + int(pane.scroll_offset.y), pane.size.width)
+        if token is not None:
+            self._apply(lambda: self.explorer.select(token))  # type: ignore[union-attr]
+
     @on(Tabs.TabActivated)
     def tab_clicked(self, event: Tabs.TabActivated) -> None:
         name = (event.tab.id or "v-heatmap")[2:]
-        if self.explorer is not None and self.explorer.result is not None and self.explorer.view != name:
+        if self.explorer is not None and self.explorer.shown and self.explorer.view != name:
             self._show(name)
 
     @on(DataTable.HeaderSelected)

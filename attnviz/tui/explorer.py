@@ -3,7 +3,10 @@ selected token, and each view drawn as rich renderables by the same renderers as
 
 The model runs once per text (:meth:`Explorer.compute`, on a worker thread in the app); the result is
 then read through a :class:`~attnviz.sources.saved.SavedSource`, so switching layer, head or view
-never runs the model again. Explaining a head needs the model itself (the native engine or a config).
+never runs the model again. A text whose every weight would pass :data:`RESULT_BYTES` (thousands of
+tokens) is *long*: nothing is kept whole, and each view is computed through the loaded model as the
+commands compute it (streamed, pooled, a region's rows alone when zoomed), on a worker thread, and kept
+once drawn. Explaining a head needs the model itself (the native engine or a config).
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..errors import UsageError
+
+RESULT_BYTES = 1 << 30
+"""A text's weights (layers × heads × tokens², float32) kept whole up to this; past it the views are computed
+through the model, one at a time."""
 
 VIEWS = ("heatmap", "model", "heads", "token", "compare", "steps", "explain")
 TITLES = {"heatmap": "1 head", "model": "2 model", "heads": "3 heads table", "token": "4 one token",
@@ -60,6 +67,12 @@ class Explorer:
     step: int = 0  # the generation view's step
     sort: str | None = None
     cache: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    long: bool = False  # the text's weights are not kept whole: views are computed through the model
+    tokens: list[str] = field(default_factory=list)
+    shape: tuple[int, int] = (0, 0)  # layers, heads
+    model_name: str = ""
+    row_items: dict[int, int] = field(default_factory=dict)  # the heatmap's printed item → its row's token
+    row_group: list[Any] = field(default_factory=list)
 
     @property
     def fixed(self) -> bool:
@@ -71,6 +84,7 @@ class Explorer:
         run off the UI thread by the app. The selection is kept where the new text has room for it."""
         from ..sources.saved import SavedSource
 
+        long = False
         if self.fixed:
             if text:
                 raise UsageError(f"{self.source.name} is a saved result; its text is fixed")
@@ -78,26 +92,56 @@ class Explorer:
         else:
             if text is None or not text.strip():
                 raise UsageError("the text is empty; type the text to inspect")
-            result = self.source.extract(text, pair=self.pair, target=self.target)
-        self.result, self.text = result, text
-        self.saved = SavedSource(result, getattr(self.source, "name", "result"))
+            long, labels, shape = self._measure(text)
+            result = None if long else self.source.extract(text, pair=self.pair, target=self.target)
+        self.result, self.text, self.long = result, text, long
+        if result is not None:
+            self.tokens, self.shape = list(result.tokens), (int(result.attentions.shape[0]), int(result.attentions.shape[1]))
+            self.model_name = result.model_name
+            self.saved = SavedSource(result, getattr(self.source, "name", "result"))
+        else:
+            self.tokens, self.shape, self.model_name, self.saved = labels, shape, self.source.name, None
         self.cache.clear()
         self.layer = min(self.layer, self.n_layers - 1)
         self.head = min(self.head, self.n_heads - 1)
         self.token = None if self.token is None or self.token >= self.n_tokens else self.token
         self.zoom, self.step = 0, 0
 
+    def _measure(self, text: str) -> tuple[bool, list[str], tuple[int, int]]:
+        """Whether ``text`` is long (see :data:`RESULT_BYTES`), its labels, and the model's layers and heads
+        (from a one-word run: nothing of the text is computed yet)."""
+        encode = getattr(self.source, "encode", None)
+        if encode is None or self.target is not None or self.kind != "self":
+            return False, [], (0, 0)
+        info = encode(text, self.pair)
+        if len(info.ids) < 512:
+            return False, [], (0, 0)
+        probe = self.source.extract("a").attentions
+        layers, heads = int(probe.shape[0]), int(probe.shape[1])
+        return layers * heads * len(info.ids) ** 2 * 4 > RESULT_BYTES, list(info.labels), (layers, heads)
+
+    @property
+    def shown(self) -> bool:
+        """A text (or a saved result) has been computed."""
+        return self.result is not None or self.long
+
+    def inputs(self) -> tuple[Any, str | None, dict[str, Any]]:
+        """The source, text and options the views are computed from: the kept result, or the model."""
+        if not self.long:
+            return self.saved, None, self._reading()
+        return self.source, self.text, {**self._reading(), **({"pair": self.pair} if self.pair else {})}
+
     @property
     def n_layers(self) -> int:
-        return int(self.result.attentions.shape[0]) if self.result is not None else 0
+        return self.shape[0]
 
     @property
     def n_heads(self) -> int:
-        return int(self.result.attentions.shape[1]) if self.result is not None else 0
+        return self.shape[1]
 
     @property
     def n_tokens(self) -> int:
-        return len(self.result.tokens) if self.result is not None else 0
+        return len(self.tokens)
 
     @property
     def layer_number(self) -> int:
@@ -139,7 +183,7 @@ class Explorer:
         if not query.strip():
             raise UsageError("type part of a token to find it")
         wanted = query.strip().casefold()
-        tokens = self.result.tokens
+        tokens = self.tokens
         start = -1 if self.token is None else self.token
         for offset in range(1, len(tokens) + 1):
             i = (start + offset) % len(tokens)
@@ -170,25 +214,31 @@ class Explorer:
         return {} if self.reading is None else {"reading": self.reading}
 
     def status(self) -> str:
-        if self.result is None:
+        if not self.shown:
             return "no text yet: press t to type one"
-        token = "" if self.token is None else f" · token {self.token} {self.result.tokens[self.token]!r}"
+        token = "" if self.token is None else f" · token {self.token} {self.tokens[self.token]!r}"
         zoom = "" if self.region() is None else f" · tokens {self.region()[0]}–{self.region()[1] - 1}"  # type: ignore[index]
-        return (f"{self.result.model_name} · {self.n_tokens} tokens · layer {self.layer_number} of {self.n_layers} · "
+        long = " (long: views computed as asked)" if self.long else ""
+        return (f"{self.model_name} · {self.n_tokens} tokens{long} · layer {self.layer_number} of {self.n_layers} · "
                 f"head {self.head} of {self.n_heads}{token}{zoom}")
 
     def draw_key(self, width: int, colour: bool) -> tuple[Any, ...]:
         """What the current view's drawing depends on (views that do not read the head leave it out)."""
         head = None if self.view in ("model", "token", "compare") else self.head
-        layer = None if self.view == "model" else self.layer
+        layer = None if self.view in ("model", "token") else self.layer
         token = self.token if self.view in ("heatmap", "token") else None
         zoom = self.zoom if self.view == "heatmap" else None
         step = self.step if self.view == "steps" else None
-        return (id(self.result), self.view, layer, head, token, zoom, step, width, colour)
+        return (id(self.result) if self.result is not None else self.text, self.view, layer, head, token, zoom, step,
+                width, colour)
+
+    def drawn(self, width: int, colour: bool) -> bool:
+        """Whether the current view is drawn already (a long text's views take a while the first time)."""
+        return self.draw_key(width, colour) in self.cache or (self.result is None and not self.long)
 
     def draw(self, width: int, colour: bool) -> RenderableType:
         """The current view (not the heads table, which the app shows as a sortable table)."""
-        if self.result is None:
+        if not self.shown:
             return Text("no text yet: press t to type one, ? for help")
         key = self.draw_key(width, colour)
         if key not in self.cache:
@@ -209,16 +259,55 @@ class Explorer:
         from ..render.terminal import render_terminal
 
         region = self.region()
-        view = attention_view(self.saved, None, layer=self.layer_number, head=self.head, kind=self.kind,
-                              rows=region, cols=region, **self._reading())
+        source, text, options = self.inputs()
+        view = attention_view(source, text, layer=self.layer_number, head=self.head, kind=self.kind,
+                              rows=region, cols=region, **options)
         render_terminal(view, sink)  # type: ignore[arg-type]
+        self._remember_rows(view, sink)
         if self.token is not None:
             self._row_and_column(sink)
+
+    def _remember_rows(self, view: Any, sink: Sink) -> None:
+        """Which printed item is which row's line, so a click on it selects that row's (first) token: the rows
+        are the lines just above the legend, as :func:`~attnviz.render.terminal.render_terminal` pools them."""
+        from ..render.terminal import pool_to_fit, terminal_safe
+
+        shown = pool_to_fit(terminal_safe(view), sink.width, 2, grid=False)
+        legend = next((i for i, item in enumerate(sink.items) if str(item).startswith("scale ")), None)
+        rows, self.row_items = int(shown.panels.shape[1]), {}
+        if legend is None:
+            return
+        index = legend - rows - len(shown.row_breaks)
+        for row in range(rows):
+            if row in shown.row_breaks:
+                index += 1  # the rule between a pair's two texts
+            self.row_items[index] = (shown.row_start or 0) + row * shown.token_step
+            index += 1
+        self.row_group = sink.items
+
+    def token_at(self, line: int, width: int) -> int | None:
+        """The token of the heatmap's row drawn at ``line`` of its pane (``width`` wide), or None."""
+        from rich.console import Console
+
+        if self.view != "heatmap" or not self.row_items:
+            return None
+        console = Console(width=width, file=None, color_system=None, legacy_windows=False)
+        options = console.options.update_width(width)
+        at = 0
+        for i, item in enumerate(self.row_group):
+            height = len(console.render_lines(item, options, pad=False))
+            if at <= line < at + height:
+                return self.row_items.get(i)
+            at += height
+        return None
 
     def _row_and_column(self, sink: Sink) -> None:
         """The selected token's row (what it attends to most) and column (who attends to it most) in this head."""
         import torch
 
+        if self.result is None:
+            sink.print(Text(f"token {self.token} {self.tokens[self.token]!r}: see view 4 for its row in every head"))  # type: ignore[index]
+            return
         kinds = {"self": self.result.attentions, "decoder": self.result.decoder_attentions}
         matrix = kinds.get(self.kind, self.result.attentions)
         if matrix is None or self.token >= matrix.shape[-1]:  # type: ignore[operator]
@@ -237,8 +326,9 @@ class Explorer:
         from ..api import attention_view
         from ..render.terminal import render_thumbnails
 
-        numbers = list(self.result.metadata.get("layers") or range(self.n_layers))
-        view = attention_view(self.saved, None, layer=None, head="all", kind=self.kind, **self._reading())
+        numbers = list((self.result.metadata.get("layers") if self.result is not None else None) or range(self.n_layers))
+        source, text, options = self.inputs()
+        view = attention_view(source, text, layer=None, head="all", kind=self.kind, **options)
         render_thumbnails(view, sink, layers=numbers, size=8)  # type: ignore[arg-type]
 
     def _token(self, sink: Sink) -> None:
@@ -246,7 +336,8 @@ class Explorer:
         from ..render.terminal import render_terminal
 
         token = 0 if self.token is None else self.token
-        view = query_view(self.saved, None, token, layer=self.layer_number, kind=self.kind, **self._reading())
+        source, text, options = self.inputs()
+        view = query_view(source, text, token, layer=None, kind=self.kind, **options)  # every layer and head
         render_terminal(view, sink)  # type: ignore[arg-type]
         if self.token is None:
             sink.print(Text("the first token; select another with [ ] or find one with /", style="dim"))
@@ -255,8 +346,9 @@ class Explorer:
         from ..api import compare_heads_of_text
         from ..report import comparison_report
 
-        overview = compare_heads_of_text(self.saved, None, layer=self.layer_number, kind=self.kind,  # type: ignore[arg-type]
-                                         **self._reading())
+        source, text, options = self.inputs()
+        overview = compare_heads_of_text(source, text, layer=self.layer_number, kind=self.kind,  # type: ignore[arg-type]
+                                         **options)
         comparison_report(overview, console=sink, out=None, top=5, cmap="viridis")  # type: ignore[arg-type]
 
     def _steps(self, sink: Sink) -> None:
@@ -297,13 +389,18 @@ class Explorer:
         rows, stats = self.heads_rows()
         sink.print(head_stats_table(rows, stats, title="heads"))
 
+    def heads_ready(self) -> bool:
+        return ("heads", id(self.result) if self.result is not None else self.text) in self.cache
+
     def heads_rows(self) -> tuple[list[dict[str, Any]], list[str]]:
         """Every head's statistics on the text, sorted by ``sort`` (largest first), and the statistics' names."""
-        if "heads" not in self.cache:
+        key = ("heads", id(self.result) if self.result is not None else self.text)
+        if key not in self.cache:
             from ..api import heads_of
 
-            table = heads_of(self.saved, [None], kind=self.kind, **self._reading())  # type: ignore[list-item]
-            self.cache["heads"] = (table, list(table.stats))
-        table, stats = self.cache["heads"]
+            source, text, options = self.inputs()
+            table = heads_of(source, [text], kind=self.kind, **options)  # type: ignore[list-item]
+            self.cache[key] = (table, list(table.stats))
+        table, stats = self.cache[key]
         rows = table.select(sort=self.sort) if self.sort else table.select()
         return rows, stats

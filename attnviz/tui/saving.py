@@ -18,20 +18,24 @@ def save_view(explorer: Any, path: Path) -> Path:
     path = Path(path).expanduser()
     suffix = path.suffix.lower()
     if suffix == ".npz":
+        if explorer.result is None:
+            raise UsageError("a long text's weights are not kept whole here; save this head as .png, .svg, .pdf or "
+                             ".json, or write every weight with attnviz export")
         return Path(explorer.result.save(path))
     check_output_path(path)
+    source, text, options = explorer.inputs()
     if suffix == ".html":
         from ..api import page_view
         from ..render.html import render_html
 
-        page = page_view(explorer.saved, None, layer=None, head=explorer.head)
+        page = page_view(source, text, layer=None, head=explorer.head, **options)
         return Path(render_html(page, path))
     from ..api import attention_view
     from ..render.registry import VIEW_DATA, for_path
 
     region = explorer.region()
-    view = attention_view(explorer.saved, None, layer=explorer.layer_number, head=explorer.head, rows=region,
-                          cols=region, pool=suffix in (".png", ".svg", ".pdf") or None)
+    view = attention_view(source, text, layer=explorer.layer_number, head=explorer.head, rows=region,
+                          cols=region, pool=suffix in (".png", ".svg", ".pdf") or None, **options)
     fmt = VIEW_DATA.get(suffix) or for_path(path)
     if fmt is None:  # pragma: no cover - check_output_path refused it first
         raise UsageError(f"{path}: use .png, .svg, .pdf, .html, .npz or .json")
