@@ -43,17 +43,21 @@ def pane(app: AttnvizTUI) -> str:
     """The text of the view shown now, all of it (scrolled out of sight too), at the app's width."""
     from rich.console import Console
 
-    current = app.query_one("#body").current
-    if current == "c-heads":
-        return ""
-    console = Console(width=app.size.width, no_color=True, color_system=None, record=True, file=io.StringIO())
-    console.print(app.query_one(f"#{current}").content)
+    console = Console(width=app.size.width - 2, no_color=True, color_system=None, record=True, file=io.StringIO())
+    console.print(app.query_one("#body").content)
     return console.export_text()
+
+
+def table_rows(app: AttnvizTUI) -> list[tuple[int, int]]:
+    """The (layer, head) of each row of the heads table shown, in order."""
+    import re
+
+    return [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s*(\d+)\s+(\d+)\s", pane(app), re.MULTILINE)]
 
 
 def drawn(app: AttnvizTUI):
     """The rich renderable of the view shown now."""
-    return app.query_one(f"#{app.query_one('#body').current}").content
+    return app.query_one("#body").content
 
 
 async def keys(pilot, *names: str) -> None:
@@ -86,10 +90,9 @@ def test_arrows_move_the_layer_and_head_and_tab_or_digits_switch_views(tiny):
         for digit, name in zip("123457", ("heatmap", "model", "heads", "token", "compare", "explain"), strict=True):
             await keys(pilot, digit)
             assert explorer.view == name
-            assert app.query_one("#body").current == ("c-heads" if name == "heads" else "c-view")
             seen[name] = pane(app)
         assert "L0" in seen["model"] and "H3" in seen["model"]  # every head's thumbnail
-        assert app.query_one("#c-heads").row_count == 8  # 2 layers × 4 heads
+        assert seen["heads"].count("\n") > 8 and "labels" in seen["heads"]
         assert "The" in seen["token"] and "explain" not in seen["heatmap"]
         assert "Scores" in seen["explain"] or "scores" in seen["explain"]
         await keys(pilot, "6")  # no generation in this result
@@ -354,7 +357,8 @@ def test_keys_footer_lists_every_binding():
     bound = {binding.action.split("(")[0] for binding in AttnvizTUI.BINDINGS}
     words = {"layer": "layer", "head": "head", "next_view": "view", "find": "find", "find_next": "next",
              "token": "token", "zoom": "zoom", "step": "step", "explain": "explain", "type_text": "text",
-             "save": "save", "help": "help", "quit": "quit", "view": "1-7", "previous_view": "Tab", "select": "Enter"}
+             "save": "save", "help": "help", "quit": "quit", "view": "1-7", "previous_view": "Tab", "select": "Enter",
+             "sort": "sort"}
     assert bound <= set(words) and all(words[action] in KEYS for action in bound)
 
 
@@ -396,7 +400,7 @@ def test_a_long_text_is_computed_view_by_view_through_the_model(tmp_path, monkey
         await keys(pilot, "down", "3")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.query_one("#c-heads").row_count == 8
+        assert len(table_rows(app)) == 8
         await keys(pilot, "1", "slash")
         for ch in "w7":
             await pilot.press(ch)
@@ -420,5 +424,31 @@ def test_a_click_on_a_heatmap_row_selects_its_token(tiny):
         await pilot.pause()
         assert app.explorer.token == 2 and "token 2 'sat'" in screen(app)
         assert "'sat' (token 2) attends to:" in pane(app)
+
+    drive(app, script)
+
+
+def test_the_heads_table_sorts_with_o_or_a_click_on_a_column_name(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        await keys(pilot, "3")
+        assert table_rows(app) == [(layer, head) for layer in range(2) for head in range(4)]  # model order
+        await keys(pilot, "o")
+        column = app.explorer.sort
+        assert column is not None and f"sorted by {column}" in pane(app)
+        rows, _ = app.explorer.heads_rows()
+        values = [float(row[column]) for row in rows]
+        assert values == sorted(values, reverse=True) and table_rows(app) == [(r["layer"], r["head"]) for r in rows]
+        text = screen(app).splitlines()
+        y = next(i for i, line in enumerate(text) if line.split()[:2] == ["L", "H"])  # the header
+        x = text[y].index("L")
+        await pilot.click(offset=(x, y))
+        await pilot.pause()
+        assert app.explorer.sort is None and table_rows(app)[:2] == [(0, 0), (0, 1)]  # layer order again
+        prev = text[y].index("prev")
+        await pilot.click(offset=(prev + 1, y))
+        await pilot.pause()
+        assert app.explorer.sort == "prev_score" and "sorted by prev_score" in pane(app)
 
     drive(app, script)

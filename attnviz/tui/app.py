@@ -7,7 +7,6 @@ error is a message in the app, never a crash. ``q`` or Ctrl-C leaves the termina
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,7 +20,7 @@ from textual.geometry import Size
 from textual.screen import ModalScreen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import ContentSwitcher, DataTable, Input, Static, Tab, Tabs
+from textual.widgets import Input, Static, Tab, Tabs
 
 from ..errors import AttnvizError
 from .explorer import TITLES, Explorer
@@ -40,12 +39,14 @@ attnviz tui: the keys
   s          save the current view (.png, .svg, .pdf, .html, .npz)
   ?          this help                      q         quit (Ctrl-C too)
 
-The heads table sorts by a column when you click its header. Mouse scrolling moves long views.
+  o          sort the heads table (view 3) by the next column; a click on a column's name sorts by it
+
+A click on a heatmap row selects its token; a click on a tab shows its view; the mouse wheel scrolls.
 """
 
 
 # Every binding, in a footer that wraps rather than cuts (at 80 columns: two lines).
-KEYS = ("←→ layer  ↑↓ head  Tab/1-7 view  / find  n next  Enter select  [ ] token  +- zoom  ,. step  "
+KEYS = ("←→ layer  ↑↓ head  Tab/1-7 view  / find  n next  Enter select  [ ] token  +- zoom  ,. step  o sort  "
         "e explain  t text  s save  ? help  q quit")
 
 
@@ -93,10 +94,6 @@ class ViewTabs(Tabs, can_focus=False):
     """The views' tabs: clicked, never focused (the arrows are the app's)."""
 
 
-class HeadsTable(DataTable, can_focus=False):
-    """The heads table: sorted by clicking a header; ↑/↓ stay the app's (they move the head)."""
-
-
 class Pane(ScrollView, can_focus=False):
     """Where a view is drawn: its lines rendered once (by rich, at the pane's width) and kept as strips, of which
     Textual draws only those in sight; scrolled with the mouse. Far quicker than re-laying out a renderable."""
@@ -141,7 +138,6 @@ class AttnvizTUI(App[None]):
     #status { height: auto; max-height: 2; background: $boost; padding: 0 1; }
     #tabs { height: 2; }
     #body { height: 1fr; }
-    #body > * { height: 1fr; }
     #message { height: auto; max-height: 3; color: $warning; padding: 0 1; }
     #keys { height: auto; padding: 0 1; background: $boost; }
     """
@@ -156,6 +152,7 @@ class AttnvizTUI(App[None]):
         Binding("left_square_bracket", "token(-1)", show=False), Binding("right_square_bracket", "token(1)", show=False),
         Binding("plus,equals_sign", "zoom(1)", "zoom"), Binding("minus", "zoom(-1)", show=False),
         Binding("comma", "step(-1)", show=False), Binding("full_stop", "step(1)", show=False),
+        Binding("o", "sort", show=False),
         Binding("e", "explain", "explain"), Binding("t", "type_text", "text"), Binding("s", "save", "save"),
         Binding("question_mark", "help", "help"), Binding("q", "quit", "quit"),
         Binding("ctrl+c", "quit", show=False, priority=True),
@@ -180,11 +177,9 @@ class AttnvizTUI(App[None]):
     def compose(self) -> ComposeResult:
         yield Static("loading…", id="status")
         yield ViewTabs(*[Tab(title, id=f"v-{name}") for name, title in TITLES.items()], id="tabs")
-        with ContentSwitcher(id="body", initial="c-view"):
-            # One pane for every drawn view (its lines kept per view and state: switching is swapping lines),
-            # and the heads table.
-            yield Pane(id="c-view")
-            yield HeadsTable(id="c-heads", zebra_stripes=True, cursor_type="row")
+        # One pane for every view: each view's lines are rendered once per state and kept, so switching is
+        # swapping lines.
+        yield Pane(id="body")
         yield Static("", id="message")
         yield Static(Text(KEYS, style="dim"), id="keys")
 
@@ -232,9 +227,7 @@ class AttnvizTUI(App[None]):
         """While the user reads: the other views at the current state drawn ahead on a worker, and the heads table
         filled (on the UI thread, as Textual wants; once per text)."""
         self._draw_ahead(max(40, self.size.width - 2), text)
-        if self.explorer is not None and self.explorer.view != "heads":
-            with contextlib.suppress(Exception):  # filled again, and the error shown, when the table is visited
-                self._fill_table(self.query_one("#c-heads", DataTable))
+
 
     @work(thread=True, exclusive=True, group="ahead")
     def _draw_ahead(self, width: int, text: str | None) -> None:
@@ -244,7 +237,7 @@ class AttnvizTUI(App[None]):
 
         explorer = self.explorer
         for name in explorer.views():  # type: ignore[union-attr]
-            if name in ("explain", "heads", explorer.view) or self.busy or explorer.text != text:  # type: ignore[union-attr]
+            if name in ("explain", explorer.view) or self.busy or explorer.text != text:  # type: ignore[union-attr]
                 continue
             frozen = copy.copy(explorer)  # shares the result and the cache; its selection stays as it is now
             frozen.view = name
@@ -278,35 +271,26 @@ class AttnvizTUI(App[None]):
             tab.display = name in explorer.views()
         if tabs.active != f"v-{explorer.view}":
             tabs.active = f"v-{explorer.view}"
-        body = self.query_one("#body", ContentSwitcher)
-        body.current = "c-heads" if explorer.view == "heads" else "c-view"
         if not explorer.shown:
             return
+        pane = self.query_one("#body", Pane)
         try:
-            if explorer.view == "heads":
-                if explorer.long and not explorer.heads_ready():
-                    self._draw_later(0)  # a long text's statistics: through the model, once
+            width = max(40, self.size.width - 2)
+            key = explorer.draw_key(width, self.colour)
+            if self.drawn.get("view") != key:  # the pane keeps what it drew until the state changes
+                if explorer.long and not explorer.drawn(width, self.colour):
+                    pane.update(Text("computing this view through the model…", style="dim"))
+                    self.drawn.pop("view", None)
+                    self._draw_later(width)
                     return
-                self._fill_table(self.query_one("#c-heads", DataTable))
-            else:
-                width = max(40, self.size.width - 2)
-                key = explorer.draw_key(width, self.colour)
-                pane = self.query_one("#c-view", Pane)
-                if self.drawn.get("view") != key:  # the pane keeps what it drew until the state changes
-                    if explorer.long and not explorer.drawn(width, self.colour):
-                        pane.update(Text("computing this view through the model…", style="dim"))
-                        self.drawn.pop("view", None)
-                        self._draw_later(width)
-                        return
-                    ready = self.ahead.get(key)  # drawn before, or ahead while the user looked at another view
-                    if ready is None:
-                        renderable = explorer.draw(width, self.colour)
-                        ready = self._keep(key, (renderable, Pane.strips(renderable, width)))
-                    pane.update(*ready)
-                    self.drawn["view"] = key
+                ready = self.ahead.get(key)  # drawn before, or ahead while the user looked at another view
+                if ready is None:
+                    renderable = explorer.draw(width, self.colour)
+                    ready = self._keep(key, (renderable, Pane.strips(renderable, width)))
+                pane.update(*ready)
+                self.drawn["view"] = key
         except Exception as exc:  # in the app, never a crash: an AttnvizError says what to do
-            body.current = "c-view"
-            self.query_one("#c-view", Pane).update(Text(_said(exc)))
+            pane.update(Text(_said(exc)))
             self.drawn.pop("view", None)
 
     @work(thread=True, exclusive=True, group="draw")
@@ -315,10 +299,7 @@ class AttnvizTUI(App[None]):
         explorer = self.explorer
         self.call_from_thread(self._drawing, True)
         try:
-            if explorer.view == "heads":  # type: ignore[union-attr]
-                explorer.heads_rows()  # type: ignore[union-attr]
-            else:
-                explorer.draw(width, self.colour)  # type: ignore[union-attr]
+            explorer.draw(width, self.colour)  # type: ignore[union-attr]
         except Exception as exc:
             self.call_from_thread(self._draw_failed, exc)
         else:
@@ -337,27 +318,8 @@ class AttnvizTUI(App[None]):
         self.query_one("#body").loading = busy
 
     def _draw_failed(self, exc: BaseException) -> None:
-        self.query_one("#body", ContentSwitcher).current = "c-view"
-        self.query_one("#c-view", Pane).update(Text(_said(exc)))
+        self.query_one("#body", Pane).update(Text(_said(exc)))
         self.drawn.pop("view", None)
-
-    def _fill_table(self, table: DataTable) -> None:
-        rows, stats = self.explorer.heads_rows()  # type: ignore[union-attr]
-        key = (id(self.explorer.result), self.explorer.text, self.explorer.sort)  # type: ignore[union-attr]
-        here = next((i for i, row in enumerate(rows)
-                     if (row["layer"], row["head"]) == (self.explorer.layer_number, self.explorer.head)), 0)  # type: ignore[union-attr]
-        if self.drawn.get("heads") == key:
-            table.move_cursor(row=here)  # the current layer and head
-            return
-        self.drawn["heads"] = key
-        table.clear(columns=True)
-        for column in ("layer", "head", *stats, "labels"):
-            table.add_column(column, key=column)
-        for row in rows:
-            labels = ", ".join(str(label) for label in row.get("labels", []))  # type: ignore[union-attr]
-            table.add_row(str(row["layer"]), str(row["head"]),
-                          *[f"{float(row[s]):.3f}" if row.get(s) is not None else "" for s in stats], labels)  # type: ignore[arg-type]
-        table.move_cursor(row=here)  # the current layer and head
 
     def on_resize(self) -> None:
         if self.explorer is not None and self.explorer.shown:
@@ -427,13 +389,19 @@ class AttnvizTUI(App[None]):
 
     def on_click(self, event: events.Click) -> None:
         """A click on a heatmap row selects its token (its row and column are listed under the heatmap)."""
-        if self.explorer is None or not self.explorer.shown or self.explorer.view != "heatmap":
+        if self.explorer is None or not self.explorer.shown or self.explorer.view not in ("heatmap", "heads"):
             return
-        pane = self.query_one("#c-view", Pane)
+        pane = self.query_one("#body", Pane)
         offset = event.get_content_offset(pane)
         if offset is None:
             return
-        token = self.explorer.token_at(offset.y + int(pane.scroll_offset.y), pane.size.width)
+        line = offset.y + int(pane.scroll_offset.y)
+        if self.explorer.view == "heads":  # a column's name in the table's header: sort by it
+            if 0 <= line < len(pane.lines):
+                text = pane.lines[line].text
+                self._apply(lambda: self.explorer.sort_at(text, offset.x + int(pane.scroll_offset.x)))  # type: ignore[union-attr]
+            return
+        token = self.explorer.token_at(line, pane.size.width, self.drawn.get("view", ()))
         if token is not None:
             self._apply(lambda: self.explorer.select(token))  # type: ignore[union-attr]
 
@@ -443,12 +411,10 @@ class AttnvizTUI(App[None]):
         if self.explorer is not None and self.explorer.shown and self.explorer.view != name:
             self._show(name)
 
-    @on(DataTable.HeaderSelected)
-    def sort_by(self, event: DataTable.HeaderSelected) -> None:
-        column = str(event.column_key.value)
-        if column == "labels":
-            return
-        self._apply(lambda: setattr(self.explorer, "sort", column))
+    def action_sort(self) -> None:
+        if self.explorer is not None and self.explorer.view != "heads":
+            self._show("heads")
+        self._apply(lambda: self.explorer.next_sort())  # type: ignore[union-attr]
 
     def action_find(self) -> None:
         if not self._has_result():
@@ -471,6 +437,9 @@ class AttnvizTUI(App[None]):
         if self.explorer.fixed:
             self.say(f"{self.explorer.source.name} is a saved result; its text is fixed")
             return
+
+        if self.idle_timer is not None:  # typing: nothing drawn ahead meanwhile for the text being replaced
+            self.idle_timer.stop()
 
         def typed(answer: str | None) -> None:
             if answer is not None:

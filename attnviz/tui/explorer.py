@@ -71,8 +71,6 @@ class Explorer:
     tokens: list[str] = field(default_factory=list)
     shape: tuple[int, int] = (0, 0)  # layers, heads
     model_name: str = ""
-    row_items: dict[int, int] = field(default_factory=dict)  # the heatmap's printed item → its row's token
-    row_group: list[Any] = field(default_factory=list)
 
     @property
     def fixed(self) -> bool:
@@ -224,10 +222,10 @@ class Explorer:
 
     def draw_key(self, width: int, colour: bool) -> tuple[Any, ...]:
         """What the current view's drawing depends on (views that do not read the head leave it out)."""
-        head = None if self.view in ("model", "token", "compare") else self.head
-        layer = None if self.view in ("model", "token") else self.layer
+        head = None if self.view in ("model", "token", "compare", "heads") else self.head
+        layer = None if self.view in ("model", "token", "heads") else self.layer
         token = self.token if self.view in ("heatmap", "token") else None
-        zoom = self.zoom if self.view == "heatmap" else None
+        zoom = self.zoom if self.view == "heatmap" else self.sort if self.view == "heads" else None
         step = self.step if self.view == "steps" else None
         return (id(self.result) if self.result is not None else self.text, self.view, layer, head, token, zoom, step,
                 width, colour)
@@ -237,7 +235,7 @@ class Explorer:
         return self.draw_key(width, colour) in self.cache or (self.result is None and not self.long)
 
     def draw(self, width: int, colour: bool) -> RenderableType:
-        """The current view (not the heads table, which the app shows as a sortable table)."""
+        """The current view, drawn by the commands' renderers (kept per state: drawn once)."""
         if not self.shown:
             return Text("no text yet: press t to type one, ? for help")
         key = self.draw_key(width, colour)
@@ -274,30 +272,34 @@ class Explorer:
 
         shown = pool_to_fit(terminal_safe(view), sink.width, 2, grid=False)
         legend = next((i for i, item in enumerate(sink.items) if str(item).startswith("scale ")), None)
-        rows, self.row_items = int(shown.panels.shape[1]), {}
+        rows, row_items = int(shown.panels.shape[1]), {}
+        key = ("rows", *self.draw_key(sink.width, not sink.no_color))
+        self.cache[key] = (row_items, sink.items)  # (with the drawing's state: a copy drawing ahead keeps it too)
         if legend is None:
             return
         index = legend - rows - len(shown.row_breaks)
         for row in range(rows):
             if row in shown.row_breaks:
                 index += 1  # the rule between a pair's two texts
-            self.row_items[index] = (shown.row_start or 0) + row * shown.token_step
+            row_items[index] = (shown.row_start or 0) + row * shown.token_step
             index += 1
-        self.row_group = sink.items
 
-    def token_at(self, line: int, width: int) -> int | None:
-        """The token of the heatmap's row drawn at ``line`` of its pane (``width`` wide), or None."""
+    def token_at(self, line: int, width: int, drawn: tuple[Any, ...]) -> int | None:
+        """The token of the heatmap's row drawn at ``line`` of its pane (``width`` wide), the drawing's state
+        ``drawn`` (its :meth:`draw_key`), or None."""
         from rich.console import Console
 
-        if self.view != "heatmap" or not self.row_items:
+        found = self.cache.get(("rows", *drawn))
+        if self.view != "heatmap" or not found:
             return None
+        row_items, items = found
         console = Console(width=width, file=None, color_system=None, legacy_windows=False)
         options = console.options.update_width(width)
         at = 0
-        for i, item in enumerate(self.row_group):
+        for i, item in enumerate(items):
             height = len(console.render_lines(item, options, pad=False))
             if at <= line < at + height:
-                return self.row_items.get(i)
+                return row_items.get(i)
             at += height
         return None
 
@@ -384,13 +386,44 @@ class Explorer:
         render_walkthrough(walk, sink)  # type: ignore[arg-type]
 
     def _heads_text(self, sink: Sink) -> None:
-        from ..render.tables import head_stats_table
+        """The ``heads`` command's table at the pane's width (its columns, legend and labels), sorted by ``sort``."""
+        from ..analysis.statistics import STATISTICS, labels, short_name
+        from ..render.tables import choose_columns, head_stats_table, legend_table
 
         rows, stats = self.heads_rows()
-        sink.print(head_stats_table(rows, stats, title="heads"))
+        layout = choose_columns(rows, stats, sink.width, header=short_name,
+                                keep_first=self.sort if self.sort in STATISTICS else None)
+        order = f"sorted by {self.sort} (largest first)" if self.sort else "in model order"
+        sink.print(head_stats_table(rows, layout.shown, title=f"{self.model_name} · every head, {order}",
+                                    header=short_name))
+        sink.print(Text("o: sort by the next column · click a column's name to sort by it", style="dim"))
+        sink.print(legend_table([(short_name(s), s, STATISTICS[s].description) for s in layout.shown]))
+        if layout.left_out:
+            sink.print(Text(f"left out at {sink.width} columns: {', '.join(layout.left_out)}", style="dim"))
+        sink.print(Text("labels: " + "; ".join(f"{name} = {short_name(stat)} ≥ {thr}"
+                                               for name, (stat, thr) in labels().items()), style="dim"))
 
-    def heads_ready(self) -> bool:
-        return ("heads", id(self.result) if self.result is not None else self.text) in self.cache
+    def next_sort(self) -> None:
+        """``o``: sort the heads table by the next statistic (model order after the last); a column the width
+        leaves out comes first when sorted by."""
+        _, stats = self.heads_rows()
+        order = [None, *stats]
+        self.sort = order[(order.index(self.sort) + 1) % len(order)] if self.sort in order else stats[0]
+
+    def sort_at(self, line: str, x: int) -> bool:
+        """A click at column ``x`` of the heads table's header ``line``: sort by the column named there."""
+        from ..analysis.statistics import STATISTICS, short_name
+
+        names = {short_name(s): s for s in STATISTICS} | {"L": "layer", "H": "head"}
+        start = 0
+        for word in line.split():
+            start = line.index(word, start)
+            if start <= x < start + len(word) and word in names:
+                column = names[word]
+                self.sort = None if column in ("layer", "head") else column
+                return True
+            start += len(word)
+        return False
 
     def heads_rows(self) -> tuple[list[dict[str, Any]], list[str]]:
         """Every head's statistics on the text, sorted by ``sort`` (largest first), and the statistics' names."""
