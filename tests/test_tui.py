@@ -452,3 +452,10 @@ def test_the_heads_table_sorts_with_o_or_a_click_on_a_column_name(tiny):
         assert app.explorer.sort == "prev_score" and "sorted by prev_score" in pane(app)
 
     drive(app, script)
+
+
+def test_no_color_in_the_environment_is_honoured(tiny, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert AttnvizTUI(Explorer(tiny), TEXT).colour is False
+    monkeypatch.delenv("NO_COLOR")
+    assert AttnvizTUI(Explorer(tiny), TEXT).colour is True

@@ -111,11 +111,14 @@ class HeadTable:
 
 
 def rows_csv(rows: list[dict[str, object]]) -> str:
-    """Head rows as CSV: ``layer``, ``head``, every statistic, and the labels joined by ``;``."""
+    """Head rows as CSV: ``layer``, ``head``, every statistic (then any added column: importance, ablation), and
+    the labels joined by ``;``."""
     import csv
     import io
 
-    names = ["layer", "head", *(name for name in STATISTICS if not rows or name in rows[0])]
+    known = ("layer", "head", "labels", "sinks")
+    names = ["layer", "head", *(name for name in STATISTICS if not rows or name in rows[0]),
+             *(name for name in (rows[0] if rows else {}) if name not in STATISTICS and name not in known)]
     sinks = any("sinks" in row for row in rows)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

@@ -123,7 +123,8 @@ for _statistic in (
               label="[SEP]", threshold=0.5),
     Statistic("punct", "punc", "mean weight on punctuation (Clark et al.)", lambda b: b.on_keys(b.punct_keys),
               label="punctuation", threshold=0.5),
-    Statistic("max", "max", "mean of each row's largest weight: 1 = one key", lambda b: b.largest),
+    Statistic("max", "max", "mean of each row's largest weight: 1 = one key (Voita et al. 2019's confidence)",
+              lambda b: b.largest),
     Statistic("distance", "dist", "expected |i − j| from a query, in tokens", lambda b: b.distance),
     # Only a query with an earlier copy of its token can score, so on the induction probe (random
     # tokens, then the same again) the first copy's rows score nothing: 0.5 is the most a head can

@@ -45,6 +45,11 @@ BATCH = 16
 EXACTLY_ONE = "give exactly one of TEXT, --file FILE or --probe induction"
 
 
+class Ablate(str, Enum):
+    zero = "zero"
+    mean = "mean"
+
+
 class Format(str, Enum):
     table = "table"
     json = "json"
@@ -86,14 +91,28 @@ def heads(
     words: bool = Words,
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
+    importance: bool = typer.Option(False, "--importance", help="Add each head's importance (Michel et al. 2019: "
+                                    "E|dL/d gate|, the model's own loss, normalised per layer) as a column; runs the "
+                                    "model through transformers."),
+    ablate: Ablate | None = typer.Option(None, "--ablate", help="With --importance: the loss change when each head's "
+                                         "output is set to 0 (zero) or to its mean (mean), one head at a time.",
+                                         show_default=False),
+    vs: str | None = typer.Option(None, "--vs", help="With --importance on a sentence encoder (no language-model head): "
+                                  "the loss is 1 − the cosine similarity of each text's embedding with this text's.",
+                                  show_default=False),
 ) -> None:
     """One row per head: entropy, self/previous/next-token, first token/[SEP]/punctuation, distance, induction, labels.
 
     Example: attnviz heads "The cat sat on the mat." --sort prev --top 10
     """
 
-    sort = _sort_column(sort)
+    sort = _sort_column(sort, importance=importance, ablate=ablate is not None)
     chosen = _chosen_columns(columns)
+    if (ablate is not None or vs is not None) and not importance:
+        raise UsageError(f"{'--ablate' if ablate is not None else '--vs'} goes with --importance")
+    if importance and (probe is not None or fmt is Format.parquet):
+        raise UsageError("--importance is averaged over TEXT or --file's texts, as a table, JSON or CSV "
+                         f"(not with {'--probe' if probe is not None else '--format parquet'})")
     given = sum(x is not None for x in (text, file, probe))
     if given > 1 or (given == 0 and model is None):
         raise UsageError(EXACTLY_ONE)
@@ -126,6 +145,8 @@ def heads(
     if target is not None and text is None:
         raise UsageError("--target is the decoder's input for TEXT; it does not go with --file or --probe")
     view = reading(hide_special, renormalize, words)
+    if importance and engine is EngineChoice.auto:
+        engine = EngineChoice.fused  # the gates sit in attnviz's attention function in transformers' registry
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
                          dtype=dtype)
@@ -140,12 +161,25 @@ def heads(
     table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
                      probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH, pair=pair,
                      reading=view, kind=kind_name(kind), target=target, layer=one_layer)
+    found = None
+    if importance:
+        from ..attribution.importance import head_importance
+
+        found = head_importance(source, texts if texts is not None else [text], ablate=None if ablate is None
+                                else ablate.value, vs=vs, truncate=truncate)  # type: ignore[arg-type]
+        table.stats.update(found.columns())
+        if chosen is not None:
+            chosen += [c for c in found.columns() if c not in chosen]
     rows = table.select(layer=one_layer, head=None if head_choice == "all" else int(head_choice), sort=sort, top=top)
     if fmt is Format.json:
         import json
 
         what: dict[str, object] = ({"probe": probe.value} if probe is not None else
                                    {"file": str(file)} if file is not None else {"text": text})
+        if found is not None:
+            what["importance"] = {"objective": found.objective, "mean_loss": round(found.loss, 6),
+                                  "normalised": "per layer, by the l2 norm of its heads' scores (Michel et al. 2019)",
+                                  "ablate": found.ablate}
         typer.echo(json.dumps(table.document(rows, **what), ensure_ascii=False, allow_nan=False, indent=1))
     elif fmt is Format.csv:
         from ..analysis.heads import rows_csv
@@ -156,18 +190,29 @@ def heads(
                                              f"{table.n_texts} texts (averaged)" if texts else "one text")
         shown = [{**row, "labels": [f"sink@{','.join(map(str, row['sinks']))}" if label == "sink" and row.get("sinks")
                                     else label for label in row["labels"]]} for row in rows]  # type: ignore[attr-defined]
-        print_table(shown, title=title, width=width, sort=sort, chosen=chosen)
+        extra = {} if found is None else {
+            "importance": "Michel et al. 2019: mean |dL/d gate| over the texts, normalised per layer (l2)",
+            **({"ablation": f"mean loss change with the head's output set to {found.ablate}"} if found.ablate else {})}
+        print_table(shown, title=title, width=width, sort=sort, chosen=chosen, extra=extra)
+        if found is not None:
+            stdout_console(width).print(f"importance: the loss is {found.objective}; its mean over the {found.n_texts} "
+                                        f"text(s) is {found.loss:.4f}", style="dim")
         stdout_console(width).print(
             f"sink rate: {table.sink_rate:.0%} of {'heads' if one_layer is None else f'the heads of layer {one_layer}'} "
             "have a sink on the first token (α₀ > 0.3, Gu et al. 2024); "
             "sink@K marks the keys where α_K > 0.3", style="dim")
 
 
-def _sort_column(sort: str | None) -> str | None:
-    """The statistic ``--sort`` names (full or short name), ``layer``, ``head``, or None."""
+def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = False) -> str | None:
+    """The statistic ``--sort`` names (full or short name), ``layer``, ``head``, ``importance`` or ``ablation``
+    (with ``--importance`` and ``--ablate``), or None."""
     from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
 
     if sort is None or sort in ("layer", "head"):
+        return sort
+    if sort in ("importance", "ablation"):
+        if not importance or (sort == "ablation" and not ablate):
+            raise UsageError(f"--sort {sort} needs --importance{' and --ablate' if sort == 'ablation' else ''}")
         return sort
     found = statistic_named(sort)
     if found is None:
@@ -202,19 +247,28 @@ def _chosen_columns(columns: str | None) -> list[str] | None:
 
 
 def print_table(rows: list[dict[str, object]], *, title: str, width: int | None, sort: str | None,
-                chosen: list[str] | None) -> None:
+                chosen: list[str] | None, extra: dict[str, str] | None = None) -> None:
     """The table at the console's width, a legend of its columns, what was left out and how to see it,
     and the label rules."""
     from ..analysis.statistics import STATISTICS, labels, short_name
     from ..render.tables import choose_columns, head_stats_table, legend_table
 
     console = stdout_console(width)
-    stats = chosen if chosen is not None else list(STATISTICS)
-    keep_first = sort if sort in STATISTICS else None
-    layout = choose_columns(rows, stats, console.width, header=short_name, keep_first=keep_first,
-                            chosen=chosen is not None)
+    extra = extra or {}
+    keep_first = sort if sort in STATISTICS or sort in extra else None
+    if extra and chosen is None:  # importance and ablation first, then the statistics as they give way
+        from ..render.tables import PRIORITY
+
+        stats = [*extra, *[s for s in PRIORITY if s in STATISTICS], *[s for s in STATISTICS if s not in PRIORITY]]
+        layout = choose_columns(rows, stats, console.width, header=short_name, keep_first=keep_first, chosen=True)
+        layout.shown.sort(key=lambda s: [*STATISTICS, *extra].index(s))  # in the usual order, the extras last
+    else:
+        stats = chosen if chosen is not None else list(STATISTICS)
+        layout = choose_columns(rows, stats, console.width, header=short_name, keep_first=keep_first,
+                                chosen=chosen is not None)
     console.print(head_stats_table(rows, layout.shown, title=title, header=short_name))
-    console.print(legend_table([(short_name(s), s, STATISTICS[s].description) for s in layout.shown]), style="dim")
+    console.print(legend_table([(short_name(s), s, STATISTICS[s].description if s in STATISTICS else extra[s])
+                                for s in layout.shown]), style="dim")
     if layout.all_zero:
         console.print(f"0.000 for every head, so not shown: {', '.join(short_name(s) for s in layout.all_zero)}",
                       style="dim")

@@ -62,6 +62,45 @@ def weights_mode(mode: Mode) -> Iterator[None]:
         _state.mode = before
 
 
+class HeadGates:
+    """Gates ξ on each head's output, per text: ``output[b, :, h] · ξ[b, layer, h] + (1 − ξ[b, layer, h]) · m[layer, h]``
+    (Michel et al. 2019's head gate; ``m`` the head's mean output for mean ablation, else 0). ``collect`` sums
+    each head's output over the real tokens (``mask`` ``[B, T]``) instead, for those means. The layers are
+    counted in the order the model calls its attention (one call per layer in encoders and decoders)."""
+
+    def __init__(self, gates: Tensor | None, means: Tensor | None = None, mask: Tensor | None = None,
+                 collect: bool = False) -> None:
+        self.gates, self.means, self.mask, self.collect = gates, means, mask, collect
+        self.layer = 0
+        self.sums: list[Tensor] = []
+        self.count = 0.0
+
+    def apply(self, output: Tensor) -> Tensor:
+        layer, self.layer = self.layer, self.layer + 1
+        if self.collect:
+            real = self.mask[:, : output.shape[1], None, None].to(output.dtype)  # type: ignore[index]
+            self.sums.append((output * real).sum(dim=(0, 1)).detach())
+            self.count = float(real.sum())
+            return output
+        if self.gates is None:
+            return output
+        gate = self.gates[:, layer, :][:, None, :, None].to(output.dtype)
+        if self.means is None:
+            return output * gate
+        return output * gate + (1 - gate) * self.means[layer][None, None].to(output.dtype)
+
+
+@contextmanager
+def head_gates(gates: HeadGates) -> Iterator[HeadGates]:
+    """In this thread, every attention layer's output passes through ``gates`` (see :class:`HeadGates`)."""
+    before = getattr(_state, "gates", None)
+    _state.gates = gates
+    try:
+        yield gates
+    finally:
+        _state.gates = before
+
+
 def register() -> None:
     """Add ``"attnviz"`` to transformers' attention and mask registries (once; idempotent)."""
     from transformers import AttentionInterface
@@ -227,6 +266,9 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
         kwargs.pop("output_attentions", None)  # weights are this function's business (it warns of them)
         output = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                         is_causal=is_causal, position_bias=position_bias, **kwargs)[0]
+    gates = getattr(_state, "gates", None)
+    if gates is not None:  # head gates (importance, ablation): each head's output scaled before W_O
+        output = gates.apply(output)
     mode = current_mode()
     if mode == "rows":
         return output, rows
