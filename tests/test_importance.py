@@ -89,9 +89,12 @@ def test_ablation_equals_transformers_with_the_head_removed(lm, ablate):
     for layer, head in [(0, 1), (1, 3)]:
         mean = None
         if ablate == "mean":  # the head's output averaged over every token of the texts, taken by a hook
-            seen = []
-            hook = model.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(
-                lambda module, args: seen.append(args[0][0, :, head * width : (head + 1) * width]))
+            seen: list[torch.Tensor] = []
+
+            def take(module, args, seen=seen, head=head):
+                seen.append(args[0][0, :, head * width : (head + 1) * width])
+
+            hook = model.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(take)
             with torch.no_grad():
                 for ids in encoded:
                     model(input_ids=ids)

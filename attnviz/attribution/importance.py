@@ -55,7 +55,7 @@ def head_importance(source: Any, texts: Sequence[str], *, ablate: Literal["zero"
     from ..sources.hf_attention import HeadGates, head_gates
 
     if not texts:
-        raise InputError("no texts given; importance is an average over texts (--file, or TEXT)")
+        raise InputError("no texts given; importance is an average over the texts given")
     if ablate not in (None, "zero", "mean"):
         raise UsageError(f"[[ablate={ablate!r}]] is unknown; use zero or mean")
     model, objective, loss_of = _objective(source, vs, truncate)
