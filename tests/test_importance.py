@@ -176,3 +176,26 @@ def test_the_heads_command_adds_the_columns(lm, run_cli, tmp_path):
                           (["--importance", "--sort", "ablation"], "--sort ablation needs --importance and --ablate")):
         bad = run_cli("heads", "--file", str(texts), "--model", lm, *args)
         assert bad.exit_code != 0 and message in bad.stderr
+
+
+def test_parquet_gets_each_texts_importance_beside_heads_parquet(lm, run_cli, tmp_path):
+    import pyarrow.parquet as pq
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "tables"
+    result = run_cli("heads", "--file", str(texts), "--model", lm, "--importance", "--ablate", "zero",
+                     "--format", "parquet", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    table = pq.read_table(out / "importance.parquet").to_pylist()
+    heads = pq.read_table(out / "heads.parquet").to_pylist()
+    assert len(table) == len(heads) == len(TEXTS) * 2 * 4
+    assert {(r["text_index"], r["layer"], r["head"]) for r in table} == \
+        {(r["text_index"], r["layer"], r["head"]) for r in heads}  # joins heads.parquet row for row
+    found = head_importance(load_source(lm, engine="fused"), TEXTS, ablate="zero")
+    for row in table:
+        assert row["importance"] == pytest.approx(float(found.per_text[row["text_index"], row["layer"], row["head"]]),
+                                                  abs=1e-6)
+    mean = torch.tensor([[sum(r["importance"] for r in table if (r["layer"], r["head"]) == (layer, head)) / len(TEXTS)
+                          for head in range(4)] for layer in range(2)])
+    torch.testing.assert_close(mean / mean.norm(dim=1, keepdim=True), found.gradient, rtol=1e-4, atol=1e-6)

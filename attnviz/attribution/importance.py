@@ -42,6 +42,31 @@ class HeadImportance:
     n_texts: int
     ablation: Tensor | None = None
     ablate: str | None = None
+    per_text: Tensor | None = None  # [texts, layers, heads]: each text's |dL/dξ_h| (``raw`` is their mean)
+    ablation_per_text: Tensor | None = None  # [texts, layers, heads]: each text's loss change
+
+    def write_parquet(self, path: Any, layers: list[int] | None = None) -> Any:
+        """One row per text × layer × head: ``text_index``, ``layer``, ``head``, ``importance`` (that text's
+        |dL/dξ_h|, before the per-layer normalisation, which a reader applies to the means) and, with an
+        ablation, ``ablation`` (that text's loss change); joins ``heads.parquet`` on the first three."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert self.per_text is not None
+        texts, n_layers, n_heads = self.per_text.shape
+        numbers = torch.tensor(layers if layers is not None else list(range(n_layers)))
+        columns = {
+            "text_index": torch.arange(texts).repeat_interleave(n_layers * n_heads).numpy(),
+            "layer": numbers.repeat_interleave(n_heads).repeat(texts).numpy(),
+            "head": torch.arange(n_heads).repeat(texts * n_layers).numpy(),
+            "importance": self.per_text.flatten().numpy(),
+        }
+        if self.ablation_per_text is not None:
+            columns["ablation"] = self.ablation_per_text.flatten().numpy()
+        table = pa.table(columns).replace_schema_metadata({"objective": self.objective, "ablate": self.ablate or "",
+                                                           "model": self.model_name})
+        pq.write_table(table, path)
+        return path
 
     def columns(self) -> dict[str, Tensor]:
         """The heads table's columns: ``importance`` and, with an ablation, ``ablation``."""
@@ -63,8 +88,8 @@ def head_importance(source: Any, texts: Sequence[str], *, ablate: Literal["zero"
     encoded = [_batch(source, batch, truncate) for batch in batches]
     layers, heads = _shape(model)
     device = next(model.parameters()).device
-    raw = torch.zeros(layers, heads, dtype=torch.float64)
-    total = 0.0
+    per_text: list[Tensor] = []
+    losses_of: list[Tensor] = []
     for inputs, mask in encoded:
         gates = torch.ones(inputs["input_ids"].shape[0], layers, heads, device=device, requires_grad=True)
         with torch.enable_grad(), head_gates(HeadGates(gates)) as used:
@@ -73,37 +98,44 @@ def head_importance(source: Any, texts: Sequence[str], *, ablate: Literal["zero"
                 raise UsageError(f"{source.name} calls its attention {used.layer} times a forward, not once per layer "
                                  f"({layers}); head importance takes encoders and decoders, not encoder-decoders")
             (grad,) = torch.autograd.grad(losses.sum(), gates)
-        raw += grad.abs().double().sum(0).cpu()
-        total += float(losses.detach().sum())
+        per_text.append(grad.abs().double().cpu())
+        losses_of.append(losses.detach().double().cpu())
     n = len(texts)
-    raw /= n
+    each = torch.cat(per_text)
+    base = torch.cat(losses_of)
+    raw = each.mean(0)
+    total = float(base.sum())
     norms = raw.norm(dim=1, keepdim=True)
     gradient = torch.where(norms > 0, raw / torch.where(norms > 0, norms, 1.0), 0.0)
-    result = HeadImportance(source.name, objective, raw.float(), gradient.float(), total / n, n)
+    result = HeadImportance(source.name, objective, raw.float(), gradient.float(), total / n, n,
+                            per_text=each.float())
     if ablate is not None:
         means = _mean_outputs(model, encoded, loss_of, layers, heads) if ablate == "mean" else None
-        result.ablation, result.ablate = _ablation(model, encoded, loss_of, layers, heads, means, total / n, n), ablate
+        changes = _ablation(model, encoded, loss_of, layers, heads, means, base)
+        result.ablation, result.ablation_per_text, result.ablate = changes.mean(0).float(), changes.float(), ablate
     return result
 
 
 def _ablation(model: Any, encoded: list[tuple[dict[str, Tensor], Tensor]], loss_of: Callable[..., Tensor],
-              layers: int, heads: int, means: Tensor | None, base: float, n: int) -> Tensor:
-    """The mean loss change with each head's output removed (set to 0, or to its mean), one head at a time."""
+              layers: int, heads: int, means: Tensor | None, base: Tensor) -> Tensor:
+    """Each text's loss change with each head's output removed (set to 0, or to its mean), one head at a time:
+    ``[texts, layers, heads]``."""
     from ..sources.hf_attention import HeadGates, head_gates
 
-    change = torch.zeros(layers, heads, dtype=torch.float64)
+    change = torch.zeros(base.shape[0], layers, heads, dtype=torch.float64)
     device = next(model.parameters()).device
     with torch.no_grad():
         for layer in range(layers):
             for head in range(heads):
-                total = 0.0
+                first = 0
                 for inputs, mask in encoded:
-                    gates = torch.ones(inputs["input_ids"].shape[0], layers, heads, device=device)
+                    size = inputs["input_ids"].shape[0]
+                    gates = torch.ones(size, layers, heads, device=device)
                     gates[:, layer, head] = 0.0
                     with head_gates(HeadGates(gates, means)):
-                        total += float(loss_of(model, inputs, mask).sum())
-                change[layer, head] = total / n - base
-    return change.float()
+                        change[first : first + size, layer, head] = loss_of(model, inputs, mask).double().cpu()
+                    first += size
+    return change - base[:, None, None]
 
 
 def _mean_outputs(model: Any, encoded: list[tuple[dict[str, Tensor], Tensor]], loss_of: Callable[..., Tensor],

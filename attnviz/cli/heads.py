@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -110,9 +111,8 @@ def heads(
     chosen = _chosen_columns(columns)
     if (ablate is not None or vs is not None) and not importance:
         raise UsageError(f"{'--ablate' if ablate is not None else '--vs'} goes with --importance")
-    if importance and (probe is not None or fmt is Format.parquet):
-        raise UsageError("--importance is averaged over TEXT or --file's texts, as a table, JSON or CSV "
-                         f"(not with {'--probe' if probe is not None else '--format parquet'})")
+    if importance and probe is not None:
+        raise UsageError("--importance is over TEXT or --file's texts, with the model's own loss (not --probe)")
     given = sum(x is not None for x in (text, file, probe))
     if given > 1 or (given == 0 and model is None):
         raise UsageError(EXACTLY_ONE)
@@ -132,6 +132,8 @@ def heads(
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
                                     reading=reading(hide_special, renormalize, words), batch_size=BATCH)
         write_parquet(file, out, settings, verbose=verbose)
+        if importance:
+            _importance_parquet(file, out, options, column=column, ablate=ablate, vs=vs, truncate=truncate)
         return
     texts = None
     if file is not None:
@@ -201,6 +203,23 @@ def heads(
             f"sink rate: {table.sink_rate:.0%} of {'heads' if one_layer is None else f'the heads of layer {one_layer}'} "
             "have a sink on the first token (α₀ > 0.3, Gu et al. 2024); "
             "sink@K marks the keys where α_K > 0.3", style="dim")
+
+
+def _importance_parquet(file: Path, out: Path, options: Any, *, column: str | None, ablate: Ablate | None,
+                        vs: str | None, truncate: bool) -> None:
+    """``importance.parquet`` beside heads.parquet: each text's importance (and ablation) per head."""
+    from dataclasses import replace
+
+    from ..attribution.importance import head_importance
+    from ..inputs import read_texts
+
+    tabular = column is not None or file.suffix.lower() in (".csv", ".parquet")
+    texts = read_texts(str(file), column=column or "text", kind="auto" if tabular else "lines")
+    source = (replace(options, engine="fused") if options.engine == "auto" else options).load()
+    found = head_importance(source, texts, ablate=None if ablate is None else ablate.value, vs=vs,  # type: ignore[arg-type]
+                            truncate=truncate)
+    path = found.write_parquet(out / "importance.parquet")
+    typer.echo(f"{path}: each text's importance{' and ablation' if ablate else ''} per head ({found.objective})")
 
 
 def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = False) -> str | None:
