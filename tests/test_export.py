@@ -410,3 +410,22 @@ def test_a_dead_unreaped_writer_leaves_no_temporary(tmp_path):
         assert not stale.exists() and mine.exists()
     finally:
         os.waitpid(pid, 0)
+
+
+def test_an_abort_before_the_writer_thread_started_does_not_hang(tmp_path):
+    """A Ctrl-C between making the npz writer's thread and starting it left a block pending that no thread would
+    take: abort waited for ever (seen once in the suite: an export stuck in ResultWriter._stop after Ctrl-C)."""
+    import threading
+
+    from attnviz.result.writer import ResultWriter
+
+    writer = ResultWriter.__new__(ResultWriter)
+    writer._ready = threading.Condition()
+    writer._pending = b"a block"
+    writer._thread = threading.Thread(target=lambda: None)  # made, never started: as the interrupt left it
+    writer._open = writer.archive = None
+    writer.tmp = str(tmp_path / "partial.npz.tmp")
+    done = threading.Event()
+    threading.Thread(target=lambda: (writer.abort(), done.set()), daemon=True).start()
+    assert done.wait(5), "abort hung waiting for a writer thread that never ran"
+    assert writer._thread is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from . import compare_heads, explain, export, generate, heads, heatmap, rollout, serve, tui, view
+from . import atlas, compare_heads, explain, export, generate, heads, heatmap, rollout, serve, tui, view
 
 app = typer.Typer(
     name="attnviz",
@@ -27,6 +27,7 @@ app.command("export")(export.export)
 app.command("view")(view.view)
 app.command("serve")(serve.serve)
 app.command("tui")(tui.tui)
+app.command("atlas")(atlas.atlas)
 app.command("generate")(generate.generate)
 
 

@@ -115,12 +115,15 @@ class ResultWriter:
 
     def _stop(self) -> None:
         if self._thread is not None:
+            # A Ctrl-C can land after the thread was made and before it started (or a thread can be gone): then
+            # nobody would ever take the pending block, so wait only while the writer is alive.
             with self._ready:
-                while self._pending is not None:
-                    self._ready.wait()
+                while self._pending is not None and self._thread.is_alive():
+                    self._ready.wait(0.1)
                 self._pending = False
                 self._ready.notify()
-            self._thread.join()
+            if self._thread.is_alive():
+                self._thread.join()
             self._thread = None
 
     def close(self) -> Path:
