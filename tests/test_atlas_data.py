@@ -1,0 +1,67 @@
+"""The atlas's numbers from an export's tables (issue 32, part 1's data): pyarrow group-bys and whole-column numpy,
+checked against a plain Python reading of the same rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from attnviz.export.atlas_data import atlas_data
+
+TEXTS = ["The cat sat on the mat.", "A dog chased the cat around the garden.", "Attention is all you need.",
+         "The river runs through the old city.", "She read the letter twice before she answered.",
+         "Birds sing at dawn in the quiet park.", "He plays the piano every evening."]
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    root = tmp_path_factory.mktemp("atlas")
+    texts = root / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["heads", "--file", str(texts), "--format", "parquet", "--out", str(root / "out")])
+    assert result.exit_code == 0, result.output
+    return root / "out"
+
+
+def test_the_numbers_equal_a_plain_reading_of_the_rows(export):
+    import pyarrow.parquet as pq
+
+    data = atlas_data(export, bins=10, top=3)
+    rows = pq.read_table(export / "heads.parquet").to_pylist()
+    assert data.n_texts == len(TEXTS) and data.layers == list(range(6)) and data.n_heads == 12
+    assert data.texts[0] == TEXTS[0] and data.model
+    for stat in ("entropy", "prev_score", "first"):
+        for layer, head in ((0, 0), (3, 7), (5, 11)):
+            mine = [r for r in rows if (r["layer"], r["head"]) == (layer, head)]
+            values = [r[stat] for r in mine]
+            assert data.means[stat][layer, head] == pytest.approx(sum(values) / len(values), abs=1e-12)
+            edges = data.edges[stat]
+            by_hand = [0] * 10
+            for v in values:
+                by_hand[min(9, max(0, int(np.searchsorted(edges, v, side="right")) - 1))] += 1
+            assert data.counts[stat][layer, head].tolist() == by_hand and sum(by_hand) == len(TEXTS)
+            best = sorted(mine, key=lambda r: -r[stat])[:3]
+            assert [data_value(rows, stat, layer, head, i) for i in data.top_texts[stat][layer, head]] == \
+                [r[stat] for r in best]
+    for label, rates in data.label_rates.items():
+        for layer, head in ((0, 0), (2, 5)):
+            earned = sum(label in r["labels"] for r in rows if (r["layer"], r["head"]) == (layer, head))
+            assert math.isclose(rates[layer, head], earned / len(TEXTS))
+    assert any(rates.max() > 0 for rates in data.label_rates.values())
+
+
+def data_value(rows, stat, layer, head, text_index) -> float:
+    return next(r[stat] for r in rows if (r["layer"], r["head"], r["text_index"]) == (layer, head, int(text_index)))
+
+
+def test_a_folder_without_the_table_is_one_clear_error(tmp_path):
+    from attnviz.errors import InputError
+
+    with pytest.raises(InputError, match=r"heads\.parquet"):
+        atlas_data(tmp_path)
