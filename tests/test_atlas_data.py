@@ -65,3 +65,25 @@ def test_a_folder_without_the_table_is_one_clear_error(tmp_path):
 
     with pytest.raises(InputError, match=r"heads\.parquet"):
         atlas_data(tmp_path)
+
+
+def test_the_command_gives_the_numbers_from_texts_or_an_export_folder(export, run_cli, tmp_path):
+    import json
+
+    data = atlas_data(export)
+    from_folder = json.loads(run_cli("atlas", str(export), "--format", "json").stdout)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    run = run_cli("atlas", str(texts), "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    from_texts = json.loads(run.stdout)
+    for doc in (from_folder, from_texts):
+        assert doc["n_texts"] == len(TEXTS) and len(doc["heads"]) == 6 * 12
+        head = next(h for h in doc["heads"] if (h["layer"], h["head"]) == (3, 7))
+        assert head["means"]["entropy"] == pytest.approx(float(data.means["entropy"][3, 7]), abs=1e-6)
+        assert head["top_texts"]["first"] == [int(t) for t in data.top_texts["first"][3, 7]]
+        assert sum(head["histograms"]["prev_score"]) == len(TEXTS)
+    table = run_cli("atlas", str(export), "--top", "2", "--width", "120")
+    assert table.exit_code == 0 and "highest corpus mean" in table.stdout and "L0·H2" in table.stdout
+    bad = run_cli("atlas", str(export), "--vs-model", "sample_configs/tiny.toml")
+    assert bad.exit_code != 0 and "is a folder" in bad.stderr

@@ -37,9 +37,10 @@ class AtlasFormat(str, Enum):
 @cli_command
 def atlas(
     texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or a CSV or Parquet "
-                                 "file with --column).", show_default=False),
-    vs_model: str = typer.Option(..., "--vs-model", help="The other checkpoint (a fine-tuned model, say): each head's "
-                                 "change from --model to it.", show_default=False),
+                                 "file with --column); or the folder of an export with the parquet format (its "
+                                 "heads.parquet: nothing runs).", show_default=False),
+    vs_model: str | None = typer.Option(None, "--vs-model", help="The other checkpoint (a fine-tuned model, say): "
+                                        "each head's change from --model to it.", show_default=False),
     model: str | None = Model,
     column: str | None = typer.Option(None, "--column", help="A CSV or Parquet TEXTS: the column holding the texts "
                                       "(default text).", show_default=False),
@@ -59,13 +60,21 @@ def atlas(
     trust_remote_code: bool = TrustRemoteCode,
     verbose: bool = Verbose,
 ) -> None:
-    """Which heads changed from --model to --vs-model over TEXTS: per head, the distance between the two
-    models' attention (Jensen-Shannon, per query row) and each statistic's change, with bootstrap 95%
-    intervals and permutation p-values; heads in order of change.
+    """What heads do across a corpus: each statistic's mean per head, how often each head earns each label, the
+    statistics' distributions and the texts where a head shows each most. With --vs-model, which heads changed
+    from --model to it instead: per head, the distance between the two models' attention (Jensen-Shannon,
+    per query row) and each statistic's change, with bootstrap 95% intervals and permutation p-values.
 
     Example: attnviz atlas examples/texts.txt --vs-model ./finetuned --top 10
     """
     from ..inputs import read_texts
+
+    if vs_model is None:
+        _corpus(texts, model=model, column=column, fmt=fmt, top=top, width=width, truncate=truncate, engine=engine,
+                revision=revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        return
+    if texts.is_dir():
+        raise UsageError(f"--vs-model runs both models on the texts; {texts} is a folder: give the file of texts")
 
     tabular = column is not None or texts.suffix.lower() in (".csv", ".parquet")
     corpus = read_texts(str(texts), column=column or "text", kind="auto" if tabular else "lines")
@@ -101,3 +110,52 @@ def atlas(
                        f"intervals: {diff.bootstrap} bootstrap resamples of the texts; p: {diff.permutations} "
                        "sign-flip permutations of the paired differences. --format json has every statistic.",
                        style="dim"))
+
+
+def _corpus(texts: Path, *, model: str | None, column: str | None, fmt: AtlasFormat, top: int | None,
+            width: int | None, truncate: bool, engine: EngineChoice, revision: str | None, device: Device,
+            dtype: Dtype | None, trust_remote_code: bool) -> None:
+    """The corpus's atlas numbers: from an export folder as it is, or from a file of texts exported first."""
+    import tempfile
+
+    from ..export.atlas_data import atlas_data, document
+
+    if texts.is_dir():
+        data = atlas_data(texts)
+    else:
+        from .heads_parquet import parquet_settings, write_parquet
+        from .options import reading
+
+        options = model_options(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
+                                trust_remote_code=trust_remote_code, verbose=False, dtype=dtype)
+        settings = parquet_settings(options, truncate=truncate, layer=None, column=column,
+                                    reading=reading(False, False, False), batch_size=8)
+        with tempfile.TemporaryDirectory() as folder:
+            from contextlib import redirect_stdout
+            from io import StringIO
+
+            with redirect_stdout(StringIO()):  # the export's own summary line is not the atlas's
+                write_parquet(texts, Path(folder), settings, verbose=False)
+            data = atlas_data(folder)
+    if fmt is AtlasFormat.json:
+        typer.echo(json.dumps(document(data, top), ensure_ascii=False, allow_nan=False, indent=1))
+        return
+    from ..analysis.statistics import short_name
+
+    console = stdout_console(width)
+    shown = top or 3
+    table = Table(title=Text(f"{data.model} · {data.n_texts} texts · the heads with the highest corpus mean",
+                             style="bold"), title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("statistic")
+    table.add_column(f"top {shown} heads (L·H mean)")
+    for stat in data.stats:
+        order = data.means[stat].flatten().argsort()[::-1][:shown]
+        table.add_row(short_name(stat), "  ".join(
+            f"L{data.layers[i // data.n_heads]}·H{i % data.n_heads} {data.means[stat].flat[i]:.3f}" for i in order))
+    for label, rates in sorted(data.label_rates.items()):
+        order = rates.flatten().argsort()[::-1][:shown]
+        table.add_row(f"[{label}]", "  ".join(
+            f"L{data.layers[i // data.n_heads]}·H{i % data.n_heads} {rates.flat[i]:.0%}" for i in order if rates.flat[i] > 0))
+    console.print(table)
+    console.print(Text("[label]: the share of texts in which a head earns it. --format json has every head's means, "
+                       "histograms and the texts where it shows each statistic most.", style="dim"))

@@ -40,6 +40,34 @@ class AtlasData:
     texts: dict[int, str] = field(default_factory=dict)  # text_index → text, where texts.parquet has them
 
 
+def document(data: AtlasData, top: int | None = None) -> dict[str, object]:
+    """The atlas's numbers as JSON: per head, every statistic's mean, histogram and max-activating texts, and
+    how often it earns each label; ``top``: only the heads with the highest mean of some statistic."""
+    heads = []
+    for i, layer in enumerate(data.layers):
+        for head in range(data.n_heads):
+            heads.append({
+                "layer": layer, "head": head,
+                "means": {s: round(float(data.means[s][i, head]), 6) for s in data.stats},
+                "labels": {name: round(float(rates[i, head]), 6) for name, rates in data.label_rates.items()
+                           if rates[i, head] > 0},
+                "histograms": {s: data.counts[s][i, head].tolist() for s in data.stats},
+                "top_texts": {s: [int(t) for t in data.top_texts[s][i, head]] for s in data.stats},
+            })
+    return {"model": data.model, "n_texts": data.n_texts, "statistics": data.stats,
+            "bins": {s: [round(float(e), 6) for e in data.edges[s]] for s in data.stats},
+            "texts": {str(k): v for k, v in data.texts.items()},
+            "heads": heads if top is None else _top_heads(heads, data.stats, top)}
+
+
+def _top_heads(heads: list[dict[str, object]], stats: list[str], top: int) -> list[dict[str, object]]:
+    keep = set()
+    for s in stats:
+        for head in sorted(heads, key=lambda h: -h["means"][s])[:top]:  # type: ignore[index]
+            keep.add((head["layer"], head["head"]))
+    return [h for h in heads if (h["layer"], h["head"]) in keep]
+
+
 def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> AtlasData:
     """The atlas's numbers from the export in ``folder`` (its ``heads.parquet``, and ``texts.parquet`` if there)."""
     from ..analysis.statistics import STATISTICS
