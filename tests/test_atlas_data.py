@@ -87,3 +87,32 @@ def test_the_command_gives_the_numbers_from_texts_or_an_export_folder(export, ru
     assert table.exit_code == 0 and "highest corpus mean" in table.stdout and "L0·H2" in table.stdout
     bad = run_cli("atlas", str(export), "--vs-model", "sample_configs/tiny.toml")
     assert bad.exit_code != 0 and "is a folder" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_atlas_page_shows_the_grid_a_heads_distribution_and_its_texts(export, run_cli, tmp_path, browser):
+    page_path = tmp_path / "atlas.html"
+    result = run_cli("atlas", str(export), "--out", str(page_path))
+    assert result.exit_code == 0, result.stderr
+    data = atlas_data(export)
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    requests = []
+    tab.on("request", lambda request: requests.append(request.url) if not request.url.startswith("file:") else None)
+    tab.goto(page_path.as_uri())
+    tab.wait_for_function("() => document.body.dataset.ready === '1'")
+    assert tab.locator("#atlasgrid td.cell").count() == 6 * 12 and requests == []
+    tab.select_option("#atlasstat", "prev_score")
+    title = tab.get_attribute("#atlasgrid td.cell[data-layer='0'][data-head='2']", "title")
+    assert title == f"L0 H2: prev_score {data.means['prev_score'][0, 2]:.3f}"
+    first = tab.locator("#atlasrank li").first
+    best = np.unravel_index(np.argmax(data.means["prev_score"]), data.means["prev_score"].shape)
+    assert first.get_attribute("data-layer") == str(best[0]) and first.get_attribute("data-head") == str(best[1])
+    tab.click("#atlasgrid td.cell[data-layer='3'][data-head='7']")
+    bars = [int(b.get_attribute("data-count")) for b in tab.locator("#atlashist rect").all()]
+    assert bars == data.counts["prev_score"][3, 7].tolist()
+    shown = [int(li.get_attribute("data-text")) for li in tab.locator("#atlastexts li").all()]
+    assert shown == data.top_texts["prev_score"][3, 7].tolist()
+    assert TEXTS[shown[0]] in tab.inner_text("#atlastexts")
+    tab.close()
+    bad = run_cli("atlas", str(export), "--out", str(tmp_path / "atlas.png"))
+    assert bad.exit_code != 0 and "a .html file" in bad.stderr

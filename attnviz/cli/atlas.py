@@ -46,8 +46,11 @@ def atlas(
                                       "(default text).", show_default=False),
     fmt: AtlasFormat = typer.Option(AtlasFormat.table, "--format", help="table, or json: every head in order of "
                                     "change, each with its layer and head."),
-    top: int | None = typer.Option(None, "--top", min=1, help="Only the N heads that changed most.",
-                                   show_default=False),
+    top: int | None = typer.Option(None, "--top", min=1, help="Only the N heads that changed most (with --vs-model), "
+                                   "or the N highest of each statistic.", show_default=False),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the atlas as one offline page (.html): the "
+                                    "layers × heads grid of a statistic's mean, and per head its distribution and "
+                                    "the texts where it is highest.", show_default=False),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=100, help="Bootstrap resamples of the texts (95% interval)."),
     permutations: int = typer.Option(1000, "--permutations", min=100, help="Sign-flip permutations (p-values)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the resampling: the same seed, the same intervals."),
@@ -69,9 +72,12 @@ def atlas(
     """
     from ..inputs import read_texts
 
+    if out is not None and (out.suffix.lower() != ".html" or vs_model is not None):
+        raise UsageError("--out writes the atlas page: a .html file, without --vs-model (whose changes print as a "
+                         "table or JSON)")
     if vs_model is None:
         _corpus(texts, model=model, column=column, fmt=fmt, top=top, width=width, truncate=truncate, engine=engine,
-                revision=revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+                revision=revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code, out=out)
         return
     if texts.is_dir():
         raise UsageError(f"--vs-model runs both models on the texts; {texts} is a folder: give the file of texts")
@@ -114,7 +120,7 @@ def atlas(
 
 def _corpus(texts: Path, *, model: str | None, column: str | None, fmt: AtlasFormat, top: int | None,
             width: int | None, truncate: bool, engine: EngineChoice, revision: str | None, device: Device,
-            dtype: Dtype | None, trust_remote_code: bool) -> None:
+            dtype: Dtype | None, trust_remote_code: bool, out: Path | None = None) -> None:
     """The corpus's atlas numbers: from an export folder as it is, or from a file of texts exported first."""
     import tempfile
 
@@ -137,6 +143,11 @@ def _corpus(texts: Path, *, model: str | None, column: str | None, fmt: AtlasFor
             with redirect_stdout(StringIO()):  # the export's own summary line is not the atlas's
                 write_parquet(texts, Path(folder), settings, verbose=False)
             data = atlas_data(folder)
+    if out is not None:
+        from ..render.atlas_page import render_atlas
+
+        typer.echo(f"wrote {render_atlas(document(data), out)}")
+        return
     if fmt is AtlasFormat.json:
         typer.echo(json.dumps(document(data, top), ensure_ascii=False, allow_nan=False, indent=1))
         return

@@ -1,0 +1,46 @@
+"""The atlas as one offline page: a layers × heads grid of a statistic's corpus mean (pick the statistic),
+the heads ranked by it with the labels they earn and how often, and per head the statistic's distribution
+over the texts and the texts where the head shows it most. Self-contained (inline script, style and data,
+no request leaves it), as the interactive page is; the data is :func:`attnviz.export.atlas_data.document`."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..fileio import atomic_write
+from .html import POLICY, script_safe
+
+
+def atlas_html(document: dict[str, Any]) -> str:
+    assets = resources.files("attnviz.render") / "assets"
+    script = (assets / "atlas.js").read_text(encoding="utf-8")
+    style = (assets / "atlas.css").read_text(encoding="utf-8")
+    payload = script_safe(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+    title = f"attnviz atlas · {document.get('model') or 'model'} · {document['n_texts']} texts"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY.format(connect=chr(39) + 'none' + chr(39))}\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<meta name=\"generator\" content=\"attnviz\">\n<title>{html.escape(title)}</title>\n"
+        f"<style>\n{style}</style>\n</head>\n<body>\n"
+        f"<header><h1>{html.escape(title)}</h1>"
+        "<p class=\"note\">Each cell is a head's mean over the texts; click one for its distribution and the texts "
+        "where it shows the statistic most.</p></header>\n"
+        "<div class=\"controls\"><label>statistic <select id=\"atlasstat\"></select></label></div>\n"
+        "<main><section><table id=\"atlasgrid\" aria-label=\"layers by heads\"></table>"
+        "<ol id=\"atlasrank\" aria-label=\"heads by the statistic\"></ol></section>"
+        "<section id=\"atlashead\" aria-live=\"polite\"><p class=\"note\">Click a head.</p></section></main>\n"
+        f"<script type=\"application/json\" id=\"atlas-data\">{payload}</script>\n"
+        f"<script>\n{script}</script>\n</body>\n</html>\n"
+    )
+
+
+def render_atlas(document: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write the atlas page to ``path`` (atomically)."""
+    text = atlas_html(document)
+    return atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
