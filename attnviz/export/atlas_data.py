@@ -54,10 +54,13 @@ def document(data: AtlasData, top: int | None = None) -> dict[str, object]:
                 "histograms": {s: data.counts[s][i, head].tolist() for s in data.stats},
                 "top_texts": {s: [int(t) for t in data.top_texts[s][i, head]] for s in data.stats},
             })
+    chosen = heads if top is None else _top_heads(heads, data.stats, top)
+    cited = {t for head in chosen for texts in head["top_texts"].values() for t in texts}  # type: ignore[attr-defined]
     return {"model": data.model, "n_texts": data.n_texts, "statistics": data.stats,
             "bins": {s: [round(float(e), 6) for e in data.edges[s]] for s in data.stats},
-            "texts": {str(k): v for k, v in data.texts.items()},
-            "heads": heads if top is None else _top_heads(heads, data.stats, top)}
+            # only the texts a head cites (a corpus of 10^5 texts would not fit a page)
+            "texts": {str(k): v for k, v in data.texts.items() if k in cited},
+            "heads": chosen}
 
 
 def _top_heads(heads: list[dict[str, object]], stats: list[str], top: int) -> list[dict[str, object]]:
