@@ -113,6 +113,16 @@ def test_the_atlas_page_shows_the_grid_a_heads_distribution_and_its_texts(export
     shown = [int(li.get_attribute("data-text")) for li in tab.locator("#atlastexts li").all()]
     assert shown == data.top_texts["prev_score"][3, 7].tolist()
     assert TEXTS[shown[0]] in tab.inner_text("#atlastexts")
+    tab.click(f"#atlastexts li[data-text='{shown[0]}']")  # the head's attention on that text, one click away
+    from attnviz.api import load
+
+    weights = load().extract(TEXTS[shown[0]]).attentions[3, 7]
+    row, col = divmod(int(weights.argmax()), weights.shape[-1])  # the largest weight: the top of the colour scale
+    drawn = tab.evaluate("""([row, col, n]) => { const c = document.getElementById('atlasmatrix');
+        const cell = c.width / n; const d = c.getContext('2d').getImageData(col * cell + 1, row * cell + 1, 1, 1).data;
+        return {w: c.width, text: c.dataset.text, rgb: [d[0], d[1], d[2]]}; }""", [row, col, weights.shape[-1]])
+    assert drawn["text"] == str(shown[0]) and drawn["w"] % weights.shape[-1] == 0
+    assert drawn["rgb"] == [253, 231, 37]  # viridis's top: the weight the matrix is scaled to
     tab.close()
     bad = run_cli("atlas", str(export), "--out", str(tmp_path / "atlas.png"))
     assert bad.exit_code != 0 and "a .html file" in bad.stderr

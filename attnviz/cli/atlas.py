@@ -144,9 +144,14 @@ def _corpus(texts: Path, *, model: str | None, column: str | None, fmt: AtlasFor
                 write_parquet(texts, Path(folder), settings, verbose=False)
             data = atlas_data(folder)
     if out is not None:
+        from ..export.atlas_data import attach_attention
         from ..render.atlas_page import render_atlas
 
-        typer.echo(f"wrote {render_atlas(document(data), out)}")
+        page = document(data)
+        options = model_options(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
+                                trust_remote_code=trust_remote_code, verbose=False, dtype=dtype)
+        attach_attention(page, options.load(), data.layers, data.n_heads)  # each cited text's attention, drawn
+        typer.echo(f"wrote {render_atlas(page, out)}")
         return
     if fmt is AtlasFormat.json:
         typer.echo(json.dumps(document(data, top), ensure_ascii=False, allow_nan=False, indent=1))

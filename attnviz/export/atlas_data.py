@@ -143,3 +143,47 @@ def _label_rates(pa, pc, table, layers: list[int], n_heads: int, n_texts: int) -
                                          counted["head"].to_pylist(), counted["label_count"].to_pylist(), strict=True):
         rates.setdefault(label, np.zeros((len(layers), n_heads)))[position[layer], head] = count / n_texts
     return rates
+
+
+SIDE = 40  # a cited text's attention is drawn at most this many cells a side (max-pooled beyond)
+
+
+def attach_attention(doc: dict[str, object], source: object, layers: list[int], n_heads: int) -> None:
+    """Add to an atlas ``doc`` (:func:`document`) each cited text's attention in the heads that cite it, run by
+    ``source``: ``doc["attention"][text index] = {"tokens", "pool", "side", "heads": {"L,H": base64 bytes}}``,
+    each head's matrix max-pooled to at most :data:`SIDE` a side and scaled to its largest weight (0–255)."""
+    import base64
+    import math
+
+    import torch
+
+    from ..errors import UsageError
+
+    cites: dict[int, set[tuple[int, int]]] = {}
+    for head in doc["heads"]:  # type: ignore[attr-defined]
+        for texts in head["top_texts"].values():
+            for index in texts:
+                cites.setdefault(int(index), set()).add((head["layer"], head["head"]))
+    position = {layer: i for i, layer in enumerate(layers)}
+    attention: dict[str, object] = {}
+    for index, heads in sorted(cites.items()):
+        text = doc["texts"].get(str(index))  # type: ignore[attr-defined]
+        if text is None:
+            continue
+        result = source.extract(text, truncate=True)  # type: ignore[attr-defined]
+        if tuple(result.attentions.shape[:2]) != (len(layers), n_heads):
+            raise UsageError(f"the export has {len(layers)} layers × {n_heads} heads but {result.model_name} has "
+                             f"{tuple(result.attentions.shape[:2])}: give the model the export was made with")
+        n = result.attentions.shape[-1]
+        pool = max(1, math.ceil(n / SIDE))
+        drawn = {}
+        for layer, head in sorted(heads):
+            matrix = result.attentions[position[layer], head].float()
+            if pool > 1:
+                matrix = torch.nn.functional.max_pool2d(matrix[None], pool, ceil_mode=True)[0]
+            top = float(matrix.max()) or 1.0
+            cells = (matrix / top * 255).round().clamp(0, 255).to(torch.uint8).numpy().tobytes()
+            drawn[f"{layer},{head}"] = base64.b64encode(cells).decode("ascii")
+        attention[str(index)] = {"tokens": list(result.tokens), "pool": pool,
+                                 "side": math.ceil(n / pool), "heads": drawn}
+    doc["attention"] = attention

@@ -106,13 +106,17 @@
     panel.appendChild(svg);
     panel.appendChild(el("p", {}, "Where this head's " + stat + " is highest:"));
     const list = el("ol", { class: "texts", id: "atlastexts" });
+    const view = el("div", { id: "atlasattn" });
     for (const index of item.top_texts[stat]) {
-      const li = el("li", { "data-text": index });
+      const li = el("li", { "data-text": index, tabindex: "0" });
       li.appendChild(el("span", { class: "value" }, "#" + index));
       li.appendChild(document.createTextNode(data.texts[String(index)] || "(text " + index + ")"));
+      li.addEventListener("click", () => attention(item, index, view));
+      li.addEventListener("keydown", (e) => { if (e.key === "Enter") attention(item, index, view); });
       list.appendChild(li);
     }
     panel.appendChild(list);
+    panel.appendChild(view);
     const all = el("table");
     for (const s of data.statistics) {
       const tr = el("tr");
@@ -122,6 +126,32 @@
     }
     panel.appendChild(el("p", {}, "Every statistic's mean:"));
     panel.appendChild(all);
+  }
+
+  // One cited text's attention in this head: rows are queries, columns keys (max-pooled past a few dozen tokens).
+  function attention(item, index, view) {
+    const drawn = (data.attention || {})[String(index)];
+    view.replaceChildren();
+    if (!drawn || !drawn.heads[item.layer + "," + item.head]) {
+      view.appendChild(el("p", { class: "note" }, "(this text's attention is not on the page)"));
+      return;
+    }
+    const bytes = Uint8Array.from(atob(drawn.heads[item.layer + "," + item.head]), (c) => c.charCodeAt(0));
+    const side = drawn.side, cell = Math.max(4, Math.floor(320 / side));
+    const canvas = el("canvas", { width: side * cell, height: side * cell, id: "atlasmatrix", "data-text": index,
+      role: "img", "aria-label": "head L" + item.layer + " H" + item.head + " on text " + index });
+    const ctx = canvas.getContext("2d");
+    for (let i = 0; i < side; i++) {
+      for (let j = 0; j < side; j++) {
+        ctx.fillStyle = colour(bytes[i * side + j] / 255);
+        ctx.fillRect(j * cell, i * cell, cell, cell);
+      }
+    }
+    view.appendChild(el("p", {}, "Head L" + item.layer + " H" + item.head + " on text #" + index +
+      ": rows are queries, columns keys" + (drawn.pool > 1 ? " (max-pooled " + drawn.pool + "×" + drawn.pool + ")" : "") +
+      "; the colour is each weight over the largest."));
+    view.appendChild(canvas);
+    view.appendChild(el("p", { class: "note tokens" }, drawn.tokens.join(" ")));
   }
 
   select.addEventListener("change", draw);
