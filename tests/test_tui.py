@@ -16,8 +16,9 @@ from attnviz.api import load
 from attnviz.errors import ModelNotFoundError
 from attnviz.result import AttentionResult
 from attnviz.sources.saved import SavedSource
-from attnviz.tui.app import KEYS, AttnvizTUI, Help
+from attnviz.tui.app import AttnvizTUI
 from attnviz.tui.explorer import Explorer
+from attnviz.tui.widgets import KEYS, Help
 
 TINY = "sample_configs/tiny.toml"
 TEXT = "The cat sat on the mat and the cat slept."

@@ -237,17 +237,13 @@ def _pooled(hidden: Tensor, mask: Tensor) -> Tensor:
 
 def _batch(source: Any, texts: list[str], truncate: bool) -> tuple[dict[str, Tensor], Tensor]:
     """Texts tokenized and padded on the right, as the engines pad them: the model's inputs and the mask."""
-    infos = [source.encode(text, truncate=truncate) for text in texts]
-    width = max(len(info.ids) for info in infos)
+    from ..sources.engine import padded
+
+    ids, mask, types = padded([source.encode(text, truncate=truncate) for text in texts], source.pad_id)
     device = source.model.device
-    ids = torch.full((len(infos), width), source.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(infos), width), dtype=torch.long)
-    for b, info in enumerate(infos):
-        ids[b, : len(info.ids)] = torch.tensor(info.ids)
-        mask[b, : len(info.ids)] = 1
     inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
     if getattr(source, "token_types", False):
-        inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
+        inputs["token_type_ids"] = types.to(device)
     return inputs, mask.to(device)
 
 

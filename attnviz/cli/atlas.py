@@ -137,11 +137,7 @@ def _corpus(texts: Path, *, model: str | None, column: str | None, fmt: AtlasFor
         settings = parquet_settings(options, truncate=truncate, layer=None, column=column,
                                     reading=reading(False, False, False), batch_size=8)
         with tempfile.TemporaryDirectory() as folder:
-            from contextlib import redirect_stdout
-            from io import StringIO
-
-            with redirect_stdout(StringIO()):  # the export's own summary line is not the atlas's
-                write_parquet(texts, Path(folder), settings, verbose=False)
+            write_parquet(texts, Path(folder), settings, verbose=False, quiet=True)
             data = atlas_data(folder)
     if out is not None:
         from ..export.atlas_data import attach_attention

@@ -49,8 +49,9 @@ def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None
         "formats": "parquet", "quiet": True})
 
 
-def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool) -> None:
-    """Run the export of ``file`` with ``settings`` (:func:`parquet_settings`) into ``out`` and say what it wrote."""
+def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool, quiet: bool = False) -> None:
+    """Run the export of ``file`` with ``settings`` (:func:`parquet_settings`) into ``out`` and say what it wrote
+    (``quiet``: a command that writes the tables for its own use says nothing of them)."""
     from ..export import run_export
     from ..export.table import HEADS_TABLE, TEXTS_TABLE
 
@@ -65,8 +66,9 @@ def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: b
         sys.stderr.write(f"attnviz: error: {len(summary.failed)} of {summary.items} texts failed (left out of the "
                          f"tables; see {summary.manifest}): {first}\n")
         raise typer.Exit(1)
-    typer.echo(f"{summary.items} texts ({summary.exported} now, {summary.skipped} already done): "
-               f"{out / HEADS_TABLE} and {out / TEXTS_TABLE}")
+    if not quiet:
+        typer.echo(f"{summary.items} texts ({summary.exported} now, {summary.skipped} already done): "
+                   f"{out / HEADS_TABLE} and {out / TEXTS_TABLE}")
 
 
 def _refuse_another_export(out: Path, fingerprint: str) -> None:

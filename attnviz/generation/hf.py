@@ -36,6 +36,8 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     eos = model.generation_config.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
     extra: dict[str, Any] = {} if stop_at_eos else {"min_new_tokens": max_new_tokens}
+    from ..sources.hf_attention import whole_weights
+
     with torch.random.fork_rng(devices=[]), torch.no_grad(), whole_weights(model):
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
@@ -94,15 +96,6 @@ def engine_of(model: Any) -> str:
     from ..sources.hf_attention import is_fused
 
     return "fused" if is_fused(model) else "hf"
-
-
-def whole_weights(model: Any) -> Any:
-    """Where ``output_attentions=True`` is asked of ``model``: the fused engine's whole weights."""
-    from contextlib import nullcontext
-
-    from ..sources.hf_attention import weights_mode
-
-    return weights_mode("whole") if engine_of(model) == "fused" else nullcontext()
 
 
 def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from ..sources.decoding import sampling_metadata
-from .hf import engine_of, generated_labels, load_for_generation, rows_by_step, whole_weights
+from .hf import engine_of, generated_labels, load_for_generation, rows_by_step
 from .sampling import Sampling
 
 TARGET_START = 1
@@ -56,6 +56,8 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
     eos_ids = [] if eos is None else eos if isinstance(eos, list) else [eos]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids[0] if eos_ids else None)
     extra: dict[str, Any] = {} if stop_at_eos else {"min_new_tokens": max_new_tokens}
+    from ..sources.hf_attention import whole_weights
+
     with torch.random.fork_rng(devices=[]), torch.no_grad(), whole_weights(model):
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)

@@ -80,15 +80,7 @@ class ModelSource(Source):
             if top >= self.vocab_rows or min(min(info.ids) for info in infos) < 0:
                 raise ModelNotFoundError(f"{self.name}: the tokenizer gives token id {top} but the model's embedding "
                                          f"has {self.vocab_rows} rows; its tokenizer and weights do not belong together")
-        width = max(len(info.ids) for info in infos)
-        ids = torch.full((len(infos), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(infos), width), dtype=torch.long)
-        types = torch.zeros((len(infos), width), dtype=torch.long)
-        for b, info in enumerate(infos):
-            n = len(info.ids)
-            ids[b, :n] = torch.tensor(info.ids)
-            mask[b, :n] = 1
-            types[b, :n] = torch.tensor(info.segment_ids)
+        ids, mask, types = padded(infos, self.pad_id)
         dev = torch.device(self.device)
         capture = Capture(None if layers is None else frozenset(layers), details, rows=rows and not details)
         kept = list(range(self.n_layers)) if layers is None else list(layers)
@@ -129,6 +121,21 @@ class ModelSource(Source):
             segment_ids=[0] * len(ids),
         )
         return collect(self.stream_infos([info], None, details), float16=float16)[0]
+
+
+def padded(infos: list[TokenInfo], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Texts padded on the right, as every engine pads them: ``ids``, ``mask`` (1 = a real token) and the
+    segment ids ``types``, each ``[texts, longest]``. Each real token keeps the position it has alone."""
+    width = max(len(info.ids) for info in infos)
+    ids = torch.full((len(infos), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(infos), width), dtype=torch.long)
+    types = torch.zeros((len(infos), width), dtype=torch.long)
+    for b, info in enumerate(infos):
+        n = len(info.ids)
+        ids[b, :n] = torch.tensor(info.ids)
+        mask[b, :n] = 1
+        types[b, :n] = torch.tensor(info.segment_ids)
+    return ids, mask, types
 
 
 def _tokenizer_pad_id(tokenizer: Any) -> int:

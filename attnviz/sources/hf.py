@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +141,6 @@ class HFSource(ModelSource):
             vocab_rows=self.model.get_input_embeddings().num_embeddings,
         )
         self.token_types = getattr(config, "type_vocab_size", 0) > 1
-        self.fused = False
         self.why = (f"asked for ([[engine=hf]]); {why}" if why else "asked for ([[engine=hf]])") \
             if attention == "eager" else why
         if attention != "eager":
@@ -154,6 +153,13 @@ class HFSource(ModelSource):
                 self._plan = plan_layers(self.model, self.n_layers, inputs, attentions)
             if self._plan is not None:
                 self.capabilities = replace(self.capabilities, streaming=True)
+
+    @property
+    def fused(self) -> bool:
+        """Whether the model runs on attnviz's attention function (:mod:`attnviz.sources.hf_attention`)."""
+        from .hf_attention import is_fused
+
+        return is_fused(self.model)
 
     @property
     def engine(self) -> str:  # type: ignore[override]
@@ -177,7 +183,6 @@ class HFSource(ModelSource):
         reason = switch_to_fused(self.model, self._probe_batch(), family=self.family,
                                  encoder_decoder=self.encoder_decoder)
         if reason is None:
-            self.fused = True
             return
         if required:
             raise ModelNotFoundError(f"the fused engine cannot run {self.name}: {reason}; use [[engine=hf]] or auto")
@@ -194,11 +199,9 @@ class HFSource(ModelSource):
 
     def _whole(self) -> Any:
         """Where ``output_attentions=True`` is asked for: the fused engine's whole weights."""
-        if not self.fused:
-            return nullcontext()
-        from .hf_attention import weights_mode
+        from .hf_attention import whole_weights
 
-        return weights_mode("whole")
+        return whole_weights(self.model)
 
     @contextmanager
     def eager_attention(self) -> Iterator[None]:

@@ -47,6 +47,14 @@ def is_fused(model: nn.Module) -> bool:
     return model in _fused
 
 
+def whole_weights(model: nn.Module) -> Any:
+    """Where ``output_attentions=True`` is asked of ``model``: the fused engine's whole weights (a model on
+    eager attention returns its own)."""
+    from contextlib import nullcontext
+
+    return weights_mode("whole") if is_fused(model) else nullcontext()
+
+
 def current_mode() -> Mode:
     return getattr(_state, "mode", "none")
 
@@ -141,9 +149,8 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
 def _compare(model: nn.Module, inputs: dict[str, Tensor], reference: list[Tensor], *, family: str,
              encoder_decoder: bool, described: bool) -> str | None:
     """Why the model's weights through attnviz's function differ from ``reference`` (eager's), or None."""
-    global DESCRIBE_FROM
-    kept, DESCRIBE_FROM = DESCRIBE_FROM, 0 if described else DESCRIBE_FROM
     where = " with its masks described, as for a long text" if described else ""
+    _state.describe_all = described  # this thread's masks described whatever their size (see :func:`mask`)
     try:
         _state.calls = 0
         with weights_mode("whole"):
@@ -152,7 +159,7 @@ def _compare(model: nn.Module, inputs: dict[str, Tensor], reference: list[Tensor
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         return f"{family} does not route its attention through transformers' registry{where} ({first})"
     finally:
-        DESCRIBE_FROM = kept
+        _state.describe_all = False
     if getattr(_state, "calls", 0) == 0:
         return f"{family} does not route its attention through transformers' registry (it computes its own)"
     error = _largest_difference(reference, got, inputs.get("attention_mask"))
@@ -217,7 +224,7 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_o
     )
 
     function = causal_mask_function if mask_function is None else mask_function
-    if batch_size * q_length * kv_length < DESCRIBE_FROM:
+    if batch_size * q_length * kv_length < DESCRIBE_FROM and not getattr(_state, "describe_all", False):
         return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                          kv_offset=kv_offset, mask_function=function, attention_mask=attention_mask,
                          local_size=local_size, allow_is_causal_skip=allow_is_causal_skip,

@@ -225,14 +225,15 @@ class Explorer:
         head = None if self.view in ("model", "token", "compare", "heads") else self.head
         layer = None if self.view in ("model", "token", "heads") else self.layer
         token = self.token if self.view in ("heatmap", "token") else None
-        zoom = self.zoom if self.view == "heatmap" else self.sort if self.view == "heads" else None
+        zoom = self.zoom if self.view == "heatmap" else None
+        sort = self.sort if self.view == "heads" else None
         step = self.step if self.view == "steps" else None
-        return (id(self.result) if self.result is not None else self.text, self.view, layer, head, token, zoom, step,
-                width, colour)
+        return (id(self.result) if self.result is not None else self.text, self.view, layer, head, token, zoom, sort,
+                step, width, colour)
 
     def drawn(self, width: int, colour: bool) -> bool:
         """Whether the current view is drawn already (a long text's views take a while the first time)."""
-        return self.draw_key(width, colour) in self.cache or (self.result is None and not self.long)
+        return self.draw_key(width, colour) in self.cache
 
     def draw(self, width: int, colour: bool) -> RenderableType:
         """The current view, drawn by the commands' renderers (kept per state: drawn once)."""

@@ -1,0 +1,121 @@
+"""The pieces of ``attnviz tui``'s screen: the one-line prompt, the help, the views' tabs and the pane a view is
+drawn in (its lines rendered once by rich and kept as strips); the keys as the footer lists them."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.screen import ModalScreen
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static, Tabs
+
+HELP = """\
+attnviz tui: the keys
+
+  ←/→        previous / next layer          ↑/↓       previous / next head
+  Tab, 1–7   views: head, model, heads table, one token, compare heads, generation, explain
+  /          find a token by its text       n         the next token that matches
+  Enter      select a token (the first)     [ ]       select the previous / next token
+             a selected token's row and column are listed under the heatmap; view 4 shows it everywhere
+  + -        zoom into the selected token's region / out
+  , .        previous / next generation step (view 6)
+  e          explain this head (view 7)     t         type a new text (the model stays loaded)
+  s          save the current view (.png, .svg, .pdf, .html, .npz)
+  ?          this help                      q         quit (Ctrl-C too)
+
+  o          sort the heads table (view 3) by the next column; a click on a column's name sorts by it
+
+A click on a heatmap row selects its token; a click on a tab shows its view; the mouse wheel scrolls.
+"""
+
+
+# Every binding, in a footer that wraps rather than cuts (at 80 columns: two lines).
+KEYS = ("←→ layer  ↑↓ head  Tab/1-7 view  / find  n next  Enter select  [ ] token  +- zoom  ,. step  o sort  "
+        "e explain  t text  s save  ? help  q quit")
+
+
+class Ask(ModalScreen[str | None]):
+    """One line of input (a token to find, a new text, a file name); Escape cancels."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    Ask { align: center middle; }
+    Ask > Vertical { width: 80%; max-width: 100; height: auto; border: round $accent; padding: 0 1; }
+    """
+
+    def __init__(self, prompt: str, value: str = "") -> None:
+        super().__init__()
+        self.prompt, self.value = prompt, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.prompt)
+            yield Input(value=self.value, id="answer")
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class Help(ModalScreen[None]):
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "close", "close")]
+    DEFAULT_CSS = """
+    Help { align: center middle; }
+    Help > Static { width: auto; max-width: 100%; height: auto; border: round $accent; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class ViewTabs(Tabs, can_focus=False):
+    """The views' tabs: clicked, never focused (the arrows are the app's)."""
+
+
+class Pane(ScrollView, can_focus=False):
+    """Where a view is drawn: its lines rendered once (by rich, at the pane's width) and kept as strips, of which
+    Textual draws only those in sight; scrolled with the mouse. Far quicker than re-laying out a renderable."""
+
+    DEFAULT_CSS = "Pane { height: 1fr; }"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lines: list[Strip] = []
+        self.content: Any = Text("")  # what was drawn, for whoever reads it back (tests, saving)
+
+    @staticmethod
+    def strips(renderable: Any, width: int) -> list[Strip]:
+        """``renderable``'s lines at ``width``, as Textual draws them (pure: a worker may call it)."""
+        from rich.console import Console
+
+        console = Console(width=width, color_system="truecolor", force_terminal=True, legacy_windows=False)
+        return [Strip(line) for line in console.render_lines(renderable, console.options.update_width(width),
+                                                               pad=False)]
+
+    def update(self, renderable: Any, lines: list[Strip] | None = None) -> None:
+        self.content = renderable
+        width = max(20, self.size.width or self.app.size.width - 2)
+        self.lines = self.strips(renderable, width) if lines is None else lines
+        self.virtual_size = Size(max((strip.cell_length for strip in self.lines), default=0), len(self.lines))
+        self.scroll_to(0, 0, animate=False)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        line = y + int(self.scroll_offset.y)
+        if not 0 <= line < len(self.lines):
+            return Strip.blank(self.size.width)
+        return self.lines[line].crop_extend(int(self.scroll_offset.x), int(self.scroll_offset.x) + self.size.width,
+                                            None)
