@@ -86,7 +86,7 @@ def test_the_command_gives_the_numbers_from_texts_or_an_export_folder(export, ru
     table = run_cli("atlas", str(export), "--top", "2", "--width", "120")
     assert table.exit_code == 0 and "highest corpus mean" in table.stdout and "L0·H2" in table.stdout
     bad = run_cli("atlas", str(export), "--vs-model", "sample_configs/tiny.toml")
-    assert bad.exit_code != 0 and "is a folder" in bad.stderr
+    assert bad.exit_code != 0 and "is an export folder" in bad.stderr
 
 
 @pytest.mark.slow

@@ -1,21 +1,26 @@
 """Two checkpoints of one architecture over a corpus: which heads changed, and how sure that is.
 
-For every text both models run, and each head gets, per text, the difference of every statistic
-(:mod:`attnviz.analysis.statistics`, model B minus model A) and the distance between the two models'
-attention distributions: the Jensen–Shannon divergence of each query row, averaged over the rows
-(natural log, so at most ln 2). Over the texts, each of those is summarised by its mean, a bootstrap 95%
-interval of the mean (texts resampled with replacement) and a two-sided paired permutation p-value (the
-sign of each text's difference flipped at random; Good 2005): the texts are paired, as the same text runs
-through both models. Heads are ranked by their mean distance, largest first.
+Each head gets, per text, the difference of every statistic (:mod:`attnviz.analysis.statistics`, model
+B minus model A) and, where both models ran here, the distance between their attention distributions:
+the Jensen–Shannon divergence of each query row, averaged over the rows (natural log, so at most ln 2).
+Two exports' ``heads.parquet`` give the statistics' differences alone (the distance needs both models'
+weights). Over the texts, each measure is summarised by its mean, a bootstrap 95% interval of the mean
+(texts resampled with replacement, as multinomial weights so 10^5 texts stay a matrix product) and a
+two-sided paired permutation p-value (the sign of each text's difference flipped at random; Good 2005):
+the texts are paired, as the same text runs through both models. Heads are ranked by their mean
+distance, largest first; without it, by their largest standardised change of a statistic (the mean
+difference over its standard deviation across texts, Cohen's d_z).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+DISTANCE = "js_divergence"  # the measure of the two models' attention (the statistic "distance" is another thing)
+CHUNK = 100  # resamples at a time: [CHUNK, texts] weights
 
 
 @dataclass(frozen=True)
@@ -36,17 +41,20 @@ class Change:
 class HeadChange:
     layer: int
     head: int
-    distance: Change  # the mean Jensen–Shannon divergence per query row between the two models
+    distance: Change | None  # the mean Jensen–Shannon divergence per query row; None from two exports' tables
     stats: dict[str, Change]  # each statistic, model B − model A
+    score: float  # what the heads are ranked by (see the module)
 
     def document(self) -> dict[str, object]:
-        return {"layer": self.layer, "head": self.head, "distance": self.distance.document(),
+        return {"layer": self.layer, "head": self.head, "score": round(self.score, 6),
+                **({"distance": self.distance.document()} if self.distance is not None else {}),
                 "statistics": {name: change.document() for name, change in self.stats.items()}}
 
 
 @dataclass
 class CheckpointDiff:
-    """Every head's change from ``model`` to ``other`` over ``n_texts`` texts, ranked (see the module)."""
+    """Every head's change from ``model`` to ``other`` over ``n_texts`` texts, ranked (see the module);
+    ``per_text[measure]``: ``[texts, layers, heads]``, the texts being ``text_index``."""
 
     model: str
     other: str
@@ -54,11 +62,22 @@ class CheckpointDiff:
     heads: list[HeadChange]
     bootstrap: int
     permutations: int
+    layers: list[int] = field(default_factory=list)
+    per_text: dict[str, Tensor] = field(default_factory=dict, repr=False)
+    text_index: list[int] = field(default_factory=list, repr=False)
+    note: str = ""  # what a reader should know (texts in one export alone, left out)
+
+    @property
+    def ranked_by(self) -> str:
+        return DISTANCE if DISTANCE in self.per_text else "largest |d_z| of a statistic"
 
     def document(self, top: int | None = None) -> dict[str, object]:
-        return {"model": self.model, "other": self.other, "n_texts": self.n_texts,
-                "distance": "mean Jensen-Shannon divergence per query row between the two models (nats, <= ln 2)",
+        return {"model": self.model, "other": self.other, "n_texts": self.n_texts, "ranked_by": self.ranked_by,
+                **({"note": self.note} if self.note else {}),
+                **({"distance": "mean Jensen-Shannon divergence per query row between the two models (nats, <= ln 2)"}
+                   if DISTANCE in self.per_text else {}),
                 "statistics": "other minus model; ci95: bootstrap over texts; p: paired sign-flip permutation test",
+                "score": "what the heads are ranked by: the mean distance, or the largest |mean change / its sd|",
                 "bootstrap": self.bootstrap, "permutations": self.permutations,
                 "heads": [head.document() for head in (self.heads[:top] if top else self.heads)]}
 
@@ -67,52 +86,84 @@ class DiffBuilder:
     """Collects each text's per-head differences, then summarises them (:meth:`finish`)."""
 
     def __init__(self) -> None:
-        self.distances: list[Tensor] = []
-        self.stats: dict[str, list[Tensor]] = {}
+        self.measures: dict[str, list[Tensor]] = {}
+        self.text_index: list[int] = []
         self.layers: list[int] | None = None
 
-    def add(self, distance: Tensor, stats_a: dict[str, Tensor], stats_b: dict[str, Tensor]) -> None:
-        """One text: ``distance`` ``[layers, heads]`` and both models' statistics (each ``[layers, heads]``)."""
-        self.distances.append(distance.double())
+    def add(self, index: int, distance: Tensor | None, stats_a: dict[str, Tensor], stats_b: dict[str, Tensor]) -> None:
+        """Text ``index``: ``distance`` ``[layers, heads]`` (or None) and both models' statistics (each ``[layers, heads]``)."""
+        if distance is not None:
+            self.measures.setdefault(DISTANCE, []).append(distance.double())
         for name, values in stats_a.items():
             if name in stats_b:
-                self.stats.setdefault(name, []).append((stats_b[name] - values).double())
+                self.measures.setdefault(name, []).append((stats_b[name] - values).double())
+        self.text_index.append(index)
 
     def finish(self, model: str, other: str, *, bootstrap: int = 1000, permutations: int = 1000,
                seed: int = 0) -> CheckpointDiff:
-        generator = torch.Generator().manual_seed(seed)
-        distance = summarise(torch.stack(self.distances), bootstrap, permutations, generator)
-        stats = {name: summarise(torch.stack(values), bootstrap, permutations, generator)
-                 for name, values in self.stats.items()}
-        n_layers, n_heads = self.distances[0].shape
-        numbers = self.layers or list(range(n_layers))
-        heads = [HeadChange(numbers[layer], head, _change(distance, layer, head),
-                            {name: _change(values, layer, head) for name, values in stats.items()})
-                 for layer in range(n_layers) for head in range(n_heads)]
-        heads.sort(key=lambda h: (-h.distance.mean, h.layer, h.head))
-        return CheckpointDiff(model, other, len(self.distances), heads, bootstrap, permutations)
+        return diff_of({name: torch.stack(values) for name, values in self.measures.items()}, self.text_index,
+                       model, other, layers=self.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
+
+
+def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, other: str, *,
+            layers: list[int] | None = None, bootstrap: int = 1000, permutations: int = 1000,
+            seed: int = 0) -> CheckpointDiff:
+    """The diff from each measure's per-text values ``[texts, layers, heads]`` (``distance`` among them or not)."""
+    generator = torch.Generator().manual_seed(seed)
+    summaries = summarise_all(per_text, bootstrap, permutations, generator)
+    n_layers, n_heads = next(iter(per_text.values())).shape[1:]
+    numbers = list(layers) if layers else list(range(n_layers))
+    spread = {name: values.std(0) for name, values in per_text.items() if name != DISTANCE}
+    heads = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            distance = _change(summaries[DISTANCE], layer, head) if DISTANCE in summaries else None
+            stats = {name: _change(summary, layer, head) for name, summary in summaries.items() if name != DISTANCE}
+            if distance is not None:
+                score = distance.mean
+            else:
+                score = max((abs(stats[name].mean) / float(sd[layer, head]) for name, sd in spread.items()
+                             if float(sd[layer, head]) > 1e-12), default=0.0)
+            heads.append(HeadChange(numbers[layer], head, distance, stats, score))
+    heads.sort(key=lambda h: (-h.score, h.layer, h.head))
+    n = len(text_index)
+    return CheckpointDiff(model, other, n, heads, bootstrap, permutations, numbers, per_text, list(text_index))
 
 
 def summarise(values: Tensor, bootstrap: int, permutations: int, generator: torch.Generator) -> tuple[Tensor, ...]:
     """Per cell of ``values`` ``[texts, …]``: the mean, the bootstrap 95% interval and the permutation p-value."""
-    n = values.shape[0]
-    flat = values.reshape(n, -1)
-    mean = flat.mean(0)
-    means = torch.cat(list(_resampled_means(flat, bootstrap, generator)))  # [bootstrap, cells]
-    low, high = torch.quantile(means, 0.025, dim=0), torch.quantile(means, 0.975, dim=0)
-    signs = torch.randint(0, 2, (permutations, n), generator=generator, dtype=torch.float64) * 2 - 1
-    flipped = (signs @ flat) / n  # [permutations, cells]: each text's difference with a random sign
-    extreme = (flipped.abs() >= mean.abs()[None] - 1e-12).sum(0)
-    p = (extreme + 1) / (permutations + 1)
-    shape = values.shape[1:]
-    return tuple(t.reshape(shape) for t in (mean, low, high, p.double()))
+    return summarise_all({"": values}, bootstrap, permutations, generator)[""]
 
 
-def _resampled_means(flat: Tensor, count: int, generator: torch.Generator, chunk: int = 100) -> Iterable[Tensor]:
-    n = flat.shape[0]
-    for start in range(0, count, chunk):
-        picks = torch.randint(0, n, (min(chunk, count - start), n), generator=generator)
-        yield flat[picks].mean(1)
+def summarise_all(measures: dict[str, Tensor], bootstrap: int, permutations: int,
+                  generator: torch.Generator) -> dict[str, tuple[Tensor, ...]]:
+    """:func:`summarise` for several measures over the same texts, sharing each resample (one weight matrix of
+    ``[CHUNK, texts]`` at a time, so memory grows with the texts, not with texts × resamples)."""
+    n = next(iter(measures.values())).shape[0]
+    flats = {name: values.reshape(n, -1).double() for name, values in measures.items()}
+    means = {name: flat.mean(0) for name, flat in flats.items()}
+    resampled: dict[str, list[Tensor]] = {name: [] for name in flats}
+    for start in range(0, bootstrap, CHUNK):
+        count = min(CHUNK, bootstrap - start)
+        picks = torch.randint(0, n, (count, n), generator=generator)
+        weights = torch.zeros(count, n, dtype=torch.float64).scatter_add_(
+            1, picks, torch.ones(count, n, dtype=torch.float64)) / n  # each resample's multiplicity of each text
+        for name, flat in flats.items():
+            resampled[name].append(weights @ flat)
+    extreme = {name: torch.zeros_like(mean) for name, mean in means.items()}
+    for start in range(0, permutations, CHUNK):
+        count = min(CHUNK, permutations - start)
+        signs = torch.randint(0, 2, (count, n), generator=generator, dtype=torch.float64) * 2 - 1
+        for name, flat in flats.items():
+            flipped = (signs @ flat) / n  # each text's difference with a random sign
+            extreme[name] += (flipped.abs() >= means[name].abs()[None] - 1e-12).sum(0)
+    out = {}
+    for name, values in measures.items():
+        boot = torch.cat(resampled[name])
+        low, high = torch.quantile(boot, 0.025, dim=0), torch.quantile(boot, 0.975, dim=0)
+        p = (extreme[name] + 1) / (permutations + 1)
+        out[name] = tuple(t.reshape(values.shape[1:]) for t in (means[name], low, high, p))
+    return out
 
 
 def _change(summary: tuple[Tensor, ...], layer: int, head: int) -> Change:

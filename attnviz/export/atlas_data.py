@@ -71,12 +71,27 @@ def _top_heads(heads: list[dict[str, object]], stats: list[str], top: int) -> li
     return [h for h in heads if (h["layer"], h["head"]) in keep]
 
 
-def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> AtlasData:
-    """The atlas's numbers from the export in ``folder`` (its ``heads.parquet``, and ``texts.parquet`` if there)."""
-    from ..analysis.statistics import STATISTICS
-    from ..export.table import HEADS_TABLE, TEXTS_TABLE, pyarrow
+@dataclass
+class HeadsTable:
+    """An export's ``heads.parquet`` as arrays: ``values[statistic]`` ``[texts, layers, heads]``, the texts in
+    ``text_index`` order (``indices``); ``table``: the pyarrow table itself."""
 
-    pa = pyarrow()
+    path: Path
+    table: object
+    stats: list[str]
+    layers: list[int]
+    n_heads: int
+    indices: np.ndarray
+    values: dict[str, np.ndarray]
+
+
+def read_heads(folder: str | Path) -> HeadsTable:
+    """The head statistics of the export in ``folder`` (or a ``heads.parquet`` path), one row per text × layer ×
+    head checked, reshaped with pyarrow's sort and numpy (no loop over rows)."""
+    from ..analysis.statistics import STATISTICS
+    from ..export.table import HEADS_TABLE, pyarrow
+
+    pyarrow()
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -98,30 +113,64 @@ def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> Atlas
         raise InputError(f"{path} has {ordered.num_rows} rows, not one per text × layer × head "
                          f"({n_texts} × {len(layers)} × {n_heads}); was it assembled from a finished export?")
     shape = (n_texts, len(layers), n_heads)
-    grouped = table.group_by(["layer", "head"]).aggregate([(s, "mean") for s in stats])
+    values = {s: ordered[s].to_numpy(zero_copy_only=False).reshape(shape) for s in stats}
+    indices = ordered["text_index"].to_numpy().reshape(shape)[:, 0, 0]
+    return HeadsTable(path, table, stats, layers, n_heads, indices, values)
+
+
+def histograms(values: np.ndarray, bins: int = BINS) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` ``[texts, layers, heads]`` counted per head on ``bins`` bins shared by every head (the last bin
+    closed): ``(edges [bins + 1], counts [layers, heads, bins])``."""
+    n, layers, heads = values.shape
+    low, high = float(values.min()), float(values.max())
+    edges = np.linspace(low, high if high > low else low + 1.0, bins + 1)
+    which = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, bins - 1)
+    count = np.zeros((layers * heads, bins), dtype=np.int64)
+    np.add.at(count, (np.broadcast_to(np.arange(layers * heads), (n, layers * heads)), which.reshape(n, -1)), 1)
+    return edges, count.reshape(layers, heads, bins)
+
+
+def top_indices(values: np.ndarray, indices: np.ndarray, k: int = TOP) -> np.ndarray:
+    """Per head, the text indices of the ``k`` largest ``values`` ``[texts, layers, heads]``, largest first:
+    ``[layers, heads, k]``."""
+    k = min(k, values.shape[0])
+    return indices[np.argsort(-values, axis=0, kind="stable")[:k]].transpose(1, 2, 0)
+
+
+def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> AtlasData:
+    """The atlas's numbers from the export in ``folder`` (its ``heads.parquet``, and ``texts.parquet`` if there)."""
+    from ..export.table import pyarrow
+
+    pa = pyarrow()
+    import pyarrow.compute as pc
+
+    heads = read_heads(folder)
+    table, stats, layers, n_heads = heads.table, heads.stats, heads.layers, heads.n_heads
+    n_texts = len(heads.indices)
+    grouped = table.group_by(["layer", "head"]).aggregate([(s, "mean") for s in stats])  # type: ignore[attr-defined]
     grouped = grouped.sort_by([("layer", "ascending"), ("head", "ascending")])
     means = {s: grouped[f"{s}_mean"].to_numpy().reshape(len(layers), n_heads) for s in stats}
-    values = {s: ordered[s].to_numpy(zero_copy_only=False).reshape(shape) for s in stats}
     edges, counts = {}, {}
     for s in stats:
-        low, high = float(values[s].min()), float(values[s].max())
-        edges[s] = np.linspace(low, high if high > low else low + 1.0, bins + 1)
-        which = np.clip(np.searchsorted(edges[s], values[s], side="right") - 1, 0, bins - 1)  # last bin closed
-        count = np.zeros((len(layers) * n_heads, bins), dtype=np.int64)
-        np.add.at(count, (np.broadcast_to(np.arange(len(layers) * n_heads), (shape[0], len(layers) * n_heads)),
-                          which.reshape(shape[0], -1)), 1)
-        counts[s] = count.reshape(len(layers), n_heads, bins)
-    indices = ordered["text_index"].to_numpy().reshape(shape)[:, 0, 0]
-    k = min(top, n_texts)
-    top_texts = {s: indices[np.argsort(-values[s], axis=0, kind="stable")[:k]].transpose(1, 2, 0) for s in stats}
+        edges[s], counts[s] = histograms(heads.values[s], bins)
+    top_texts = {s: top_indices(heads.values[s], heads.indices, top) for s in stats}
     label_rates = _label_rates(pa, pc, table, layers, n_heads, n_texts)
-    texts: dict[int, str] = {}
-    model = ""
-    if folder.is_dir() and (folder / TEXTS_TABLE).is_file():
-        text_table = pq.read_table(folder / TEXTS_TABLE, columns=["text_index", "text", "model"])
-        texts = dict(zip(text_table["text_index"].to_pylist(), text_table["text"].to_pylist(), strict=True))
-        model = str(text_table["model"][0].as_py()) if text_table.num_rows else ""
+    texts, model = read_texts_table(folder)
     return AtlasData(model, n_texts, layers, n_heads, stats, means, label_rates, edges, counts, top_texts, texts)
+
+
+def read_texts_table(folder: str | Path) -> tuple[dict[int, str], str]:
+    """``(text_index → text, model name)`` from an export folder's ``texts.parquet`` (empty where it has none)."""
+    import pyarrow.parquet as pq
+
+    from ..export.table import TEXTS_TABLE
+
+    folder = Path(folder)
+    if not (folder.is_dir() and (folder / TEXTS_TABLE).is_file()):
+        return {}, ""
+    text_table = pq.read_table(folder / TEXTS_TABLE, columns=["text_index", "text", "model"])
+    texts = dict(zip(text_table["text_index"].to_pylist(), text_table["text"].to_pylist(), strict=True))
+    return texts, str(text_table["model"][0].as_py()) if text_table.num_rows else ""
 
 
 def _label_rates(pa, pc, table, layers: list[int], n_heads: int, n_texts: int) -> dict[str, np.ndarray]:
@@ -145,45 +194,32 @@ def _label_rates(pa, pc, table, layers: list[int], n_heads: int, n_texts: int) -
     return rates
 
 
-SIDE = 40  # a cited text's attention is drawn at most this many cells a side (max-pooled beyond)
+def diff_document(diff: object, texts: dict[int, str], *, bins: int = BINS, top: int = TOP) -> dict[str, object]:
+    """The atlas page's numbers for a checkpoint diff (:class:`~attnviz.analysis.checkpoint_diff.CheckpointDiff`):
+    per head each measure's mean change with its interval and p-value, its distribution over the texts, and the
+    texts where it changed most (largest distance, or largest absolute change of a statistic)."""
+    from ..analysis.checkpoint_diff import DISTANCE, CheckpointDiff
 
-
-def attach_attention(doc: dict[str, object], source: object, layers: list[int], n_heads: int) -> None:
-    """Add to an atlas ``doc`` (:func:`document`) each cited text's attention in the heads that cite it, run by
-    ``source``: ``doc["attention"][text index] = {"tokens", "pool", "side", "heads": {"L,H": base64 bytes}}``,
-    each head's matrix max-pooled to at most :data:`SIDE` a side and scaled to its largest weight (0–255)."""
-    import base64
-    import math
-
-    import torch
-
-    from ..errors import UsageError
-
-    cites: dict[int, set[tuple[int, int]]] = {}
-    for head in doc["heads"]:  # type: ignore[attr-defined]
-        for texts in head["top_texts"].values():
-            for index in texts:
-                cites.setdefault(int(index), set()).add((head["layer"], head["head"]))
-    position = {layer: i for i, layer in enumerate(layers)}
-    attention: dict[str, object] = {}
-    for index, heads in sorted(cites.items()):
-        text = doc["texts"].get(str(index))  # type: ignore[attr-defined]
-        if text is None:
-            continue
-        result = source.extract(text, truncate=True)  # type: ignore[attr-defined]
-        if tuple(result.attentions.shape[:2]) != (len(layers), n_heads):
-            raise UsageError(f"the export has {len(layers)} layers × {n_heads} heads but {result.model_name} has "
-                             f"{tuple(result.attentions.shape[:2])}: give the model the export was made with")
-        n = result.attentions.shape[-1]
-        pool = max(1, math.ceil(n / SIDE))
-        drawn = {}
-        for layer, head in sorted(heads):
-            matrix = result.attentions[position[layer], head].float()
-            if pool > 1:
-                matrix = torch.nn.functional.max_pool2d(matrix[None], pool, ceil_mode=True)[0]
-            top = float(matrix.max()) or 1.0
-            cells = (matrix / top * 255).round().clamp(0, 255).to(torch.uint8).numpy().tobytes()
-            drawn[f"{layer},{head}"] = base64.b64encode(cells).decode("ascii")
-        attention[str(index)] = {"tokens": list(result.tokens), "pool": pool,
-                                 "side": math.ceil(n / pool), "heads": drawn}
-    doc["attention"] = attention
+    assert isinstance(diff, CheckpointDiff)
+    indices = np.asarray(diff.text_index)
+    position = {layer: i for i, layer in enumerate(diff.layers)}
+    measures = list(diff.per_text)
+    edges, counts, tops = {}, {}, {}
+    for name in measures:
+        values = diff.per_text[name].numpy()
+        edges[name], counts[name] = histograms(values, bins)
+        tops[name] = top_indices(values if name == DISTANCE else np.abs(values), indices, top)
+    heads = []
+    for head in diff.heads:
+        i = position[head.layer]
+        changes = {**({DISTANCE: head.distance.document()} if head.distance is not None else {}),
+                   **{name: change.document() for name, change in head.stats.items()}}
+        heads.append({"layer": head.layer, "head": head.head, "score": round(head.score, 6), "changes": changes,
+                      "histograms": {m: counts[m][i, head.head].tolist() for m in measures},
+                      "top_texts": {m: [int(t) for t in tops[m][i, head.head]] for m in measures}})
+    cited = {t for head in heads for texts_ in head["top_texts"].values() for t in texts_}  # type: ignore[attr-defined]
+    return {"kind": "diff", "model": diff.model, "other": diff.other, "n_texts": diff.n_texts,
+            "ranked_by": diff.ranked_by, "note": diff.note, "measures": measures,
+            "bootstrap": diff.bootstrap, "permutations": diff.permutations,
+            "bins": {m: [round(float(e), 6) for e in edges[m]] for m in measures},
+            "texts": {str(k): texts[k] for k in sorted(cited) if k in texts}, "heads": heads}

@@ -18,10 +18,18 @@ from .html import POLICY, script_safe
 
 def atlas_html(document: dict[str, Any]) -> str:
     assets = resources.files("attnviz.render") / "assets"
-    script = (assets / "atlas.js").read_text(encoding="utf-8")
+    script = "\n".join((assets / name).read_text(encoding="utf-8") for name in ("atlas_qk.js", "atlas.js"))
     style = (assets / "atlas.css").read_text(encoding="utf-8")
     payload = script_safe(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
-    title = f"attnviz atlas · {document.get('model') or 'model'} · {document['n_texts']} texts"
+    diff = document.get("kind") == "diff"
+    model = document.get("model") or "model"
+    title = f"attnviz atlas · {model} → {document['other']}" if diff else f"attnviz atlas · {model}"
+    title += f" · {document['n_texts']} texts"
+    intro = ("Each cell is a head's mean change over the texts (red: up, blue: down; the JS divergence is how far the "
+             "two models' attention moved); click one for its distribution, interval and the texts where it changed "
+             "most." + (f" {document['note']}." if document.get("note") else "")) if diff else \
+        ("Each cell is a head's mean over the texts; click one for its distribution, the texts where it shows the "
+         "statistic most, and its queries and keys.")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY.format(connect=chr(39) + 'none' + chr(39))}\">\n"
@@ -29,9 +37,9 @@ def atlas_html(document: dict[str, Any]) -> str:
         f"<meta name=\"generator\" content=\"attnviz\">\n<title>{html.escape(title)}</title>\n"
         f"<style>\n{style}</style>\n</head>\n<body>\n"
         f"<header><h1>{html.escape(title)}</h1>"
-        "<p class=\"note\">Each cell is a head's mean over the texts; click one for its distribution and the texts "
-        "where it shows the statistic most.</p></header>\n"
-        "<div class=\"controls\"><label>statistic <select id=\"atlasstat\"></select></label></div>\n"
+        f"<p class=\"note\">{html.escape(intro)}</p></header>\n"
+        f"<div class=\"controls\"><label>{'measure' if diff else 'statistic'} <select id=\"atlasstat\"></select>"
+        "</label></div>\n"
         "<main><section><table id=\"atlasgrid\" aria-label=\"layers by heads\"></table>"
         "<ol id=\"atlasrank\" aria-label=\"heads by the statistic\"></ol></section>"
         "<section id=\"atlashead\" aria-live=\"polite\"><p class=\"note\">Click a head.</p></section></main>\n"

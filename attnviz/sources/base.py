@@ -36,6 +36,9 @@ class ExtractOptions:
         rows: hand each layer of an input longer than ``stream.ROWS_ASKED_FROM_TOKENS`` over as row blocks
             made on demand from its queries and keys (O(T·d)) wherever the engine can, not only those too
             long to hold a layer (a server keeps them to answer tiles).
+        queries_keys: also return each head's query and key vectors (after RoPE and q/k norms; under
+            grouped-query attention a key head is repeated for each query head that reads it) as
+            ``result.queries`` and ``result.keys``: the engines that see them (``Capabilities.queries_keys``).
     """
 
     truncate: bool = False
@@ -44,6 +47,7 @@ class ExtractOptions:
     float16: bool = False
     target: str | None = None
     rows: bool = False
+    queries_keys: bool = False
 
     @classmethod
     def build(cls, options: ExtractOptions | None = None, **changes: Any) -> ExtractOptions:
@@ -70,6 +74,7 @@ class Capabilities:
     generation: bool = False  # a causal language model that can generate
     fixed_input: bool = False  # its input is fixed (a matrices config): no text is given
     self_attention: bool = True  # False: one cross-attention layer alone (a matrices config with a context)
+    queries_keys: bool = False  # each head's query and key vectors alone (queries_keys=True)
 
 
 class Source(ABC):
@@ -156,6 +161,9 @@ class Source(ABC):
         if options.details and not can.details:
             raise UsageError(f"[[details=True]]: the {self.engine} engine gives no pre-softmax scores or value vectors; "
                              "use the native engine or a config model")
+        if options.queries_keys and not can.queries_keys:
+            raise UsageError(f"[[queries_keys=True]]: {self.name} on the {self.engine} engine does not show its query and "
+                             "key vectors; use the native or fused engine")
         if options.layers is not None:
             self.check_layers(options.layers)
 

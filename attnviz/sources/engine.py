@@ -24,7 +24,7 @@ class ModelSource(Source):
     """An engine on a tokenizer: subclasses set ``engine`` and implement ``forward_layers`` and ``n_layers``."""
 
     engine = "?"
-    capabilities = Capabilities(pairs=True, streaming=True, token_ids=True)
+    capabilities = Capabilities(pairs=True, streaming=True, token_ids=True)  # queries_keys: where the engine sees them
 
     def __init__(
         self,
@@ -71,10 +71,10 @@ class ModelSource(Source):
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
         infos = [self.encode(t, p, truncate=options.truncate) for t, p in zip(texts, pairs, strict=True)]
         layers = None if options.layers is None else self.check_layers(options.layers)
-        return self.stream_infos(infos, layers, options.details, rows=options.rows)
+        return self.stream_infos(infos, layers, options.details, rows=options.rows, queries_keys=options.queries_keys)
 
     def stream_infos(self, infos: list[TokenInfo], layers: list[int] | None, details: bool, *,
-                     rows: bool = False) -> LayerStream:
+                     rows: bool = False, queries_keys: bool = False) -> LayerStream:
         if self.vocab_rows is not None:
             top = max(max(info.ids) for info in infos)
             if top >= self.vocab_rows or min(min(info.ids) for info in infos) < 0:
@@ -82,7 +82,8 @@ class ModelSource(Source):
                                          f"has {self.vocab_rows} rows; its tokenizer and weights do not belong together")
         ids, mask, types = padded(infos, self.pad_id)
         dev = torch.device(self.device)
-        capture = Capture(None if layers is None else frozenset(layers), details, rows=rows and not details)
+        capture = Capture(None if layers is None else frozenset(layers), details, rows=rows and not details,
+                          queries_keys=queries_keys)
         kept = list(range(self.n_layers)) if layers is None else list(layers)
         unk = unknown_token_id(self.tokenizer)  # recorded, so result.unknown can say which tokens it replaced
         metadata = {"engine": self.engine, "family": self.family, "device": self.device,

@@ -152,7 +152,7 @@ class HFSource(ModelSource):
                 self.causal = self._reads_causal(attentions)
                 self._plan = plan_layers(self.model, self.n_layers, inputs, attentions)
             if self._plan is not None:
-                self.capabilities = replace(self.capabilities, streaming=True)
+                self.capabilities = replace(self.capabilities, streaming=True, queries_keys=self.fused)
 
     @property
     def fused(self) -> bool:
@@ -304,9 +304,13 @@ class HFSource(ModelSource):
         for out in stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,  # type: ignore[arg-type]
                                  whole=lambda: self._whole_layers(ids, mask, types, capture),
                                  around=lambda: weights_mode("rows")):
+            if out.rows is not None and capture.queries_keys:
+                groups = out.rows.n_heads // out.rows.keys.shape[1]
+                out.queries, out.keys = out.rows.queries, out.rows.keys.repeat_interleave(groups, dim=1)
             if out.rows is not None and not as_rows:
                 rows = out.rows
-                out = LayerOut(layer=out.layer, weights=torch.stack([rows.dense(b) for b in range(batch)]))
+                out = LayerOut(layer=out.layer, weights=torch.stack([rows.dense(b) for b in range(batch)]),
+                               queries=out.queries, keys=out.keys)
                 del rows
             yield out
 

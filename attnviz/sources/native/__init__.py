@@ -74,7 +74,8 @@ class NativeSource(ModelSource):
     """A Hugging Face folder run by attnviz's own attention."""
 
     engine = "native"
-    capabilities = Capabilities(details=True, value_norms=True, pairs=True, streaming=True, token_ids=True)
+    capabilities = Capabilities(details=True, value_norms=True, pairs=True, streaming=True, token_ids=True,
+                                queries_keys=True)
 
     def __init__(self, folder: Path, *, name: str, device: str = "cpu") -> None:
         from tokenizers import Tokenizer
@@ -153,8 +154,8 @@ class NativeSource(ModelSource):
                     layer=i, weights=out.weights, rows=out.rows,
                     scores=out.scores if capture.details else None,
                     values=out.values if capture.details else None,
-                    queries=out.queries if capture.details else None,
-                    keys=out.keys if capture.details else None,
+                    queries=out.queries if capture.details or capture.queries_keys else None,
+                    keys=out.keys if capture.details or capture.queries_keys else None,
                     value_norms=head_value_norms(out.values, self.model.o_weight(i)),
                 )
             del out  # one layer's matrices at a time

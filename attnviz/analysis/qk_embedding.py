@@ -1,0 +1,157 @@
+"""A head's queries and keys over a corpus, embedded jointly in two dimensions (after AttentionViz,
+Yeh et al. 2023): where a head sends each token's query and where it finds each token's key.
+
+Tokens come from whole texts chosen in a seeded random order until ``max_tokens`` are taken (a corpus
+sorted by topic or length is not read from its start alone). Per head, before the projection, the keys
+are moved so their centroid is the queries' centroid, and queries and keys are scaled by ``c`` and
+``1/c`` so their mean norms are equal. Neither changes the head's attention: a vector ``v`` added to
+every key adds ``q·v`` to every score of query ``q``, which its softmax cancels, and ``(c·q)·(k/c) = q·k``.
+Then queries and keys together are projected on their two principal components (PCA: the SVD of the
+centred ``[2N, d]`` matrix), each axis's sign chosen so its largest loading is positive.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import UsageError
+
+MAX_TOKENS = 10_000
+BATCH = 16
+
+
+@dataclass
+class QKEmbedding:
+    """``coords[layer, head]``: ``[2, N, 2]`` float32, the queries' (0) and keys' (1) two PCA coordinates for
+    the ``N`` tokens, which are ``tokens[i]`` at ``positions[i]`` of text ``text_index[i]``; ``explained``
+    ``[layers, heads, 2]``: the share of the joint variance each axis holds."""
+
+    layers: list[int]
+    n_heads: int
+    tokens: list[str]
+    text_index: list[int]
+    positions: list[int]
+    coords: np.ndarray  # [layers, heads, 2, N, 2]
+    explained: np.ndarray  # [layers, heads, 2]
+    n_texts: int  # texts the tokens come from
+    seed: int
+
+
+def normalise(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """``queries`` and ``keys`` ``[N, d]`` (float64) with the keys' centroid moved onto the queries' and both
+    scaled to equal mean norms: every softmax over keys is what it was (see the module)."""
+    q, k = queries.double(), keys.double()
+    k = k - k.mean(0) + q.mean(0)
+    ratio = (k.norm(dim=1).mean() / q.norm(dim=1).mean().clamp_min(1e-30)).clamp_min(1e-30)
+    return q * ratio.sqrt(), k / ratio.sqrt()
+
+
+def project(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One head's ``queries`` and ``keys`` ``[N, d]`` normalised and projected on their joint two principal
+    components (see the module): ``(query coordinates [N, 2], key coordinates [N, 2], explained share [2])``."""
+    q, k = normalise(queries, keys)
+    both = torch.cat([q, k])
+    centred = both - both.mean(0)
+    _, singular, vh = torch.linalg.svd(centred, full_matrices=False)
+    axes = vh[:2]
+    if axes.shape[0] < 2:  # a head of one dimension: a second axis of zeros
+        axes = torch.cat([axes, torch.zeros(2 - axes.shape[0], axes.shape[1], dtype=axes.dtype)])
+    signs = torch.sign(axes.gather(1, axes.abs().argmax(1, keepdim=True))).squeeze(1)
+    axes = axes * torch.where(signs == 0, torch.ones_like(signs), signs)[:, None]
+    points = centred @ axes.T
+    variance = singular.square()
+    total = variance.sum().clamp_min(1e-300)
+    explained = torch.zeros(2, dtype=torch.float64)
+    explained[: min(2, variance.numel())] = variance[:2] / total
+    n = q.shape[0]
+    return points[:n].float(), points[n:].float(), explained.float()
+
+
+def choose_texts(texts: dict[int, str], seed: int = 0) -> list[int]:
+    """The texts' indices in a seeded random order (the order tokens are taken in)."""
+    order = sorted(texts)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def qk_embedding(source: object, texts: dict[int, str], *, max_tokens: int = MAX_TOKENS, seed: int = 0,
+                 batch_size: int = BATCH, truncate: bool = True) -> QKEmbedding:
+    """Run ``source`` on texts (``text index → text``) in a seeded random order until ``max_tokens`` tokens,
+    keeping every head's query and key vectors, and embed each head's jointly (see the module)."""
+    from ..sources.base import Source
+
+    assert isinstance(source, Source)
+    can = source.capabilities
+    if not (can.queries_keys or can.details):
+        raise UsageError(f"the query-key embedding needs each head's queries and keys; {source.name} on the "
+                         f"{source.engine} engine does not show them: use the native or fused engine")
+    if max_tokens < 2:
+        raise UsageError(f"[[max_tokens={max_tokens}]]: embed at least 2 tokens")
+    ask = {"details": True} if not can.queries_keys else {"queries_keys": True}
+    order = choose_texts(texts, seed)
+    tokens: list[str] = []
+    text_index: list[int] = []
+    positions: list[int] = []
+    kept: dict[int, tuple[list[Tensor], list[Tensor]]] = {}  # layer position → (queries, keys) [H, n, d] float16
+    layers: list[int] = []
+    taken = 0
+    for start in range(0, len(order), batch_size):
+        if taken >= max_tokens:
+            break
+        chosen = order[start:start + batch_size]
+        stream = source.stream_batch([texts[i] for i in chosen], truncate=truncate, **ask)
+        lengths = [len(r.tokens) for r in stream.results]
+        room, cut = max_tokens - taken, []
+        for result, index, n in zip(stream.results, chosen, lengths, strict=True):
+            use = min(n, room)
+            cut.append(use)
+            room -= use
+            tokens += result.tokens[:use]
+            text_index += [index] * use
+            positions += list(range(use))
+        layers = stream.layers
+        for position, parts in stream:
+            queries, keys = kept.setdefault(position, ([], []))
+            for part, use in zip(parts, cut, strict=True):
+                if use:
+                    queries.append(part.queries[:, :use].to(torch.float16).cpu())  # type: ignore[index]
+                    keys.append(part.keys[:, :use].to(torch.float16).cpu())  # type: ignore[index]
+            del parts
+        taken += sum(cut)
+    if taken < 2:
+        raise UsageError(f"the texts hold {taken} token{'s' if taken != 1 else ''}; the embedding needs at least 2")
+    n_heads = kept[0][0][0].shape[0]
+    coords = np.zeros((len(layers), n_heads, 2, taken, 2), dtype=np.float32)
+    explained = np.zeros((len(layers), n_heads, 2), dtype=np.float32)
+    for position in range(len(layers)):
+        queries_list, keys_list = kept.pop(position)
+        queries, keys = torch.cat(queries_list, dim=1).float(), torch.cat(keys_list, dim=1).float()
+        for head in range(n_heads):
+            q, k, share = project(queries[head], keys[head])
+            coords[position, head, 0], coords[position, head, 1] = q.numpy(), k.numpy()
+            explained[position, head] = share.numpy()
+    n_texts = len(set(text_index))
+    return QKEmbedding(list(layers), n_heads, tokens, text_index, positions, coords, explained, n_texts, seed)
+
+
+def tokens_for_budget(heads: int, budget: int, requested: int = MAX_TOKENS) -> int:
+    """How many tokens a page can embed for ``heads`` heads within ``budget`` bytes (one byte per coordinate,
+    four per token and head)."""
+    return max(2, min(requested, budget // (4 * max(1, heads))))
+
+
+def quantised(embedding: QKEmbedding, layer_position: int, head: int) -> tuple[bytes, list[float]]:
+    """One head's coordinates as bytes for a page: ``[2 (query, key), N, 2 (x, y)]`` uint8 on one scale for both
+    axes (the picture keeps the embedding's distances), and ``[x0, y0, span]`` to map them back."""
+    points = embedding.coords[layer_position, head]
+    low = points.reshape(-1, 2).min(0)
+    span = float(max((points.reshape(-1, 2).max(0) - low).max(), 1e-12))
+    cells = np.clip(np.rint((points - low) / span * 255), 0, 255).astype(np.uint8)
+    return cells.tobytes(), [float(low[0]), float(low[1]), span]
+
