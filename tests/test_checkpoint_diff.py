@@ -81,3 +81,111 @@ def test_the_command_prints_the_ranking_as_json(planted, run_cli, tmp_path):
     assert table.exit_code == 0 and f"  {LAYER}   {HEAD}" in table.stdout.replace("│", " ")
     bad = run_cli("atlas", str(texts), "--vs-model", "sample_configs/tiny.toml")
     assert bad.exit_code != 0 and ("tokenize it differently" in bad.stderr or "architecture" in bad.stderr), bad.stderr
+
+
+@pytest.fixture(scope="module")
+def exports(planted, tmp_path_factory):
+    """The texts exported with each model (heads --format parquet), as a cluster would write them."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    folder = tmp_path_factory.mktemp("exports")
+    texts = folder / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    made = {}
+    for name, model in (("base", None), ("planted", planted)):
+        args = ["heads", "--file", str(texts), "--format", "parquet", "--out", str(folder / name)]
+        result = CliRunner().invoke(app, args + (["--model", model] if model else []))
+        assert result.exit_code == 0, result.output
+        made[name] = folder / name
+    return made
+
+
+def test_two_exports_tables_give_the_changes_running_both_models_gives(planted, exports):
+    """Read from the tables alone (no model runs), every statistic's change, interval and p equal those of the
+    diff that runs both models (the same texts, the same seed: the same resamples); the planted head ranks first."""
+    from attnviz.export.paired import exports_diff
+
+    ran = api.checkpoint_diff(api.load(), api.load(planted), TEXTS, bootstrap=300, permutations=300)
+    read = exports_diff(exports["base"], exports["planted"], bootstrap=300, permutations=300)
+    assert (read.heads[0].layer, read.heads[0].head) == (LAYER, HEAD) and read.heads[0].distance is None
+    assert read.ranked_by != ran.ranked_by and read.n_texts == len(TEXTS) and not read.note
+    by_head = {(h.layer, h.head): h for h in ran.heads}
+    for head in read.heads:
+        for name, change in head.stats.items():
+            want = by_head[(head.layer, head.head)].stats[name]
+            for got_value, want_value in zip((change.mean, change.low, change.high, change.p),
+                                             (want.mean, want.low, want.high, want.p), strict=True):
+                assert got_value == pytest.approx(want_value, abs=2e-5)
+
+
+def test_exports_of_other_texts_are_refused_and_a_partial_one_is_said(exports, tmp_path, run_cli):
+    import pyarrow.parquet as pq
+
+    from attnviz.errors import UsageError
+    from attnviz.export.paired import exports_diff
+
+    changed = tmp_path / "changed"
+    shutil.copytree(exports["planted"], changed)
+    texts = pq.read_table(changed / "texts.parquet")
+    hashes = texts["text_hash"].to_pylist()
+    hashes[3] = "0" * 16
+    pq.write_table(texts.set_column(texts.column_names.index("text_hash"), "text_hash",
+                                    __import__("pyarrow").array(hashes)), changed / "texts.parquet")
+    with pytest.raises(UsageError, match="text 3 differs"):
+        exports_diff(exports["base"], changed, bootstrap=100, permutations=100)
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    heads = pq.read_table(exports["planted"] / "heads.parquet")
+    import pyarrow.compute as pc
+
+    pq.write_table(heads.filter(pc.less(heads["text_index"], 5)), partial / "heads.parquet")
+    shutil.copy(exports["planted"] / "texts.parquet", partial / "texts.parquet")
+    diff = exports_diff(exports["base"], partial, bootstrap=100, permutations=100)
+    assert diff.n_texts == 5 and "3 only in the first" in diff.note
+    result = run_cli("atlas", str(exports["base"]), "--vs-model", str(partial), "--format", "json", "--top", "1",
+                     "--bootstrap", "100", "--permutations", "100")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["note"] == diff.note and doc["ranked_by"] == diff.ranked_by and len(doc["heads"]) == 1
+    mixed = run_cli("atlas", str(exports["base"]), "--vs-model", "sample_configs/tiny.toml")
+    assert mixed.exit_code != 0 and "export folder" in mixed.stderr
+
+
+@pytest.mark.slow
+def test_the_diff_page_ranks_the_planted_head_and_draws_both_models(planted, exports, run_cli, tmp_path, browser):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    page_path = tmp_path / "diff.html"
+    result = run_cli("atlas", str(texts), "--vs-model", planted, "--out", str(page_path), "--bootstrap", "200",
+                     "--permutations", "200")
+    assert result.exit_code == 0, result.stderr
+    tab = browser.new_page(viewport={"width": 1280, "height": 1000})
+    tab.goto(page_path.as_uri())
+    tab.wait_for_function("() => document.body.dataset.ready === '1'")
+    first = tab.locator("#atlasrank li").first
+    assert (first.get_attribute("data-layer"), first.get_attribute("data-head")) == (str(LAYER), str(HEAD))
+    tab.click(f"#atlasgrid td.cell[data-layer='{LAYER}'][data-head='{HEAD}']")
+    rows = tab.locator("#atlasall tr").all()
+    assert len(rows) == 1 + len(api.heads_of(api.load(), TEXTS[:1]).stats)  # the JS divergence and every statistic
+    shown = tab.locator("#atlastexts li").first.get_attribute("data-text")
+    tab.click(f"#atlastexts li[data-text='{shown}']")
+    assert tab.locator("#atlasmatrix").count() == 1 and tab.locator("#atlasmatrix2").count() == 1
+    assert "minilm-scrambled" in tab.inner_text("#atlasattn") and "all-MiniLM-L6-v2" in tab.inner_text("#atlasattn")
+    tab.select_option("#atlasstat", "entropy")  # a statistic's change: ranked by its size
+    ranked = [li.inner_text() for li in tab.locator("#atlasrank li").all()[:1]]
+    assert ranked[0].startswith(f"L{LAYER} H{HEAD}")
+    tab.close()
+    # from two exports' tables the page is drawn too, and says the attention needs the models
+    folder_page = tmp_path / "tables.html"
+    result = run_cli("atlas", str(exports["base"]), "--vs-model", str(exports["planted"]), "--out", str(folder_page),
+                     "--bootstrap", "100", "--permutations", "100")
+    assert result.exit_code == 0, result.stderr
+    tab = browser.new_page()
+    tab.goto(folder_page.as_uri())
+    tab.wait_for_function("() => document.body.dataset.ready === '1'")
+    tab.click(f"#atlasgrid td.cell[data-layer='{LAYER}'][data-head='{HEAD}']")
+    tab.click("#atlastexts li >> nth=0")
+    assert "two exports' tables" in tab.inner_text("#atlasattn")
+    tab.close()

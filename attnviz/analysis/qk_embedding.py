@@ -12,8 +12,8 @@ centred ``[2N, d]`` matrix), each axis's sign chosen so its largest loading is p
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,7 @@ from ..errors import UsageError
 
 MAX_TOKENS = 10_000
 BATCH = 16
+CHUNK = 64  # texts read ahead at a time, then run sorted by length
 
 
 @dataclass
@@ -100,30 +101,29 @@ def qk_embedding(source: object, texts: dict[int, str], *, max_tokens: int = MAX
     positions: list[int] = []
     kept: dict[int, tuple[list[Tensor], list[Tensor]]] = {}  # layer position → (queries, keys) [H, n, d] float16
     layers: list[int] = []
-    taken = 0
-    for start in range(0, len(order), batch_size):
-        if taken >= max_tokens:
-            break
-        chosen = order[start:start + batch_size]
-        stream = source.stream_batch([texts[i] for i in chosen], truncate=truncate, **ask)
-        lengths = [len(r.tokens) for r in stream.results]
-        room, cut = max_tokens - taken, []
-        for result, index, n in zip(stream.results, chosen, lengths, strict=True):
-            use = min(n, room)
-            cut.append(use)
-            room -= use
-            tokens += result.tokens[:use]
+    taken = start = 0
+    while taken < max_tokens and start < len(order):
+        # the next texts in the random order, about as many as the tokens still wanted need (at most CHUNK)
+        average = len(tokens) / max(1, len(set(text_index))) if tokens else 16
+        size = min(CHUNK, max(batch_size, math.ceil((max_tokens - taken) / max(1.0, average)) + 1))
+        chunk, start = order[start:start + size], start + size
+        runs = {}
+        for batch in _by_length(chunk, texts, batch_size):  # like lengths together: little padding
+            layers, runs_of_batch = _run(source, [texts[i] for i in batch], truncate, ask)
+            runs.update(zip(batch, runs_of_batch, strict=True))
+        for index in chunk:  # the tokens in the random order, the last text cut to what is wanted
+            if taken >= max_tokens:
+                break
+            labels, per_layer = runs[index]
+            use = min(len(labels), max_tokens - taken)
+            tokens += labels[:use]
             text_index += [index] * use
             positions += list(range(use))
-        layers = stream.layers
-        for position, parts in stream:
-            queries, keys = kept.setdefault(position, ([], []))
-            for part, use in zip(parts, cut, strict=True):
-                if use:
-                    queries.append(part.queries[:, :use].to(torch.float16).cpu())  # type: ignore[index]
-                    keys.append(part.keys[:, :use].to(torch.float16).cpu())  # type: ignore[index]
-            del parts
-        taken += sum(cut)
+            for position, (queries, keys) in enumerate(per_layer):
+                kept.setdefault(position, ([], []))
+                kept[position][0].append(queries[:, :use])
+                kept[position][1].append(keys[:, :use])
+            taken += use
     if taken < 2:
         raise UsageError(f"the texts hold {taken} token{'s' if taken != 1 else ''}; the embedding needs at least 2")
     n_heads = kept[0][0][0].shape[0]
@@ -138,6 +138,24 @@ def qk_embedding(source: object, texts: dict[int, str], *, max_tokens: int = MAX
             explained[position, head] = share.numpy()
     n_texts = len(set(text_index))
     return QKEmbedding(list(layers), n_heads, tokens, text_index, positions, coords, explained, n_texts, seed)
+
+
+def _by_length(chunk: list[int], texts: dict[int, str], batch_size: int) -> list[list[int]]:
+    ordered = sorted(chunk, key=lambda i: len(texts[i]))
+    return [ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)]
+
+
+def _run(source: object, batch: list[str], truncate: bool, ask: dict[str, bool]
+         ) -> tuple[list[int], list[tuple[list[str], list[tuple[Tensor, Tensor]]]]]:
+    """One padded batch: the layers' numbers, and per text its tokens and each layer's ``(queries, keys)``
+    ``[H, n, d]`` in float16 on the CPU."""
+    stream = source.stream_batch(batch, truncate=truncate, **ask)  # type: ignore[attr-defined]
+    runs: list[tuple[list[str], list[tuple[Tensor, Tensor]]]] = [(list(r.tokens), []) for r in stream.results]
+    for _, parts in stream:
+        for (_, per_layer), part in zip(runs, parts, strict=True):
+            per_layer.append((part.queries.to(torch.float16).cpu(), part.keys.to(torch.float16).cpu()))
+        del parts
+    return list(stream.layers), runs
 
 
 def tokens_for_budget(heads: int, budget: int, requested: int = MAX_TOKENS) -> int:

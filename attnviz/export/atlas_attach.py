@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 
 SIDE = 40  # a cited text's attention is drawn at most this many cells a side (max-pooled beyond)
+BATCH = 16
 
 
 def attach_attention(doc: dict[str, object], sources: Sequence[object], layers: list[int], n_heads: int) -> None:
@@ -16,8 +17,6 @@ def attach_attention(doc: dict[str, object], sources: Sequence[object], layers: 
     (one model, or a checkpoint diff's two): ``doc["attention"][text index] = {"tokens", "pool", "side",
     "heads": {"L,H": [base64 bytes per source]}}``, each head's matrix max-pooled to at most :data:`SIDE` a
     side and scaled to the largest weight of that head in any of the sources (0–255: one scale to compare)."""
-    import torch
-
     from ..errors import UsageError
 
     cites: dict[int, set[tuple[int, int]]] = {}
@@ -27,28 +26,37 @@ def attach_attention(doc: dict[str, object], sources: Sequence[object], layers: 
                 cites.setdefault(int(index), set()).add((head["layer"], head["head"]))
     position = {layer: i for i, layer in enumerate(layers)}
     attention: dict[str, object] = {}
-    for index, heads in sorted(cites.items()):
-        text = doc["texts"].get(str(index))  # type: ignore[attr-defined]
-        if text is None:
-            continue
-        results = [source.extract(text, truncate=True) for source in sources]  # type: ignore[attr-defined]
-        for result in results:
-            if tuple(result.attentions.shape[:2]) != (len(layers), n_heads):
-                raise UsageError(f"the export has {len(layers)} layers × {n_heads} heads but {result.model_name} "
-                                 f"has {tuple(result.attentions.shape[:2])}: give the model the export was made with")
-        n = results[0].attentions.shape[-1]
-        pool = max(1, math.ceil(n / SIDE))
-        drawn = {}
-        for layer, head in sorted(heads):
-            matrices = [result.attentions[position[layer], head].float() for result in results]
-            if pool > 1:
-                matrices = [torch.nn.functional.max_pool2d(m[None], pool, ceil_mode=True)[0] for m in matrices]
-            top = max(float(m.max()) for m in matrices) or 1.0
-            drawn[f"{layer},{head}"] = [base64.b64encode((m / top * 255).round().clamp(0, 255).to(torch.uint8)
-                                                         .numpy().tobytes()).decode("ascii") for m in matrices]
-        attention[str(index)] = {"tokens": list(results[0].tokens), "pool": pool,
-                                 "side": math.ceil(n / pool), "heads": drawn}
+    # in order of length, so each padded batch holds texts of about one length
+    cited = sorted(((index, heads) for index, heads in cites.items() if str(index) in doc["texts"]),  # type: ignore[operator]
+                   key=lambda item: (len(doc["texts"][str(item[0])]), item[0]))  # type: ignore[index]
+    for start in range(0, len(cited), BATCH):  # a padded batch per model: per-call costs shared
+        chunk = cited[start:start + BATCH]
+        texts = [doc["texts"][str(index)] for index, _ in chunk]  # type: ignore[index]
+        runs = [source.extract_batch(texts, truncate=True) for source in sources]  # type: ignore[attr-defined]
+        for (index, heads), *results in zip(chunk, *runs, strict=True):
+            for result in results:
+                if tuple(result.attentions.shape[:2]) != (len(layers), n_heads):
+                    raise UsageError(f"the export has {len(layers)} layers × {n_heads} heads but {result.model_name} "
+                                     f"has {tuple(result.attentions.shape[:2])}: give the model the export was made with")
+            attention[str(index)] = _drawn(results, heads, position)
     doc["attention"] = attention
+
+
+def _drawn(results: list[object], heads: set[tuple[int, int]], position: dict[int, int]) -> dict[str, object]:
+    """One text's heads in each model's result, max-pooled to at most :data:`SIDE` a side, on one scale."""
+    import torch
+
+    n = results[0].attentions.shape[-1]  # type: ignore[attr-defined]
+    pool = max(1, math.ceil(n / SIDE))
+    drawn = {}
+    for layer, head in sorted(heads):
+        matrices = [result.attentions[position[layer], head].float() for result in results]  # type: ignore[attr-defined]
+        if pool > 1:
+            matrices = [torch.nn.functional.max_pool2d(m[None], pool, ceil_mode=True)[0] for m in matrices]
+        top = max(float(m.max()) for m in matrices) or 1.0
+        drawn[f"{layer},{head}"] = [base64.b64encode((m / top * 255).round().clamp(0, 255).to(torch.uint8)
+                                                     .numpy().tobytes()).decode("ascii") for m in matrices]
+    return {"tokens": list(results[0].tokens), "pool": pool, "side": math.ceil(n / pool), "heads": drawn}  # type: ignore[attr-defined]
 
 
 EMBED_BUDGET = 6_000_000  # bytes of embedding coordinates a page may carry (one byte each; base64 adds a third)
