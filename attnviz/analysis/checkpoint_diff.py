@@ -113,7 +113,9 @@ def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, othe
     summaries = summarise_all(per_text, bootstrap, permutations, generator)
     n_layers, n_heads = next(iter(per_text.values())).shape[1:]
     numbers = list(layers) if layers else list(range(n_layers))
-    spread = {name: values.std(0) for name, values in per_text.items() if name != DISTANCE}
+    single = len(text_index) < 2  # one text has no spread: its changes are ranked by their size alone
+    spread = {name: torch.ones(values.shape[1:], dtype=torch.float64) if single else values.std(0)
+              for name, values in per_text.items() if name != DISTANCE}
     heads = []
     for layer in range(n_layers):
         for head in range(n_heads):
@@ -127,7 +129,8 @@ def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, othe
             heads.append(HeadChange(numbers[layer], head, distance, stats, score))
     heads.sort(key=lambda h: (-h.score, h.layer, h.head))
     n = len(text_index)
-    return CheckpointDiff(model, other, n, heads, bootstrap, permutations, numbers, per_text, list(text_index))
+    note = "one text: its intervals are a point and its p-values 1; give more texts to test a change" if single else ""
+    return CheckpointDiff(model, other, n, heads, bootstrap, permutations, numbers, per_text, list(text_index), note)
 
 
 def summarise(values: Tensor, bootstrap: int, permutations: int, generator: torch.Generator) -> tuple[Tensor, ...]:

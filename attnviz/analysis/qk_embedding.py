@@ -149,6 +149,11 @@ def _run(source: object, batch: list[str], truncate: bool, ask: dict[str, bool]
          ) -> tuple[list[int], list[tuple[list[str], list[tuple[Tensor, Tensor]]]]]:
     """One padded batch: the layers' numbers, and per text its tokens and each layer's ``(queries, keys)``
     ``[H, n, d]`` in float16 on the CPU."""
+    if "details" in ask:  # a config model: its results carry every layer's queries and keys
+        results = source.extract_batch(batch, truncate=truncate, details=True)  # type: ignore[attr-defined]
+        layers = results[0].metadata.get("layers") or list(range(results[0].n_layers))
+        return list(layers), [(list(r.tokens), [(q.to(torch.float16), k.to(torch.float16))
+                                                for q, k in zip(r.queries, r.keys, strict=True)]) for r in results]
     stream = source.stream_batch(batch, truncate=truncate, **ask)  # type: ignore[attr-defined]
     runs: list[tuple[list[str], list[tuple[Tensor, Tensor]]]] = [(list(r.tokens), []) for r in stream.results]
     for _, parts in stream:

@@ -36,7 +36,7 @@ def print_corpus(data: object, top: int | None, width: int | None) -> None:
 def print_diff(diff: object, top: int | None, width: int | None) -> None:
     """The heads in order of change (``diff``: a ``CheckpointDiff``)."""
     console = stdout_console(width)
-    table = Table(title=Text(f"{diff.model} → {diff.other} · {diff.n_texts} texts · heads in order of change",  # type: ignore[attr-defined]
+    table = Table(title=Text(f"{diff.model} → {diff.other} · {diff.n_texts} text{'s' if diff.n_texts != 1 else ''} · heads in order of change",  # type: ignore[attr-defined]
                              style="bold"), title_justify="left", show_edge=False, pad_edge=False)
     for name, justify in (("#", "right"), ("L", "right"), ("H", "right"), ("JS divergence [95%]", "left"),
                           ("p", "right"), ("largest change of a statistic [95%], p", "left")):

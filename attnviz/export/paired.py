@@ -37,8 +37,9 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
                    layers=a.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
     left = (len(a.indices) - len(common), len(b.indices) - len(common))
     if any(left):
-        diff.note = (f"{len(common)} texts are in both exports; {left[0]} only in the first and {left[1]} only in "
-                     "the second were left out")
+        partial = (f"{len(common)} texts are in both exports; {left[0]} only in the first and {left[1]} only in the "
+                   "second were left out")
+        diff.note = "; ".join(filter(None, [diff.note, partial]))
     return diff
 
 
