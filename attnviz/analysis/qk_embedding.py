@@ -85,12 +85,9 @@ def qk_embedding(source: object, texts: dict[int, str], *, max_tokens: int = MAX
                  batch_size: int = BATCH, truncate: bool = True) -> QKEmbedding:
     """Run ``source`` on texts (``text index → text``) in a seeded random order until ``max_tokens`` tokens,
     keeping every head's query and key vectors, and embed each head's jointly (see the module)."""
-    from ..sources.base import Source
-
-    assert isinstance(source, Source)
-    can = source.capabilities
+    can = source.capabilities  # type: ignore[attr-defined]  (a Source: analysis never imports the sources)
     if not (can.queries_keys or can.details):
-        raise UsageError(f"the query-key embedding needs each head's queries and keys; {source.name} on the "
+        raise UsageError(f"the query-key embedding needs each head's queries and keys; {source.name} on the "  # type: ignore[attr-defined]
                          f"{source.engine} engine does not show them: use the native or fused engine")
     if max_tokens < 2:
         raise UsageError(f"[[max_tokens={max_tokens}]]: embed at least 2 tokens")

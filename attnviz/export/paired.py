@@ -21,7 +21,7 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
     a, b = read_heads(folder), read_heads(other)
     if a.layers != b.layers or a.n_heads != b.n_heads:
         raise UsageError(f"{a.path} has layers {a.layers} × {a.n_heads} heads and {b.path} layers {b.layers} × "
-                         f"{b.n_heads}: a checkpoint diff needs two exports of one architecture, with the same --layer")
+                         f"{b.n_heads}: a checkpoint diff needs two exports of one architecture, of the same layers")
     common, ia, ib = np.intersect1d(a.indices, b.indices, return_indices=True)
     if not len(common):
         raise InputError(f"{a.path} and {b.path} share no text_index: export the same file of texts with each model")
