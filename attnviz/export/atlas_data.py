@@ -74,25 +74,25 @@ def _top_heads(heads: list[dict[str, object]], stats: list[str], top: int) -> li
 @dataclass
 class HeadsTable:
     """An export's ``heads.parquet`` as arrays: ``values[statistic]`` ``[texts, layers, heads]``, the texts in
-    ``text_index`` order (``indices``); ``table``: the pyarrow table itself."""
+    ``text_index`` order (``indices``); ``labels``: the table's key and ``labels`` columns, where asked for."""
 
     path: Path
-    table: object
     stats: list[str]
     layers: list[int]
     n_heads: int
     indices: np.ndarray
     values: dict[str, np.ndarray]
+    labels: object = None
 
 
-def read_heads(folder: str | Path) -> HeadsTable:
+def read_heads(folder: str | Path, *, labels: bool = False) -> HeadsTable:
     """The head statistics of the export in ``folder`` (or a ``heads.parquet`` path), one row per text × layer ×
-    head checked, reshaped with pyarrow's sort and numpy (no loop over rows)."""
+    head checked. Only the columns needed are read; each row's place in ``[texts, layers, heads]`` is computed
+    from its keys and its values scattered there (whole-column numpy, no sort and no loop over rows)."""
     from ..analysis.statistics import STATISTICS
     from ..export.table import HEADS_TABLE, pyarrow
 
     pyarrow()
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     folder = Path(folder)
@@ -100,22 +100,32 @@ def read_heads(folder: str | Path) -> HeadsTable:
     if not path.is_file():
         raise InputError(f"{path} does not exist; give the folder of an export with the parquet format, which "
                          f"holds {HEADS_TABLE}")
-    table = pq.read_table(path)
-    stats = [s for s in STATISTICS if s in table.column_names]
-    if not stats or table.num_rows == 0:
+    names = pq.read_schema(path).names
+    stats = [s for s in STATISTICS if s in names]
+    keys = ["text_index", "layer", "head"]
+    if not stats or not set(keys) <= set(names):
         raise InputError(f"{path} holds no head statistics")
-    layers = sorted(pc.unique(table["layer"]).to_pylist())
-    n_heads = int(pc.max(table["head"]).as_py()) + 1
-    n_texts = len(pc.unique(table["text_index"]))
-    # Every (text, layer, head) once, in that order: the columns reshape to [texts, layers, heads].
-    ordered = table.sort_by([("text_index", "ascending"), ("layer", "ascending"), ("head", "ascending")])
-    if ordered.num_rows != n_texts * len(layers) * n_heads:
-        raise InputError(f"{path} has {ordered.num_rows} rows, not one per text × layer × head "
-                         f"({n_texts} × {len(layers)} × {n_heads}); was it assembled from a finished export?")
-    shape = (n_texts, len(layers), n_heads)
-    values = {s: ordered[s].to_numpy(zero_copy_only=False).reshape(shape) for s in stats}
-    indices = ordered["text_index"].to_numpy().reshape(shape)[:, 0, 0]
-    return HeadsTable(path, table, stats, layers, n_heads, indices, values)
+    table = pq.read_table(path, columns=keys + stats + (["labels"] if labels and "labels" in names else []))
+    if table.num_rows == 0:
+        raise InputError(f"{path} holds no head statistics")
+    text, layer, head = (table[k].to_numpy() for k in keys)
+    indices, text_position = np.unique(text, return_inverse=True)
+    layers, layer_position = np.unique(layer, return_inverse=True)
+    n_heads = int(head.max()) + 1
+    shape = (len(indices), len(layers), n_heads)
+    place = (text_position * len(layers) + layer_position) * n_heads + head  # each row's cell, flat
+    if table.num_rows != np.prod(shape) or head.min() < 0 or \
+            not (np.bincount(place, minlength=int(np.prod(shape))) == 1).all():
+        raise InputError(f"{path} has {table.num_rows} rows, not one per text × layer × head "
+                         f"({shape[0]} × {shape[1]} × {shape[2]}); was it assembled from a finished export?")
+    values = {}
+    for s in stats:
+        column = table[s].to_numpy(zero_copy_only=False)
+        values[s] = np.empty(column.shape, column.dtype)
+        values[s][place] = column
+        values[s] = values[s].reshape(shape)
+    kept = table.select(["layer", "head", "labels"]) if labels and "labels" in names else None
+    return HeadsTable(path, stats, [int(x) for x in layers], n_heads, indices, values, kept)
 
 
 def histograms(values: np.ndarray, bins: int = BINS) -> tuple[np.ndarray, np.ndarray]:
@@ -124,17 +134,20 @@ def histograms(values: np.ndarray, bins: int = BINS) -> tuple[np.ndarray, np.nda
     n, layers, heads = values.shape
     low, high = float(values.min()), float(values.max())
     edges = np.linspace(low, high if high > low else low + 1.0, bins + 1)
-    which = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, bins - 1)
-    count = np.zeros((layers * heads, bins), dtype=np.int64)
-    np.add.at(count, (np.broadcast_to(np.arange(layers * heads), (n, layers * heads)), which.reshape(n, -1)), 1)
+    which = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, bins - 1).reshape(n, -1)
+    cells = which + np.arange(layers * heads) * bins  # each value's (head, bin), flat
+    count = np.bincount(cells.ravel(), minlength=layers * heads * bins)
     return edges, count.reshape(layers, heads, bins)
 
 
 def top_indices(values: np.ndarray, indices: np.ndarray, k: int = TOP) -> np.ndarray:
     """Per head, the text indices of the ``k`` largest ``values`` ``[texts, layers, heads]``, largest first:
-    ``[layers, heads, k]``."""
+    ``[layers, heads, k]`` (a partition, then a sort of the ``k``: linear in the texts)."""
     k = min(k, values.shape[0])
-    return indices[np.argsort(-values, axis=0, kind="stable")[:k]].transpose(1, 2, 0)
+    part = np.argpartition(-values, k - 1, axis=0)[:k] if k < values.shape[0] else \
+        np.broadcast_to(np.arange(k)[:, None, None], values.shape).copy()
+    order = np.argsort(-np.take_along_axis(values, part, axis=0), axis=0, kind="stable")
+    return indices[np.take_along_axis(part, order, axis=0)].transpose(1, 2, 0)
 
 
 def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> AtlasData:
@@ -144,17 +157,15 @@ def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> Atlas
     pa = pyarrow()
     import pyarrow.compute as pc
 
-    heads = read_heads(folder)
-    table, stats, layers, n_heads = heads.table, heads.stats, heads.layers, heads.n_heads
+    heads = read_heads(folder, labels=True)
+    stats, layers, n_heads = heads.stats, heads.layers, heads.n_heads
     n_texts = len(heads.indices)
-    grouped = table.group_by(["layer", "head"]).aggregate([(s, "mean") for s in stats])  # type: ignore[attr-defined]
-    grouped = grouped.sort_by([("layer", "ascending"), ("head", "ascending")])
-    means = {s: grouped[f"{s}_mean"].to_numpy().reshape(len(layers), n_heads) for s in stats}
+    means = {s: heads.values[s].mean(axis=0) for s in stats}
     edges, counts = {}, {}
     for s in stats:
         edges[s], counts[s] = histograms(heads.values[s], bins)
     top_texts = {s: top_indices(heads.values[s], heads.indices, top) for s in stats}
-    label_rates = _label_rates(pa, pc, table, layers, n_heads, n_texts)
+    label_rates = _label_rates(pa, pc, heads.labels, layers, n_heads, n_texts) if heads.labels is not None else {}
     texts, model = read_texts_table(folder)
     return AtlasData(model, n_texts, layers, n_heads, stats, means, label_rates, edges, counts, top_texts, texts)
 
@@ -175,8 +186,6 @@ def read_texts_table(folder: str | Path) -> tuple[dict[int, str], str]:
 
 def _label_rates(pa, pc, table, layers: list[int], n_heads: int, n_texts: int) -> dict[str, np.ndarray]:
     """Per label, the share of texts in which each head earns it: the label lists flattened, then counted."""
-    if "labels" not in table.column_names:
-        return {}
     lengths = pc.list_value_length(table["labels"]).fill_null(0)
     flat = pa.table({
         "layer": pc.take(table["layer"], pc.list_parent_indices(table["labels"])),

@@ -32,7 +32,13 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
         raise UsageError(f"text {first} differs between the two exports (its text_hash): export the same file of "
                          "texts, in the same order, with each model")
     stats = [s for s in a.stats if s in b.stats]
-    per_text = {s: torch.from_numpy(np.asarray(b.values[s][ib], dtype=np.float64) - a.values[s][ia]) for s in stats}
+    aligned = len(common) == len(a.indices) == len(b.indices)  # the usual case: no rows to pick
+    per_text = {}
+    for s in stats:  # one statistic at a time, each export's copy let go once used
+        before, after = a.values.pop(s), b.values.pop(s)
+        change = np.subtract(after if aligned else after[ib], before if aligned else before[ia], dtype=np.float64)
+        per_text[s] = torch.from_numpy(change)
+        del before, after
     diff = diff_of(per_text, common.tolist(), model_a or Path(folder).name, model_b or Path(other).name,
                    layers=a.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
     left = (len(a.indices) - len(common), len(b.indices) - len(common))
