@@ -107,6 +107,11 @@ def test_the_atlas_page_shows_the_grid_a_heads_distribution_and_its_texts(export
     first = tab.locator("#atlasrank li").first
     best = np.unravel_index(np.argmax(data.means["prev_score"]), data.means["prev_score"].shape)
     assert first.get_attribute("data-layer") == str(best[0]) and first.get_attribute("data-head") == str(best[1])
+    tab.select_option("#atlasorder", "asc")  # the other way round: the head with the lowest mean first
+    first = tab.locator("#atlasrank li").first
+    least = np.unravel_index(np.argmin(data.means["prev_score"]), data.means["prev_score"].shape)
+    assert (first.get_attribute("data-layer"), first.get_attribute("data-head")) == (str(least[0]), str(least[1]))
+    tab.select_option("#atlasorder", "desc")
     tab.click("#atlasgrid td.cell[data-layer='3'][data-head='7']")
     bars = [int(b.get_attribute("data-count")) for b in tab.locator("#atlashist rect").all()]
     assert bars == data.counts["prev_score"][3, 7].tolist()

@@ -199,3 +199,24 @@ def test_parquet_gets_each_texts_importance_beside_heads_parquet(lm, run_cli, tm
     mean = torch.tensor([[sum(r["importance"] for r in table if (r["layer"], r["head"]) == (layer, head)) / len(TEXTS)
                           for head in range(4)] for layer in range(2)])
     torch.testing.assert_close(mean / mean.norm(dim=1, keepdim=True), found.gradient, rtol=1e-4, atol=1e-6)
+    # the atlas reads it beside heads.parquet: each head's mean is its normalised importance, its ablation the mean
+    atlas = run_cli("atlas", str(out), "--format", "json")
+    assert atlas.exit_code == 0, atlas.stderr
+    heads_doc = {(h["layer"], h["head"]): h for h in json.loads(atlas.stdout)["heads"]}
+    for (layer, head), entry in heads_doc.items():
+        assert entry["means"]["importance"] == pytest.approx(float(found.gradient[layer, head]), abs=1e-5)
+        assert entry["means"]["ablation"] == pytest.approx(float(found.ablation[layer, head]), abs=1e-5)
+        assert sum(entry["histograms"]["importance"]) == len(TEXTS)
+
+
+def test_the_atlas_of_a_file_of_texts_computes_the_importance_itself(lm, run_cli, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    result = run_cli("atlas", str(texts), "--model", lm, "--importance", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    found = head_importance(load_source(lm, engine="fused"), TEXTS)
+    for entry in json.loads(result.stdout)["heads"]:
+        assert entry["means"]["importance"] == pytest.approx(float(found.gradient[entry["layer"], entry["head"]]),
+                                                             abs=1e-5)
+    alone = run_cli("atlas", str(texts), "--model", lm, "--ablate", "zero")
+    assert alone.exit_code != 0 and "goes with --importance" in alone.stderr

@@ -12,6 +12,7 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command
+from .heads import Ablate
 from .options import (
     Device,
     DeviceOpt,
@@ -57,6 +58,13 @@ def atlas(
     embed_tokens: int = typer.Option(10_000, "--embed-tokens", min=0, help="With --out: the tokens of the page's "
                                      "query-key embedding, from texts chosen at random (--seed); 0 leaves it out. "
                                      "Fewer where every head's points would pass 6 MB."),
+    importance: bool = typer.Option(False, "--importance", help="TEXTS a file of texts: also each head's importance "
+                                    "(as attnviz heads --importance; an export folder's importance.parquet is read "
+                                    "when it is there)."),
+    ablate: Ablate | None = typer.Option(None, "--ablate", help="With --importance: each head's ablation too (zero or "
+                                         "mean).", show_default=False),
+    vs: str | None = typer.Option(None, "--vs", help="With --importance on a sentence encoder: the text whose "
+                                  "similarity is the loss.", show_default=False),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=100, help="Bootstrap resamples of the texts (95% interval)."),
     permutations: int = typer.Option(1000, "--permutations", min=100, help="Sign-flip permutations (p-values)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the resampling and of the embedding's texts."),
@@ -81,16 +89,24 @@ def atlas(
         raise UsageError(f"--out writes the atlas page: give a .html file, not {out.name}")
     options = model_options(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
                             trust_remote_code=trust_remote_code, verbose=verbose, dtype=dtype)
+    if (ablate is not None or vs is not None) and not importance:
+        raise UsageError(f"{'--ablate' if ablate is not None else '--vs'} goes with --importance")
+    if importance and (vs_model is not None or texts.is_dir()):
+        raise UsageError("--importance runs the model on a file of texts; an export folder brings its own "
+                         "importance.parquet (attnviz heads --importance --format parquet), and --vs-model compares "
+                         "attention")
     if vs_model is None:
         _corpus(texts, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
-                embed_tokens=embed_tokens, seed=seed)
+                embed_tokens=embed_tokens, seed=seed,
+                importance=(ablate, vs) if importance else None)
     else:
         _diff(texts, vs_model, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
               bootstrap=bootstrap, permutations=permutations, seed=seed)
 
 
 def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: AtlasFormat, top: int | None,
-            width: int | None, truncate: bool, out: Path | None, embed_tokens: int, seed: int) -> None:
+            width: int | None, truncate: bool, out: Path | None, embed_tokens: int, seed: int,
+            importance: tuple[Ablate | None, str | None] | None = None) -> None:
     """The corpus's atlas: from an export folder as it is, or from a file of texts exported first."""
     import tempfile
 
@@ -106,6 +122,11 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
                                     reading=reading(False, False, False), batch_size=8)
         with tempfile.TemporaryDirectory() as folder:
             write_parquet(texts, Path(folder), settings, verbose=False, quiet=True)
+            if importance is not None:
+                from .heads import importance_parquet
+
+                importance_parquet(texts, Path(folder), options, column=column, ablate=importance[0],
+                                   vs=importance[1], truncate=truncate, quiet=True)
             data = atlas_data(folder)
     if out is not None:
         from ..export.atlas_attach import attach_attention, attach_embedding

@@ -133,7 +133,7 @@ def heads(
                                     reading=reading(hide_special, renormalize, words), batch_size=BATCH)
         write_parquet(file, out, settings, verbose=verbose)
         if importance:
-            _importance_parquet(file, out, options, column=column, ablate=ablate, vs=vs, truncate=truncate)
+            importance_parquet(file, out, options, column=column, ablate=ablate, vs=vs, truncate=truncate)
         return
     texts = None
     if file is not None:
@@ -205,8 +205,8 @@ def heads(
             "sink@K marks the keys where α_K > 0.3", style="dim")
 
 
-def _importance_parquet(file: Path, out: Path, options: Any, *, column: str | None, ablate: Ablate | None,
-                        vs: str | None, truncate: bool) -> None:
+def importance_parquet(file: Path, out: Path, options: Any, *, column: str | None, ablate: Ablate | None,
+                       vs: str | None, truncate: bool, quiet: bool = False) -> None:
     """``importance.parquet`` beside heads.parquet: each text's importance (and ablation) per head."""
     from dataclasses import replace
 
@@ -219,7 +219,8 @@ def _importance_parquet(file: Path, out: Path, options: Any, *, column: str | No
     found = head_importance(source, texts, ablate=None if ablate is None else ablate.value, vs=vs,  # type: ignore[arg-type]
                             truncate=truncate)
     path = found.write_parquet(out / "importance.parquet")
-    typer.echo(f"{path}: each text's importance{' and ablation' if ablate else ''} per head ({found.objective})")
+    if not quiet:
+        typer.echo(f"{path}: each text's importance{' and ablation' if ablate else ''} per head ({found.objective})")
 
 
 def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = False) -> str | None:

@@ -8,6 +8,7 @@
   const diff = data.kind === "diff";
   const measures = diff ? data.measures : data.statistics;
   const select = document.getElementById("atlasstat");
+  const order = document.getElementById("atlasorder");
   const grid = document.getElementById("atlasgrid");
   const rank = document.getElementById("atlasrank");
   const panel = document.getElementById("atlashead");
@@ -84,7 +85,8 @@
       grid.appendChild(row);
     }
     rank.replaceChildren();
-    for (const item of [...data.heads].sort((a, b) => key(b, m) - key(a, m))) {
+    const sign = order.value === "asc" ? -1 : 1;
+    for (const item of [...data.heads].sort((a, b) => sign * (key(b, m) - key(a, m)))) {
       const labels = diff ? "" : Object.entries(item.labels).map(([k, v]) => k + " " + Math.round(v * 100) + "%").join(", ");
       const li = el("li", { "data-layer": item.layer, "data-head": item.head },
         "L" + item.layer + " H" + item.head + "  " + (diff ? interval(item, m) : item.means[m].toFixed(3)) +
@@ -195,6 +197,7 @@
   }
 
   select.addEventListener("change", draw);
+  order.addEventListener("change", draw);
   draw();
   window.attnvizAtlas = { data: data, show: show, draw: draw };
   document.body.dataset.ready = "1";
