@@ -25,9 +25,9 @@ def test_the_normalisation_leaves_every_softmax_as_it_was():
     before = torch.softmax(q.double() @ k.double().T, dim=-1)
     after = torch.softmax(nq @ nk.T, dim=-1)
     torch.testing.assert_close(after, before, rtol=0, atol=1e-12)
-    # the keys' centroid was moved onto the queries' before the scaling: the two centroids now point the same way
-    assert float(torch.nn.functional.cosine_similarity(nk.mean(0), nq.mean(0), dim=0)) == pytest.approx(1, abs=1e-12)
-    assert float(nq.norm(dim=1).mean()) == pytest.approx(float(nk.norm(dim=1).mean()), rel=1e-12)
+    torch.testing.assert_close(nk.mean(0), nq.mean(0), rtol=0, atol=1e-12)  # one centroid (design.md)
+    c = (k.double().norm(dim=1).mean() / q.double().norm(dim=1).mean()).sqrt()  # the scaling first: equal mean norms
+    torch.testing.assert_close(nq, q.double() * c, rtol=1e-12, atol=1e-12)
 
 
 def _minilm_queries_keys(layer: int, head: int, order: list[int], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -51,10 +51,10 @@ def _minilm_queries_keys(layer: int, head: int, order: list[int], n: int) -> tup
 
 
 def _numpy_embedding(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The module's recipe by hand in numpy: centroid, norms, then the SVD's two leading axes."""
-    k = k - k.mean(0) + q.mean(0)
+    """The module's recipe by hand in numpy: norms, centroid, then the SVD's two leading axes."""
     c = np.sqrt(np.linalg.norm(k, axis=1).mean() / np.linalg.norm(q, axis=1).mean())
-    both = np.concatenate([q * c, k / c])
+    q, k = q * c, k / c
+    both = np.concatenate([q, k - k.mean(0) + q.mean(0)])
     centred = both - both.mean(0)
     _, s, vt = np.linalg.svd(centred, full_matrices=False)
     points = centred @ vt[:2].T

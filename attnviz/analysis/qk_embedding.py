@@ -2,10 +2,11 @@
 Yeh et al. 2023): where a head sends each token's query and where it finds each token's key.
 
 Tokens come from whole texts chosen in a seeded random order until ``max_tokens`` are taken (a corpus
-sorted by topic or length is not read from its start alone). Per head, before the projection, the keys
-are moved so their centroid is the queries' centroid, and queries and keys are scaled by ``c`` and
-``1/c`` so their mean norms are equal. Neither changes the head's attention: a vector ``v`` added to
-every key adds ``q·v`` to every score of query ``q``, which its softmax cancels, and ``(c·q)·(k/c) = q·k``.
+sorted by topic or length is not read from its start alone). Per head, before the projection, queries
+and keys are scaled by ``c`` and ``1/c`` so their mean norms are equal, then the keys are moved so their
+centroid is the queries' centroid (the definition in design.md; AttentionViz does both). Neither changes
+the head's attention: ``(c·q)·(k/c) = q·k``, and a vector ``v`` added to every key adds ``q·v`` to every
+score of query ``q``, which its softmax cancels.
 Then queries and keys together are projected on their two principal components (PCA: the SVD of the
 centred ``[2N, d]`` matrix), each axis's sign chosen so its largest loading is positive.
 """
@@ -45,12 +46,12 @@ class QKEmbedding:
 
 
 def normalise(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
-    """``queries`` and ``keys`` ``[N, d]`` (float64) with the keys' centroid moved onto the queries' and both
-    scaled to equal mean norms: every softmax over keys is what it was (see the module)."""
+    """``queries`` and ``keys`` ``[N, d]`` (float64) scaled to equal mean norms, then the keys' centroid moved onto
+    the queries': every softmax over keys is what it was (see the module)."""
     q, k = queries.double(), keys.double()
-    k = k - k.mean(0) + q.mean(0)
     ratio = (k.norm(dim=1).mean() / q.norm(dim=1).mean().clamp_min(1e-30)).clamp_min(1e-30)
-    return q * ratio.sqrt(), k / ratio.sqrt()
+    q, k = q * ratio.sqrt(), k / ratio.sqrt()
+    return q, k - k.mean(0) + q.mean(0)
 
 
 def project(queries: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor]:

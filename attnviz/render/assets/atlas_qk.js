@@ -28,8 +28,8 @@
     const section = el("section", { id: "atlasqk" });
     section.appendChild(el("h3", {}, "Queries and keys, embedded together"));
     section.appendChild(el("p", { class: "note" }, N + " tokens from " + E.n_texts + " texts (chosen at random, seed " +
-      E.seed + "). Keys are moved to the queries' centroid and both scaled to equal mean norms, which leaves the " +
-      "attention unchanged; then both are projected on their two principal components (" +
+      E.seed + "). Queries and keys are scaled to equal mean norms and the keys moved to the queries' centroid, " +
+      "which leaves the attention unchanged; then both are projected on their two principal components (" +
       Math.round(head.explained[0] * 100) + "% and " + Math.round(head.explained[1] * 100) + "% of the variance). " +
       "A query lies near the keys it attends to when its scores are large. The wheel zooms, a drag pans, a " +
       "double click shows it all again."));
