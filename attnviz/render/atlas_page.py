@@ -1,7 +1,10 @@
-"""The atlas as one offline page: a layers × heads grid of a statistic's corpus mean (pick the statistic),
-the heads ranked by it with the labels they earn and how often, and per head the statistic's distribution
-over the texts and the texts where the head shows it most. Self-contained (inline script, style and data,
-no request leaves it), as the interactive page is; the data is :func:`attnviz.export.atlas_data.document`."""
+"""The atlas as one offline page. A corpus: a layers × heads grid of a statistic's corpus mean (pick the
+statistic), the heads ranked by it with the labels they earn and how often, and per head the statistic's
+distribution over the texts, the texts where the head shows it most (each with its attention) and its
+queries and keys embedded together. A checkpoint diff: the same for each head's change, with intervals and
+p-values, and the two models' attention side by side. Self-contained (inline script, style and data, no
+request leaves it), as the interactive page is; the data is :func:`attnviz.export.atlas_data.document` or
+:func:`attnviz.export.atlas_data.diff_document`."""
 
 from __future__ import annotations
 
