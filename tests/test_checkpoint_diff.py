@@ -189,3 +189,31 @@ def test_the_diff_page_ranks_the_planted_head_and_draws_both_models(planted, exp
     tab.click("#atlastexts li >> nth=0")
     assert "two exports' tables" in tab.inner_text("#atlasattn")
     tab.close()
+
+
+def test_the_python_api_corpus_example_runs_as_written(run_cli, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text(encoding="utf-8")
+    marker = page.index("from attnviz.export.paired import exports_diff")
+    block = page[page.rindex("```python", 0, marker) + len("```python"): page.index("```", marker)]
+    root = Path(__file__).resolve().parent.parent
+    texts = tmp_path / "texts.txt"
+    texts.write_text("The cat sat on the mat.\nA dog ran in the park.\nBirds sing at dawn.\nIt rained all day.\n",
+                     encoding="utf-8")
+    for folder, model in (("base", "tiny"), ("tuned", "causal")):
+        made = run_cli("heads", "--file", str(texts), "--format", "parquet", "--out", str(tmp_path / folder),
+                       "--model", str(root / "sample_configs" / f"{model}.toml"))
+        assert made.exit_code == 0, made.stderr
+    (tmp_path / "sample_configs").symlink_to(root / "sample_configs")
+    monkeypatch.chdir(tmp_path)
+    names: dict = {}
+    exec(compile(block, "docs/python-api.md", "exec"), names)  # the documentation's own example
+    diff, tables = names["diff"], names["tables"]
+    every = sum(len(api.extract(t).tokens) for t in names["texts"])  # fewer than 40: every token of the texts
+    assert diff.n_texts == tables.n_texts == 4 and names["embedding"].coords.shape[3] == every < 40
+    by_head = {(h.layer, h.head): h for h in diff.heads}
+    for head in tables.heads:  # the tables' statistics change as the models' runs do
+        assert head.stats["entropy"].mean == pytest.approx(by_head[(head.layer, head.head)].stats["entropy"].mean,
+                                                           abs=1e-5)
+    assert names["data"].n_texts == 4
