@@ -181,34 +181,9 @@ def checkpoint_diff(source: Source, other: Source, texts: Sequence[str], *, trun
     attention distribution change from ``source`` to ``other`` over ``texts``, with bootstrap intervals and
     permutation p-values, heads ranked by change (:class:`~attnviz.analysis.checkpoint_diff.CheckpointDiff`).
     Both models must tokenize every text alike (two checkpoints of one model)."""
-    from .analysis.checkpoint_diff import DiffBuilder
-    from .analysis.heads import head_table
-    from .analysis.metrics import paired_head_distance
-    from .errors import InputError, UsageError
+    from .analysis.checkpoint_diff import run_diff
 
-    if not texts:
-        raise InputError("no texts given; a checkpoint diff compares the two models over texts")
-    if bootstrap < 100 or permutations < 100:
-        raise UsageError(f"[[bootstrap={bootstrap}]] and [[permutations={permutations}]]: use at least 100 of each")
-    builder = DiffBuilder()
-    batch = 8
-    for start in range(0, len(texts), batch):
-        chunk = list(texts[start:start + batch])
-        pairs = zip(source.extract_batch(chunk, truncate=truncate), other.extract_batch(chunk, truncate=truncate),
-                    strict=True)
-        for index, (a, b) in enumerate(pairs, start):
-            if a.tokens != b.tokens:
-                raise UsageError(f"text {index}: {source.name} and {other.name} tokenize it differently "
-                                 f"({len(a.tokens)} and {len(b.tokens)} tokens); a checkpoint diff compares two "
-                                 "checkpoints of one model")
-            if a.attentions.shape != b.attentions.shape:
-                raise UsageError(f"{source.name} has {tuple(a.attentions.shape[:2])} layers × heads and {other.name} "
-                                 f"{tuple(b.attentions.shape[:2])}; a checkpoint diff needs one architecture")
-            rows = max(1, a.attentions.shape[-2])
-            builder.add(index, paired_head_distance(a.attentions, b.attentions) / rows, head_table([a]).stats,
-                        head_table([b]).stats)
-            builder.layers = a.metadata.get("layers")
-    return builder.finish(source.name, other.name, bootstrap=bootstrap, permutations=permutations, seed=seed)
+    return run_diff(source, other, texts, truncate=truncate, bootstrap=bootstrap, permutations=permutations, seed=seed)
 
 
 def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | None = None, revision: str | None = None,

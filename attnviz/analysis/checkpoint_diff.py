@@ -14,7 +14,9 @@ difference over its standard deviation across texts, Cohen's d_z).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -103,6 +105,38 @@ class DiffBuilder:
                seed: int = 0) -> CheckpointDiff:
         return diff_of({name: torch.stack(values) for name, values in self.measures.items()}, self.text_index,
                        model, other, layers=self.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
+
+
+def run_diff(source: Any, other: Any, texts: Sequence[str], *, truncate: bool = False, bootstrap: int = 1000,
+             permutations: int = 1000, seed: int = 0, batch: int = 8) -> CheckpointDiff:
+    """Both models (two :class:`~attnviz.sources.base.Source` objects) on every text, in padded batches: each
+    text's distance and statistics' changes, then the diff (see the module)."""
+    from ..errors import InputError, UsageError
+    from .heads import head_table
+    from .metrics import paired_head_distance
+
+    if not texts:
+        raise InputError("no texts given; a checkpoint diff compares the two models over texts")
+    if bootstrap < 100 or permutations < 100:
+        raise UsageError(f"[[bootstrap={bootstrap}]] and [[permutations={permutations}]]: use at least 100 of each")
+    builder = DiffBuilder()
+    for start in range(0, len(texts), batch):
+        chunk = list(texts[start:start + batch])
+        pairs = zip(source.extract_batch(chunk, truncate=truncate), other.extract_batch(chunk, truncate=truncate),
+                    strict=True)
+        for index, (a, b) in enumerate(pairs, start):
+            if a.tokens != b.tokens:
+                raise UsageError(f"text {index}: {source.name} and {other.name} tokenize it differently "
+                                 f"({len(a.tokens)} and {len(b.tokens)} tokens); a checkpoint diff compares two "
+                                 "checkpoints of one model")
+            if a.attentions.shape != b.attentions.shape:
+                raise UsageError(f"{source.name} has {tuple(a.attentions.shape[:2])} layers × heads and {other.name} "
+                                 f"{tuple(b.attentions.shape[:2])}; a checkpoint diff needs one architecture")
+            rows = max(1, a.attentions.shape[-2])
+            builder.add(index, paired_head_distance(a.attentions, b.attentions) / rows, head_table([a]).stats,
+                        head_table([b]).stats)
+            builder.layers = a.metadata.get("layers")
+    return builder.finish(source.name, other.name, bootstrap=bootstrap, permutations=permutations, seed=seed)
 
 
 def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, other: str, *,

@@ -151,8 +151,8 @@ def importance_values(folder: str | Path, heads: HeadsTable) -> dict[str, np.nda
     names = [n for n in ("importance", "ablation") if n in pq.read_schema(path).names]
     indices, layers, n_heads, values = cells(pq.read_table(path, columns=KEYS + names), names, path)
     if layers != heads.layers or n_heads != heads.n_heads or not np.array_equal(indices, heads.indices):
-        raise InputError(f"{path} does not cover the texts, layers and heads of {heads.path}: make both in one run "
-                         "of attnviz heads --importance --format parquet")
+        raise InputError(f"{path} does not cover the texts, layers and heads of {heads.path}: write both in one "
+                         "export, with importance, as Parquet")
     if "importance" in values:
         norm = np.linalg.norm(values["importance"].mean(axis=0), axis=1, keepdims=True)  # [layers, 1]
         values["importance"] = values["importance"] / np.where(norm > 0, norm, 1.0)
