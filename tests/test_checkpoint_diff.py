@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnviz import api
-from attnviz.analysis.checkpoint_diff import summarise
+from attnviz.analysis.checkpoint_diff import DISTANCE, diff_of, summarise_all
 from attnviz.sources.resolve import default_model_folder
 
 TEXTS = ["The cat sat on the mat.", "A dog chased the cat around the garden.", "Attention is all you need.",
@@ -45,9 +45,12 @@ def test_a_planted_change_ranks_its_head_first(planted):
     first = diff.heads[0]
     assert (first.layer, first.head) == (LAYER, HEAD)
     assert first.distance.low > 0 and first.distance.low <= first.distance.mean <= first.distance.high
-    assert first.distance.p < 0.02  # every text moved the same way: a paired test of 8 texts says so
+    assert first.distance.p is None  # never negative: no sign-flip test of it; its interval is clear of 0
+    assert first.stats["entropy"].p == pytest.approx(2 / 256)  # 8 texts: all 256 sign patterns, 2 as extreme
+    assert diff.exact and first.strongest is not None and abs(first.effect) > 3
     untouched = [h for h in diff.heads if h.layer < LAYER or (h.layer == LAYER and h.head != HEAD)]
-    assert all(h.distance.mean == pytest.approx(0, abs=1e-9) and h.distance.p == 1.0 for h in untouched)
+    assert all(h.distance.mean == pytest.approx(0, abs=1e-9) and h.distance.high == pytest.approx(0, abs=1e-9)
+               and all(c.p == 1.0 for c in h.stats.values()) for h in untouched)
     assert first.distance.mean > 5 * max(h.distance.mean for h in diff.heads[1:])
     # the means are each model's statistics taken text by text
     for name in ("entropy", "prev_score", "first"):
@@ -57,15 +60,43 @@ def test_a_planted_change_ranks_its_head_first(planted):
 
 
 def test_the_summaries_equal_a_hand_computation():
-    """The mean, a bootstrap interval that holds the mean, and the permutation p of a paired sign-flip test."""
-    generator = torch.Generator().manual_seed(1)
+    """The mean, a bootstrap interval that holds the mean, and the exact p of a paired sign-flip test."""
     values = torch.tensor([[0.5], [0.7], [0.4], [0.6], [0.5], [0.9]], dtype=torch.float64)[:, :, None]  # [texts, 1, 1]
-    mean, low, high, p = summarise(values, 2000, 2000, generator)
+    summaries, exact = summarise_all({"x": values}, 2000, 2000, 1)
+    mean, low, high, p = summaries["x"]
     assert float(mean) == pytest.approx(0.6)
     assert float(low) < 0.6 < float(high) and float(high) - float(low) < 0.4
-    assert float(p) == pytest.approx(2 / 64, abs=0.02)  # all 6 positive: only the 2 all-same sign patterns of 64
-    zeros = torch.zeros(5, 1, 1, dtype=torch.float64)
-    assert float(summarise(zeros, 200, 200, generator)[3]) == 1.0
+    assert float(p) == 2 / 64  # all 6 positive: only the 2 all-same sign patterns of 64 are as extreme
+    assert exact
+    summaries, exact = summarise_all({"x": torch.zeros(5, 1, 1, dtype=torch.float64)}, 200, 200, 0)
+    assert exact and float(summaries["x"][3]) == 1.0
+
+
+def test_monte_carlo_p_values_and_intervals_do_not_move_each_other():
+    """Past 2^texts > permutations the flips are drawn; the resamples and the flips have their own generators."""
+    generator = torch.Generator().manual_seed(5)
+    values = (torch.randn(40, 2, 3, generator=generator, dtype=torch.float64) + torch.tensor([0.0, 0.8])[None, :, None])
+    few, exact = summarise_all({"x": values}, 300, 200, 0)
+    many, _ = summarise_all({"x": values}, 300, 2000, 0)
+    more_boot, _ = summarise_all({"x": values}, 600, 200, 0)
+    assert not exact
+    torch.testing.assert_close(few["x"][1], many["x"][1])  # the interval ignores the permutations
+    torch.testing.assert_close(few["x"][3], more_boot["x"][3])  # the p-value ignores the bootstrap
+    assert (few["x"][3][1] <= 1 / 201 + 1e-12).all() and (few["x"][3][0] > 0.01).all()  # shifted heads only
+
+
+def test_rounding_noise_never_outranks_a_real_change():
+    """From tables alone heads rank by d_z: a head whose change is 1e-9 with a spread of 1e-11 stays below a
+    real change, and the distance gets no p-value."""
+    generator = torch.Generator().manual_seed(0)
+    change = torch.randn(30, 1, 3, generator=generator, dtype=torch.float64) * 1e-11 + 1e-9  # noise in every head
+    change[:, 0, 2] = torch.randn(30, generator=generator, dtype=torch.float64) * 0.5 + 1.0  # a real change, d_z ≈ 2
+    diff = diff_of({"entropy": change}, list(range(30)), "a", "b", bootstrap=100, permutations=100)
+    assert (diff.heads[0].layer, diff.heads[0].head) == (0, 2) and diff.heads[0].strongest == "entropy"
+    with_distance = diff_of({DISTANCE: change.abs(), "entropy": change}, list(range(30)), "a", "b",
+                            bootstrap=100, permutations=100)
+    assert all(h.distance.p is None for h in with_distance.heads)
+    assert json.loads(json.dumps(with_distance.document()))["heads"][0]["distance"]["p"] is None
 
 
 def test_the_command_prints_the_ranking_as_json(planted, run_cli, tmp_path):

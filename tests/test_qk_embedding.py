@@ -138,11 +138,22 @@ def test_the_page_names_a_points_token_on_hover_and_finds_tokens(run_cli, tmp_pa
     pixels = 8 + cells.reshape(-1, 2) / 255 * (360 - 16)
     alone = next(i for i in range(50) if np.sort(np.linalg.norm(pixels - pixels[50 + i], axis=1))[1] > 9)
     x, y = tab.evaluate("(i) => window.attnvizAtlas.pointAt('key', i)", alone)
-    tab.mouse.move(box["x"] + x * box["width"] / 360, box["y"] + y * box["height"] / 360)
+    at = (box["x"] + 1 + x, box["y"] + 1 + y)  # the canvas's 1 px border, then its own pixels
+    tab.mouse.move(*at)
     tip = tab.inner_text("#atlasqktip")
     assert tip.startswith("key") and embedding["tokens"][alone] in tip
     assert f"text #{embedding['text'][alone]}, token {embedding['position'][alone]}" in tip
     tab.fill("#atlasqkfind", "the")
     want = sum(t.lower() == "the" for t in embedding["tokens"])
     assert tab.inner_text("#atlasqkcount") == f"{want} tokens" and want >= 2
+    # a click keeps the point: the tip comes back to it when the mouse leaves, and → steps to the next token
+    tab.mouse.click(*at)
+    tab.mouse.move(box["x"] - 20, box["y"] - 20)
+    assert tab.get_attribute("#atlasqktip", "data-index") == str(alone)
+    tab.keyboard.press("ArrowRight")
+    assert tab.get_attribute("#atlasqktip", "data-index") == str((alone + 1) % 50)
+    assert embedding["tokens"][(alone + 1) % 50] in tab.inner_text("#atlasqktip")
+    tab.select_option("#atlasstat", "prev_score")  # another statistic: the head keeps its search and kept token
+    assert tab.input_value("#atlasqkfind") == "the" and tab.inner_text("#atlasqkcount") == f"{want} tokens"
+    assert tab.get_attribute("#atlasqktip", "data-index") == str((alone + 1) % 50)
     tab.close()

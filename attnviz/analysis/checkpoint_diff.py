@@ -7,13 +7,15 @@ Two exports' ``heads.parquet`` give the statistics' differences alone (the dista
 weights). Over the texts, each measure is summarised by its mean, a bootstrap 95% interval of the mean
 (texts resampled with replacement, as multinomial weights so 10^5 texts stay a matrix product) and a
 two-sided paired permutation p-value (the sign of each text's difference flipped at random; Good 2005):
-the texts are paired, as the same text runs through both models. Heads are ranked by their mean
-distance, largest first; without it, by their largest standardised change of a statistic (the mean
-difference over its standard deviation across texts, Cohen's d_z).
+the texts are paired, as the same text runs through both models. The distance is never negative, so it
+gets no p-value (a sign flip can only shrink it): its interval says how far it is from 0. Heads are ranked
+by their mean distance, largest first; without it, by their largest standardised change of a statistic
+(the mean difference over its standard deviation across texts, Cohen's d_z).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,15 +30,21 @@ CHUNK = 100  # resamples at a time: [CHUNK, texts] weights
 @dataclass(frozen=True)
 class Change:
     """A per-text difference over the texts: its ``mean``, a bootstrap 95% interval (``low``, ``high``) and
-    the paired permutation ``p`` (of a mean difference this far from 0)."""
+    the paired permutation ``p`` (of a mean difference this far from 0; None for the distance, which is
+    never negative, so a sign-flip test of it means nothing)."""
 
     mean: float
     low: float
     high: float
-    p: float
+    p: float | None
 
-    def document(self) -> dict[str, float]:
-        return {"mean": round(self.mean, 6), "ci95": [round(self.low, 6), round(self.high, 6)], "p": round(self.p, 6)}
+    def document(self) -> dict[str, object]:
+        return {"mean": _number(self.mean), "ci95": [_number(self.low), _number(self.high)], "p": _number(self.p)}
+
+
+def _number(value: float | None) -> float | None:
+    """Rounded for JSON; a NaN (a statistic undefined on the texts) is null."""
+    return None if value is None or math.isnan(value) else round(value, 6)
 
 
 @dataclass(frozen=True)
@@ -46,9 +54,12 @@ class HeadChange:
     distance: Change | None  # the mean Jensen–Shannon divergence per query row; None from two exports' tables
     stats: dict[str, Change]  # each statistic, model B − model A
     score: float  # what the heads are ranked by (see the module)
+    strongest: str | None = None  # the statistic whose change is largest for its spread (|d_z|)
+    effect: float = 0.0  # that statistic's d_z (mean change over its standard deviation across the texts)
 
     def document(self) -> dict[str, object]:
-        return {"layer": self.layer, "head": self.head, "score": round(self.score, 6),
+        return {"layer": self.layer, "head": self.head, "score": _number(self.score),
+                "strongest": {"statistic": self.strongest, "d_z": _number(self.effect)},
                 **({"distance": self.distance.document()} if self.distance is not None else {}),
                 "statistics": {name: change.document() for name, change in self.stats.items()}}
 
@@ -69,9 +80,18 @@ class CheckpointDiff:
     text_index: list[int] = field(default_factory=list, repr=False)
     note: str = ""  # what a reader should know (texts in one export alone, left out)
 
+    exact: bool = False  # the p-values enumerate every sign pattern (2^texts ≤ permutations)
+
+    @property
+    def by_distance(self) -> bool:
+        """Whether heads are ranked by the distance (both models ran), not by a statistic's d_z."""
+        return DISTANCE in self.per_text
+
     @property
     def ranked_by(self) -> str:
-        return DISTANCE if DISTANCE in self.per_text else "largest |d_z| of a statistic"
+        if self.by_distance:
+            return DISTANCE
+        return "largest |mean change| of a statistic" if self.n_texts < 2 else "largest |d_z| of a statistic"
 
     def document(self, top: int | None = None) -> dict[str, object]:
         return {"model": self.model, "other": self.other, "n_texts": self.n_texts, "ranked_by": self.ranked_by,
@@ -79,8 +99,9 @@ class CheckpointDiff:
                 **({"distance": "mean Jensen-Shannon divergence per query row between the two models (nats, <= ln 2)"}
                    if DISTANCE in self.per_text else {}),
                 "statistics": "other minus model; ci95: bootstrap over texts; p: paired sign-flip permutation test",
-                "score": "what the heads are ranked by: the mean distance, or the largest |mean change / its sd|",
-                "bootstrap": self.bootstrap, "permutations": self.permutations,
+                "score": f"what the heads are ranked by: the {self.ranked_by}",
+                "d_z": "a statistic's mean change over its standard deviation across the texts (Cohen's d_z)",
+                "bootstrap": self.bootstrap, "permutations": "exact" if self.exact else self.permutations,
                 "heads": [head.document() for head in (self.heads[:top] if top else self.heads)]}
 
 
@@ -143,66 +164,93 @@ def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, othe
             layers: list[int] | None = None, bootstrap: int = 1000, permutations: int = 1000,
             seed: int = 0) -> CheckpointDiff:
     """The diff from each measure's per-text values ``[texts, layers, heads]`` (``distance`` among them or not)."""
-    generator = torch.Generator().manual_seed(seed)
-    summaries = summarise_all(per_text, bootstrap, permutations, generator)
+    from ..errors import InputError
+
+    if not per_text:
+        raise InputError("the two sides share no statistic to compare")
+    summaries, exact = summarise_all(per_text, bootstrap, permutations, seed)
     n_layers, n_heads = next(iter(per_text.values())).shape[1:]
     numbers = list(layers) if layers else list(range(n_layers))
-    single = len(text_index) < 2  # one text has no spread: its changes are ranked by their size alone
-    spread = {name: torch.ones(values.shape[1:], dtype=torch.float64) if single else values.std(0)
-              for name, values in per_text.items() if name != DISTANCE}
+    effects = _effects(per_text, {name: summary[0] for name, summary in summaries.items()})
     heads = []
     for layer in range(n_layers):
         for head in range(n_heads):
             distance = _change(summaries[DISTANCE], layer, head) if DISTANCE in summaries else None
             stats = {name: _change(summary, layer, head) for name, summary in summaries.items() if name != DISTANCE}
-            if distance is not None:
-                score = distance.mean
-            else:
-                score = max((abs(stats[name].mean) / float(sd[layer, head]) for name, sd in spread.items()
-                             if float(sd[layer, head]) > 1e-12), default=0.0)
-            heads.append(HeadChange(numbers[layer], head, distance, stats, score))
+            found = {name: float(effect[layer, head]) for name, effect in effects.items()
+                     if not math.isnan(float(effect[layer, head]))}
+            strongest = max(found, key=lambda name: abs(found[name]), default=None)
+            effect = found[strongest] if strongest is not None else 0.0
+            score = distance.mean if distance is not None else abs(effect)
+            heads.append(HeadChange(numbers[layer], head, distance, stats, score, strongest, effect))
     heads.sort(key=lambda h: (-h.score, h.layer, h.head))
     n = len(text_index)
-    note = "one text: its intervals are a point and its p-values 1; give more texts to test a change" if single else ""
-    return CheckpointDiff(model, other, n, heads, bootstrap, permutations, numbers, per_text, list(text_index), note)
+    note = "one text: its intervals are a point and its p-values 1; give more texts to test a change" if n < 2 else ""
+    return CheckpointDiff(model, other, n, heads, bootstrap, permutations, numbers, per_text, list(text_index), note,
+                          exact)
 
 
-def summarise(values: Tensor, bootstrap: int, permutations: int, generator: torch.Generator) -> tuple[Tensor, ...]:
-    """Per cell of ``values`` ``[texts, …]``: the mean, the bootstrap 95% interval and the permutation p-value."""
-    return summarise_all({"": values}, bootstrap, permutations, generator)[""]
+def _effects(per_text: dict[str, Tensor], means: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Each statistic's d_z per head: its mean change over the standard deviation of the change across the texts,
+    that deviation floored at a thousandth of the statistic's typical change (so rounding noise in a head that
+    did not change cannot outrank a real change); with one text, the mean change alone."""
+    effects = {}
+    for name, values in per_text.items():
+        if name == DISTANCE:
+            continue
+        if values.shape[0] < 2:
+            effects[name] = means[name]
+            continue
+        typical = float(values.double().square().nanmean().sqrt())
+        floor = max(1e-3 * typical, 1e-300) if not math.isnan(typical) else 1e-300
+        effects[name] = means[name] / values.double().std(0).clamp_min(floor)
+    return effects
 
 
 def summarise_all(measures: dict[str, Tensor], bootstrap: int, permutations: int,
-                  generator: torch.Generator) -> dict[str, tuple[Tensor, ...]]:
-    """:func:`summarise` for several measures over the same texts, sharing each resample (one weight matrix of
-    ``[CHUNK, texts]`` at a time, so memory grows with the texts, not with texts × resamples)."""
+                  seed: int) -> tuple[dict[str, tuple[Tensor, ...]], bool]:
+    """Per measure ``[texts, …]`` and cell: the mean, the bootstrap 95% interval and the paired permutation p-value
+    (none for :data:`DISTANCE`), and whether the p-values are exact. Every measure shares each resample (one
+    weight matrix of ``[CHUNK, texts]`` at a time: memory grows with the texts, not texts × resamples); the
+    resamples and the sign flips have generators of their own, so ``permutations`` never changes an interval nor
+    ``bootstrap`` a p-value. Where 2^texts ≤ ``permutations`` every sign pattern is taken once (exact p)."""
     n = next(iter(measures.values())).shape[0]
     flats = {name: values.reshape(n, -1).double() for name, values in measures.items()}
     means = {name: flat.mean(0) for name, flat in flats.items()}
+    resamples = torch.Generator().manual_seed(2 * seed)
     resampled: dict[str, list[Tensor]] = {name: [] for name in flats}
     for start in range(0, bootstrap, CHUNK):
         count = min(CHUNK, bootstrap - start)
-        picks = torch.randint(0, n, (count, n), generator=generator)
+        picks = torch.randint(0, n, (count, n), generator=resamples)
         weights = torch.zeros(count, n, dtype=torch.float64).scatter_add_(
             1, picks, torch.ones(count, n, dtype=torch.float64)) / n  # each resample's multiplicity of each text
         for name, flat in flats.items():
             resampled[name].append(weights @ flat)
-    extreme = {name: torch.zeros_like(mean) for name, mean in means.items()}
-    for start in range(0, permutations, CHUNK):
-        count = min(CHUNK, permutations - start)
-        signs = torch.randint(0, 2, (count, n), generator=generator, dtype=torch.float64) * 2 - 1
-        for name, flat in flats.items():
+    tested = {name: flat for name, flat in flats.items() if name != DISTANCE}
+    extreme = {name: torch.zeros_like(means[name]) for name in tested}
+    exact = n < 63 and 2**n <= permutations
+    total = 2**n if exact else permutations
+    flips = torch.Generator().manual_seed(2 * seed + 1)
+    for start in range(0, total, CHUNK):
+        count = min(CHUNK, total - start)
+        if exact:  # the sign patterns start … start + count − 1, bit j of each the sign of text j
+            bits = (torch.arange(start, start + count)[:, None] >> torch.arange(n)[None]) & 1
+            signs = bits.double() * 2 - 1
+        else:
+            signs = torch.randint(0, 2, (count, n), generator=flips, dtype=torch.float64) * 2 - 1
+        for name, flat in tested.items():
             flipped = (signs @ flat) / n  # each text's difference with a random sign
             extreme[name] += (flipped.abs() >= means[name].abs()[None] - 1e-12).sum(0)
     out = {}
     for name, values in measures.items():
         boot = torch.cat(resampled[name])
         low, high = torch.quantile(boot, 0.025, dim=0), torch.quantile(boot, 0.975, dim=0)
-        p = (extreme[name] + 1) / (permutations + 1)
+        p = (torch.full_like(means[name], math.nan) if name not in tested else
+             extreme[name] / total if exact else (extreme[name] + 1) / (permutations + 1))
         out[name] = tuple(t.reshape(values.shape[1:]) for t in (means[name], low, high, p))
-    return out
+    return out, exact
 
 
 def _change(summary: tuple[Tensor, ...], layer: int, head: int) -> Change:
     mean, low, high, p = (float(t[layer, head]) for t in summary)
-    return Change(mean, low, high, p)
+    return Change(mean, low, high, None if math.isnan(p) else p)

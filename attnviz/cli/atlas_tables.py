@@ -2,29 +2,35 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 from rich.text import Text
 
 from .common import stdout_console
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analysis.checkpoint_diff import CheckpointDiff
+    from ..export.atlas_data import AtlasData
 
-def print_corpus(data: object, top: int | None, width: int | None) -> None:
-    """Per statistic and label, the heads with the highest corpus mean or rate (``data``: an ``AtlasData``)."""
+
+def print_corpus(data: AtlasData, top: int | None, width: int | None) -> None:
+    """Per statistic and label, the heads with the highest corpus mean or rate."""
     from ..analysis.statistics import short_name
 
     console = stdout_console(width)
     shown = top or 3
-    table = Table(title=Text(f"{data.model} · {data.n_texts} texts · the heads with the highest corpus mean",  # type: ignore[attr-defined]
+    table = Table(title=Text(f"{data.model} · {data.n_texts} texts · the heads with the highest corpus mean",
                              style="bold"), title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("statistic")
     table.add_column(f"top {shown} heads (L·H mean)")
-    layers, n_heads = data.layers, data.n_heads  # type: ignore[attr-defined]
-    for stat in data.stats:  # type: ignore[attr-defined]
-        means = data.means[stat]  # type: ignore[attr-defined]
+    layers, n_heads = data.layers, data.n_heads
+    for stat in data.stats:
+        means = data.means[stat]
         order = means.flatten().argsort()[::-1][:shown]
         table.add_row(short_name(stat), "  ".join(
             f"L{layers[i // n_heads]}·H{i % n_heads} {means.flat[i]:.3f}" for i in order))
-    for label, rates in sorted(data.label_rates.items()):  # type: ignore[attr-defined]
+    for label, rates in sorted(data.label_rates.items()):
         order = rates.flatten().argsort()[::-1][:shown]
         table.add_row(f"[{label}]", "  ".join(
             f"L{layers[i // n_heads]}·H{i % n_heads} {rates.flat[i]:.0%}" for i in order if rates.flat[i] > 0))
@@ -33,28 +39,39 @@ def print_corpus(data: object, top: int | None, width: int | None) -> None:
                        "histograms and the texts where it shows each statistic most.", style="dim"))
 
 
-def print_diff(diff: object, top: int | None, width: int | None) -> None:
-    """The heads in order of change (``diff``: a ``CheckpointDiff``)."""
+def print_diff(diff: CheckpointDiff, top: int | None, width: int | None) -> None:
+    """The heads in order of change: the distance where both models ran, and the statistic that changed most
+    for its spread (d_z), each with its interval and p-value."""
     console = stdout_console(width)
-    table = Table(title=Text(f"{diff.model} → {diff.other} · {diff.n_texts} text{'s' if diff.n_texts != 1 else ''} · heads in order of change",  # type: ignore[attr-defined]
-                             style="bold"), title_justify="left", show_edge=False, pad_edge=False)
-    for name, justify in (("#", "right"), ("L", "right"), ("H", "right"), ("JS divergence [95%]", "left"),
-                          ("p", "right"), ("largest change of a statistic [95%], p", "left")):
+    texts = f"{diff.n_texts} text{'s' if diff.n_texts != 1 else ''}"
+    table = Table(title=Text(f"{diff.model} → {diff.other} · {texts} · heads in order of change", style="bold"),
+                  title_justify="left", show_edge=False, pad_edge=False)
+    columns = [("#", "right"), ("L", "right"), ("H", "right")]
+    if diff.by_distance:
+        columns.append(("JS divergence [95%]", "left"))
+    columns.append(("the statistic that changed most [95%], d_z, p", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for rank, head in enumerate(diff.heads[:top] if top else diff.heads, 1):  # type: ignore[attr-defined]
-        name, change = max(head.stats.items(), key=lambda item: abs(item[1].mean))
+    for rank, head in enumerate(diff.heads[:top] if top else diff.heads, 1):
+        cells = [str(rank), str(head.layer), str(head.head)]
         d = head.distance
-        table.add_row(str(rank), str(head.layer), str(head.head),
-                      "—" if d is None else f"{d.mean:.4f} [{d.low:.4f}, {d.high:.4f}]",
-                      "—" if d is None else f"{d.p:.3f}",
-                      f"{name} {change.mean:+.3f} [{change.low:+.3f}, {change.high:+.3f}], p {change.p:.3f}")
+        if d is not None:
+            cells.append(f"{d.mean:.4f} [{d.low:.4f}, {d.high:.4f}]")
+        if head.strongest is None:
+            cells.append("—")
+        else:
+            c = head.stats[head.strongest]
+            p = "—" if c.p is None else f"{c.p:.3f}"
+            cells.append(f"{head.strongest} {c.mean:+.3f} [{c.low:+.3f}, {c.high:+.3f}], d_z {head.effect:+.2f}, p {p}")
+        table.add_row(*cells)
     console.print(table)
-    if diff.note:  # type: ignore[attr-defined]
-        console.print(Text(diff.note, style="yellow"))  # type: ignore[attr-defined]
-    ranked = ("JS divergence: the mean Jensen-Shannon divergence of each query row between the two models (≤ ln 2)"
-              if diff.ranked_by != "largest |d_z| of a statistic" else  # type: ignore[attr-defined]
-              "ranked by each head's largest |mean change / its standard deviation| of a statistic (from two exports' "
-              "tables: the distance needs both models run on the texts)")
-    console.print(Text(f"{ranked}; intervals: {diff.bootstrap} bootstrap resamples of the texts; p: "  # type: ignore[attr-defined]
-                       f"{diff.permutations} sign-flip permutations of the paired differences. --format json has every "  # type: ignore[attr-defined]
-                       "statistic.", style="dim"))
+    if diff.note:
+        console.print(Text(diff.note, style="yellow"))
+    ranked = ("JS divergence: the mean Jensen-Shannon divergence of each query row between the two models (≤ ln 2; "
+              "never negative, so it has an interval and no p-value)" if diff.by_distance else
+              f"ranked by each head's {diff.ranked_by} (from two exports' tables: the distance needs both models "
+              "run on the texts)")
+    flips = "every sign pattern (exact)" if diff.exact else f"{diff.permutations} random sign flips"
+    console.print(Text(f"{ranked}; d_z: the mean change over its standard deviation across the texts; intervals: "
+                       f"{diff.bootstrap} bootstrap resamples of the texts; p: {flips} of the paired differences. "
+                       "--format json has every statistic.", style="dim"))

@@ -1,7 +1,7 @@
 // The atlas page. A corpus: a layers × heads grid of one statistic's mean, the heads ranked by it, and per head
 // the statistic's distribution, the texts where it is highest (each with the head's attention) and the head's
 // queries and keys embedded together. A checkpoint diff (data.kind "diff"): the same for each head's change.
-// Data: #atlas-data.
+// Data: #atlas-data; the embedding is atlas_qk.js's.
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("atlas-data").textContent);
@@ -46,10 +46,16 @@
   const signed = (v) => (v > 0 ? "+" : "") + fixed(v);
   function nameOf(m) { return !diff ? m : m === "js_divergence" ? "JS divergence of the attention" : "Δ " + m; }
   function value(item, m) { return diff ? item.changes[m].mean : item.means[m]; }
-  function interval(item, m) {
-    const c = item.changes[m];
-    return (m === "js_divergence" ? fixed(c.mean) : signed(c.mean)) + " [" + fixed(c.ci95[0]) + ", " +
-      fixed(c.ci95[1]) + "], p " + c.p.toFixed(3);
+  function interval(item, m) {  // a missing number (a statistic undefined on the texts) is null in the data
+    const c = item.changes[m], num = (v) => (v === null ? "n/a" : fixed(v));
+    return (c.mean === null ? "n/a" : m === "js_divergence" ? fixed(c.mean) : signed(c.mean)) + " [" +
+      num(c.ci95[0]) + ", " + num(c.ci95[1]) + "]" + (c.p === null ? "" : ", p " + c.p.toFixed(3));
+  }
+  function activate(node, action) {  // a click, Enter or Space
+    node.addEventListener("click", action);
+    node.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); action(); }
+    });
   }
   // a change ranks by its size either way; the distance (and a corpus statistic) by its value
   const key = (item, m) => (diff && m !== "js_divergence" ? Math.abs(value(item, m)) : value(item, m));
@@ -78,8 +84,7 @@
           title: "L" + layer + " H" + h + ": " + m + " " + v.toFixed(3),
           "aria-label": "layer " + layer + ", head " + h + ": " + v.toFixed(3) });
         cell.style.background = paint(v);
-        cell.addEventListener("click", () => show(item));
-        cell.addEventListener("keydown", (e) => { if (e.key === "Enter") show(item); });
+        activate(cell, () => show(item));
         row.appendChild(cell);
       }
       grid.appendChild(row);
@@ -88,10 +93,10 @@
     const sign = order.value === "asc" ? -1 : 1;
     for (const item of [...data.heads].sort((a, b) => sign * (key(b, m) - key(a, m)))) {
       const labels = diff ? "" : Object.entries(item.labels).map(([k, v]) => k + " " + Math.round(v * 100) + "%").join(", ");
-      const li = el("li", { "data-layer": item.layer, "data-head": item.head },
+      const li = el("li", { "data-layer": item.layer, "data-head": item.head, tabindex: "0" },
         "L" + item.layer + " H" + item.head + "  " + (diff ? interval(item, m) : item.means[m].toFixed(3)) +
         (labels ? "  · " + labels : ""));
-      li.addEventListener("click", () => show(item));
+      activate(li, () => show(item));
       rank.appendChild(li);
     }
     if (chosen) show(chosen);
@@ -142,13 +147,14 @@
       const li = el("li", { "data-text": index, tabindex: "0" });
       li.appendChild(el("span", { class: "value" }, "#" + index));
       li.appendChild(document.createTextNode(data.texts[String(index)] || "(text " + index + ")"));
-      li.addEventListener("click", () => attention(item, index, view));
-      li.addEventListener("keydown", (e) => { if (e.key === "Enter") attention(item, index, view); });
+      activate(li, () => attention(item, index, view));
       list.appendChild(li);
     }
     panel.appendChild(list);
     panel.appendChild(view);
-    if (data.embedding && data.embedding.heads[item.layer + "," + item.head]) window.attnvizEmbedding(item, panel);
+    if (data.embedding && data.embedding.heads[item.layer + "," + item.head] && atlas.embedding) {
+      atlas.embedding(item, panel);
+    }
     const all = el("table", { id: "atlasall" });
     for (const s of measures) {
       const tr = el("tr");
@@ -198,7 +204,7 @@
 
   select.addEventListener("change", draw);
   order.addEventListener("change", draw);
+  // atlas_qk.js adds .embedding (a head's queries and keys) to this; the page marks itself ready after both
+  const atlas = window.attnvizAtlas = { data: data, show: show, draw: draw, el: el };
   draw();
-  window.attnvizAtlas = { data: data, show: show, draw: draw };
-  document.body.dataset.ready = "1";
 })();
