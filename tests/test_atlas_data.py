@@ -130,4 +130,37 @@ def test_the_atlas_page_shows_the_grid_a_heads_distribution_and_its_texts(export
     assert drawn["rgb"] == [253, 231, 37]  # viridis's top: the weight the matrix is scaled to
     tab.close()
     bad = run_cli("atlas", str(export), "--out", str(tmp_path / "atlas.png"))
-    assert bad.exit_code != 0 and "a .html file" in bad.stderr
+    assert bad.exit_code != 0 and "ending in .html" in bad.stderr
+
+
+def test_the_command_takes_what_a_user_would_give_it(export, run_cli, tmp_path):
+    """The table's path for its folder, a JSONL field by --column, --top on the page, and clear refusals."""
+    import json
+    import re
+
+    by_path = run_cli("atlas", str(export / "heads.parquet"), "--format", "json", "--top", "1")
+    by_folder = run_cli("atlas", str(export), "--format", "json", "--top", "1")
+    assert by_path.exit_code == 0 and json.loads(by_path.stdout) == json.loads(by_folder.stdout)
+    jsonl = tmp_path / "texts.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": i, "sentence": t}) + "\n" for i, t in enumerate(TEXTS[:3])),
+                     encoding="utf-8")
+    read = run_cli("atlas", str(jsonl), "--column", "sentence", "--format", "json")
+    assert read.exit_code == 0, read.stderr
+    assert json.loads(read.stdout)["n_texts"] == 3
+    page = tmp_path / "top.html"
+    made = run_cli("atlas", str(export), "--out", str(page), "--top", "1", "--embed-tokens", "0")
+    assert made.exit_code == 0, made.stderr
+    doc = json.loads(re.search(r'id="atlas-data">(.*?)</script>', page.read_text(encoding="utf-8"), re.S)[1])
+    data = atlas_data(export)
+    highest = {(data.layers[i // 12], i % 12) for s in data.stats for i in [int(data.means[s].argmax())]}
+    assert {(h["layer"], h["head"]) for h in doc["heads"]} == highest and "embedding" not in doc
+    one = tmp_path / "one.txt"
+    one.write_text("Hi\n", encoding="utf-8")
+    lone = run_cli("atlas", str(one), "--model", "sample_configs/tiny.toml", "--out", str(tmp_path / "one.html"))
+    assert lone.exit_code == 0 and "no query-key embedding" in lone.stderr and (tmp_path / "one.html").is_file()
+    for args, said in (((str(export), "--out", str(tmp_path / "a.html"), "--format", "json"), "give one of them"),
+                       ((str(export), "--out", str(tmp_path / "missing" / "a.html")), "does not exist"),
+                       ((str(export), "--embed-tokens", "1"), "at least 2"),
+                       ((str(export), "--importance"), "export folder brings its own")):
+        bad = run_cli("atlas", *args)
+        assert bad.exit_code != 0 and said in bad.stderr and bad.stderr.count("\n") == 1, (args, bad.stderr)

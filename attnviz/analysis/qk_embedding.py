@@ -5,8 +5,10 @@ Tokens come from whole texts chosen in a seeded random order until ``max_tokens`
 sorted by topic or length is not read from its start alone). Per head, before the projection, queries
 and keys are scaled by ``c`` and ``1/c`` so their mean norms are equal, then the keys are moved so their
 centroid is the queries' centroid (the definition in design.md; AttentionViz does both). Neither changes
-the head's attention: ``(c·q)·(k/c) = q·k``, and a vector ``v`` added to every key adds ``q·v`` to every
-score of query ``q``, which its softmax cancels.
+a plain head's attention: ``(c·q)·(k/c) = q·k``, and a vector ``v`` added to every key adds ``q·v`` to every
+score of query ``q``, which its softmax cancels. Where a model soft-caps its scores (Gemma 2) or adds a
+sink logit no key carries (gpt-oss), the move changes the capped scores or the sink's share, so there the
+picture reads the heads' ``q·k`` rather than their exact weights.
 Then queries and keys together are projected on their two principal components (PCA: the SVD of the
 centred ``[2N, d]`` matrix), each axis's sign chosen so its largest loading is positive.
 """
@@ -156,6 +158,8 @@ def _run(source: object, batch: list[str], truncate: bool, ask: dict[str, bool]
     runs: list[tuple[list[str], list[tuple[Tensor, Tensor]]]] = [(list(r.tokens), []) for r in stream.results]
     for _, parts in stream:
         for (_, per_layer), part in zip(runs, parts, strict=True):
+            if part.queries is None or part.keys is None:  # an engine that handed this layer on whole
+                raise UsageError(f"layer {part.layer} came without its queries and keys; use the native or fused engine")
             per_layer.append((part.queries.to(torch.float16).cpu(), part.keys.to(torch.float16).cpu()))
         del parts
     return list(stream.layers), runs

@@ -45,12 +45,12 @@ def atlas(
                                         "each head's change from --model to it. With TEXTS an export folder, the "
                                         "folder of the same texts exported with the other model.", show_default=False),
     model: str | None = Model,
-    column: str | None = typer.Option(None, "--column", help="A CSV or Parquet TEXTS: the column holding the texts "
-                                      "(default text).", show_default=False),
+    column: str | None = typer.Option(None, "--column", help="A CSV or Parquet TEXTS: the column holding the texts; "
+                                      "a JSONL TEXTS: the field (default text).", show_default=False),
     fmt: AtlasFormat = typer.Option(AtlasFormat.table, "--format", help="table, or json: every head's numbers (with "
                                     "--vs-model, every head in order of change, each with its layer and head)."),
     top: int | None = typer.Option(None, "--top", min=1, help="Only the N heads that changed most (with --vs-model), "
-                                   "or the N highest of each statistic.", show_default=False),
+                                   "or the N highest of each statistic; on the page too.", show_default=False),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the atlas as one offline page (.html): the "
                                     "layers × heads grid of a statistic's mean (or change), and per head its "
                                     "distribution, the texts where it is highest with the head's attention on "
@@ -85,8 +85,17 @@ def atlas(
     Examples: attnviz atlas texts.txt --out atlas.html · attnviz atlas texts.txt --vs-model ./finetuned --top 10 ·
     attnviz atlas export-base/ --vs-model export-finetuned/ --format json
     """
-    if out is not None and out.suffix.lower() != ".html":
-        raise UsageError(f"--out writes the atlas page: give a .html file, not {out.name}")
+    if out is not None:
+        if out.suffix.lower() != ".html" or out.name.lower() == ".html":
+            raise UsageError(f"--out writes the atlas page: give a file name ending in .html, not {out.name}")
+        if fmt is not AtlasFormat.table:
+            raise UsageError("--format chooses what atlas prints; --out writes the page instead: give one of them")
+        from ..fileio import check_output_path
+
+        check_output_path(out)  # before any model runs
+    if embed_tokens == 1:
+        raise UsageError("--embed-tokens 1: the embedding needs at least 2 tokens (or 0 to leave it out)")
+    texts = _folder_of(texts)
     options = model_options(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
                             trust_remote_code=trust_remote_code, verbose=verbose, dtype=dtype)
     if (ablate is not None or vs is not None) and not importance:
@@ -104,6 +113,11 @@ def atlas(
               bootstrap=bootstrap, permutations=permutations, seed=seed)
 
 
+def _folder_of(path: Path) -> Path:
+    """An export's ``heads.parquet`` given by its path stands for its folder (where its texts.parquet is)."""
+    return path.parent if path.name == "heads.parquet" and path.is_file() else path
+
+
 def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: AtlasFormat, top: int | None,
             width: int | None, truncate: bool, out: Path | None, embed_tokens: int, seed: int,
             importance: tuple[Ablate | None, str | None] | None = None) -> None:
@@ -119,7 +133,8 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
         from .options import reading
 
         settings = parquet_settings(replace(options, verbose=False), truncate=truncate, layer=None, column=column,
-                                    reading=reading(False, False, False), batch_size=8)
+                                    reading=reading(False, False, False), batch_size=8,
+                                    field=column if texts.suffix.lower() == ".jsonl" else None)
         with tempfile.TemporaryDirectory() as folder:
             write_parquet(texts, Path(folder), settings, verbose=False, quiet=True)
             if importance is not None:
@@ -132,14 +147,21 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
         from ..export.atlas_attach import attach_attention, attach_embedding
         from ..render.atlas_page import render_atlas
 
-        page = document(data)
+        page = document(data, top)
         source = options.load()
         if data.model and source.name != data.model:
             raise UsageError(f"the export was made with {data.model}, not {source.name}: give it with --model so the "
                              "page's attention and embedding are that model's")
         attach_attention(page, [source], data.layers, data.n_heads)  # each cited text's attention, drawn
         if embed_tokens and data.texts:
-            attach_embedding(page, source, data.texts, max_tokens=embed_tokens, seed=seed)
+            try:
+                attach_embedding(page, source, data.texts, max_tokens=embed_tokens, seed=seed)
+            except UsageError as exc:  # the rest of the page stands without it
+                import warnings
+
+                from ..errors import AttnvizWarning
+
+                warnings.warn(f"the page has no query-key embedding: {exc}", AttnvizWarning, stacklevel=1)
         typer.echo(f"wrote {render_atlas(page, out)}")
         return
     if fmt is AtlasFormat.json:
@@ -157,22 +179,22 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
     from ..export.atlas_data import diff_document, read_texts_table
 
     sources = []
+    other_folder = _folder_of(Path(vs_model))
     if texts.is_dir():
-        if not Path(vs_model).is_dir():
+        if not other_folder.is_dir():
             raise UsageError(f"{texts} is an export folder: give --vs-model the folder of the same texts exported with "
                              "the other model (or give TEXTS as a file of texts to run both models)")
         from ..export.paired import exports_diff
 
-        diff = exports_diff(texts, vs_model, bootstrap=bootstrap, permutations=permutations, seed=seed)
+        diff = exports_diff(texts, other_folder, bootstrap=bootstrap, permutations=permutations, seed=seed)
         corpus = read_texts_table(texts)[0]
     else:
         from ..api import checkpoint_diff
         from ..inputs import read_texts
 
-        if Path(vs_model).is_dir() and (Path(vs_model) / "heads.parquet").is_file():
+        if other_folder.is_dir() and (other_folder / "heads.parquet").is_file():
             raise UsageError(f"{vs_model} is an export; to compare two exports give TEXTS as the other export's folder")
-        tabular = column is not None or texts.suffix.lower() in (".csv", ".parquet")
-        lines = read_texts(str(texts), column=column or "text", kind="auto" if tabular else "lines")
+        lines = read_texts(str(texts), field=column or "text", column=column or "text", kind="auto")
         sources = [options.load(), replace(options, model=vs_model).load()]
         if any(source.capabilities.fixed_input for source in sources):
             raise UsageError("atlas runs both models on TEXTS; a saved result or a matrices config has a fixed input")
@@ -183,6 +205,8 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
         from ..export.atlas_attach import attach_attention
         from ..render.atlas_page import render_atlas
 
+        if top:
+            diff.heads = diff.heads[:top]  # the page shows the heads that changed most
         page = diff_document(diff, corpus)
         if sources:  # each cited text's attention in both models, on one scale
             attach_attention(page, sources, diff.layers, len({h.head for h in diff.heads}))

@@ -20,7 +20,8 @@ def print_corpus(data: AtlasData, top: int | None, width: int | None) -> None:
 
     console = stdout_console(width)
     shown = top or 3
-    table = Table(title=Text(f"{data.model} · {data.n_texts} texts · the heads with the highest corpus mean",
+    texts = f"{data.n_texts} text{'s' if data.n_texts != 1 else ''}"
+    table = Table(title=Text(f"{data.model} · {texts} · the heads with the highest corpus mean",
                              style="bold"), title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("statistic")
     table.add_column(f"top {shown} heads (L·H mean)")

@@ -36,7 +36,7 @@ def refuse_options(*, text: str | None, probe: Any, out: Path | None, given: dic
 
 
 def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None, column: str | None,
-                     reading: Reading, batch_size: int) -> ExportSettings:
+                     reading: Reading, batch_size: int, field: str | None = None) -> ExportSettings:
     """The export settings of ``heads --format parquet``: the statistics table alone, from the command's
     options, checked as export checks its own."""
     from ..export import build_settings
@@ -46,7 +46,7 @@ def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None
         "causal": options.causal, "trust_remote_code": options.trust_remote_code, "truncate": truncate,
         "layers": None if layer is None else str(layer), "column": column, "hide_special": reading.hide_special,
         "renormalize": reading.renormalize, "words": reading.words, "batch_size": batch_size,
-        "formats": "parquet", "quiet": True})
+        "formats": "parquet", "quiet": True, **({"field": field} if field else {})})
 
 
 def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool, quiet: bool = False) -> None:

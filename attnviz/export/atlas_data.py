@@ -1,4 +1,5 @@
-"""A corpus's head statistics summarised for the atlas, from an export's ``heads.parquet`` and ``texts.parquet``.
+"""A corpus's head statistics summarised for the atlas, from an export's ``heads.parquet`` and ``texts.parquet``
+(read by :mod:`attnviz.export.heads_reader`), and a checkpoint diff's numbers for the atlas page.
 
 Everything here is computed with pyarrow group-bys and numpy on whole columns, never a Python loop over
 the rows, so 10^5 texts × every head stay quick:
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from .heads_reader import importance_values, read_heads
 
 BINS = 20
 TOP = 5
@@ -69,94 +70,6 @@ def _top_heads(heads: list[dict[str, object]], stats: list[str], top: int) -> li
         for head in sorted(heads, key=lambda h: -h["means"][s])[:top]:  # type: ignore[index]
             keep.add((head["layer"], head["head"]))
     return [h for h in heads if (h["layer"], h["head"]) in keep]
-
-
-@dataclass
-class HeadsTable:
-    """An export's ``heads.parquet`` as arrays: ``values[statistic]`` ``[texts, layers, heads]``, the texts in
-    ``text_index`` order (``indices``); ``labels``: the table's key and ``labels`` columns, where asked for."""
-
-    path: Path
-    stats: list[str]
-    layers: list[int]
-    n_heads: int
-    indices: np.ndarray
-    values: dict[str, np.ndarray]
-    labels: object = None
-
-
-def read_heads(folder: str | Path, *, labels: bool = False) -> HeadsTable:
-    """The head statistics of the export in ``folder`` (or a ``heads.parquet`` path), one row per text × layer ×
-    head checked. Only the columns needed are read; each row's place in ``[texts, layers, heads]`` is computed
-    from its keys and its values scattered there (whole-column numpy, no sort and no loop over rows)."""
-    from ..analysis.statistics import STATISTICS
-    from ..export.table import HEADS_TABLE, pyarrow
-
-    pyarrow()
-    import pyarrow.parquet as pq
-
-    folder = Path(folder)
-    path = folder / HEADS_TABLE if folder.is_dir() else folder
-    if not path.is_file():
-        raise InputError(f"{path} does not exist; give the folder of an export with the parquet format, which "
-                         f"holds {HEADS_TABLE}")
-    names = pq.read_schema(path).names
-    stats = [s for s in STATISTICS if s in names]
-    if not stats or not set(KEYS) <= set(names):
-        raise InputError(f"{path} holds no head statistics")
-    table = pq.read_table(path, columns=KEYS + stats + (["labels"] if labels and "labels" in names else []))
-    indices, layers, n_heads, values = cells(table, stats, path)
-    kept = table.select(["layer", "head", "labels"]) if labels and "labels" in names else None
-    return HeadsTable(path, stats, layers, n_heads, indices, values, kept)
-
-
-KEYS = ["text_index", "layer", "head"]
-
-
-def cells(table: object, columns: list[str], path: Path) -> tuple[np.ndarray, list[int], int, dict[str, np.ndarray]]:
-    """A table of one row per text × layer × head (checked) as ``[texts, layers, heads]`` arrays per column: each
-    row's place is computed from its keys and its value scattered there (whole-column numpy, no sort)."""
-    if table.num_rows == 0:  # type: ignore[attr-defined]
-        raise InputError(f"{path} has no rows")
-    text, layer, head = (table[k].to_numpy() for k in KEYS)  # type: ignore[index]
-    indices, text_position = np.unique(text, return_inverse=True)
-    layers, layer_position = np.unique(layer, return_inverse=True)
-    n_heads = int(head.max()) + 1
-    shape = (len(indices), len(layers), n_heads)
-    place = (text_position * len(layers) + layer_position) * n_heads + head  # each row's cell, flat
-    if table.num_rows != np.prod(shape) or head.min() < 0 or \
-            not (np.bincount(place, minlength=int(np.prod(shape))) == 1).all():  # type: ignore[attr-defined]
-        raise InputError(f"{path} has {table.num_rows} rows, not one per text × layer × head "  # type: ignore[attr-defined]
-                         f"({shape[0]} × {shape[1]} × {shape[2]}); was it assembled from a finished export?")
-    values = {}
-    for name in columns:
-        column = table[name].to_numpy(zero_copy_only=False)  # type: ignore[index]
-        values[name] = np.empty(column.shape, column.dtype)
-        values[name][place] = column
-        values[name] = values[name].reshape(shape)
-    return indices, [int(x) for x in layers], n_heads, values
-
-
-def importance_values(folder: str | Path, heads: HeadsTable) -> dict[str, np.ndarray]:
-    """From an export folder's ``importance.parquet`` (``attnviz heads --importance``), where there: each text's
-    ``importance`` per head scaled as the heads table scales the mean (Michel et al.: per layer, by the ℓ2 norm of
-    the layer's mean importances, so each head's mean over the texts is its normalised importance) and, with
-    an ablation, each text's ``ablation`` (the loss change), as ``[texts, layers, heads]`` arrays on ``heads``'s
-    texts; empty without that table."""
-    import pyarrow.parquet as pq
-
-    path = Path(folder) / "importance.parquet"
-    if not (Path(folder).is_dir() and path.is_file()):
-        return {}
-    names = [n for n in ("importance", "ablation") if n in pq.read_schema(path).names]
-    indices, layers, n_heads, values = cells(pq.read_table(path, columns=KEYS + names), names, path)
-    if layers != heads.layers or n_heads != heads.n_heads or not np.array_equal(indices, heads.indices):
-        raise InputError(f"{path} does not cover the texts, layers and heads of {heads.path}: write both in one "
-                         "export, with importance, as Parquet")
-    if "importance" in values:
-        norm = np.linalg.norm(values["importance"].mean(axis=0), axis=1, keepdims=True)  # [layers, 1]
-        values["importance"] = values["importance"] / np.where(norm > 0, norm, 1.0)
-    return values
 
 
 def histograms(values: np.ndarray, bins: int = BINS) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..analysis.checkpoint_diff import CheckpointDiff, diff_of
 from ..errors import InputError, UsageError
-from .atlas_data import read_heads
+from .atlas_data import read_texts_table
+from .heads_reader import HeadsTable, read_heads
 
 
 def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000, permutations: int = 1000,
@@ -25,12 +26,15 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
     common, ia, ib = np.intersect1d(a.indices, b.indices, return_indices=True)
     if not len(common):
         raise InputError(f"{a.path} and {b.path} share no text_index: export the same file of texts with each model")
-    hashes_a, model_a = _hashes(Path(folder), common)
-    hashes_b, model_b = _hashes(Path(other), common)
-    if hashes_a is not None and hashes_b is not None and not np.array_equal(hashes_a, hashes_b):
+    hashes_a, hashes_b = _hashes(a, ia), _hashes(b, ib)
+    if hashes_a is None or hashes_b is None:
+        raise InputError(f"{(a if hashes_a is None else b).path} has no text_hash column, so the two exports cannot be "
+                         "checked to hold the same texts; give the tables attnviz wrote (they have it)")
+    if not np.array_equal(hashes_a, hashes_b):
         first = int(common[np.flatnonzero(hashes_a != hashes_b)[0]])
         raise UsageError(f"text {first} differs between the two exports (its text_hash): export the same file of "
                          "texts, in the same order, with each model")
+    model_a, model_b = read_texts_table(folder)[1], read_texts_table(other)[1]
     stats = [s for s in a.stats if s in b.stats]
     aligned = len(common) == len(a.indices) == len(b.indices)  # the usual case: no rows to pick
     per_text = {}
@@ -43,25 +47,12 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
                    layers=a.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
     left = (len(a.indices) - len(common), len(b.indices) - len(common))
     if any(left):
-        partial = (f"{len(common)} texts are in both exports; {left[0]} only in the first and {left[1]} only in the "
+        partial = (f"{len(common)} text{' is' if len(common) == 1 else 's are'} in both exports; {left[0]} only in the first and {left[1]} only in the "
                    "second were left out")
         diff.note = "; ".join(filter(None, [diff.note, partial]))
     return diff
 
 
-def _hashes(folder: Path, indices: np.ndarray) -> tuple[np.ndarray | None, str]:
-    """The texts' hashes at ``indices`` (None without ``texts.parquet``) and the export's model name."""
-    from .table import TEXTS_TABLE
-
-    if not (folder.is_dir() and (folder / TEXTS_TABLE).is_file()):
-        return None, ""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(folder / TEXTS_TABLE, columns=["text_index", "text_hash", "model"])
-    order = np.argsort(table["text_index"].to_numpy())
-    known = table["text_index"].to_numpy()[order]
-    where = np.searchsorted(known, indices)
-    if (where >= len(known)).any() or not np.array_equal(known[np.minimum(where, len(known) - 1)], indices):
-        return None, str(table["model"][0].as_py()) if table.num_rows else ""
-    hashes = np.asarray(table["text_hash"].to_numpy(zero_copy_only=False), dtype=object)[order][where]
-    return hashes, str(table["model"][0].as_py()) if table.num_rows else ""
+def _hashes(table: HeadsTable, rows: np.ndarray) -> np.ndarray | None:
+    """The hashes of the texts at ``rows`` of ``table`` (None where the table has no ``text_hash``)."""
+    return None if table.hashes is None else table.hashes[rows]
