@@ -18,6 +18,7 @@ TEXTS = ["The cat sat on the mat.", "A dog chased the cat around the garden.", "
          "The river runs through the old city.", "She read the letter twice before she answered.",
          "Birds sing at dawn in the quiet park.", "He plays the piano every evening.", "It rained all day long."]
 LAYER, HEAD = 2, 5
+VS = "A cat sat on a rug."
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,8 @@ def exports(planted, tmp_path_factory):
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     made = {}
     for name, model in (("base", None), ("planted", planted)):
-        args = ["heads", "--file", str(texts), "--format", "parquet", "--out", str(folder / name)]
+        args = ["heads", "--file", str(texts), "--format", "parquet", "--out", str(folder / name), "--importance",
+                "--vs", VS]
         result = CliRunner().invoke(app, args + (["--model", model] if model else []))
         assert result.exit_code == 0, result.output
         made[name] = folder / name
@@ -142,9 +144,19 @@ def test_two_exports_tables_give_the_changes_running_both_models_gives(planted, 
     read = exports_diff(exports["base"], exports["planted"], bootstrap=300, permutations=300)
     assert (read.heads[0].layer, read.heads[0].head) == (LAYER, HEAD) and read.heads[0].distance is None
     assert read.ranked_by != ran.ranked_by and read.n_texts == len(TEXTS) and not read.note
+    # and, as both exports hold importance.parquet, how much each head matters changed: B's normalised importance
+    # minus A's, as head_importance computes each
+    from attnviz.attribution.importance import head_importance
+
+    before = head_importance(api.load(engine="fused"), TEXTS, vs=VS).gradient
+    after = head_importance(api.load(planted, engine="fused"), TEXTS, vs=VS).gradient
+    for head in read.heads:
+        assert head.stats["importance"].mean == pytest.approx(float((after - before)[head.layer, head.head]), abs=1e-5)
     by_head = {(h.layer, h.head): h for h in ran.heads}
     for head in read.heads:
         for name, change in head.stats.items():
+            if name in ("importance", "ablation"):
+                continue  # from the tables alone (the run of both models compares attention)
             want = by_head[(head.layer, head.head)].stats[name]
             for got_value, want_value in zip((change.mean, change.low, change.high, change.p),
                                              (want.mean, want.low, want.high, want.p), strict=True):

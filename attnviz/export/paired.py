@@ -11,7 +11,7 @@ import numpy as np
 from ..analysis.checkpoint_diff import CheckpointDiff, diff_of
 from ..errors import InputError, UsageError
 from .atlas_data import read_texts_table
-from .heads_reader import HeadsTable, read_heads
+from .heads_reader import HeadsTable, importance_values, read_heads
 
 
 def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000, permutations: int = 1000,
@@ -43,6 +43,12 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
         change = np.subtract(after if aligned else after[ib], before if aligned else before[ia], dtype=np.float64)
         per_text[s] = torch.from_numpy(change)
         del before, after
+    # which heads matter, where both exports have it (attnviz heads --importance --format parquet)
+    mattered = importance_values(folder, a), importance_values(other, b)
+    for name in [n for n in mattered[0] if n in mattered[1]]:
+        before, after = mattered[0][name], mattered[1][name]
+        per_text[name] = torch.from_numpy(np.subtract(after if aligned else after[ib], before if aligned else before[ia],
+                                                      dtype=np.float64))
     diff = diff_of(per_text, common.tolist(), model_a or Path(folder).name, model_b or Path(other).name,
                    layers=a.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
     left = (len(a.indices) - len(common), len(b.indices) - len(common))

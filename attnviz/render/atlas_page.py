@@ -46,6 +46,7 @@ def atlas_html(document: dict[str, Any]) -> str:
         "</label> <label>heads <select id=\"atlasorder\"><option value=\"desc\">highest first</option>"
         "<option value=\"asc\">lowest first</option></select></label></div>\n"
         "<main><section><table id=\"atlasgrid\" aria-label=\"layers by heads\"></table>"
+        "<div id=\"atlaslegend\" class=\"legend\"></div>"
         "<ol id=\"atlasrank\" aria-label=\"heads by the statistic\"></ol></section>"
         "<section id=\"atlashead\" aria-live=\"polite\"><p class=\"note\">Click a head.</p></section></main>\n"
         f"<script type=\"application/json\" id=\"atlas-data\">{payload}</script>\n"

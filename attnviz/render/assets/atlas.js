@@ -11,6 +11,7 @@
   const order = document.getElementById("atlasorder");
   const grid = document.getElementById("atlasgrid");
   const rank = document.getElementById("atlasrank");
+  const legend = document.getElementById("atlaslegend");
   const panel = document.getElementById("atlashead");
   const layers = [...new Set(data.heads.map((h) => h.layer))].sort((a, b) => a - b);
   const nHeads = Math.max(...data.heads.map((h) => h.head)) + 1;
@@ -66,8 +67,16 @@
     const m = select.value;
     const values = data.heads.map((h) => value(h, m));
     const lo = Math.min(...values), hi = Math.max(...values), most = Math.max(...values.map(Math.abs)) || 1;
-    const paint = diff && m !== "js_divergence" ? (v) => diverging(v / most)
-      : (v) => colour(hi > lo ? (v - lo) / (hi - lo) : 0.5);
+    const changes = diff && m !== "js_divergence";
+    const paint = changes ? (v) => diverging(v / most) : (v) => colour(hi > lo ? (v - lo) / (hi - lo) : 0.5);
+    // the colour scale's ends, as numbers: a change runs from −most (blue) through 0 (white) to +most (red)
+    const ends = changes ? [-most, most] : [lo, hi];
+    const steps = [0, 0.25, 0.5, 0.75, 1].map((t) => paint(ends[0] + t * (ends[1] - ends[0])));
+    legend.replaceChildren(el("span", { class: "end" }, ends[0].toFixed(3)),
+      el("span", { class: "bar", style: "background: linear-gradient(to right, " + steps.join(", ") + ")",
+        role: "img", "aria-label": "colour scale from " + ends[0].toFixed(3) + " to " + ends[1].toFixed(3) }),
+      el("span", { class: "end" }, ends[1].toFixed(3)),
+      el("span", { class: "note" }, changes ? " (the change; white is none)" : " (" + nameOf(m) + ", corpus mean)"));
     grid.replaceChildren();
     const top = el("tr");
     top.appendChild(el("th"));
