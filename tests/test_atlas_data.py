@@ -164,3 +164,27 @@ def test_the_command_takes_what_a_user_would_give_it(export, run_cli, tmp_path):
                        ((str(export), "--importance"), "export folder brings its own")):
         bad = run_cli("atlas", *args)
         assert bad.exit_code != 0 and said in bad.stderr and bad.stderr.count("\n") == 1, (args, bad.stderr)
+
+
+def test_cited_texts_attention_fits_its_budget_by_pooling_more():
+    """A model of many heads cites many texts: the drawings are pooled coarser to stay within the budget, and a
+    pooled cell is the largest weight of its block (so the strongest weight still shows)."""
+    import base64
+
+    import torch
+
+    from attnviz import api
+    from attnviz.export.atlas_attach import attach_attention
+
+    texts = {"0": "The cat sat on the mat and the dog watched it from the old wooden door.", "1": "A dog ran."}
+    heads = [{"layer": layer, "head": head, "top_texts": {"x": [0, 1]}} for layer in range(6) for head in range(12)]
+    doc = {"heads": heads, "texts": texts}
+    attach_attention(doc, [api.load()], list(range(6)), 12, budget=72 * 2 * 100)
+    drawn = doc["attention"]["0"]
+    cells = sum(len(base64.b64decode(b)) for entry in doc["attention"].values() for bs in entry["heads"].values()
+                for b in bs)
+    assert drawn["side"] <= 10 and drawn["pool"] == 2 and cells <= 72 * 2 * 100
+    weights = api.extract(texts["0"]).attentions[3, 7]
+    pooled = torch.nn.functional.max_pool2d(weights[None], 2, ceil_mode=True)[0]
+    got = torch.tensor(list(base64.b64decode(drawn["heads"]["3,7"][0]))).reshape(pooled.shape).float()
+    torch.testing.assert_close(got, (pooled / pooled.max() * 255).round(), atol=1, rtol=0)

@@ -10,13 +10,16 @@ from collections.abc import Sequence
 
 SIDE = 40  # a cited text's attention is drawn at most this many cells a side (max-pooled beyond)
 BATCH = 16
+ATTENTION_BUDGET = 6_000_000  # bytes of cited texts' attention a page may carry (base64 adds a third)
 
 
-def attach_attention(doc: dict[str, object], sources: Sequence[object], layers: list[int], n_heads: int) -> None:
+def attach_attention(doc: dict[str, object], sources: Sequence[object], layers: list[int], n_heads: int, *,
+                     budget: int = ATTENTION_BUDGET) -> None:
     """Add to an atlas ``doc`` each cited text's attention in the heads that cite it, run by each of ``sources``
     (one model, or a checkpoint diff's two): ``doc["attention"][text index] = {"tokens", "pool", "side",
     "heads": {"L,H": [base64 bytes per source]}}``, each head's matrix max-pooled to at most :data:`SIDE` a
-    side and scaled to the largest weight of that head in any of the sources (0–255: one scale to compare)."""
+    side (fewer where every drawing at that size would pass ``budget`` bytes: a model of many heads cites many
+    texts) and scaled to the largest weight of that head in any of the sources (0–255: one scale to compare)."""
     from ..errors import UsageError
 
     cites: dict[int, set[tuple[int, int]]] = {}
@@ -25,6 +28,8 @@ def attach_attention(doc: dict[str, object], sources: Sequence[object], layers: 
             for index in texts:
                 cites.setdefault(int(index), set()).add((head["layer"], head["head"]))
     position = {layer: i for i, layer in enumerate(layers)}
+    drawings = len(sources) * sum(len(heads) for heads in cites.values())
+    side = max(8, min(SIDE, math.isqrt(budget // max(1, drawings))))  # one byte a cell
     attention: dict[str, object] = {}
     # in order of length, so each padded batch holds texts of about one length
     cited = sorted(((index, heads) for index, heads in cites.items() if str(index) in doc["texts"]),  # type: ignore[operator]
@@ -38,16 +43,17 @@ def attach_attention(doc: dict[str, object], sources: Sequence[object], layers: 
                 if tuple(result.attentions.shape[:2]) != (len(layers), n_heads):
                     raise UsageError(f"the export has {len(layers)} layers × {n_heads} heads but {result.model_name} "
                                      f"has {tuple(result.attentions.shape[:2])}: give the model the export was made with")
-            attention[str(index)] = _drawn(results, heads, position)
+            attention[str(index)] = _drawn(results, heads, position, side)
     doc["attention"] = attention
 
 
-def _drawn(results: list[object], heads: set[tuple[int, int]], position: dict[int, int]) -> dict[str, object]:
-    """One text's heads in each model's result, max-pooled to at most :data:`SIDE` a side, on one scale."""
+def _drawn(results: list[object], heads: set[tuple[int, int]], position: dict[int, int],
+           side: int = SIDE) -> dict[str, object]:
+    """One text's heads in each model's result, max-pooled to at most ``side`` a side, on one scale."""
     import torch
 
     n = results[0].attentions.shape[-1]  # type: ignore[attr-defined]
-    pool = max(1, math.ceil(n / SIDE))
+    pool = max(1, math.ceil(n / side))
     drawn = {}
     for layer, head in sorted(heads):
         matrices = [result.attentions[position[layer], head].float() for result in results]  # type: ignore[attr-defined]
