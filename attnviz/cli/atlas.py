@@ -38,8 +38,8 @@ class AtlasFormat(str, Enum):
 
 @cli_command
 def atlas(
-    texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or a CSV or Parquet "
-                                 "file with --column); or the folder of an export with the parquet format (its "
+    texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or a CSV, JSONL or "
+                                 "Parquet file, with --column); or the folder of an export with the parquet format (its "
                                  "heads.parquet: no model runs for the numbers).", show_default=False),
     vs_model: str | None = typer.Option(None, "--vs-model", help="The other checkpoint (a fine-tuned model, say): "
                                         "each head's change from --model to it. With TEXTS an export folder, the "
@@ -80,7 +80,9 @@ def atlas(
     """What heads do across a corpus: each statistic's mean per head, how often each head earns each label, the
     statistics' distributions and the texts where a head shows each most. With --vs-model, which heads changed
     from --model to it instead: per head, the distance between the two models' attention (Jensen-Shannon,
-    per query row) and each statistic's change, with bootstrap 95% intervals and permutation p-values.
+    per query row) and each statistic's change, with bootstrap 95% intervals and permutation p-values. With
+    --out, one offline page: the layers × heads grid, and per head its distribution, the texts where it is
+    highest with its attention on them, and its queries and keys embedded together (AttentionViz).
 
     Examples: attnviz atlas texts.txt --out atlas.html · attnviz atlas texts.txt --vs-model ./finetuned --top 10 ·
     attnviz atlas export-base/ --vs-model export-finetuned/ --format json
