@@ -155,14 +155,20 @@ def _mean_outputs(model: Any, encoded: list[tuple[dict[str, Tensor], Tensor]], l
     return sums / max(count, 1.0)  # type: ignore[operator]
 
 
+def check_importance(source: Any, vs: str | None) -> str:
+    """What loss importance would take on ``source`` (the model loaded and switched, as a run does), or a
+    :class:`UsageError` saying why there is none: to ask before any long run."""
+    return _objective(source, vs, False)[1]
+
+
 def _objective(source: Any, vs: str | None, truncate: bool) -> tuple[Any, str, Callable[..., Tensor]]:
     """The model whose loss is differentiated, what the loss is, and a function giving each text's loss."""
     from ..sources.hf_attention import is_fused, probe_inputs, switch_to_fused
 
     if getattr(source, "engine", None) not in ("fused", "hf") or getattr(source, "encoder_decoder", False):
-        raise UsageError(f"head importance puts gates in attnviz's attention function in transformers' registry; "
-                         f"{source.name} is not a model transformers runs that way (give a checkpoint with "
-                         "[[engine=fused]]; encoder-decoders are not covered)")
+        raise UsageError(f"head importance needs a transformers checkpoint (it puts gates in attnviz's attention "
+                         f"function in transformers' registry); {source.name} is "
+                         f"{'an encoder-decoder, not covered' if getattr(source, 'encoder_decoder', False) else 'not one'}")
     if source.causal:
         task, objective = "causal-lm", "next-token cross-entropy (the model's language-model loss)"
     elif vs is None:

@@ -4,15 +4,16 @@ checkpoints; printed as a table or JSON, or written as one offline page (``--out
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 
 import typer
 
-from ..errors import UsageError
+from ..errors import AttnvizWarning, UsageError
 from .common import cli_command
-from .heads import Ablate
+from .heads import Ablate, importance_parquet, importance_source
 from .options import (
     Device,
     DeviceOpt,
@@ -67,7 +68,8 @@ def atlas(
                                   "similarity is the loss.", show_default=False),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=100, help="Bootstrap resamples of the texts (95% interval)."),
     permutations: int = typer.Option(1000, "--permutations", min=100, help="Sign-flip permutations (p-values)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the resampling and of the embedding's texts."),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**62, help="Seed of the resampling and of the embedding's "
+                             "texts."),
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -137,18 +139,20 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
         settings = parquet_settings(replace(options, verbose=False), truncate=truncate, layer=None, column=column,
                                     reading=reading(False, False, False), batch_size=8,
                                     field=column if texts.suffix.lower() == ".jsonl" else None)
+        found = importance_source(options, importance[1]) if importance is not None else None  # fails early
         with tempfile.TemporaryDirectory() as folder:
             write_parquet(texts, Path(folder), settings, verbose=False, quiet=True)
             if importance is not None:
-                from .heads import importance_parquet
-
-                importance_parquet(texts, Path(folder), options, column=column, ablate=importance[0],
+                importance_parquet(texts, Path(folder), found, column=column, ablate=importance[0],
                                    vs=importance[1], truncate=truncate, quiet=True)
             data = atlas_data(folder)
     if out is not None:
         from ..export.atlas_attach import attach_attention, attach_embedding
         from ..render.atlas_page import render_atlas
 
+        if not data.texts:
+            warnings.warn(f"{texts} has no texts.parquet: the page shows no texts, attention or embedding (give the "
+                          "whole export folder)", AttnvizWarning, stacklevel=1)
         page = document(data, top)
         source = options.load()
         if data.model and source.name != data.model:
@@ -159,10 +163,6 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
             try:
                 attach_embedding(page, source, data.texts, max_tokens=embed_tokens, seed=seed)
             except UsageError as exc:  # the rest of the page stands without it
-                import warnings
-
-                from ..errors import AttnvizWarning
-
                 warnings.warn(f"the page has no query-key embedding: {exc}", AttnvizWarning, stacklevel=1)
         typer.echo(f"wrote {render_atlas(page, out)}")
         return
@@ -211,7 +211,7 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
             diff.heads = diff.heads[:top]  # the page shows the heads that changed most
         page = diff_document(diff, corpus)
         if sources:  # each cited text's attention in both models, on one scale
-            attach_attention(page, sources, diff.layers, len({h.head for h in diff.heads}))
+            attach_attention(page, sources, diff.layers, next(iter(diff.per_text.values())).shape[2])
         typer.echo(f"wrote {render_atlas(page, out)}")
         return
     if fmt is AtlasFormat.json:

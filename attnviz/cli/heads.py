@@ -131,9 +131,10 @@ def heads(
                          dtype=dtype)
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
                                     reading=reading(hide_special, renormalize, words), batch_size=BATCH)
+        found = importance_source(options, vs) if importance else None  # a model without a loss fails now
         write_parquet(file, out, settings, verbose=verbose)
-        if importance:
-            importance_parquet(file, out, options, column=column, ablate=ablate, vs=vs, truncate=truncate)
+        if found is not None:
+            importance_parquet(file, out, found, column=column, ablate=ablate, vs=vs, truncate=truncate)
         return
     texts = None
     if file is not None:
@@ -205,17 +206,29 @@ def heads(
             "sink@K marks the keys where α_K > 0.3", style="dim")
 
 
-def importance_parquet(file: Path, out: Path, options: Any, *, column: str | None, ablate: Ablate | None,
-                       vs: str | None, truncate: bool, quiet: bool = False) -> None:
-    """``importance.parquet`` beside heads.parquet: each text's importance (and ablation) per head."""
+def importance_source(options: Any, vs: str | None) -> Any:
+    """The model importance runs on (the fused engine where the engine is auto), checked to have a loss."""
     from dataclasses import replace
 
+    from ..attribution.importance import check_importance
+
+    if options.model is not None and Path(options.model).suffix.lower() in (".toml", ".npz"):
+        kind = "a config model" if options.model.lower().endswith(".toml") else "a saved result"
+        raise UsageError(f"head importance needs a transformers checkpoint with its loss; {options.model} is {kind}")
+    source = (replace(options, engine="fused") if options.engine == "auto" else options).load()
+    check_importance(source, vs)
+    return source
+
+
+def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None, ablate: Ablate | None,
+                       vs: str | None, truncate: bool, quiet: bool = False) -> None:
+    """``importance.parquet`` beside heads.parquet: each text's importance (and ablation) per head, by ``source``
+    (:func:`importance_source`)."""
     from ..attribution.importance import head_importance
     from ..inputs import read_texts
 
     tabular = column is not None or file.suffix.lower() in (".csv", ".parquet")
     texts = read_texts(str(file), column=column or "text", kind="auto" if tabular else "lines")
-    source = (replace(options, engine="fused") if options.engine == "auto" else options).load()
     found = head_importance(source, texts, ablate=None if ablate is None else ablate.value, vs=vs,  # type: ignore[arg-type]
                             truncate=truncate)
     path = found.write_parquet(out / "importance.parquet")

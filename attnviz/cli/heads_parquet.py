@@ -51,7 +51,8 @@ def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None
 
 def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool, quiet: bool = False) -> None:
     """Run the export of ``file`` with ``settings`` (:func:`parquet_settings`) into ``out`` and say what it wrote
-    (``quiet``: a command that writes the tables for its own use says nothing of them)."""
+    (``quiet``: a command that writes the tables for its own use says nothing of them, and texts that failed are
+    a warning, the others going on, unless every text failed)."""
     from ..export import run_export
     from ..export.table import HEADS_TABLE, TEXTS_TABLE
 
@@ -63,8 +64,13 @@ def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: b
         from .common import FLAGS
 
         first = "; ".join(f"text {i}: {in_cli_terms(message, FLAGS)}" for i, message in summary.failed[:3])
+        if quiet and len(summary.failed) < summary.items:  # the tables are this command's own: go on without them
+            sys.stderr.write(f"attnviz: warning: {len(summary.failed)} of {summary.items} texts failed and are left "
+                             f"out: {first}\n")
+            return
+        where = "" if quiet else f"; see {summary.manifest}"
         sys.stderr.write(f"attnviz: error: {len(summary.failed)} of {summary.items} texts failed (left out of the "
-                         f"tables; see {summary.manifest}): {first}\n")
+                         f"tables{where}): {first}\n")
         raise typer.Exit(1)
     if not quiet:
         typer.echo(f"{summary.items} texts ({summary.exported} now, {summary.skipped} already done): "
