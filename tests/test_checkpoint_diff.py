@@ -260,3 +260,23 @@ def test_the_python_api_corpus_example_runs_as_written(run_cli, tmp_path, monkey
         assert head.stats["entropy"].mean == pytest.approx(by_head[(head.layer, head.head)].stats["entropy"].mean,
                                                            abs=1e-5)
     assert names["data"].n_texts == 4
+
+
+def test_two_exports_read_differently_are_refused_and_other_losses_left_out(exports, run_cli, tmp_path):
+    """Hidden special tokens in one export would show as a change of model: refused. Importance taken with
+    another --vs text is another loss: left out, and the note says so."""
+    from attnviz.export.paired import exports_diff
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    hidden = tmp_path / "hidden"
+    made = run_cli("heads", "--file", str(texts), "--format", "parquet", "--out", str(hidden), "--hide-special")
+    assert made.exit_code == 0, made.stderr
+    refused = run_cli("atlas", str(exports["base"]), "--vs-model", str(hidden))
+    assert refused.exit_code != 0 and "hide_special: False and True" in refused.stderr
+    other = tmp_path / "other-loss"
+    made = run_cli("heads", "--file", str(texts), "--format", "parquet", "--out", str(other), "--importance",
+                   "--vs", "Stocks fell sharply in early trading.")
+    assert made.exit_code == 0, made.stderr
+    diff = exports_diff(exports["base"], other, bootstrap=100, permutations=100)
+    assert "importance" not in diff.heads[0].stats and "different losses" in diff.note

@@ -44,6 +44,7 @@ class HeadImportance:
     ablate: str | None = None
     per_text: Tensor | None = None  # [texts, layers, heads]: each text's |dL/dξ_h| (``raw`` is their mean)
     ablation_per_text: Tensor | None = None  # [texts, layers, heads]: each text's loss change
+    vs: str | None = None  # the text a sentence encoder's similarity loss compares with
 
     def write_parquet(self, path: Any, layers: list[int] | None = None) -> Any:
         """One row per text × layer × head: ``text_index``, ``layer``, ``head``, ``importance`` (that text's
@@ -64,7 +65,7 @@ class HeadImportance:
         if self.ablation_per_text is not None:
             columns["ablation"] = self.ablation_per_text.flatten().numpy()
         table = pa.table(columns).replace_schema_metadata({"objective": self.objective, "ablate": self.ablate or "",
-                                                           "model": self.model_name})
+                                                           "model": self.model_name, "vs": self.vs or ""})
         pq.write_table(table, path)
         return path
 
@@ -108,7 +109,7 @@ def head_importance(source: Any, texts: Sequence[str], *, ablate: Literal["zero"
     norms = raw.norm(dim=1, keepdim=True)
     gradient = torch.where(norms > 0, raw / torch.where(norms > 0, norms, 1.0), 0.0)
     result = HeadImportance(source.name, objective, raw.float(), gradient.float(), total / n, n,
-                            per_text=each.float())
+                            per_text=each.float(), vs=vs)
     if ablate is not None:
         means = _mean_outputs(model, encoded, loss_of, layers, heads) if ablate == "mean" else None
         changes = _ablation(model, encoded, loss_of, layers, heads, means, base)

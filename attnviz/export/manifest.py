@@ -100,15 +100,18 @@ class Journal:
     shards of one run from strangers.
     """
 
-    def __init__(self, out_dir: Path, shard: tuple[int, int], *, fingerprint: str = "", total: int = 0) -> None:
+    def __init__(self, out_dir: Path, shard: tuple[int, int], *, fingerprint: str = "", total: int = 0,
+                 reading: dict[str, Any] | None = None) -> None:
         self.out_dir = out_dir
         self.fingerprint, self.total = fingerprint, total
+        self.reading = reading  # how the statistics were read, whatever the model (a diff of two exports checks it)
         self.final = out_dir / manifest_name(shard)
         self.journal = out_dir / (self.final.name + ".journal")
         self.entries = {**read_entries(self.final), **read_entries(self.journal)}
 
     def entry(self, item: Item, **fields: Any) -> dict[str, Any]:
-        return {"index": item.index, "hash": item.hash, "settings": self.fingerprint, "of": self.total, **fields}
+        return {"index": item.index, "hash": item.hash, "settings": self.fingerprint, "of": self.total,
+                **({"reading": self.reading} if self.reading is not None else {}), **fields}
 
     def finished(self, item: Item) -> bool:
         entry = self.entries.get(item.index)

@@ -34,6 +34,7 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
         first = int(common[np.flatnonzero(hashes_a != hashes_b)[0]])
         raise UsageError(f"text {first} differs between the two exports (its text_hash): export the same file of "
                          "texts, in the same order, with each model")
+    _same_reading(Path(folder), Path(other))
     model_a, model_b = read_texts_table(folder)[1], read_texts_table(other)[1]
     stats = [s for s in a.stats if s in b.stats]
     aligned = len(common) == len(a.indices) == len(b.indices)  # the usual case: no rows to pick
@@ -43,14 +44,23 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
         change = np.subtract(after if aligned else after[ib], before if aligned else before[ia], dtype=np.float64)
         per_text[s] = torch.from_numpy(change)
         del before, after
-    # which heads matter, where both exports have it (attnviz heads --importance --format parquet)
+    # which heads matter, where both exports have it with one loss (attnviz heads --importance --format parquet)
     mattered = importance_values(folder, a), importance_values(other, b)
+    losses = _loss(Path(folder)), _loss(Path(other))
+    if losses[0] != losses[1] and mattered[0] and mattered[1]:
+        mattered = ({}, {})
+        skipped = "importance is left out: the two exports took it with different losses (" + " and ".join(
+            f"{objective}{f' with {vs!r}' if vs else ''}" for objective, vs in losses) + ")"
+    else:
+        skipped = ""
     for name in [n for n in mattered[0] if n in mattered[1]]:
         before, after = mattered[0][name], mattered[1][name]
         per_text[name] = torch.from_numpy(np.subtract(after if aligned else after[ib], before if aligned else before[ia],
                                                       dtype=np.float64))
     diff = diff_of(per_text, common.tolist(), model_a or Path(folder).name, model_b or Path(other).name,
                    layers=a.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
+    if skipped:
+        diff.note = "; ".join(filter(None, [diff.note, skipped]))
     left = (len(a.indices) - len(common), len(b.indices) - len(common))
     if any(left):
         partial = (f"{len(common)} text{' is' if len(common) == 1 else 's are'} in both exports; {left[0]} only in the first and {left[1]} only in the "
@@ -62,3 +72,38 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
 def _hashes(table: HeadsTable, rows: np.ndarray) -> np.ndarray | None:
     """The hashes of the texts at ``rows`` of ``table`` (None where the table has no ``text_hash``)."""
     return None if table.hashes is None else table.hashes[rows]
+
+
+def _same_reading(folder: Path, other: Path) -> None:
+    """Refuse two exports whose statistics were read differently (special tokens hidden, say): their
+    differences would be the reading's, not the models'. Exports from before it was recorded pass."""
+    readings = [_reading(folder), _reading(other)]
+    if None in readings or readings[0] == readings[1]:
+        return
+    names = sorted(k for k in {**readings[0], **readings[1]} if readings[0].get(k) != readings[1].get(k))  # type: ignore[union-attr]
+    said = ", ".join(f"{k}: {readings[0].get(k)} and {readings[1].get(k)}" for k in names)  # type: ignore[union-attr]
+    raise UsageError(f"the two exports read their statistics differently ({said}); a diff of them would show the "
+                     "reading, not the models: export both with the same options")
+
+
+def _reading(folder: Path) -> dict[str, object] | None:
+    """How the export in ``folder`` read its statistics, from its manifest (None where none says)."""
+    from .manifest import read_entries
+
+    for manifest in sorted(folder.glob("manifest*.jsonl")):
+        for entry in read_entries(manifest).values():
+            if "reading" in entry:
+                return dict(entry["reading"])
+    return None
+
+
+def _loss(folder: Path) -> tuple[str, str]:
+    """The loss an export's ``importance.parquet`` took: its objective and the text it compared with."""
+    import pyarrow.parquet as pq
+
+    path = folder / "importance.parquet"
+    if not path.is_file():
+        return "", ""
+    meta = pq.read_schema(path).metadata or {}
+    return meta.get(b"objective", b"").decode(), meta.get(b"vs", b"").decode()
+

@@ -18,7 +18,7 @@ from .blocks import ExportSummary, fail_item, record_parts, run_block, submit_it
 from .items import Item, blocks, input_fingerprint, read_items
 from .lock import folder_lock
 from .manifest import Journal, file_sizes
-from .settings import ExportSettings
+from .settings import ExportSettings, reading_of
 from .workers import workers
 
 
@@ -47,7 +47,8 @@ def run_export(
 def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item], out_dir: Path,
             settings: ExportSettings, on_start: Any, on_item: Any, on_source: Any) -> ExportSummary:
     remove_stale_temporaries(out_dir)
-    journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items))
+    journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items),
+                      reading=reading_of(settings))
     todo = [block for block in my_blocks if not all(journal.finished(item) for item in block)]
     done = sum(journal.finished(item) for item in items)
     summary = ExportSummary(items=len(items), skipped=done)

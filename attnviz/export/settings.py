@@ -86,6 +86,14 @@ class ExportSettings:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def reading_of(settings: ExportSettings) -> dict[str, Any]:
+    """The settings that change what a statistic means, whatever the model: two exports compared head by head
+    must share them."""
+    return {"hide_special": bool(settings.hide_special), "renormalize": bool(settings.renormalize),
+            "words": bool(settings.words), "truncate": bool(settings.truncate),
+            "layers": None if settings.layers is None else list(settings.layers)}
+
+
 def parse_int_list(value: str | list[Any] | None, what: str) -> tuple[int, ...] | None:
     """``"all"`` → None; ``"0,2,4-6"`` or ``[0, 2]`` → (0, 2, 4, 5, 6)."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
