@@ -176,14 +176,17 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
 
 
 def checkpoint_diff(source: Source, other: Source, texts: Sequence[str], *, truncate: bool = False,
-                    bootstrap: int = 1000, permutations: int = 1000, seed: int = 0) -> Any:
+                    bootstrap: int = 1000, permutations: int = 1000, seed: int = 0,
+                    extra: dict[str, Any] | None = None) -> Any:
     """What ``attnviz atlas TEXTS --vs-model OTHER`` reports: for every head, how each statistic and the
     attention distribution change from ``source`` to ``other`` over ``texts``, with bootstrap intervals and
     permutation p-values, heads ranked by change (:class:`~attnviz.analysis.checkpoint_diff.CheckpointDiff`).
-    Both models must tokenize every text alike (two checkpoints of one model)."""
+    Both models must tokenize every text alike (two checkpoints of one model). ``extra``: more per-text changes
+    ``[texts, layers, heads]`` to summarise alike (``atlas --importance``: each head's importance, B minus A)."""
     from .analysis.checkpoint_diff import run_diff
 
-    return run_diff(source, other, texts, truncate=truncate, bootstrap=bootstrap, permutations=permutations, seed=seed)
+    return run_diff(source, other, texts, truncate=truncate, bootstrap=bootstrap, permutations=permutations, seed=seed,
+                    extra=extra)
 
 
 def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | None = None, revision: str | None = None,

@@ -280,3 +280,18 @@ def test_two_exports_read_differently_are_refused_and_other_losses_left_out(expo
     assert made.exit_code == 0, made.stderr
     diff = exports_diff(exports["base"], other, bootstrap=100, permutations=100)
     assert "importance" not in diff.heads[0].stats and "different losses" in diff.note
+
+
+def test_a_diff_run_on_texts_compares_importance_too(planted, run_cli, tmp_path):
+    from attnviz.attribution.importance import head_importance
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    result = run_cli("atlas", str(texts), "--vs-model", planted, "--importance", "--vs", VS, "--format", "json",
+                     "--bootstrap", "100", "--permutations", "100")
+    assert result.exit_code == 0, result.stderr
+    before = head_importance(api.load(engine="fused"), TEXTS, vs=VS).gradient
+    after = head_importance(api.load(planted, engine="fused"), TEXTS, vs=VS).gradient
+    for head in json.loads(result.stdout)["heads"]:
+        assert head["statistics"]["importance"]["mean"] == pytest.approx(
+            float((after - before)[head["layer"], head["head"]]), abs=1e-5)

@@ -129,9 +129,11 @@ class DiffBuilder:
 
 
 def run_diff(source: Any, other: Any, texts: Sequence[str], *, truncate: bool = False, bootstrap: int = 1000,
-             permutations: int = 1000, seed: int = 0, batch: int = 8) -> CheckpointDiff:
+             permutations: int = 1000, seed: int = 0, batch: int = 8,
+             extra: dict[str, Tensor] | None = None) -> CheckpointDiff:
     """Both models (two :class:`~attnviz.sources.base.Source` objects) on every text, in padded batches: each
-    text's distance and statistics' changes, then the diff (see the module)."""
+    text's distance and statistics' changes, then the diff (see the module); ``extra``: more per-text changes
+    ``[texts, layers, heads]`` measured elsewhere (head importance), summarised alike."""
     from ..errors import InputError, UsageError
     from .heads import head_table
     from .metrics import paired_head_distance
@@ -157,6 +159,7 @@ def run_diff(source: Any, other: Any, texts: Sequence[str], *, truncate: bool = 
             builder.add(index, paired_head_distance(a.attentions, b.attentions) / rows, head_table([a]).stats,
                         head_table([b]).stats)
             builder.layers = a.metadata.get("layers")
+    builder.measures.update({name: list(values.double().unbind(0)) for name, values in (extra or {}).items()})
     return builder.finish(source.name, other.name, bootstrap=bootstrap, permutations=permutations, seed=seed)
 
 

@@ -69,6 +69,13 @@ class HeadImportance:
         pq.write_table(table, path)
         return path
 
+    def scaled_per_text(self) -> Tensor:
+        """Each text's importance ``[texts, layers, heads]`` scaled as ``gradient`` is (by the ℓ2 norm of the layer's
+        mean importances), so its mean over the texts is ``gradient``."""
+        assert self.per_text is not None
+        norms = self.raw.norm(dim=1, keepdim=True)
+        return self.per_text / torch.where(norms > 0, norms, 1.0)
+
     def columns(self) -> dict[str, Tensor]:
         """The heads table's columns: ``importance`` and, with an ablation, ``ablation``."""
         return {"importance": self.gradient, **({"ablation": self.ablation} if self.ablation is not None else {})}

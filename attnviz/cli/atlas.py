@@ -104,17 +104,17 @@ def atlas(
                             trust_remote_code=trust_remote_code, verbose=verbose, dtype=dtype)
     if (ablate is not None or vs is not None) and not importance:
         raise UsageError(f"{'--ablate' if ablate is not None else '--vs'} goes with --importance")
-    if importance and (vs_model is not None or texts.is_dir()):
+    if importance and _folder_of(texts).is_dir():
         raise UsageError("--importance runs the model on a file of texts; an export folder brings its own "
-                         "importance.parquet (attnviz heads --importance --format parquet), and --vs-model compares "
-                         "attention")
+                         "importance.parquet (attnviz heads --importance --format parquet)")
     if vs_model is None:
         _corpus(texts, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
                 embed_tokens=embed_tokens, seed=seed,
                 importance=(ablate, vs) if importance else None)
     else:
         _diff(texts, vs_model, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
-              bootstrap=bootstrap, permutations=permutations, seed=seed)
+              bootstrap=bootstrap, permutations=permutations, seed=seed,
+              importance=(ablate, vs) if importance else None)
 
 
 def _folder_of(path: Path) -> Path:
@@ -176,7 +176,7 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
 
 def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | None, fmt: AtlasFormat,
           top: int | None, width: int | None, truncate: bool, out: Path | None, bootstrap: int, permutations: int,
-          seed: int) -> None:
+          seed: int, importance: tuple[Ablate | None, str | None] | None = None) -> None:
     """The checkpoint diff: both models run on a file of texts, or two exports' tables read as they are."""
     from ..export.atlas_data import diff_document, read_texts_table
 
@@ -200,8 +200,9 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
         sources = [options.load(), replace(options, model=vs_model).load()]
         if any(source.capabilities.fixed_input for source in sources):
             raise UsageError("atlas runs both models on TEXTS; a saved result or a matrices config has a fixed input")
+        extra = _importance_changes(options, vs_model, lines, importance, truncate) if importance else None
         diff = checkpoint_diff(sources[0], sources[1], lines, truncate=truncate, bootstrap=bootstrap,
-                               permutations=permutations, seed=seed)
+                               permutations=permutations, seed=seed, extra=extra)
         corpus = dict(enumerate(lines))
     if out is not None:
         from ..export.atlas_attach import attach_attention
@@ -220,3 +221,19 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
     from .atlas_tables import print_diff
 
     print_diff(diff, top, width)
+
+
+def _importance_changes(options: ModelOptions, vs_model: str, texts: list[str],
+                        importance: tuple[Ablate | None, str | None], truncate: bool) -> dict[str, object]:
+    """Each text's head importance (and ablation) in the other model minus in --model, scaled per layer as the
+    heads table scales each (so the change of a head's mean is the change of its normalised importance)."""
+    from ..attribution.importance import head_importance
+
+    ablate, vs = importance
+    found = [head_importance(importance_source(o, vs), texts, ablate=None if ablate is None else ablate.value,  # type: ignore[arg-type]
+                             vs=vs, truncate=truncate) for o in (options, replace(options, model=vs_model))]
+    changes: dict[str, object] = {"importance": found[1].scaled_per_text() - found[0].scaled_per_text()}
+    if ablate is not None:
+        changes["ablation"] = found[1].ablation_per_text - found[0].ablation_per_text  # type: ignore[operator]
+    return changes
+
