@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -37,9 +37,11 @@ class Change:
     low: float
     high: float
     p: float | None
+    q: float | None = None  # the p-value adjusted for every head and statistic tested (Benjamini–Hochberg)
 
     def document(self) -> dict[str, object]:
-        return {"mean": _number(self.mean), "ci95": [_number(self.low), _number(self.high)], "p": _number(self.p)}
+        return {"mean": _number(self.mean), "ci95": [_number(self.low), _number(self.high)], "p": _number(self.p),
+                **({"q": _number(self.q)} if self.q is not None else {})}
 
 
 def _number(value: float | None) -> float | None:
@@ -98,7 +100,8 @@ class CheckpointDiff:
                 **({"note": self.note} if self.note else {}),
                 **({"distance": "mean Jensen-Shannon divergence per query row between the two models (nats, <= ln 2)"}
                    if DISTANCE in self.per_text else {}),
-                "statistics": "other minus model; ci95: bootstrap over texts; p: paired sign-flip permutation test",
+                "statistics": "other minus model; ci95: bootstrap over texts; p: paired sign-flip permutation test; q: p "
+                              "adjusted for every head and statistic (Benjamini-Hochberg)",
                 "score": f"what the heads are ranked by: the {self.ranked_by}",
                 "d_z": "a statistic's mean change over its standard deviation across the texts (Cohen's d_z)",
                 "bootstrap": self.bootstrap, "permutations": "exact" if self.exact else self.permutations,
@@ -172,6 +175,7 @@ def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, othe
     if not per_text:
         raise InputError("the two sides share no statistic to compare")
     summaries, exact = summarise_all(per_text, bootstrap, permutations, seed)
+    q_values = adjusted({name: summary[3] for name, summary in summaries.items() if name != DISTANCE})
     n_layers, n_heads = next(iter(per_text.values())).shape[1:]
     numbers = list(layers) if layers else list(range(n_layers))
     effects = _effects(per_text, {name: summary[0] for name, summary in summaries.items()})
@@ -179,7 +183,8 @@ def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, othe
     for layer in range(n_layers):
         for head in range(n_heads):
             distance = _change(summaries[DISTANCE], layer, head) if DISTANCE in summaries else None
-            stats = {name: _change(summary, layer, head) for name, summary in summaries.items() if name != DISTANCE}
+            stats = {name: replace(_change(summary, layer, head), q=float(q_values[name][layer, head]))
+                     for name, summary in summaries.items() if name != DISTANCE}
             found = {name: float(effect[layer, head]) for name, effect in effects.items()
                      if not math.isnan(float(effect[layer, head]))}
             strongest = max(found, key=lambda name: abs(found[name]), default=None)
@@ -188,9 +193,33 @@ def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, othe
             heads.append(HeadChange(numbers[layer], head, distance, stats, score, strongest, effect))
     heads.sort(key=lambda h: (-h.score, h.layer, h.head))
     n = len(text_index)
-    note = "one text: its intervals are a point and its p-values 1; give more texts to test a change" if n < 2 else ""
+    note = ("one text: its intervals are a point and its p-values 1; give more texts to test a change" if n < 2 else
+            f"{n} texts: no p-value can be below {2 / 2**n:.3g}, and intervals from so few texts are rough" if n < 10
+            else "")
     return CheckpointDiff(model, other, n, heads, bootstrap, permutations, numbers, per_text, list(text_index), note,
                           exact)
+
+
+def adjusted(p_values: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Benjamini–Hochberg q-values over every cell of every measure together (each head's each statistic is one
+    test of the family): ``q_(i) = min_{j ≥ i} p_(j) · m / j`` in increasing order of p, at most 1."""
+    names = list(p_values)
+    if not names:
+        return {}
+    flat = torch.cat([p_values[name].reshape(-1).double() for name in names])
+    known = ~torch.isnan(flat)
+    q = torch.full_like(flat, math.nan)
+    values = flat[known]
+    if values.numel():
+        order = torch.argsort(values)
+        m = values.numel()
+        scaled = values[order] * m / torch.arange(1, m + 1, dtype=torch.float64)
+        running = torch.flip(torch.cummin(torch.flip(scaled, [0]), 0).values, [0]).clamp(max=1.0)
+        out = torch.empty_like(values)
+        out[order] = running
+        q[known] = out
+    pieces = torch.split(q, [p_values[name].numel() for name in names])
+    return {name: piece.reshape(p_values[name].shape) for name, piece in zip(names, pieces, strict=True)}
 
 
 def _effects(per_text: dict[str, Tensor], means: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -50,7 +50,7 @@ def print_diff(diff: CheckpointDiff, top: int | None, width: int | None) -> None
     columns = [("#", "right"), ("L", "right"), ("H", "right")]
     if diff.by_distance:
         columns.append(("JS divergence [95%]", "left"))
-    columns.append(("the statistic that changed most [95%], d_z, p", "left"))
+    columns.append(("the statistic that changed most [95%], d_z, p, q", "left"))
     for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for rank, head in enumerate(diff.heads[:top] if top else diff.heads, 1):
@@ -63,7 +63,9 @@ def print_diff(diff: CheckpointDiff, top: int | None, width: int | None) -> None
         else:
             c = head.stats[head.strongest]
             p = "—" if c.p is None else f"{c.p:.3f}"
-            cells.append(f"{head.strongest} {c.mean:+.3f} [{c.low:+.3f}, {c.high:+.3f}], d_z {head.effect:+.2f}, p {p}")
+            q = "" if c.q is None else f", q {c.q:.3f}"
+            cells.append(f"{head.strongest} {c.mean:+.3f} [{c.low:+.3f}, {c.high:+.3f}], d_z {head.effect:+.2f}, "
+                         f"p {p}{q}")
         table.add_row(*cells)
     console.print(table)
     if diff.note:
@@ -74,5 +76,6 @@ def print_diff(diff: CheckpointDiff, top: int | None, width: int | None) -> None
               "run on the texts)")
     flips = "every sign pattern (exact)" if diff.exact else f"{diff.permutations} random sign flips"
     console.print(Text(f"{ranked}; d_z: the mean change over its standard deviation across the texts; intervals: "
-                       f"{diff.bootstrap} bootstrap resamples of the texts; p: {flips} of the paired differences. "
+                       f"{diff.bootstrap} bootstrap resamples of the texts; p: {flips} of the paired differences; q: p adjusted "
+                       "for every head and statistic tested (Benjamini-Hochberg). "
                        "--format json has every statistic.", style="dim"))

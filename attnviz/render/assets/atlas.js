@@ -50,7 +50,8 @@
   function interval(item, m) {  // a missing number (a statistic undefined on the texts) is null in the data
     const c = item.changes[m], num = (v) => (v === null ? "n/a" : fixed(v));
     return (c.mean === null ? "n/a" : m === "js_divergence" ? fixed(c.mean) : signed(c.mean)) + " [" +
-      num(c.ci95[0]) + ", " + num(c.ci95[1]) + "]" + (c.p === null ? "" : ", p " + c.p.toFixed(3));
+      num(c.ci95[0]) + ", " + num(c.ci95[1]) + "]" + (c.p === null ? "" : ", p " + c.p.toFixed(3)) +
+      (c.q === undefined || c.q === null ? "" : ", q " + c.q.toFixed(3));
   }
   function activate(node, action) {  // a click, Enter or Space
     node.addEventListener("click", action);
