@@ -32,6 +32,13 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
 
         raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
                          f"{', '.join(suffixes)}")
+    return check_writable(path)
+
+
+def check_writable(path: str | os.PathLike[str]) -> Path:
+    """Fail early, before any work, for a file that could not be written there (a folder, a missing or read-only
+    folder, a read-only file)."""
+    path = Path(path)
     if path.is_dir():
         raise RenderError(f"cannot write {path}: it is a folder; give a file name such as {path / 'heatmap.png'}")
     parent = path.parent if str(path.parent) else Path(".")

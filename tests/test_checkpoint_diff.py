@@ -306,3 +306,26 @@ def test_q_values_are_benjamini_hochberg_by_hand():
     q = adjusted({"a": p[:2].reshape(1, 2), "b": p[2:].reshape(1, 3)})
     torch.testing.assert_close(torch.cat([q["a"].flatten(), q["b"].flatten()]),
                                torch.tensor([0.025, 0.05, 0.05, 0.025, 0.5], dtype=torch.float64))
+
+
+def test_per_text_changes_are_written_for_a_researcher_to_join(planted, run_cli, tmp_path):
+    import pyarrow.parquet as pq
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    rows_path = tmp_path / "changes.parquet"
+    result = run_cli("atlas", str(texts), "--vs-model", planted, "--format", "json", "--per-text", str(rows_path),
+                     "--bootstrap", "100", "--permutations", "100")
+    assert result.exit_code == 0, result.stderr
+    rows = pq.read_table(rows_path).to_pylist()
+    assert len(rows) == len(TEXTS) * 6 * 12
+    mine = [r for r in rows if (r["layer"], r["head"]) == (LAYER, HEAD)]
+    first = json.loads(result.stdout)["heads"][0]
+    assert sum(r["js_divergence"] for r in mine) / len(TEXTS) == pytest.approx(first["distance"]["mean"], abs=1e-6)
+    base, other = api.load(), api.load(planted)
+    for r in mine[:3]:  # a text's change is that text's statistic in each model
+        text = TEXTS[r["text_index"]]
+        want = api.heads_of(other, [text]).stats["entropy"] - api.heads_of(base, [text]).stats["entropy"]
+        assert r["entropy"] == pytest.approx(float(want[LAYER, HEAD]), abs=1e-5)
+    bad = run_cli("atlas", str(texts), "--per-text", str(rows_path))
+    assert bad.exit_code != 0 and "--vs-model" in bad.stderr

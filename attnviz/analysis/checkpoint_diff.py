@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -83,6 +84,24 @@ class CheckpointDiff:
     note: str = ""  # what a reader should know (texts in one export alone, left out)
 
     exact: bool = False  # the p-values enumerate every sign pattern (2^texts ≤ permutations)
+
+    def write_parquet(self, path: Any) -> Any:
+        """Every text's change per head: one row per text × layer × head with ``text_index``, ``layer``, ``head`` and
+        each measure (``js_divergence`` where both models ran, then each statistic, B − A); joins an export's
+        ``heads.parquet`` on the first three."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from ..fileio import atomic_write
+
+        texts, n_layers, n_heads = next(iter(self.per_text.values())).shape
+        columns = {"text_index": np.repeat(np.asarray(self.text_index, dtype=np.int64), n_layers * n_heads),
+                   "layer": np.tile(np.repeat(np.asarray(self.layers, dtype=np.int32), n_heads), texts),
+                   "head": np.tile(np.arange(n_heads, dtype=np.int32), texts * n_layers)}
+        columns.update({name: values.reshape(-1).numpy() for name, values in self.per_text.items()})
+        table = pa.table(columns).replace_schema_metadata({"model": self.model, "other": self.other})
+        return atomic_write(Path(path), lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
     @property
     def by_distance(self) -> bool:

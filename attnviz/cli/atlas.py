@@ -66,6 +66,9 @@ def atlas(
                                          "mean).", show_default=False),
     vs: str | None = typer.Option(None, "--vs", help="With --importance on a sentence encoder: the text whose "
                                   "similarity is the loss.", show_default=False),
+    per_text: Path | None = typer.Option(None, "--per-text", help="With --vs-model: also write every text's change "
+                                         "per head (the JS divergence and each statistic) to this .parquet file, one "
+                                         "row per text × layer × head.", show_default=False),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=100, help="Bootstrap resamples of the texts (95% interval)."),
     permutations: int = typer.Option(1000, "--permutations", min=100, help="Sign-flip permutations (p-values)."),
     seed: int = typer.Option(0, "--seed", min=0, max=2**62, help="Seed of the resampling and of the embedding's "
@@ -97,6 +100,13 @@ def atlas(
         from ..fileio import check_output_path
 
         check_output_path(out)  # before any model runs
+    if per_text is not None:
+        if vs_model is None or per_text.suffix.lower() != ".parquet":
+            raise UsageError("--per-text writes each text's change between two checkpoints: give --vs-model and a "
+                             ".parquet file")
+        from ..fileio import check_writable
+
+        check_writable(per_text)
     if embed_tokens == 1:
         raise UsageError("--embed-tokens 1: the embedding needs at least 2 tokens (or 0 to leave it out)")
     texts = _folder_of(texts)
@@ -110,11 +120,11 @@ def atlas(
     if vs_model is None:
         _corpus(texts, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
                 embed_tokens=embed_tokens, seed=seed,
-                importance=(ablate, vs) if importance else None)
+                importance=(ablate, vs) if importance else None, per_text=per_text)
     else:
         _diff(texts, vs_model, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
               bootstrap=bootstrap, permutations=permutations, seed=seed,
-              importance=(ablate, vs) if importance else None)
+              importance=(ablate, vs) if importance else None, per_text=per_text)
 
 
 def _folder_of(path: Path) -> Path:
@@ -176,7 +186,7 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
 
 def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | None, fmt: AtlasFormat,
           top: int | None, width: int | None, truncate: bool, out: Path | None, bootstrap: int, permutations: int,
-          seed: int, importance: tuple[Ablate | None, str | None] | None = None) -> None:
+          seed: int, importance: tuple[Ablate | None, str | None] | None = None, per_text: Path | None = None) -> None:
     """The checkpoint diff: both models run on a file of texts, or two exports' tables read as they are."""
     from ..export.atlas_data import diff_document, read_texts_table
 
@@ -204,6 +214,10 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
         diff = checkpoint_diff(sources[0], sources[1], lines, truncate=truncate, bootstrap=bootstrap,
                                permutations=permutations, seed=seed, extra=extra)
         corpus = dict(enumerate(lines))
+    if per_text is not None:
+        import sys
+
+        sys.stderr.write(f"attnviz: wrote {diff.write_parquet(per_text)} (each text's change per head)\n")
     if out is not None:
         from ..export.atlas_attach import attach_attention
         from ..render.atlas_page import render_atlas
