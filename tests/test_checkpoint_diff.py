@@ -217,6 +217,19 @@ def test_the_diff_page_ranks_the_planted_head_and_draws_both_models(planted, exp
     tab.click(f"#atlastexts li[data-text='{shown}']")
     assert tab.locator("#atlasmatrix").count() == 1 and tab.locator("#atlasmatrix2").count() == 1
     assert "minilm-scrambled" in tab.inner_text("#atlasattn") and "all-MiniLM-L6-v2" in tab.inner_text("#atlasattn")
+    tab.locator("#atlasmatrix3").scroll_into_view_if_needed()  # the second minus the first, cell by cell
+    box = tab.locator("#atlasmatrix3").bounding_box()
+    tab.mouse.move(box["x"] + 2, box["y"] + 2)
+    assert tab.inner_text("#atlasattntip").startswith("query “[CLS]” (0) → key “[CLS]” (0)")
+    assert "(minilm-scrambled − all-MiniLM-L6-v2)" in tab.inner_text("#atlasattntip")
+    # the keyboard: one tab stop in the grid, arrows walk it, Enter opens the head and focuses its title
+    tab.focus("#atlasgrid td.cell[tabindex='0']")
+    tab.keyboard.press("ArrowDown")
+    tab.keyboard.press("ArrowRight")
+    focused = tab.evaluate("() => [document.activeElement.dataset.layer, document.activeElement.dataset.head]")
+    assert focused == [str(LAYER + 1), str(HEAD + 1)]
+    tab.keyboard.press("Enter")
+    assert tab.evaluate("() => document.activeElement.textContent") == f"Layer {LAYER + 1}, head {HEAD + 1}"
     tab.select_option("#atlasstat", "entropy")  # a statistic's change: ranked by its size
     ranked = [li.inner_text() for li in tab.locator("#atlasrank li").all()[:1]]
     assert ranked[0].startswith(f"L{LAYER} H{HEAD}")
@@ -229,6 +242,10 @@ def test_the_diff_page_ranks_the_planted_head_and_draws_both_models(planted, exp
     tab = browser.new_page()
     tab.goto(folder_page.as_uri())
     tab.wait_for_function("() => document.body.dataset.ready === '1'")
+    # ranked as the table ranks (largest |d_z|) by default, and the head shows the statistic it ranks on
+    assert tab.input_value("#atlasstat") == "ranked"
+    first = tab.locator("#atlasrank li").first
+    assert (first.get_attribute("data-layer"), first.get_attribute("data-head")) == (str(LAYER), str(HEAD))
     tab.click(f"#atlasgrid td.cell[data-layer='{LAYER}'][data-head='{HEAD}']")
     tab.click("#atlastexts li >> nth=0")
     assert "two exports' tables" in tab.inner_text("#atlasattn")

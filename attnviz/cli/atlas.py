@@ -120,7 +120,7 @@ def atlas(
     if vs_model is None:
         _corpus(texts, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
                 embed_tokens=embed_tokens, seed=seed,
-                importance=(ablate, vs) if importance else None, per_text=per_text)
+                importance=(ablate, vs) if importance else None)
     else:
         _diff(texts, vs_model, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
               bootstrap=bootstrap, permutations=permutations, seed=seed,

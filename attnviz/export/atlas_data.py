@@ -169,6 +169,7 @@ def diff_document(diff: object, texts: dict[int, str], *, bins: int = BINS, top:
         changes = {**({DISTANCE: head.distance.document()} if head.distance is not None else {}),
                    **{name: change.document() for name, change in head.stats.items()}}
         heads.append({"layer": head.layer, "head": head.head, "score": round(head.score, 6), "changes": changes,
+                      "strongest": {"statistic": head.strongest, "d_z": round(head.effect, 4)},
                       "histograms": {m: counts[m][i, head.head].tolist() for m in measures},
                       "top_texts": {m: [int(t) for t in tops[m][i, head.head]] for m in measures}})
     cited = {t for head in heads for texts_ in head["top_texts"].values() for t in texts_}  # type: ignore[attr-defined]

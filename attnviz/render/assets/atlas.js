@@ -43,13 +43,22 @@
     return node;
   }
   const bytesOf = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-  const fixed = (v) => (Math.abs(v) < 1e-3 && v !== 0 ? v.toExponential(2) : v.toFixed(3));
-  const signed = (v) => (v > 0 ? "+" : "") + fixed(v);
-  function nameOf(m) { return !diff ? m : m === "js_divergence" ? "JS divergence of the attention" : "Δ " + m; }
-  function value(item, m) { return diff ? item.changes[m].mean : item.means[m]; }
+  // From two exports' tables, heads are ranked by their largest |d_z|: a measure of its own, the default
+  const RANKED = "ranked";
+  function nameOf(m) {
+    if (m === RANKED) return "change as ranked (largest |d_z| of a statistic)";
+    return !diff ? m : m === "js_divergence" ? "JS divergence of the attention" : "Δ " + m;
+  }
+  function value(item, m) { return m === RANKED ? item.score : diff ? item.changes[m].mean : item.means[m]; }
+  // what a head's distribution and texts show under a measure: the ranked measure shows the statistic it ranks on
+  const shownAs = (item, m) => (m === RANKED ? (item.strongest && item.strongest.statistic) || measures[0] : m);
   function interval(item, m) {  // a missing number (a statistic undefined on the texts) is null in the data
-    const c = item.changes[m], num = (v) => (v === null ? "n/a" : fixed(v));
-    return (c.mean === null ? "n/a" : m === "js_divergence" ? fixed(c.mean) : signed(c.mean)) + " [" +
+    if (m === RANKED) return (diff && item.strongest ? item.strongest.statistic + " d_z " +
+      (item.strongest.d_z || 0).toFixed(2) + ": " + interval(item, item.strongest.statistic) : "");
+    const c = item.changes[m], all = [c.mean, ...c.ci95].filter((v) => v !== null);
+    const small = all.length && Math.max(...all.map(Math.abs)) < 1e-3 && all.some((v) => v !== 0);
+    const num = (v) => (v === null ? "n/a" : small ? v.toExponential(2) : v.toFixed(3));  // one format throughout
+    return (c.mean === null ? "n/a" : (m !== "js_divergence" && c.mean > 0 ? "+" : "") + num(c.mean)) + " [" +
       num(c.ci95[0]) + ", " + num(c.ci95[1]) + "]" + (c.p === null ? "" : ", p " + c.p.toFixed(3)) +
       (c.q === undefined || c.q === null ? "" : ", q " + c.q.toFixed(3));
   }
@@ -60,15 +69,21 @@
     });
   }
   // a change ranks by its size either way; the distance (and a corpus statistic) by its value
-  const key = (item, m) => (diff && m !== "js_divergence" ? Math.abs(value(item, m)) : value(item, m));
+  const signedChange = (m) => diff && m !== "js_divergence" && m !== RANKED;
+  const key = (item, m) => (signedChange(m) ? Math.abs(value(item, m)) : value(item, m));
 
+  if (diff && !measures.includes("js_divergence")) select.appendChild(el("option", { value: RANKED }, nameOf(RANKED)));
   for (const m of measures) select.appendChild(el("option", { value: m }, nameOf(m)));
+  if (diff) {  // a change is ranked by its size, up or down
+    order.options[0].textContent = "largest first";
+    order.options[1].textContent = "smallest first";
+  }
 
   function draw() {
     const m = select.value;
     const values = data.heads.map((h) => value(h, m));
     const lo = Math.min(...values), hi = Math.max(...values), most = Math.max(...values.map(Math.abs)) || 1;
-    const changes = diff && m !== "js_divergence";
+    const changes = signedChange(m);
     const paint = changes ? (v) => diverging(v / most) : (v) => colour(hi > lo ? (v - lo) / (hi - lo) : 0.5);
     // the colour scale's ends, as numbers: a change runs from −most (blue) through 0 (white) to +most (red)
     const ends = changes ? [-most, most] : [lo, hi];
@@ -90,26 +105,52 @@
         const item = byKey.get(layer + "," + h);
         if (!item) { row.appendChild(el("td")); continue; }
         const v = value(item, m);
-        const cell = el("td", { class: "cell", "data-layer": layer, "data-head": h, tabindex: "0",
+        const focusable = chosen ? chosen === item : layer === layers[0] && h === 0;  // one tab stop: arrows move
+        const cell = el("td", { class: "cell", "data-layer": layer, "data-head": h, tabindex: focusable ? "0" : "-1",
           title: "L" + layer + " H" + h + ": " + m + " " + v.toFixed(3),
           "aria-label": "layer " + layer + ", head " + h + ": " + v.toFixed(3) });
         cell.style.background = paint(v);
-        activate(cell, () => show(item));
+        activate(cell, () => show(item, true));
+        cell.addEventListener("keydown", (e) => move(e, layer, h));
         row.appendChild(cell);
       }
       grid.appendChild(row);
     }
     rank.replaceChildren();
     const sign = order.value === "asc" ? -1 : 1;
+    let first = true;
     for (const item of [...data.heads].sort((a, b) => sign * (key(b, m) - key(a, m)))) {
       const labels = diff ? "" : Object.entries(item.labels).map(([k, v]) => k + " " + Math.round(v * 100) + "%").join(", ");
-      const li = el("li", { "data-layer": item.layer, "data-head": item.head, tabindex: "0" },
+      const li = el("li", { "data-layer": item.layer, "data-head": item.head, tabindex: first ? "0" : "-1" },
         "L" + item.layer + " H" + item.head + "  " + (diff ? interval(item, m) : item.means[m].toFixed(3)) +
         (labels ? "  · " + labels : ""));
-      activate(li, () => show(item));
+      activate(li, () => show(item, true));
+      li.addEventListener("keydown", (e) => {  // one tab stop: ↑ and ↓ walk the ranking
+        const next = e.key === "ArrowDown" ? li.nextElementSibling : e.key === "ArrowUp" ? li.previousElementSibling : null;
+        if (!next) return;
+        e.preventDefault();
+        li.tabIndex = -1;
+        next.tabIndex = 0;
+        next.focus();
+      });
       rank.appendChild(li);
+      first = false;
     }
     if (chosen) show(chosen);
+  }
+
+  function move(e, layer, h) {  // arrow keys walk the grid
+    const steps = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] }[e.key];
+    if (!steps) return;
+    e.preventDefault();
+    const row = Math.min(layers.length - 1, Math.max(0, layers.indexOf(layer) + steps[0]));
+    const col = Math.min(nHeads - 1, Math.max(0, h + steps[1]));
+    const next = grid.querySelector("td.cell[data-layer='" + layers[row] + "'][data-head='" + col + "']");
+    if (next) {
+      for (const c of grid.querySelectorAll("td.cell")) c.tabIndex = -1;
+      next.tabIndex = 0;
+      next.focus();
+    }
   }
 
   function histogram(counts, edges, label) {
@@ -132,13 +173,20 @@
     return svg;
   }
 
-  function show(item) {
+  function show(item, asked) {
     chosen = item;
-    const m = select.value;
-    for (const c of grid.querySelectorAll("td.cell")) {
-      c.classList.toggle("chosen", Number(c.dataset.layer) === item.layer && Number(c.dataset.head) === item.head);
+    const picked = select.value, m = shownAs(item, picked);
+    for (const c of grid.querySelectorAll("td.cell")) {  // the chosen head is the grid's one tab stop
+      const here = Number(c.dataset.layer) === item.layer && Number(c.dataset.head) === item.head;
+      c.classList.toggle("chosen", here);
+      c.tabIndex = here ? 0 : -1;
     }
-    panel.replaceChildren(el("h2", {}, "Layer " + item.layer + ", head " + item.head));
+    const title = el("h2", { tabindex: "-1" }, "Layer " + item.layer + ", head " + item.head);
+    panel.replaceChildren(title);
+    if (picked === RANKED && item.strongest && item.strongest.statistic) {
+      panel.appendChild(el("p", { class: "note" }, "Ranked on " + item.strongest.statistic + " (d_z " +
+        item.strongest.d_z.toFixed(2) + "), shown below."));
+    }
     if (!diff) {
       const labels = el("p");
       for (const [name, rate] of Object.entries(item.labels)) {
@@ -172,8 +220,14 @@
       tr.appendChild(el("td", {}, diff ? interval(item, s) : item.means[s].toFixed(3)));
       all.appendChild(tr);
     }
-    panel.appendChild(el("p", {}, diff ? "Every measure's mean change [95% interval], p:" : "Every statistic's mean:"));
+    panel.appendChild(el("p", {}, diff ? "Every measure's mean change [95% interval], p, q:" : "Every statistic's mean:"));
     panel.appendChild(all);
+    if (asked) {  // a person chose this head: bring it into sight (on a narrow screen it is far below) and focus it
+      if (title.getBoundingClientRect().top > window.innerHeight || title.getBoundingClientRect().top < 0) {
+        title.scrollIntoView({ block: "start" });
+      }
+      title.focus({ preventScroll: true });  // Tab goes on to its texts; Shift-Tab back to where it was chosen
+    }
   }
 
   // One cited text's attention in this head, in each model on one scale: rows are queries, columns keys.
@@ -192,23 +246,45 @@
       ": rows are queries, columns keys" + (drawn.pool > 1 ? " (max-pooled " + drawn.pool + "×" + drawn.pool + ")" : "") +
       "; the colour is each weight over the largest" + (heads.length > 1 ? " in either model." : ".")));
     const row = el("div", { class: "pair" });
-    heads.forEach((b64, s) => {
-      const bytes = bytesOf(b64);
+    const planes = heads.map(bytesOf);
+    const tip = el("p", { class: "note", id: "atlasattntip" }, "Point at a cell for its tokens and weight.");
+    const span = (i) => {  // the tokens of pooled row or column i
+      const a = i * drawn.pool, b = Math.min(drawn.tokens.length, a + drawn.pool) - 1;
+      return a === b ? "“" + drawn.tokens[a] + "” (" + a + ")" : "tokens " + a + "–" + b + " (“" + drawn.tokens[a] + "” …)";
+    };
+    // each model's picture and, for two, the second minus the first (red: more weight, blue: less)
+    const pictures = planes.map((plane, s) => [s ? data.other : data.model, (k) => colour(plane[k] / 255),
+      (k) => plane[k] / 255]);
+    if (planes.length === 2) {
+      pictures.push([data.other + " − " + data.model, (k) => diverging((planes[1][k] - planes[0][k]) / 255),
+        (k) => (planes[1][k] - planes[0][k]) / 255]);
+    }
+    pictures.forEach(([caption, paint, weight], s) => {
       const canvas = el("canvas", { width: side * cell, height: side * cell, id: s ? "atlasmatrix" + (s + 1) : "atlasmatrix",
-        "data-text": index, role: "img", "aria-label": "head L" + item.layer + " H" + item.head + " on text " + index });
+        "data-text": index, role: "img", "aria-label": "head L" + item.layer + " H" + item.head + " on text " + index +
+        (pictures.length > 1 ? ", " + caption : "") });
       const ctx = canvas.getContext("2d");
       for (let i = 0; i < side; i++) {
         for (let j = 0; j < side; j++) {
-          ctx.fillStyle = colour(bytes[i * side + j] / 255);
+          ctx.fillStyle = paint(i * side + j);
           ctx.fillRect(j * cell, i * cell, cell, cell);
         }
       }
+      canvas.addEventListener("mousemove", (e) => {
+        const r = canvas.getBoundingClientRect();
+        const i = Math.floor(((e.clientY - r.top) / r.height) * side), j = Math.floor(((e.clientX - r.left) / r.width) * side);
+        if (i < 0 || j < 0 || i >= side || j >= side) return;
+        const w = weight(i * side + j);
+        tip.textContent = "query " + span(i) + " → key " + span(j) + ": " + (s === 2 ? (w > 0 ? "+" : "") : "") +
+          (w * 100).toFixed(0) + "% of the largest" + (pictures.length > 1 ? " (" + caption + ")" : "");
+      });
       const figure = el("figure");
       figure.appendChild(canvas);
-      if (heads.length > 1) figure.appendChild(el("figcaption", {}, s ? data.other : data.model));
+      if (pictures.length > 1) figure.appendChild(el("figcaption", {}, caption));
       row.appendChild(figure);
     });
     view.appendChild(row);
+    view.appendChild(tip);
     view.appendChild(el("p", { class: "note tokens" }, drawn.tokens.join(" ")));
   }
 
