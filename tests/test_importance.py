@@ -220,3 +220,12 @@ def test_the_atlas_of_a_file_of_texts_computes_the_importance_itself(lm, run_cli
                                                              abs=1e-5)
     alone = run_cli("atlas", str(texts), "--model", lm, "--ablate", "zero")
     assert alone.exit_code != 0 and "goes with --importance" in alone.stderr
+
+
+def test_columns_name_importance_in_their_order(lm, run_cli):
+    shown = run_cli("heads", TEXTS[0], "--model", lm, "--importance", "--columns", "importance,ent", "--width", "120")
+    assert shown.exit_code == 0, shown.stderr
+    header = next(line for line in shown.stdout.splitlines() if line.lstrip().startswith("L "))
+    assert header.index("importance") < header.index("ent")
+    bad = run_cli("heads", TEXTS[0], "--model", lm, "--columns", "ablation")
+    assert bad.exit_code != 0 and "needs --importance and --ablate" in bad.stderr

@@ -108,7 +108,7 @@ def heads(
     """
 
     sort = _sort_column(sort, importance=importance, ablate=ablate is not None)
-    chosen = _chosen_columns(columns)
+    chosen = _chosen_columns(columns, importance=importance, ablate=ablate is not None)
     if (ablate is not None or vs is not None) and not importance:
         raise UsageError(f"{'--ablate' if ablate is not None else '--vs'} goes with --importance")
     if importance and probe is not None:
@@ -255,8 +255,9 @@ def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = F
     return found
 
 
-def _chosen_columns(columns: str | None) -> list[str] | None:
-    """The statistics ``--columns`` names, in its order (full or short names, or ``all``); None if not given."""
+def _chosen_columns(columns: str | None, *, importance: bool = False, ablate: bool = False) -> list[str] | None:
+    """The statistics ``--columns`` names, in its order (full or short names, or ``all``; ``importance`` and
+    ``ablation`` with ``--importance`` and ``--ablate``); None if not given."""
     from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
 
     if columns is None:
@@ -266,6 +267,12 @@ def _chosen_columns(columns: str | None) -> list[str] | None:
         return list(STATISTICS)
     chosen: list[str] = []
     for name in names:
+        if name in ("importance", "ablation"):
+            if not importance or (name == "ablation" and not ablate):
+                raise UsageError(f"--columns {name} needs --importance{' and --ablate' if name == 'ablation' else ''}")
+            if name not in chosen:
+                chosen.append(name)
+            continue
         found = statistic_named(name)
         if found is None:
             hint = f" ({name} is now {RETIRED[name]}: they were always equal)" if name in RETIRED else ""
