@@ -25,11 +25,11 @@ def _require_tmux() -> str:
     return TMUX
 
 
-def _capture(tmux: str, session: str) -> str:
-    return subprocess.run([tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+def _capture(tmux: list[str], session: str) -> str:
+    return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
 
 
-def _wait_for(tmux: str, session: str, wanted: str, timeout: float = 60) -> str:
+def _wait_for(tmux: list[str], session: str, wanted: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         screen = _capture(tmux, session)
@@ -41,23 +41,25 @@ def _wait_for(tmux: str, session: str, wanted: str, timeout: float = 60) -> str:
 
 @pytest.mark.parametrize("leave", ["q", "C-c"])
 def test_the_real_command_answers_keys_and_leaves_the_terminal_as_it_was(leave):
-    tmux = _require_tmux()
     session = f"attnviz-{uuid.uuid4().hex[:8]}"
+    # a tmux server of its own (-L): the default one exits when another test kills its last session, and a
+    # session started while it exits fails ("server exited unexpectedly")
+    tmux = [_require_tmux(), "-L", session]
     command = (f"{sys.executable} -m attnviz tui 'The cat sat on the mat.' --model sample_configs/tiny.toml; "
                "echo EXITED $?; sleep 60")
     env = {**os.environ, "TERM": "xterm-256color"}
-    subprocess.run([tmux, "new-session", "-d", "-s", session, "-x", "100", "-y", "30", command], check=True, env=env,
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "100", "-y", "30", command], check=True, env=env,
                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         screen = _wait_for(tmux, session, "layer 0 of 2 · head 0 of 4")
         assert "tiny · layer 0 · head 0" in screen and "←→ layer" in screen
-        subprocess.run([tmux, "send-keys", "-t", session, "Right"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", session, "Right"], check=True)
         screen = _wait_for(tmux, session, "layer 1 of 2")
         assert "tiny · layer 1 · head 0" in screen
-        subprocess.run([tmux, "send-keys", "-t", session, "2"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", session, "2"], check=True)
         screen = _wait_for(tmux, session, "every head · every layer")
-        subprocess.run([tmux, "send-keys", "-t", session, leave], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", session, leave], check=True)
         screen = _wait_for(tmux, session, "EXITED")
         assert "EXITED 0" in screen and "every head" not in screen  # the app's screen is gone: the shell's is back
     finally:
-        subprocess.run([tmux, "kill-session", "-t", session], capture_output=True)
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
