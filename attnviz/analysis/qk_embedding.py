@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -84,13 +85,13 @@ def choose_texts(texts: dict[int, str], seed: int = 0) -> list[int]:
     return order
 
 
-def qk_embedding(source: object, texts: dict[int, str], *, max_tokens: int = MAX_TOKENS, seed: int = 0,
+def qk_embedding(source: Any, texts: dict[int, str], *, max_tokens: int = MAX_TOKENS, seed: int = 0,
                  batch_size: int = BATCH, truncate: bool = True) -> QKEmbedding:
     """Run ``source`` on texts (``text index → text``) in a seeded random order until ``max_tokens`` tokens,
     keeping every head's query and key vectors, and embed each head's jointly (see the module)."""
-    can = source.capabilities  # type: ignore[attr-defined]  (a Source: analysis never imports the sources)
+    can = source.capabilities  # a Source (analysis never imports the sources)
     if not (can.queries_keys or can.details):
-        raise UsageError(f"the query-key embedding needs each head's queries and keys; {source.name} on the "  # type: ignore[attr-defined]
+        raise UsageError(f"the query-key embedding needs each head's queries and keys; {source.name} on the "
                          f"{source.engine} engine does not show them: use the native or fused engine")
     if max_tokens < 2:
         raise UsageError(f"[[max_tokens={max_tokens}]]: embed at least 2 tokens")
@@ -145,16 +146,16 @@ def _by_length(chunk: list[int], texts: dict[int, str], batch_size: int) -> list
     return [ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)]
 
 
-def _run(source: object, batch: list[str], truncate: bool, ask: dict[str, bool]
+def _run(source: Any, batch: list[str], truncate: bool, ask: dict[str, bool]
          ) -> tuple[list[int], list[tuple[list[str], list[tuple[Tensor, Tensor]]]]]:
     """One padded batch: the layers' numbers, and per text its tokens and each layer's ``(queries, keys)``
     ``[H, n, d]`` in float16 on the CPU."""
     if "details" in ask:  # a config model: its results carry every layer's queries and keys
-        results = source.extract_batch(batch, truncate=truncate, details=True)  # type: ignore[attr-defined]
+        results = source.extract_batch(batch, truncate=truncate, details=True)
         layers = results[0].metadata.get("layers") or list(range(results[0].n_layers))
         return list(layers), [(list(r.tokens), [(q.to(torch.float16), k.to(torch.float16))
                                                 for q, k in zip(r.queries, r.keys, strict=True)]) for r in results]
-    stream = source.stream_batch(batch, truncate=truncate, **ask)  # type: ignore[attr-defined]
+    stream = source.stream_batch(batch, truncate=truncate, **ask)
     runs: list[tuple[list[str], list[tuple[Tensor, Tensor]]]] = [(list(r.tokens), []) for r in stream.results]
     for _, parts in stream:
         for (_, per_layer), part in zip(runs, parts, strict=True):
