@@ -11,6 +11,14 @@ from collections.abc import Callable
 PY = sys.executable
 
 
+def offline_env() -> dict[str, str]:
+    """The environment the benchmarks run commands in: offline (the embedded model; nothing downloaded) and
+    without transformers' notices."""
+    import os
+
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
 def time_command(args: list[str], runs: int, env: dict[str, str] | None = None) -> list[float]:
     """Wall-clock seconds of ``runs`` executions of a command (output discarded; failure stops the benchmark)."""
     times = []

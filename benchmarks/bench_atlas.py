@@ -8,13 +8,12 @@ Run: python benchmarks/bench_atlas.py [--texts 1000] [--runs 3]
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from _common import PY, report, time_command
-from bench_corpus import sentences
+from _common import PY, offline_env, report, time_command
+from bench_corpus import corpus_file, parquet_export
 
 
 def main() -> None:
@@ -22,15 +21,13 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     with tempfile.TemporaryDirectory() as tmp:
-        corpus, out, page = Path(tmp) / "corpus.txt", Path(tmp) / "out", Path(tmp) / "atlas.html"
-        corpus.write_text("\n".join(sentences(args.texts)) + "\n", encoding="utf-8")
+        corpus, out, page = corpus_file(Path(tmp), args.texts), Path(tmp) / "out", Path(tmp) / "atlas.html"
         export, atlas = [], []
         for _ in range(args.runs):
             shutil.rmtree(out, ignore_errors=True)
-            export += time_command([PY, "-m", "attnviz", "export", str(corpus), "--out", str(out), "--formats",
-                                    "parquet", "--quiet"], 1, env)
+            export += time_command(parquet_export(corpus, out), 1, env)
             atlas += time_command([PY, "-m", "attnviz", "atlas", str(out), "--out", str(page)], 1, env)
         size = page.stat().st_size / 1e6
     report(f"{args.texts} sentences, default model; the page is {size:.2f} MB (goal <= 15 MB)",

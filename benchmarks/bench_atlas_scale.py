@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import PY, report, time_command
-from bench_corpus import sentences
+from _common import PY, offline_env, report, time_command
+from bench_corpus import corpus_file, parquet_export
 
 PLANTED = (4, 7)
 
@@ -74,12 +73,10 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "corpus.txt").write_text("\n".join(sentences(200)) + "\n", encoding="utf-8")
-        subprocess.run([PY, "-m", "attnviz", "export", str(root / "corpus.txt"), "--out", str(root / "real"),
-                        "--formats", "parquet", "--quiet"], check=True, env=env)
+        subprocess.run(parquet_export(corpus_file(root, 200), root / "real"), check=True, env=env)
         tiled(root / "real", root / "base", args.texts, 0, planted=False)
         tiled(root / "real", root / "tuned", args.texts, 1, planted=True)
         read = [PY, "-c", "import sys, pyarrow.parquet as pq\nfor p in sys.argv[1:]:\n    t = pq.read_table(p)\n"

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import tempfile
 from pathlib import Path
 
-from _common import PY, report, time_command
+from _common import PY, offline_env, report, time_command
 
 LOOP = r"""
 import json, sys, torch
@@ -53,6 +52,18 @@ def sentences(count: int, seed: int = 0) -> list[str]:
     return out
 
 
+def corpus_file(folder: Path, count: int) -> Path:
+    """``count`` sentences (:func:`sentences`) written one per line to ``folder``/corpus.txt."""
+    path = Path(folder) / "corpus.txt"
+    path.write_text("\n".join(sentences(count)) + "\n", encoding="utf-8")
+    return path
+
+
+def parquet_export(corpus: Path, out: Path) -> list[str]:
+    """The command a user runs to export ``corpus``'s statistics as Parquet (the baseline several benchmarks use)."""
+    return [PY, "-m", "attnviz", "export", str(corpus), "--out", str(out), "--formats", "parquet", "--quiet"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--texts", type=int, default=1000)
@@ -61,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     from attnviz.export.items import Item, plan
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     texts = sentences(args.texts)
     with tempfile.TemporaryDirectory() as tmp:
         corpus, batches, out = Path(tmp) / "corpus.txt", Path(tmp) / "batches.json", Path(tmp) / "out"

@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import offline_env
 from bench_long import WORDS
 from bench_long_context import measure
 
@@ -96,7 +97,7 @@ def main() -> None:
                         help="also the Gemma-3 shape at this many tokens (default 32,768) within 4 GiB")
     parser.add_argument("--skip-short", action="store_true", help="only the --long run")
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     unlimited = 64 * 2**30
     with tempfile.TemporaryDirectory() as tmp:
         folder, text, out = Path(tmp) / "qwen3-small", Path(tmp) / "text.txt", Path(tmp) / "heads.json"

@@ -13,12 +13,12 @@ Run: python benchmarks/bench_generate.py [--runs 3] [--prompt 64] [--new 64]
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+from _common import offline_env
 from bench_long import WORDS, build, measure
 
 BASELINE = r"""
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=64, help="prompt length in tokens")
     parser.add_argument("--new", type=int, default=64, help="tokens to generate")
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "gpt2-sized"
         build(folder, 1024)

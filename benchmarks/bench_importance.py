@@ -13,13 +13,12 @@ Run: python benchmarks/bench_importance.py [--texts 1000] [--runs 3]
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from _common import PY, report, time_command
-from bench_corpus import sentences
+from _common import PY, offline_env, report, time_command
+from bench_corpus import corpus_file, parquet_export
 
 
 def main() -> None:
@@ -27,17 +26,15 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     with tempfile.TemporaryDirectory() as tmp:
-        corpus, out = Path(tmp) / "corpus.txt", Path(tmp) / "out"
-        corpus.write_text("\n".join(sentences(args.texts)) + "\n", encoding="utf-8")
+        corpus, out = corpus_file(Path(tmp), args.texts), Path(tmp) / "out"
         ours, export = [], []
         for _ in range(args.runs):
             ours += time_command([PY, "-m", "attnviz", "heads", "--file", str(corpus), "--importance", "--vs",
                                   "A sentence about the city and its river.", "--format", "json"], 1, env)
             shutil.rmtree(out, ignore_errors=True)  # a rerun would skip every finished text
-            export += time_command([PY, "-m", "attnviz", "export", str(corpus), "--out", str(out), "--formats",
-                                    "parquet", "--quiet"], 1, env)
+            export += time_command(parquet_export(corpus, out), 1, env)
     report(f"{args.texts} sentences, default model", "attnviz heads --importance (and the statistics)", ours,
            "attnviz export --formats parquet", export, goal="<= 3x the export's time")
 

@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import offline_env
+
 # Runs one command in a child process and reports its wall time and peak RSS (MiB).
 WRAPPER = r"""
 import json, resource, subprocess, sys, time
@@ -88,7 +90,7 @@ def main() -> None:
                         help="comma-separated commands to time (default: all four)")
     parser.add_argument("--rss-goal", type=float, default=0.5, help="the peak-RSS ratio to meet (issue 17: 0.15)")
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     attnviz = [sys.executable, "-m", "attnviz"]
     with tempfile.TemporaryDirectory() as tmp:
         folder, text, out = Path(tmp) / "gpt2-sized", Path(tmp) / "long.txt", Path(tmp) / "out"

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import offline_env
 from bench_long import BASELINE, WORDS  # the same hand-written transformers script, the same words
 
 # Runs one command in a child process under an address-space limit; reports wall time, peak RSS, exit status.
@@ -75,7 +76,7 @@ def main() -> None:
     parser.add_argument("--skip-baseline", action="store_true", help="do not try transformers")
     parser.add_argument("--skip-attnviz", action="store_true", help="only try transformers")
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = offline_env()
     with tempfile.TemporaryDirectory() as tmp:
         folder, text = Path(tmp) / "llama-small", Path(tmp) / "long.txt"
         build(folder, args.length)
