@@ -151,7 +151,7 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
                                     field=column if texts.suffix.lower() == ".jsonl" else None)
         found = importance_source(options, importance[1]) if importance is not None else None  # fails early
         with tempfile.TemporaryDirectory() as folder:
-            write_parquet(texts, Path(folder), settings, verbose=False, quiet=True)
+            write_parquet(texts, Path(folder), settings, verbose=False, quiet=True, partial=True)  # its own tables
             if importance is not None:
                 importance_parquet(texts, Path(folder), found, column=column, ablate=importance[0],
                                    vs=importance[1], truncate=truncate, quiet=True)

@@ -49,10 +49,11 @@ def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None
         "formats": "parquet", "quiet": True, **({"field": field} if field else {})})
 
 
-def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool, quiet: bool = False) -> None:
+def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool, quiet: bool = False,
+                  partial: bool = False) -> None:
     """Run the export of ``file`` with ``settings`` (:func:`parquet_settings`) into ``out`` and say what it wrote
-    (``quiet``: a command that writes the tables for its own use says nothing of them, and texts that failed are
-    a warning, the others going on, unless every text failed)."""
+    (``quiet``: a command that writes the tables for its own use says nothing of them; ``partial``: texts that
+    failed are a warning and the others go on, unless every text failed)."""
     from ..export import run_export
     from ..export.table import HEADS_TABLE, TEXTS_TABLE
 
@@ -64,7 +65,7 @@ def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: b
         from .common import FLAGS
 
         first = "; ".join(f"text {i}: {in_cli_terms(message, FLAGS)}" for i, message in summary.failed[:3])
-        if quiet and len(summary.failed) < summary.items:  # the tables are this command's own: go on without them
+        if partial and len(summary.failed) < summary.items:
             sys.stderr.write(f"attnviz: warning: {len(summary.failed)} of {summary.items} texts failed and are left "
                              f"out: {first}\n")
             return

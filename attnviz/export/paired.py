@@ -11,7 +11,7 @@ import numpy as np
 from ..analysis.checkpoint_diff import CheckpointDiff, diff_of
 from ..errors import InputError, UsageError
 from .atlas_data import read_texts_table
-from .heads_reader import HeadsTable, importance_values, read_heads
+from .heads_reader import importance_values, read_heads
 
 
 def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000, permutations: int = 1000,
@@ -26,12 +26,11 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
     common, ia, ib = np.intersect1d(a.indices, b.indices, return_indices=True)
     if not len(common):
         raise InputError(f"{a.path} and {b.path} share no text_index: export the same file of texts with each model")
-    hashes_a, hashes_b = _hashes(a, ia), _hashes(b, ib)
-    if hashes_a is None or hashes_b is None:
-        raise InputError(f"{(a if hashes_a is None else b).path} has no text_hash column, so the two exports cannot be "
+    if a.hashes is None or b.hashes is None:
+        raise InputError(f"{(a if a.hashes is None else b).path} has no text_hash column, so the two exports cannot be "
                          "checked to hold the same texts; give the tables attnviz wrote (they have it)")
-    if not np.array_equal(hashes_a, hashes_b):
-        first = int(common[np.flatnonzero(hashes_a != hashes_b)[0]])
+    if not np.array_equal(a.hashes[ia], b.hashes[ib]):
+        first = int(common[np.flatnonzero(a.hashes[ia] != b.hashes[ib])[0]])
         raise UsageError(f"text {first} differs between the two exports (its text_hash): export the same file of "
                          "texts, in the same order, with each model")
     _same_reading(Path(folder), Path(other))
@@ -67,11 +66,6 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
                    "second were left out")
         diff.note = "; ".join(filter(None, [diff.note, partial]))
     return diff
-
-
-def _hashes(table: HeadsTable, rows: np.ndarray) -> np.ndarray | None:
-    """The hashes of the texts at ``rows`` of ``table`` (None where the table has no ``text_hash``)."""
-    return None if table.hashes is None else table.hashes[rows]
 
 
 def _same_reading(folder: Path, other: Path) -> None:
