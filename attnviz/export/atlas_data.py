@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .heads_reader import importance_values, read_heads
+from ..errors import InputError
+from .heads_reader import HeadsTable, importance_values, read_heads
+from .table_check import MAX_KEY, TableFile
 
 BINS = 20
 TOP = 5
@@ -111,22 +113,54 @@ def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> Atlas
         edges[s], counts[s] = histograms(heads.values[s], bins)
     top_texts = {s: top_indices(heads.values[s], heads.indices, top) for s in stats}
     label_rates = _label_rates(pa, pc, heads.labels, layers, n_heads, n_texts) if heads.labels is not None else {}
-    texts, model = read_texts_table(folder)
+    texts, model = read_texts_table(folder, heads)
     return AtlasData(model, n_texts, layers, n_heads, stats, means, label_rates, edges, counts, top_texts, texts)
 
 
-def read_texts_table(folder: str | Path) -> tuple[dict[int, str], str]:
-    """``(text_index → text, model name)`` from an export folder's ``texts.parquet`` (empty where it has none)."""
-    import pyarrow.parquet as pq
+def read_texts_table(folder: str | Path, heads: HeadsTable | None = None) -> tuple[dict[int, str], str]:
+    """``(text_index → text, model name)`` from an export folder's ``texts.parquet`` (empty where it has none),
+    read and checked as the heads table is (:mod:`.table_check`): one row per text, each text the one its
+    ``text_hash`` names and, given the folder's ``heads`` table, the same hash as that table gives the text (a
+    ``texts.parquet`` of another corpus is refused, naming the first text that differs)."""
+    import hashlib
 
     from ..export.table import TEXTS_TABLE
 
     folder = Path(folder)
-    if not (folder.is_dir() and (folder / TEXTS_TABLE).is_file()):
+    path = folder / TEXTS_TABLE
+    if not (folder.is_dir() and (path.exists() or path.is_symlink())):
         return {}, ""
-    text_table = pq.read_table(folder / TEXTS_TABLE, columns=["text_index", "text", "model"])
-    texts = dict(zip(text_table["text_index"].to_pylist(), text_table["text"].to_pylist(), strict=True))
-    return texts, str(text_table["model"][0].as_py()) if text_table.num_rows else ""
+    table = TableFile(path, TEXTS_TABLE, {"text_index": "integer", "text_hash": "string", "text": "string",
+                                          "model": "string"})
+    # beside the columns: each text and hash as a Python string (at most twice their UTF-8 bytes, and a header)
+    table.check_memory(table.names, extra=table.rows * 200 + 2 * table.sizes.get("text", 0))
+    index = table.integers("text_index", 0, MAX_KEY)
+    unique, counts = np.unique(index, return_counts=True)
+    if len(unique) != len(index):
+        raise InputError(f"{path}: column 'text_index' has text {int(unique[np.argmax(counts > 1)])} twice; "
+                         f"{TEXTS_TABLE} has one row per text: write the export again")
+    hash_codes, hash_names = table.strings("text_hash")
+    text_codes, text_names = table.strings("text")
+    model_codes, model_names = table.strings("model")
+    texts = [text_names[c] for c in text_codes]
+    hashes = np.asarray([hash_names[c] for c in hash_codes], dtype=object)
+    for row, (text, said) in enumerate(zip(texts, hashes, strict=True)):
+        if hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] != said:
+            raise InputError(f"{path}: text {int(index[row])} is not the text its text_hash ({said}) names; the "
+                             "table was changed after attnviz wrote it: write the export again")
+    if heads is not None:
+        if heads.hashes is None:
+            raise InputError(f"{heads.path} has no 'text_hash' column, so {path}'s texts cannot be matched with its "
+                             "rows; give the tables attnviz wrote (they have it)")
+        common, mine, theirs = np.intersect1d(heads.indices, index, return_indices=True)
+        differ = heads.hashes[mine] != hashes[theirs]
+        if differ.any():
+            first = int(np.argmax(differ))
+            raise InputError(f"text {int(common[first])} of {path} is not the text of {heads.path} (column "
+                             f"'text_hash': {hashes[theirs][first]} and {heads.hashes[mine][first]}); the two "
+                             "tables come from different exports: give one export's folder as it was written")
+    model = model_names[model_codes[0]] if len(model_codes) else ""
+    return dict(zip(index.tolist(), texts, strict=True)), model
 
 
 def _label_rates(pa, pc, table, layers: list[int], n_heads: int, n_texts: int) -> dict[str, np.ndarray]:

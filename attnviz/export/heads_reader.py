@@ -5,14 +5,17 @@ exports read."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
+from .table_check import MAX_KEY, MAX_LABELS, TableFile, codes
 
 KEYS = ["text_index", "layer", "head"]
+IMPORTANCE_TABLE = "importance.parquet"
 
 
 @dataclass
@@ -32,56 +35,96 @@ class HeadsTable:
 
 def read_heads(folder: str | Path, *, labels: bool = False) -> HeadsTable:
     """The head statistics of the export in ``folder`` (or a ``heads.parquet`` path), one row per text × layer ×
-    head checked. Only the columns needed are read; each row's place in ``[texts, layers, heads]`` is computed
-    from its keys and its values scattered there (whole-column numpy, no sort and no loop over rows)."""
+    head checked. Only the columns needed are read, one at a time, each checked (:mod:`.table_check`: types,
+    nulls, ranges, finite statistics) after the footer's sizes were checked against the memory budget; each
+    row's place in ``[texts, layers, heads]`` is computed from its keys and its values scattered there
+    (whole-column numpy, no sort and no loop over rows)."""
     from ..analysis.statistics import STATISTICS
-    from ..export.table import HEADS_TABLE, pyarrow
-
-    pyarrow()
-    import pyarrow.parquet as pq
+    from ..export.table import HEADS_TABLE
 
     folder = Path(folder)
     path = folder / HEADS_TABLE if folder.is_dir() else folder
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path} does not exist; give the folder of an export with the parquet format, which "
                          f"holds {HEADS_TABLE}")
-    names = pq.read_schema(path).names
-    stats = [s for s in STATISTICS if s in names]
-    if not stats or not set(KEYS) <= set(names):
-        raise InputError(f"{path} holds no head statistics")
-    extra = (["labels"] if labels and "labels" in names else []) + (["text_hash"] if "text_hash" in names else [])
-    table = pq.read_table(path, columns=KEYS + stats + extra)
-    indices, layers, n_heads, values = cells(table, stats, path)
-    hashes = None
-    if "text_hash" in names:  # one row of each text gives its hash
-        first = np.unique(table["text_index"].to_numpy(), return_index=True)[1]
-        hashes = np.asarray(table["text_hash"].take(first).to_pylist(), dtype=object)
-    kept = table.select(["layer", "head", "labels"]) if labels and "labels" in names else None
-    return HeadsTable(path, stats, layers, n_heads, indices, values, kept, hashes)
+    wanted = {**{k: "integer" for k in KEYS}, **{s: "float" for s in STATISTICS}, "text_hash": "string",
+              **({"labels": "labels"} if labels else {})}
+    table = TableFile(path, HEADS_TABLE, wanted, optional=[*STATISTICS, "text_hash", "labels"])
+    stats = [s for s in STATISTICS if s in table.names]
+    if not stats:
+        raise InputError(f"{path} holds no head statistics (no column of {', '.join(STATISTICS)}); give the "
+                         "heads.parquet of an export with the parquet format")
+    table.check_memory(table.names, extra=table.rows * 8 * len(stats))  # the columns, then each as [texts, layers, heads]
+    grid = Grid.of(table)
+    values = {name: grid.scatter(table.floats(name, grid.where)) for name in stats}
+    hashes = grid.hashes(table) if "text_hash" in table.names else None
+    kept = grid.labels(table) if "labels" in table.names else None
+    return HeadsTable(path, stats, grid.layers, grid.n_heads, grid.indices, values, kept, hashes)
 
 
-def cells(table: object, columns: list[str], path: Path) -> tuple[np.ndarray, list[int], int, dict[str, np.ndarray]]:
-    """A table of one row per text × layer × head (checked) as ``[texts, layers, heads]`` arrays per column: each
-    row's place is computed from its keys and its value scattered there (whole-column numpy, no sort)."""
-    if table.num_rows == 0:  # type: ignore[attr-defined]
-        raise InputError(f"{path} has no rows")
-    text, layer, head = (table[k].to_numpy() for k in KEYS)  # type: ignore[index]
-    indices, text_position = np.unique(text, return_inverse=True)
-    layers, layer_position = np.unique(layer, return_inverse=True)
-    n_heads = int(head.max()) + 1
-    shape = (len(indices), len(layers), n_heads)
-    place = (text_position * len(layers) + layer_position) * n_heads + head  # each row's cell, flat
-    if table.num_rows != np.prod(shape) or head.min() < 0 or \
-            not (np.bincount(place, minlength=int(np.prod(shape))) == 1).all():  # type: ignore[attr-defined]
-        raise InputError(f"{path} has {table.num_rows} rows, not one per text × layer × head "  # type: ignore[attr-defined]
-                         f"({shape[0]} × {shape[1]} × {shape[2]}); was it assembled from a finished export?")
-    values = {}
-    for name in columns:
-        column = table[name].to_numpy(zero_copy_only=False)  # type: ignore[index]
-        values[name] = np.empty(column.shape, column.dtype)
-        values[name][place] = column
-        values[name] = values[name].reshape(shape)
-    return indices, [int(x) for x in layers], n_heads, values
+class Grid:
+    """Where each row of a table of one row per text × layer × head (checked) lies in ``[texts, layers, heads]``."""
+
+    def __init__(self, path: Path, text: np.ndarray, layer: np.ndarray, head: np.ndarray) -> None:
+        self.path, self.text, self.layer, self.head = path, text, layer, head
+        rows = len(text)
+        if rows == 0:
+            raise InputError(f"{path} has no rows")
+        self.indices, self.first, self.text_position = np.unique(text, return_index=True, return_inverse=True)
+        layers, layer_position = np.unique(layer, return_inverse=True)
+        self.layers = [int(x) for x in layers]
+        self.n_heads = int(head.max()) + 1
+        self.shape = (len(self.indices), len(layers), self.n_heads)
+        cells = math.prod(self.shape)
+        self.place = (self.text_position * len(layers) + layer_position) * self.n_heads + head  # each row's cell, flat
+        if cells != rows or not (np.bincount(self.place, minlength=cells) == 1).all():
+            raise InputError(f"{path} has {rows} rows, not one per text × layer × head ({self.shape[0]} × "
+                             f"{self.shape[1]} × {self.shape[2]}); was it assembled from a finished export?")
+
+    @classmethod
+    def of(cls, table: TableFile) -> Grid:
+        """The keys of ``table`` read and checked: text_index from 0, layer and head from 0 to MAX_INDEX − 1."""
+        from ..limits import MAX_INDEX
+
+        return cls(table.path, table.integers("text_index", 0, MAX_KEY), table.integers("layer", 0, MAX_INDEX),
+                   table.integers("head", 0, MAX_INDEX))
+
+    def where(self, row: int) -> str:
+        return f"text {self.text[row]}, layer {self.layer[row]}, head {self.head[row]}"
+
+    def scatter(self, column: np.ndarray) -> np.ndarray:
+        """One value per row as ``[texts, layers, heads]``."""
+        values = np.empty(column.shape, column.dtype)
+        values[self.place] = column
+        return values.reshape(self.shape)
+
+    def hashes(self, table: TableFile) -> np.ndarray:
+        """Each text's ``text_hash``, in ``indices`` order; refused where a text's rows say two."""
+        code, names = table.strings("text_hash")
+        mine = code[self.first]
+        differ = code != mine[self.text_position]
+        if differ.any():
+            row = int(np.argmax(differ))
+            raise InputError(f"{self.path}: column 'text_hash' gives text {self.text[row]} two hashes; its rows "
+                             "come from two exports: write the export again")
+        return np.asarray([names[c] for c in mine], dtype=object)
+
+    def labels(self, table: TableFile) -> object:
+        """The ``layer``, ``head`` and ``labels`` columns as one pyarrow table, no label empty (null), at most
+        :data:`~.table_check.MAX_LABELS` different ones."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        column = table.read("labels")
+        flat = pc.list_flatten(column)
+        if flat.null_count:
+            raise InputError(f"{self.path}: column 'labels' holds {flat.null_count:,} empty (null) labels; "
+                             f"{table.what} written by attnviz has none")
+        distinct = len(np.unique(codes(flat)[0])) if len(flat) else 0
+        if distinct > MAX_LABELS:
+            raise InputError(f"{self.path}: column 'labels' holds {distinct:,} different labels, more than the "
+                             f"{MAX_LABELS} a table of attnviz's has room for; write the export again")
+        return pa.table({"layer": self.layer, "head": self.head, "labels": column})
 
 
 def importance_values(folder: str | Path, heads: HeadsTable) -> dict[str, np.ndarray]:
@@ -89,18 +132,38 @@ def importance_values(folder: str | Path, heads: HeadsTable) -> dict[str, np.nda
     ``importance`` per head scaled as the heads table scales the mean (Michel et al.: per layer, by the ℓ2 norm of
     the layer's mean importances, so each head's mean over the texts is its normalised importance) and, with
     an ablation, each text's ``ablation`` (the loss change), as ``[texts, layers, heads]`` arrays on ``heads``'s
-    texts; empty without that table."""
-    import pyarrow.parquet as pq
-
-    path = Path(folder) / "importance.parquet"
-    if not (Path(folder).is_dir() and path.is_file()):
+    texts; empty without that table. Read and checked as the heads table is."""
+    path = Path(folder) / IMPORTANCE_TABLE
+    if not (Path(folder).is_dir() and (path.exists() or path.is_symlink())):
         return {}
-    names = [n for n in ("importance", "ablation") if n in pq.read_schema(path).names]
-    indices, layers, n_heads, values = cells(pq.read_table(path, columns=KEYS + names), names, path)
-    if layers != heads.layers or n_heads != heads.n_heads or not np.array_equal(indices, heads.indices):
+    table = TableFile(path, IMPORTANCE_TABLE, {**{k: "integer" for k in KEYS}, "importance": "float",
+                                               "ablation": "float"}, optional=["importance", "ablation"])
+    names = [n for n in ("importance", "ablation") if n in table.names]
+    table.check_memory(table.names, extra=table.rows * 8 * len(names))
+    grid = Grid.of(table)
+    if grid.layers != heads.layers or grid.n_heads != heads.n_heads or not np.array_equal(grid.indices, heads.indices):
         raise InputError(f"{path} does not cover the texts, layers and heads of {heads.path}: write both in one "
                          "export, with importance, as Parquet")
+    values = {name: grid.scatter(table.floats(name, grid.where)) for name in names}
     if "importance" in values:
         norm = np.linalg.norm(values["importance"].mean(axis=0), axis=1, keepdims=True)  # [layers, 1]
         values["importance"] = values["importance"] / np.where(norm > 0, norm, 1.0)
     return values
+
+
+def importance_loss(folder: str | Path) -> tuple[str, str]:
+    """The loss an export's ``importance.parquet`` took: its objective and the text it compared with (its
+    schema's metadata), ``("", "")`` where the export has no importance."""
+    path = Path(folder) / IMPORTANCE_TABLE
+    if not (path.exists() or path.is_symlink()):
+        return "", ""
+    table = TableFile(path, IMPORTANCE_TABLE, {})
+    meta = table.file.schema_arrow.metadata or {}
+    said = []
+    for key in (b"objective", b"vs"):
+        try:
+            said.append(meta.get(key, b"").decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: its metadata's {key.decode()!r} is not UTF-8 text; write the export "
+                             "again") from None
+    return said[0], said[1]
