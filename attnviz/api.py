@@ -177,16 +177,17 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
 
 def checkpoint_diff(source: Source, other: Source, texts: Sequence[str], *, truncate: bool = False,
                     bootstrap: int = 1000, permutations: int = 1000, seed: int = 0,
-                    extra: dict[str, Any] | None = None) -> Any:
+                    extra: dict[str, Any] | None = None, force: bool = False) -> Any:
     """What ``attnviz atlas TEXTS --vs-model OTHER`` reports: for every head, how each statistic and the
     attention distribution change from ``source`` to ``other`` over ``texts``, with bootstrap intervals and
     permutation p-values, heads ranked by change (:class:`~attnviz.analysis.checkpoint_diff.CheckpointDiff`).
     Both models must tokenize every text alike (two checkpoints of one model). ``extra``: more per-text changes
-    ``[texts, layers, heads]`` to summarise alike (``atlas --importance``: each head's importance, B minus A)."""
+    ``[texts, layers, heads]`` to summarise alike (``atlas --importance``: each head's importance, B minus A).
+    ``force``: resample even where that is estimated past 5 minutes (refused otherwise, before the models run)."""
     from .analysis.checkpoint_diff import run_diff
 
     return run_diff(source, other, texts, truncate=truncate, bootstrap=bootstrap, permutations=permutations, seed=seed,
-                    extra=extra)
+                    extra=extra, force=force)
 
 
 def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | None = None, revision: str | None = None,

@@ -27,6 +27,25 @@ from torch import Tensor
 DISTANCE = "js_divergence"  # the measure of the two models' attention (the statistic "distance" is another thing)
 CHUNK = 100  # resamples at a time: [CHUNK, texts] weights
 
+SUMMARY_SECONDS_LIMIT = 300.0
+"""Estimated seconds of the resampling (:func:`summary_cost`) past which :func:`check_summary_cost` refuses unless
+forced: the defaults (1,000 of each) on 10^5 texts of all-MiniLM-L6-v2's 6 × 12 heads take about 15 s."""
+
+SECONDS_PER_STEP = 5e-5
+"""Seconds of one chunk of :data:`CHUNK` resamples or sign flips for one measure, whatever its size (the
+interpreter's and torch's per-call costs). These four constants are a least-squares fit to 15 timings of
+:func:`summarise_all` (one thread of the development machine, 6 to 30,000 texts, 4 to 1,024 heads, 100 to
+100,000 resamples and flips; within a factor of 2 of each), rounded up by about a fifth."""
+
+SECONDS_PER_CELL = 7e-11
+"""Seconds per resample (or sign flip) × text × head × measure: the matrix products, single-threaded."""
+
+SECONDS_PER_SORTED = 7e-9
+"""Seconds per resample × head × measure × log2(resamples): the quantiles' sort."""
+
+SECONDS_PER_DRAW = 5e-9
+"""Seconds per resample × text: drawing the resample's texts."""
+
 
 @dataclass(frozen=True)
 class Change:
@@ -84,6 +103,7 @@ class CheckpointDiff:
     note: str = ""  # what a reader should know (texts in one export alone, left out)
 
     exact: bool = False  # the p-values enumerate every sign pattern (2^texts ≤ permutations)
+    texts: dict[int, str] = field(default_factory=dict, repr=False)  # text_index → text, where known (an export's)
 
     def write_parquet(self, path: Any) -> Any:
         """Every text's change per head: one row per text × layer × head with ``text_index``, ``layer``, ``head`` and
@@ -145,25 +165,92 @@ class DiffBuilder:
         self.text_index.append(index)
 
     def finish(self, model: str, other: str, *, bootstrap: int = 1000, permutations: int = 1000,
-               seed: int = 0) -> CheckpointDiff:
+               seed: int = 0, force: bool = False) -> CheckpointDiff:
         return diff_of({name: torch.stack(values) for name, values in self.measures.items()}, self.text_index,
-                       model, other, layers=self.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
+                       model, other, layers=self.layers, bootstrap=bootstrap, permutations=permutations, seed=seed,
+                       force=force)
+
+
+@dataclass(frozen=True)
+class SummaryCost:
+    """What summarising ``measures`` per-text changes of ``n_texts`` texts × ``cells`` heads costs (see
+    :func:`summarise_all`): ``flips`` sign patterns (the exact ones where fewer), ``seconds`` here, ``bytes``."""
+
+    n_texts: int
+    cells: int
+    measures: int
+    bootstrap: int
+    flips: int
+    seconds: float
+    bytes: float
+
+
+def summary_cost(n_texts: int, cells: int, measures: int, bootstrap: int, permutations: int) -> SummaryCost:
+    """The time and memory of :func:`summarise_all`, estimated from the sizes alone (fitted to its times on the
+    development machine, rounded up): chunks of :data:`CHUNK` resamples and sign flips, each a ``[CHUNK, texts]``
+    by ``[texts, cells]`` product per measure, then each measure's resamples ``[bootstrap, cells]`` kept, joined
+    and sorted for the interval."""
+    n, cells, measures = max(1, n_texts), max(1, cells), max(1, measures)
+    flips = 2**n if n < 63 and 2**n <= permutations else permutations
+    steps = (math.ceil(bootstrap / CHUNK) + math.ceil(flips / CHUNK)) * measures
+    seconds = (steps * SECONDS_PER_STEP + (bootstrap + flips) * n * cells * measures * SECONDS_PER_CELL
+               + bootstrap * cells * measures * math.log2(max(2, bootstrap)) * SECONDS_PER_SORTED
+               + bootstrap * n * SECONDS_PER_DRAW)
+    # every measure's resamples (float64) kept, then one measure's joined, transposed and sorted (3 copies)
+    memory = 8.0 * bootstrap * cells * (measures + 3) + 8.0 * CHUNK * n * 4 + 8.0 * n * cells * measures
+    return SummaryCost(n, cells, measures, bootstrap, flips, seconds, memory)
+
+
+def check_summary_cost(n_texts: int, cells: int, measures: int, bootstrap: int, permutations: int, *,
+                       force: bool = False) -> SummaryCost:
+    """:func:`summary_cost`, refused before any of it runs: past the memory budget (a
+    :class:`~attnviz.errors.ResourceError`), or past :data:`SUMMARY_SECONDS_LIMIT` unless ``force`` (a
+    :class:`~attnviz.errors.UsageError`); each message gives the estimate and what to lower."""
+    from ..errors import ResourceError, UsageError
+    from ..limits import MEMORY_ENV, human, memory_budget
+
+    if bootstrap < 100 or permutations < 100:
+        raise UsageError(f"[[bootstrap={bootstrap}]] and [[permutations={permutations}]]: use at least 100 of each")
+    cost = summary_cost(n_texts, cells, measures, bootstrap, permutations)
+    sizes = f"{cost.n_texts:,} texts × {cost.cells:,} heads × {cost.measures} measures"
+    budget = memory_budget()
+    if cost.bytes > budget:
+        raise ResourceError(f"{bootstrap:,} bootstrap resamples of {sizes} need about {human(cost.bytes)}, more than "
+                            f"the {human(budget)} this machine has; lower [[bootstrap]] (1000, the default, gives a "
+                            f"95% interval), or set {MEMORY_ENV} to try anyway")
+    if cost.seconds > SUMMARY_SECONDS_LIMIT and not force:
+        raise UsageError(
+            f"{bootstrap:,} bootstrap resamples and {cost.flips:,} sign flips of {sizes} take about "
+            f"{_duration(cost.seconds)} here (more than {SUMMARY_SECONDS_LIMIT:.0f} s); lower [[bootstrap]] or "
+            "[[permutations]] (1000 of each, the default, gives p-values down to 0.001), give fewer texts, or pass "
+            "[[force=True]]")
+    return cost
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} minutes"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} hours"
+    return f"{seconds / 86400:,.0f} days"
 
 
 def run_diff(source: Any, other: Any, texts: Sequence[str], *, truncate: bool = False, bootstrap: int = 1000,
              permutations: int = 1000, seed: int = 0, batch: int = 8,
-             extra: dict[str, Tensor] | None = None) -> CheckpointDiff:
+             extra: dict[str, Tensor] | None = None, force: bool = False) -> CheckpointDiff:
     """Both models (two :class:`~attnviz.sources.base.Source` objects) on every text, in padded batches: each
     text's distance and statistics' changes, then the diff (see the module); ``extra``: more per-text changes
-    ``[texts, layers, heads]`` measured elsewhere (head importance), summarised alike."""
+    ``[texts, layers, heads]`` measured elsewhere (head importance), summarised alike. The summary's cost is
+    checked (:func:`check_summary_cost`) once the first batch shows the heads, before the other batches run."""
     from ..errors import InputError, UsageError
     from .heads import head_table
     from .metrics import paired_head_distance
 
     if not texts:
         raise InputError("no texts given; a checkpoint diff compares the two models over texts")
-    if bootstrap < 100 or permutations < 100:
-        raise UsageError(f"[[bootstrap={bootstrap}]] and [[permutations={permutations}]]: use at least 100 of each")
+    check_summary_cost(len(texts), 1, 1, bootstrap, permutations, force=force)  # at least this, before any model runs
     builder = DiffBuilder()
     for start in range(0, len(texts), batch):
         chunk = list(texts[start:start + batch])
@@ -177,22 +264,32 @@ def run_diff(source: Any, other: Any, texts: Sequence[str], *, truncate: bool = 
             if a.attentions.shape != b.attentions.shape:
                 raise UsageError(f"{source.name} has {tuple(a.attentions.shape[:2])} layers × heads and {other.name} "
                                  f"{tuple(b.attentions.shape[:2])}; a checkpoint diff needs one architecture")
+            if index == 0:  # the heads known: the whole summary's cost, before the other texts run
+                from .statistics import STATISTICS
+
+                check_summary_cost(len(texts), int(a.attentions.shape[0] * a.attentions.shape[1]),
+                                   1 + len(STATISTICS) + len(extra or {}), bootstrap, permutations, force=force)
             rows = max(1, a.attentions.shape[-2])
             builder.add(index, paired_head_distance(a.attentions, b.attentions) / rows, head_table([a]).stats,
                         head_table([b]).stats)
             builder.layers = a.metadata.get("layers")
     builder.measures.update({name: list(values.double().unbind(0)) for name, values in (extra or {}).items()})
-    return builder.finish(source.name, other.name, bootstrap=bootstrap, permutations=permutations, seed=seed)
+    return builder.finish(source.name, other.name, bootstrap=bootstrap, permutations=permutations, seed=seed,
+                          force=force)
 
 
 def diff_of(per_text: dict[str, Tensor], text_index: list[int], model: str, other: str, *,
             layers: list[int] | None = None, bootstrap: int = 1000, permutations: int = 1000,
-            seed: int = 0) -> CheckpointDiff:
-    """The diff from each measure's per-text values ``[texts, layers, heads]`` (``distance`` among them or not)."""
+            seed: int = 0, force: bool = False) -> CheckpointDiff:
+    """The diff from each measure's per-text values ``[texts, layers, heads]`` (``distance`` among them or not);
+    the summary's cost checked first (:func:`check_summary_cost`; ``force`` passes its time limit)."""
     from ..errors import InputError
 
     if not per_text:
         raise InputError("the two sides share no statistic to compare")
+    first = next(iter(per_text.values()))
+    check_summary_cost(first.shape[0], math.prod(first.shape[1:]), len(per_text), bootstrap, permutations,
+                       force=force)
     summaries, exact = summarise_all(per_text, bootstrap, permutations, seed)
     q_values = adjusted({name: summary[3] for name, summary in summaries.items() if name != DISTANCE})
     n_layers, n_heads = next(iter(per_text.values())).shape[1:]
@@ -293,9 +390,11 @@ def summarise_all(measures: dict[str, Tensor], bootstrap: int, permutations: int
             flipped = (signs @ flat) / n  # each text's difference with a random sign
             extreme[name] += (flipped.abs() >= means[name].abs()[None] - 1e-12).sum(0)
     out = {}
+    bounds = torch.tensor([0.025, 0.975], dtype=torch.float64)
     for name, values in measures.items():
-        boot = torch.cat(resampled[name])
-        low, high = torch.quantile(boot, 0.025, dim=0), torch.quantile(boot, 0.975, dim=0)
+        boot = torch.cat(resampled.pop(name)).T.contiguous()  # [cells, resamples]: each cell's sort is contiguous
+        low, high = torch.quantile(boot, bounds, dim=1)  # one sort for both (the same numbers as two quantiles)
+        del boot
         p = (torch.full_like(means[name], math.nan) if name not in tested else
              extreme[name] / total if exact else (extreme[name] + 1) / (permutations + 1))
         out[name] = tuple(t.reshape(values.shape[1:]) for t in (means[name], low, high, p))

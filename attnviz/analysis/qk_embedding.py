@@ -27,6 +27,9 @@ from torch import Tensor
 from ..errors import UsageError
 
 MAX_TOKENS = 10_000
+MAX_EMBED_TOKENS = 100_000
+"""The most tokens one embedding takes (``atlas --embed-tokens``): every head's queries and keys of each are kept,
+then projected; a page draws each head's points."""
 BATCH = 16
 CHUNK = 64  # texts read ahead at a time, then run sorted by length
 
@@ -95,6 +98,9 @@ def qk_embedding(source: Any, texts: dict[int, str], *, max_tokens: int = MAX_TO
                          f"{source.engine} engine does not show them: use the native or fused engine")
     if max_tokens < 2:
         raise UsageError(f"[[max_tokens={max_tokens}]]: embed at least 2 tokens")
+    if max_tokens > MAX_EMBED_TOKENS:
+        raise UsageError(f"[[max_tokens={max_tokens}]]: embed at most {MAX_EMBED_TOKENS:,} tokens (10000 shows a "
+                         "corpus's shape)")
     ask = {"details": True} if not can.queries_keys else {"queries_keys": True}
     order = choose_texts(texts, seed)
     tokens: list[str] = []
@@ -111,6 +117,8 @@ def qk_embedding(source: Any, texts: dict[int, str], *, max_tokens: int = MAX_TO
         runs = {}
         for batch in _by_length(chunk, texts, batch_size):  # like lengths together: little padding
             layers, runs_of_batch = _run(source, [texts[i] for i in batch], truncate, ask)
+            if not runs and runs_of_batch and runs_of_batch[0][1]:  # the first batch: the sizes known, check them
+                _check_memory(max_tokens, len(layers), *runs_of_batch[0][1][0][0].shape[::2])
             runs.update(zip(batch, runs_of_batch, strict=True))
         for index in chunk:  # the tokens in the random order, the last text cut to what is wanted
             if taken >= max_tokens:
@@ -139,6 +147,18 @@ def qk_embedding(source: Any, texts: dict[int, str], *, max_tokens: int = MAX_TO
             explained[position, head] = share.numpy()
     n_texts = len(set(text_index))
     return QKEmbedding(list(layers), n_heads, tokens, text_index, positions, coords, explained, n_texts, seed)
+
+
+def _check_memory(tokens: int, layers: int, heads: int, dims: int) -> None:
+    """Refuse an embedding whose queries and keys would not fit the memory budget: each layer's kept in float16,
+    one layer's in float32 while projected, one head's centred in float64 for its SVD, and the coordinates."""
+    from ..limits import check_memory
+
+    kept = tokens * layers * heads * dims * 2 * 2
+    projected = tokens * heads * dims * 2 * (4 + 2) + tokens * 2 * dims * 8 * 4
+    check_memory(kept + projected + layers * heads * tokens * 2 * 2 * 4,
+                 f"the query-key embedding of {tokens:,} tokens ({layers} layers × {heads} heads × {dims} dimensions; "
+                 "lower [[max_tokens]])")
 
 
 def _by_length(chunk: list[int], texts: dict[int, str], batch_size: int) -> list[list[int]]:

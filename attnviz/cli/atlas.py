@@ -37,7 +37,7 @@ class AtlasFormat(str, Enum):
     json = "json"
 
 
-@cli_command
+@cli_command(flags={"max_tokens": "--embed-tokens"})
 def atlas(
     texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or a CSV, JSONL or "
                                  "Parquet file, with --column); or the folder of an export with the parquet format (its "
@@ -58,7 +58,7 @@ def atlas(
                                     "them, and its queries and keys embedded together.", show_default=False),
     embed_tokens: int = typer.Option(10_000, "--embed-tokens", min=0, help="With --out: the tokens of the page's "
                                      "query-key embedding, from texts chosen at random (--seed); 0 leaves it out. "
-                                     "Fewer where every head's points would pass 6 MB."),
+                                     "Fewer where every head's points would pass 6 MB; at most 100000."),
     importance: bool = typer.Option(False, "--importance", help="TEXTS a file of texts: also each head's importance "
                                     "(as attnviz heads --importance; an export folder's importance.parquet is read "
                                     "when it is there)."),
@@ -71,6 +71,8 @@ def atlas(
                                          "row per text × layer × head.", show_default=False),
     bootstrap: int = typer.Option(1000, "--bootstrap", min=100, help="Bootstrap resamples of the texts (95% interval)."),
     permutations: int = typer.Option(1000, "--permutations", min=100, help="Sign-flip permutations (p-values)."),
+    force: bool = typer.Option(False, "--force", help="With --vs-model: resample even where --bootstrap and "
+                               "--permutations are estimated to take more than 5 minutes."),
     seed: int = typer.Option(0, "--seed", min=0, max=2**62, help="Seed of the resampling and of the embedding's "
                              "texts."),
     width: int | None = Width,
@@ -109,6 +111,11 @@ def atlas(
         check_writable(per_text)
     if embed_tokens == 1:
         raise UsageError("--embed-tokens 1: the embedding needs at least 2 tokens (or 0 to leave it out)")
+    from ..analysis.qk_embedding import MAX_EMBED_TOKENS
+
+    if embed_tokens > MAX_EMBED_TOKENS:
+        raise UsageError(f"--embed-tokens {embed_tokens}: the page embeds at most {MAX_EMBED_TOKENS:,} tokens (each "
+                         "head's points are drawn; 10000, the default, shows a corpus's shape): give fewer")
     texts = _folder_of(texts)
     options = model_options(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
                             trust_remote_code=trust_remote_code, verbose=verbose, dtype=dtype)
@@ -124,7 +131,7 @@ def atlas(
     else:
         _diff(texts, vs_model, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
               bootstrap=bootstrap, permutations=permutations, seed=seed,
-              importance=(ablate, vs) if importance else None, per_text=per_text)
+              importance=(ablate, vs) if importance else None, per_text=per_text, force=force)
 
 
 def _folder_of(path: Path) -> Path:
@@ -186,9 +193,10 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
 
 def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | None, fmt: AtlasFormat,
           top: int | None, width: int | None, truncate: bool, out: Path | None, bootstrap: int, permutations: int,
-          seed: int, importance: tuple[Ablate | None, str | None] | None = None, per_text: Path | None = None) -> None:
+          seed: int, importance: tuple[Ablate | None, str | None] | None = None, per_text: Path | None = None,
+          force: bool = False) -> None:
     """The checkpoint diff: both models run on a file of texts, or two exports' tables read as they are."""
-    from ..export.atlas_data import diff_document, read_texts_table
+    from ..export.atlas_data import diff_document
 
     sources = []
     other_folder = _folder_of(Path(vs_model))
@@ -198,10 +206,10 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
                              "the other model (or give TEXTS as a file of texts to run both models)")
         from ..export.paired import exports_diff
 
-        diff = exports_diff(texts, other_folder, bootstrap=bootstrap, permutations=permutations, seed=seed)
-        corpus = read_texts_table(texts)[0]
+        diff = exports_diff(texts, other_folder, bootstrap=bootstrap, permutations=permutations, seed=seed,
+                            force=force)
+        corpus = diff.texts  # the first export's texts, checked against its heads table
     else:
-        from ..api import checkpoint_diff
         from ..inputs import read_texts
 
         if other_folder.is_dir() and (other_folder / "heads.parquet").is_file():
@@ -210,9 +218,15 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
         sources = [options.load(), replace(options, model=vs_model).load()]
         if any(source.capabilities.fixed_input for source in sources):
             raise UsageError("atlas runs both models on TEXTS; a saved result or a matrices config has a fixed input")
+        from ..analysis.checkpoint_diff import check_summary_cost, run_diff
+        from ..analysis.statistics import STATISTICS
+
+        measures = 1 + len(STATISTICS) + (0 if not importance else 1 if importance[0] is None else 2)
+        # before any model runs, with at least one head a layer (run_diff checks again once it sees the heads)
+        check_summary_cost(len(lines), sources[0].n_layers, measures, bootstrap, permutations, force=force)
         extra = _importance_changes(options, vs_model, lines, importance, truncate) if importance else None
-        diff = checkpoint_diff(sources[0], sources[1], lines, truncate=truncate, bootstrap=bootstrap,
-                               permutations=permutations, seed=seed, extra=extra)
+        diff = run_diff(sources[0], sources[1], lines, truncate=truncate, bootstrap=bootstrap,
+                        permutations=permutations, seed=seed, extra=extra, force=force)
         corpus = dict(enumerate(lines))
     if per_text is not None:
         import sys

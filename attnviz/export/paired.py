@@ -8,15 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.checkpoint_diff import CheckpointDiff, diff_of
+from ..analysis.checkpoint_diff import CheckpointDiff, check_summary_cost, diff_of
 from ..errors import InputError, UsageError
 from .atlas_data import read_texts_table
-from .heads_reader import importance_values, read_heads
+from .heads_reader import IMPORTANCE_TABLE, importance_loss, importance_values, read_heads
 
 
 def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000, permutations: int = 1000,
-                 seed: int = 0) -> CheckpointDiff:
-    """Every head's change from the export in ``folder`` to the one in ``other`` over the texts both hold."""
+                 seed: int = 0, force: bool = False) -> CheckpointDiff:
+    """Every head's change from the export in ``folder`` to the one in ``other`` over the texts both hold; the
+    diff's ``texts`` are the first export's (its ``texts.parquet``, checked against its heads table). The
+    resampling's cost is estimated first and refused past its limit unless ``force``
+    (:func:`~attnviz.analysis.checkpoint_diff.check_summary_cost`)."""
     import torch
 
     a, b = read_heads(folder), read_heads(other)
@@ -34,8 +37,11 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
         raise UsageError(f"text {first} differs between the two exports (its text_hash): export the same file of "
                          "texts, in the same order, with each model")
     _same_reading(Path(folder), Path(other))
-    model_a, model_b = read_texts_table(folder)[1], read_texts_table(other)[1]
     stats = [s for s in a.stats if s in b.stats]
+    both_importance = all((Path(f) / IMPORTANCE_TABLE).exists() for f in (folder, other))
+    check_summary_cost(len(common), len(a.layers) * a.n_heads, len(stats) + 2 * both_importance, bootstrap,
+                       permutations, force=force)
+    (texts, model_a), model_b = read_texts_table(folder, a), read_texts_table(other, b)[1]
     aligned = len(common) == len(a.indices) == len(b.indices)  # the usual case: no rows to pick
     per_text = {}
     for s in stats:  # one statistic at a time, each export's copy let go once used
@@ -57,7 +63,8 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
         per_text[name] = torch.from_numpy(np.subtract(after if aligned else after[ib], before if aligned else before[ia],
                                                       dtype=np.float64))
     diff = diff_of(per_text, common.tolist(), model_a or Path(folder).name, model_b or Path(other).name,
-                   layers=a.layers, bootstrap=bootstrap, permutations=permutations, seed=seed)
+                   layers=a.layers, bootstrap=bootstrap, permutations=permutations, seed=seed, force=force)
+    diff.texts = texts
     if skipped:
         diff.note = "; ".join(filter(None, [diff.note, skipped]))
     left = (len(a.indices) - len(common), len(b.indices) - len(common))
@@ -81,23 +88,34 @@ def _same_reading(folder: Path, other: Path) -> None:
 
 
 def _reading(folder: Path) -> dict[str, object] | None:
-    """How the export in ``folder`` read its statistics, from its manifest (None where none says)."""
+    """How the export in ``folder`` read its statistics, from its manifest (None where none says); a
+    ``reading`` that is not an object of plain values (as attnviz writes it) is refused, naming the field."""
     from .manifest import read_entries
 
     for manifest in sorted(folder.glob("manifest*.jsonl")):
-        for entry in read_entries(manifest).values():
+        for index, entry in read_entries(manifest).items():
             if "reading" in entry:
-                return dict(entry["reading"])
+                reading = entry["reading"]
+                if not isinstance(reading, dict) or not all(map(_plain, reading.values())):
+                    kind = "null" if reading is None else type(reading).__name__
+                    said = (f"is {kind}, not an object" if not isinstance(reading, dict) else
+                            "holds a value that is not a number, text, true/false or a list of numbers")
+                    raise InputError(f"{manifest}: item {index}'s field 'reading' {said}; attnviz writes how the "
+                                     "statistics were read there: write the export again")
+                return dict(reading)
     return None
+
+
+def _plain(value: object) -> bool:
+    """A value of a manifest's ``reading`` as attnviz writes one: null, true/false, a number, a text, or a list
+    of numbers (layers)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return not isinstance(value, str) or len(value) <= 1000
+    return isinstance(value, list) and len(value) <= 100_000 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
 def _loss(folder: Path) -> tuple[str, str]:
     """The loss an export's ``importance.parquet`` took: its objective and the text it compared with."""
-    import pyarrow.parquet as pq
-
-    path = folder / "importance.parquet"
-    if not path.is_file():
-        return "", ""
-    meta = pq.read_schema(path).metadata or {}
-    return meta.get(b"objective", b"").decode(), meta.get(b"vs", b"").decode()
+    return importance_loss(folder)
 
