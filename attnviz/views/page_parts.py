@@ -8,7 +8,7 @@ result's notebook display can import it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..analysis import AttentionResult
@@ -119,10 +119,11 @@ class PageCollector:
     """A page and its head statistics, built one layer at a time."""
 
     def __init__(self, layers: Sequence[int], stats: bool, title: str, *, budget: int | None = None,
-                 hold: int = 0) -> None:
+                 hold: int = 0, checkpoint: Callable[[], None] | None = None) -> None:
         from ..analysis.heads import HeadTableBuilder
 
         self.layers, self.stats, self.title, self.budget, self.hold = list(layers), stats, title, budget, hold
+        self.checkpoint = checkpoint  # called between blocks of rows (it may raise to stop: a server's client gone)
         self.table = HeadTableBuilder()
         self.builder: Any = None
         self.qk: dict[str, Any] | None = None
@@ -146,7 +147,7 @@ class PageCollector:
         breaks = [i for i in range(1, n) if header.segment_ids[i] != header.segment_ids[i - 1]]
         pyramid = self.builder.start_layer(heads, rows=header.tokens, cols=header.tokens, causal=header.causal,
                                            row_special=header.special, col_special=header.special, breaks=breaks)
-        blocks = TiledLayer(layer, pyramid, causal=header.causal)
+        blocks = TiledLayer(layer, pyramid, causal=header.causal, checkpoint=self.checkpoint)
         if self.stats:
             self.table.add_layer(header, position, blocks)  # its blocks reach the tiles as it reads them
         else:
@@ -177,8 +178,8 @@ class TiledLayer:
     head statistics read (anything with ``n_heads`` and ``row_blocks()``), so one pass over a long
     input's rows feeds both."""
 
-    def __init__(self, layer: Any, pyramid: Any, *, causal: bool) -> None:
-        self.layer, self.pyramid, self.causal = layer, pyramid, causal
+    def __init__(self, layer: Any, pyramid: Any, *, causal: bool, checkpoint: Callable[[], None] | None = None) -> None:
+        self.layer, self.pyramid, self.causal, self.checkpoint = layer, pyramid, causal, checkpoint
         self.n_heads = int(layer.shape[0]) if hasattr(layer, "shape") else int(layer.n_heads)
 
     def row_blocks(self) -> Any:
@@ -198,3 +199,5 @@ class TiledLayer:
             block = block.cpu()
             self.pyramid.add(first, block.float().numpy())
             yield first, block
+            if self.checkpoint is not None:  # before the next block is computed
+                self.checkpoint()

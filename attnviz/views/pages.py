@@ -5,6 +5,7 @@ for short texts, each head's query and key vectors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .page_parts import QK_TOKENS, PageCollector, page_of_result, qk_vectors, with_steps
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def page_view(source: Any, text: str | None, *, layer: int | None = None, head: int | str = 0, kind: str = "self",
               pair: str | None = None, target: str | None = None, reading: Reading | None = None,
               truncate: bool = False, stats: bool = True, view: str = "head", budget: int | None = None,
-              hold: int = 0, layers_out: list[Any] | None = None) -> Page:
+              hold: int = 0, layers_out: list[Any] | None = None, checkpoint: Callable[[], None] | None = None) -> Page:
     """What ``attnviz view`` writes: an interactive page (:mod:`attnviz.render.page`) of every head of
     ``layer`` (default: every layer), with the head statistics table (``stats``), for one text.
     Layers are quantised and compressed as the engine computes them. Encoder-decoder models get
@@ -29,7 +30,8 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
     the bytes of tiles the page may hold (default :data:`attnviz.render.page.PAGE_BUDGET`); a long
     input's finest levels are left out beyond it, and the page says so. For a server:
     ``hold`` bytes of finer tiles are kept in ``Page.held`` and each layer read is appended to
-    ``layers_out`` (:class:`attnviz.views.live_tiles.LiveTiles` answers tiles from both)."""
+    ``layers_out`` (:class:`attnviz.views.live_tiles.LiveTiles` answers tiles from both); ``checkpoint``
+    is called between blocks of rows, and may raise to stop (a server's client that has gone)."""
     from ..analysis.reading import Reading
     from ..analysis.transforms import KINDS
     from ..errors import UsageError
@@ -57,7 +59,8 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
     # a long text's whole weights (32 layers of 4,096 tokens would be 16 GiB).
     reader = read_layers(source, [text], reading=reading, truncate=truncate, layers=layers, pairs=[pair],
                          target=target, purpose="the page", rows=layers_out is not None)
-    collector = PageCollector(reader.layers, stats, _title_text(text), budget=budget, hold=hold)
+    collector = PageCollector(reader.layers, stats, _title_text(text), budget=budget, hold=hold,
+                              checkpoint=checkpoint)
     if source.capabilities.details and reading.plain and len(reader.results[0].tokens) <= QK_TOKENS:
         # The query-key view: each head's q and k (a second, small pass with details=True).
         detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)
