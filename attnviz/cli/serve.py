@@ -35,6 +35,9 @@ def serve(
                                          "besides IP addresses and localhost (a reverse proxy's name, say); "
                                          "repeatable. Other names are refused, against DNS rebinding."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free one)."),
+    cache_size: str = typer.Option("512M", "--cache-size", metavar="SIZE", help="Memory the server keeps between "
+                                   "requests at most (pages, their queries and keys, tiles), least recently used "
+                                   "dropped first: bytes, or with K, M or G."),
     cmap: Cmap = CmapOpt,
     causal: bool | None = Causal,
     engine: EngineChoice = EngineOpt,
@@ -51,12 +54,13 @@ def serve(
 
     Example: attnviz serve --port 8000
     """
-    from ..serve import check_available
+    from ..serve import cache_bytes, check_available
     from ..serve import serve as run
 
     check_available()
     if not host.strip():
         raise UsageError("--host is empty; give an address such as 127.0.0.1")
+    cache = cache_bytes(cache_size)
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
                          dtype=dtype)
@@ -69,4 +73,5 @@ def serve(
         shown = f"[{where}]" if ":" in where else where
         console.print(f"attnviz: serving {source.name} at http://{shown}:{number}/ (Ctrl-C stops)")
 
-    run(source, host=host, port=port, cmap=cmap.value, allowed_hosts=tuple(allow_host), on_ready=ready)
+    run(source, host=host, port=port, cmap=cmap.value, allowed_hosts=tuple(allow_host), cache_size=cache,
+        on_ready=ready)

@@ -1,9 +1,9 @@
 """``attnviz serve``: the interactive page on a local web server that keeps the model loaded.
 
 Built on Starlette (an ASGI toolkit) and served by uvicorn, both in the optional extra
-``attnviz[serve]``. The model is loaded once; each request runs it under a lock (one forward pass
-at a time, so concurrent requests are safe and never share half-computed state) in Starlette's
-thread pool, so the event loop keeps answering.
+``attnviz[serve]``. The model is loaded once; each request runs it in its turn (one request
+computes at a time, so concurrent requests are safe and never share half-computed state:
+:mod:`attnviz.serve.turns`) in Starlette's thread pool, so the event loop keeps answering.
 
 Contract (tests and scripts rely on it):
 
@@ -20,7 +20,8 @@ Contract (tests and scripts rely on it):
   and key), as little-endian float32, row by row, with headers ``X-Tile-Rows``, ``X-Tile-Cols``
   and ``X-Tile-Exact`` (1: computed from the layer's queries and keys, as the leaves always are:
   equal to ``attnviz.extract``'s weights; 0: decoded from the pooled tiles kept when the page was
-  built). The server keeps the tiles of the last two pages; an older page's id is 404.
+  built). Its parameters are ASCII whole numbers, in range, or a 422 naming the parameter. A page
+  is kept (its tiles answered) while the server's cache holds it; one no longer kept is 404.
 * Both also take a POST of a JSON object (``{"text": …, "pair": …}``), for texts too long for a URL.
 * A missing text is 400; a text over :data:`MAX_TEXT_BYTES` 413 (a body is refused on its
   ``Content-Length``, and never read past the limit); a POST that is not ``application/json`` 415;
@@ -30,8 +31,16 @@ Contract (tests and scripts rely on it):
   server keeps serving. ``truncate`` (true/false) cuts a text too long for the model.
 * It answers only to the host names it was started for, and refuses API requests from other
   sites (:mod:`attnviz.serve.guard`: DNS rebinding and cross-site requests).
-* The model runs, and each answer is encoded, on a worker thread, one forward pass at a time; the
-  event loop keeps answering (the home page is computed once, before serving).
+* The model runs, and each answer is encoded, on a worker thread, one request at a time; the
+  event loop keeps answering (the home page is computed once, before serving). A request whose
+  client disconnects stops between two blocks of rows (or never starts); a long one hands the
+  model to the requests waiting after each turn (a quarter of a second and 8 blocks of rows), and
+  one long request goes on at a time (:mod:`attnviz.serve.turns`).
+* What it keeps between requests (pages with their layers' queries and keys or weights and pooled
+  tiles, tiles computed, row normalisers) is one cache of at most ``cache_size`` bytes
+  (:data:`CACHE_SIZE`, ``--cache-size``), the least recently used evicted first
+  (:mod:`attnviz.serve.cache`); only the home page's entry is never evicted.
+* No request leaves a traceback in the log: a bug is one line there, and a 500.
 """
 
 from __future__ import annotations
@@ -41,7 +50,6 @@ import errno
 import json
 import socket
 import sys
-import threading
 import warnings
 from typing import Any
 
@@ -50,11 +58,15 @@ from ..errors import AttnvizError, AttnvizWarning, ServeError, UsageError, in_re
 MAX_TEXT_BYTES = 2 * 1024 * 1024
 """Bytes of text (all fields together) one request may send: a document of 128k tokens and more."""
 
-HELD_TILES = 256_000_000
-"""Bytes of pooled tiles kept per page beyond what the page itself holds, to answer ``/api/tile`` at once."""
+CACHE_SIZE = 512 << 20
+"""Bytes the server keeps between requests at most, by default (``attnviz serve --cache-size``)."""
 
-PAGES_KEPT = 2
-"""Pages whose tiles the server keeps (the home page's and the last text's)."""
+HELD_TILES = 256_000_000
+"""Bytes of pooled tiles kept per page beyond what the page itself holds, to answer ``/api/tile`` at
+once: a quarter of the cache at most."""
+
+MAX_TILE_NUMBER = 999_999_999
+"""The largest number ``/api/tile`` reads (nine digits): no matrix has more layers, heads, levels or tiles."""
 
 TILE_FIELDS = ("page", "layer", "head", "level", "x", "y")
 
@@ -74,6 +86,26 @@ FIELDS = ("text", "pair", "target", "truncate")
 EXAMPLE = "The cat sat on the mat because it was tired."
 
 
+MIN_CACHE_SIZE = 1 << 20
+"""The smallest cache a server takes (1 MiB: the home page and a few tiles)."""
+
+
+def cache_bytes(text: str) -> int:
+    """``"512M"`` → 512·2²⁰: the cache's size as given (:func:`attnviz.limits.parse_size`'s sizes), or a
+    :class:`UsageError` saying what to write."""
+    from ..errors import ResourceError
+    from ..limits import human, parse_size
+
+    try:
+        size = parse_size(text.strip())
+    except ResourceError:
+        raise UsageError(f"[[cache_size={text!r}]] is not a size; write e.g. 512M, 2G or a number of bytes") from None
+    if size < MIN_CACHE_SIZE:
+        raise UsageError(f"[[cache_size={text!r}]] is under {human(MIN_CACHE_SIZE)}, too little to keep the page; "
+                         "give e.g. 512M")
+    return size
+
+
 def check_available() -> None:
     """Starlette and uvicorn are an optional extra: say how to get them."""
     try:
@@ -85,11 +117,15 @@ def check_available() -> None:
 
 
 def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
-               allowed_hosts: tuple[str, ...] = ()) -> Any:
+               allowed_hosts: tuple[str, ...] = (), cache_size: int = CACHE_SIZE, turns: Any = None) -> Any:
     """The Starlette application serving ``source`` (a loaded model, :func:`attnviz.api.load`).
 
     It answers only to IP literals, ``localhost``, ``host`` and ``allowed_hosts`` in the ``Host``
-    header, and refuses API requests from other sites (:mod:`attnviz.serve.guard`)."""
+    header, and refuses API requests from other sites (:mod:`attnviz.serve.guard`). It keeps at most
+    ``cache_size`` bytes between requests; requests take the model in ``turns`` (default: a
+    :class:`~attnviz.serve.turns.Turns` of its default turns). Its ``state`` holds ``turns`` and
+    ``cache`` (:class:`~attnviz.serve.cache.ByteCache`)."""
+    import anyio
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
@@ -99,9 +135,14 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
 
     from ..api import page_view
     from ..render.html import page_html
+    from ..views.live_tiles import LiveTiles
+    from .cache import ByteCache, size_of
     from .guard import Guard, allowed_names
+    from .turns import Cancelled, Ticket, Turns
 
-    lock = threading.Lock()
+    turns = Turns() if turns is None else turns
+    cache = ByteCache(cache_size)
+    hold = min(HELD_TILES, cache_size // 4)
     waiting = [0]  # requests between arriving and finishing their computation (the event loop's thread only)
     can = source.capabilities
     fields = ["target"] if can.cross else ["pair"] if can.pairs else []  # the boxes beside the text box
@@ -109,7 +150,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
     async def body_of(request: Request) -> bytes:
         """The POST body, refused as soon as it is known to be too large (never read whole first)."""
         declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        if declared is not None and (_whole_number(declared, 18) is None or int(declared) > MAX_BODY_BYTES):
             raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
@@ -152,65 +193,78 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         values["truncate"] = _flag(params.get("truncate"))
         return values
 
-    def locked(work: Any) -> Any:
-        with lock, warnings.catch_warnings():  # one forward pass at a time
-            warnings.simplefilter("ignore", AttnvizWarning)  # (a short text's statistics: the page says little)
-            try:
-                return work()
-            except _Reply:
-                raise
-            except AttnvizError as exc:
-                raise _Reply(422, in_request_terms(exc.template)) from None
-            except MemoryError:
-                raise _Reply(413, "this request needs more memory than the server has; send a shorter text") from None
-            except Exception as exc:  # a bug: one line in the log, a 500 to the client, and serving goes on
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
-                sys.stderr.write(f"attnviz: error: internal error ({type(exc).__name__}: {first}); report it\n")
-                raise _Reply(500, f"internal error ({type(exc).__name__}); the server's log has a line on it") from None
+    def locked(work: Any, ticket: Ticket) -> tuple[bool, Any]:
+        """On a worker thread: ``work(checkpoint)`` holding the model in ``ticket``'s turn, as ``(True,
+        value)``, or ``(False, reply)``: the :class:`_Reply` to send. Nothing is raised past here, so an
+        exception (and its traceback, whose frames hold the page worked on) ends with this call: no
+        thread pool, future or log keeps it, and no reference cycle through it keeps a page alive."""
+        try:
+            with turns.turn(ticket), warnings.catch_warnings():
+                warnings.simplefilter("ignore", AttnvizWarning)  # (a short text's statistics: the page says little)
+                return True, work(lambda: turns.checkpoint(ticket))
+        except Cancelled:
+            failed = _Reply(499, "the client went away")  # nobody reads it
+        except _Reply as reply:
+            failed = _Reply(reply.status, reply.message, reply.retry_after)
+        except AttnvizError as exc:
+            failed = _Reply(422, in_request_terms(exc.template))
+        except MemoryError:
+            failed = _Reply(413, "this request needs more memory than the server has; send a shorter text")
+        except Exception as exc:  # a bug: one line in the log, a 500 to the client, and serving goes on
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            sys.stderr.write(f"attnviz: error: internal error ({type(exc).__name__}: {first}); report it\n")
+            failed = _Reply(500, f"internal error ({type(exc).__name__}); the server's log has a line on it")
+        return False, failed
 
-    async def run(work: Any) -> Any:
-        """``work`` (the computation and its encoding) on a worker thread: the event loop keeps answering."""
+    async def run(work: Any, request: Request) -> tuple[bool, Any]:
+        """``work`` (the computation and its encoding) on a worker thread in its turn, the event loop
+        answering meanwhile, stopped if the client disconnects; answered as :func:`locked` says."""
         if waiting[0] >= MAX_WAITING:
-            raise _Reply(503, "the server is busy with other requests; try again in a moment", retry_after=2)
+            return False, _Reply(503, "the server is busy with other requests; try again in a moment", retry_after=2)
+        ticket = Ticket()
         waiting[0] += 1
         try:
-            return await run_in_threadpool(locked, work)
+            async with anyio.create_task_group() as group:
+                group.start_soon(_watch_disconnect, request.receive, lambda: turns.cancel(ticket))
+                try:
+                    return await run_in_threadpool(locked, work, ticket)
+                finally:
+                    group.cancel_scope.cancel()
+        except BaseException:  # the server stops while the work runs: the work stops too
+            turns.cancel(ticket)
+            raise
         finally:
             waiting[0] -= 1
 
-    from collections import OrderedDict
-
-    from ..views.live_tiles import LiveTiles
-
-    pages: OrderedDict[str, LiveTiles] = OrderedDict()  # the last PAGES_KEPT pages' tiles, by id (under the lock)
-
-    def tiled_page(values: dict[str, Any]) -> Any:
-        """The page of a text, its tiles kept for /api/tile (the oldest page's dropped)."""
-        layers: list[Any] = []
+    def tiled_page(values: dict[str, Any], checkpoint: Any, *, home: bool = False) -> Any:
+        """The page of a text; kept in the cache with its layers for /api/tile where they fit."""
+        layers = _KeptLayers(cache.limit)
         built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
-                          truncate=values["truncate"], hold=HELD_TILES, layers_out=layers)
-        if "self" in built.kinds and not can.cross:
-            live = LiveTiles(built, layers)
-            pages[live.id] = live
-            while len(pages) > PAGES_KEPT:
-                pages.popitem(last=False)
-            built.tiles = live.script_data("/api/tile")
+                          truncate=values["truncate"], hold=hold, layers_out=layers, checkpoint=checkpoint)
+        if "self" in built.kinds and not can.cross and not layers.over:
+            live = LiveTiles(built, list(layers), store=cache, owned=True)
+            layers.clear()
+            kept = cache.put(live.id, live, size_of(live), pinned=home)
+            if not kept and live.held:  # without its pooled tiles (computed on request instead) it may fit
+                live.held = []
+                kept = cache.put(live.id, live, size_of(live), pinned=home)
+            if kept:
+                built.tiles = live.script_data("/api/tile")
         return built
 
-    def build_home() -> str:
-        page = tiled_page({"text": EXAMPLE, "pair": None, "target": None, "truncate": False})
+    def build_home(checkpoint: Any) -> str:
+        page = tiled_page({"text": EXAMPLE, "pair": None, "target": None, "truncate": False}, checkpoint, home=True)
         page.live = {"endpoint": "/api/page", "text": EXAMPLE, "fields": fields}
         return page_html(page, cmap=cmap, connect="'self'")
 
-    try:  # computed once, before serving: a visit never waits behind a long request
-        home = locked(build_home)
-    except _Reply as reply:
-        raise ServeError(f"the server's page could not be built: {reply.message}") from None
+    built_home, home = locked(build_home, Ticket())  # once, before serving: a visit never waits behind a request
+    if not built_home:
+        raise ServeError(f"the server's page could not be built: {home.message}")
 
     async def homepage(request: Request) -> Response:
         return HTMLResponse(home)
 
-    def attention_json(values: dict[str, Any]) -> str:
+    def attention_json(values: dict[str, Any], checkpoint: Any) -> str:
         result = source.extract(values["text"], pair=values["pair"], target=values["target"],
                                 truncate=values["truncate"])
         tensors = [result.attentions]
@@ -230,8 +284,9 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
                         cross_attentions=result.cross_attentions.tolist())
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
-    def page_json(values: dict[str, Any]) -> str:
-        return json.dumps(tiled_page(values).data(cmap), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    def page_json(values: dict[str, Any], checkpoint: Any) -> str:
+        return json.dumps(tiled_page(values, checkpoint).data(cmap), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)
 
     async def tile(request: Request) -> Response:
         """One tile of a kept page (see the module), as float32 bytes."""
@@ -243,34 +298,42 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         numbers = {}
         for name in TILE_FIELDS[1:]:
             value = params.get(name, "")
-            if not value.isdigit() or len(value) > 9:
-                return _Reply(422, f"{name} must be a whole number from 0, not {value!r}").response()
-            numbers[name] = int(value)
-        live = pages.get(params.get("page", ""))
-        if live is None:
-            return _Reply(404, "no such page: its text was replaced by a newer one; load the page again").response()
+            number = _whole_number(value)
+            if number is None:
+                return _Reply(422, f"{name} must be a whole number from 0 to {MAX_TILE_NUMBER:,} in ASCII digits, "
+                                   f"not {value[:20]!r}").response()
+            numbers[name] = number
+        live = cache.get(params.get("page", ""))
+        if not isinstance(live, LiveTiles):
+            return _Reply(404, "no such page: the server no longer keeps it (or never did); load the page again"
+                          ).response()
+        refused = _out_of_range(live, numbers)
+        if refused is not None:
+            return refused.response()
 
-        def work() -> tuple[bytes, int, int, bool]:
-            values, exact = live.tile(**numbers)
+        def work(checkpoint: Any) -> tuple[bytes, int, int, bool]:
+            values, exact = live.tile(**numbers, checkpoint=checkpoint)
             return values.astype("<f4").tobytes(), values.shape[0], values.shape[1], exact
 
-        try:
-            body, rows, cols, exact = await run(work)
-        except _Reply as reply:
-            return reply.response()
+        done, answer = await run(work, request)
+        if not done:
+            return answer.response()
+        body, rows, cols, exact = answer
         return Response(body, media_type="application/octet-stream", headers={
             "X-Tile-Rows": str(rows), "X-Tile-Cols": str(cols), "X-Tile-Exact": "1" if exact else "0",
             "Cache-Control": "no-store"})
 
     def answering(encode: Any) -> Any:
-        """A route: the request's fields, then ``encode(fields)`` on a worker thread, as JSON."""
+        """A route: the request's fields, then ``encode(fields, checkpoint)`` on a worker thread, as JSON."""
         async def route(request: Request) -> Response:
             try:
                 values = await inputs(request)
-                encoded = await run(lambda: encode(values))
             except _Reply as reply:
                 return reply.response()
-            return Response(encoded, media_type="application/json")
+            done, answer = await run(lambda checkpoint: encode(values, checkpoint), request)
+            if not done:
+                return answer.response()
+            return Response(answer, media_type="application/json")
 
         return route
 
@@ -284,7 +347,54 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
     app = Starlette(routes=[Route("/", homepage), Route("/api/attention", answering(attention_json), methods=both),
                             Route("/api/page", answering(page_json), methods=both), Route("/api/tile", tile)],
                     exception_handlers={HTTPException: http_error})
-    return Guard(app, allowed_names(host, allowed_hosts))
+    app.state.turns, app.state.cache = turns, cache
+    guard = Guard(app, allowed_names(host, allowed_hosts))
+    guard.state = app.state
+    return guard
+
+
+async def _watch_disconnect(receive: Any, gone: Any) -> None:
+    """Call ``gone()`` when the client disconnects (what the server receives once the body is read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone()
+
+
+def _whole_number(value: str, digits: int = len(str(MAX_TILE_NUMBER))) -> int | None:
+    """``"12"`` → 12; None for anything but 1 to ``digits`` ASCII digits (``"²"``, ``"١"``, ``"-1"``, ``" 1"``)."""
+    if not (value.isascii() and value.isdigit()) or len(value) > digits:
+        return None
+    return int(value)
+
+
+def _out_of_range(live: Any, numbers: dict[str, int]) -> _Reply | None:
+    """The 422 for a tile outside ``live``'s page, naming the parameter; None for a tile it has."""
+    try:
+        live.check(**numbers)
+    except AttnvizError as exc:
+        return _Reply(422, in_request_terms(exc.template))
+    return None
+
+
+class _KeptLayers(list):  # type: ignore[type-arg]
+    """A page's layers kept while it is built (``layers_out``) while their bytes stay within ``limit``:
+    past it the server could not keep them, so it holds none (the page then gets no tiles on request)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.bytes, self.over = limit, 0, False
+
+    def append(self, layer: Any) -> None:
+        if self.over:
+            return
+        from .cache import size_of
+
+        self.bytes += size_of(layer)
+        if self.bytes > self.limit:
+            self.over = True
+            self.clear()
+            return
+        super().append(layer)
 
 
 def _is_unicode(text: str) -> bool:
@@ -347,13 +457,15 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str = "viridis",
-          allowed_hosts: tuple[str, ...] = (), on_ready: Any = None) -> None:
+          allowed_hosts: tuple[str, ...] = (), cache_size: int = CACHE_SIZE, on_ready: Any = None) -> None:
     """Serve ``source`` until Ctrl-C (uvicorn stops cleanly on SIGINT and SIGTERM). ``on_ready(host,
-    port)`` is called once the socket listens, with the real port (``port=0`` picks a free one)."""
+    port)`` is called once the socket listens, with the real port (``port=0`` picks a free one);
+    ``cache_size``: the bytes kept between requests at most."""
     import uvicorn
 
     sock = listen(host, port)
-    config = uvicorn.Config(create_app(source, cmap=cmap, host=host, allowed_hosts=allowed_hosts),
+    config = uvicorn.Config(create_app(source, cmap=cmap, host=host, allowed_hosts=allowed_hosts,
+                                       cache_size=cache_size),
                             log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     if on_ready is not None:
