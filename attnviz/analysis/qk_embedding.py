@@ -114,7 +114,7 @@ def qk_embedding(source: Any, texts: dict[int, str], *, max_tokens: int = MAX_TO
         average = len(tokens) / max(1, len(set(text_index))) if tokens else 16
         size = min(CHUNK, max(batch_size, math.ceil((max_tokens - taken) / max(1.0, average)) + 1))
         chunk, start = order[start:start + size], start + size
-        runs = {}
+        runs: dict[int, Any] = {}
         for batch in _by_length(chunk, texts, batch_size):  # like lengths together: little padding
             layers, runs_of_batch = _run(source, [texts[i] for i in batch], truncate, ask)
             if not runs and runs_of_batch and runs_of_batch[0][1]:  # the first batch: the sizes known, check them

@@ -54,7 +54,8 @@ def read_heads(folder: str | Path, *, labels: bool = False) -> HeadsTable:
     if not stats:
         raise InputError(f"{path} holds no head statistics (no column of {', '.join(STATISTICS)}); give the "
                          "heads.parquet of an export with the parquet format")
-    table.check_memory(table.names, extra=table.rows * 8 * len(stats))  # the columns, then each as [texts, layers, heads]
+    # the keys, labels and hashes held while the statistics are read one at a time, each kept as [texts, layers, heads]
+    table.check_memory([n for n in table.names if n not in stats] + stats[:1], extra=table.rows * 8 * len(stats))
     grid = Grid.of(table)
     values = {name: grid.scatter(table.floats(name, grid.where)) for name in stats}
     hashes = grid.hashes(table) if "text_hash" in table.names else None
@@ -138,8 +139,8 @@ def importance_values(folder: str | Path, heads: HeadsTable) -> dict[str, np.nda
         return {}
     table = TableFile(path, IMPORTANCE_TABLE, {**{k: "integer" for k in KEYS}, "importance": "float",
                                                "ablation": "float"}, optional=["importance", "ablation"])
-    names = [n for n in ("importance", "ablation") if n in table.names]
-    table.check_memory(table.names, extra=table.rows * 8 * len(names))
+    names: list[str] = [n for n in ("importance", "ablation") if n in table.names]
+    table.check_memory(KEYS + names[:1], extra=table.rows * 8 * len(names))
     grid = Grid.of(table)
     if grid.layers != heads.layers or grid.n_heads != heads.n_heads or not np.array_equal(grid.indices, heads.indices):
         raise InputError(f"{path} does not cover the texts, layers and heads of {heads.path}: write both in one "

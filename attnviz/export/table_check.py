@@ -112,7 +112,12 @@ class TableFile:
         import pyarrow as pa
 
         try:
-            column = self.file.read(columns=[name]).column(name)
+            if self.kinds[name] == "labels":  # a list of dictionaries is read a row group at a time (pyarrow cannot
+                chunks = [chunk for group in range(self.file.metadata.num_row_groups)  # chunk one across them)
+                          for chunk in self.file.read_row_group(group, columns=[name]).column(name).chunks]
+                column = pa.chunked_array(chunks, type=self.file.schema_arrow.field(name).type)
+            else:
+                column = self.file.read(columns=[name]).column(name)
         except Exception as exc:  # a damaged page: ArrowInvalid, OSError (decompression), thrift errors
             raise InputError(f"{self.path}: column {name!r} cannot be read ({_reason(exc)}); the file is damaged or "
                              "cut short: write the export again") from None
@@ -122,7 +127,8 @@ class TableFile:
             raise InputError(f"{self.path}: column {name!r} has {len(column):,} cells for {self.rows:,} rows; the file "
                              "is damaged: write the export again")
         if column.null_count:
-            raise InputError(f"{self.path}: column {name!r} has {column.null_count:,} empty (null) cells; "
+            cells = "cell" if column.null_count == 1 else "cells"
+            raise InputError(f"{self.path}: column {name!r} has {column.null_count:,} empty (null) {cells}; "
                              f"{self.what} written by attnviz has none")
         if self.kinds[name] in _DICTIONARY:
             try:
@@ -161,7 +167,7 @@ class TableFile:
             value = float(values[row])
             said = "NaN" if math.isnan(value) else f"{value:g}"
             at = f" ({where(row)})" if where is not None else f" (row {row})"
-            raise InputError(f"{self.path}: column {name!r} holds {said}{at}; a statistic is a finite number "
+            raise InputError(f"{self.path}: column {name!r} holds {said}{at}; each value there is a finite number "
                              f"within ±{MAX_VALUE:g}: write the export again")
         return values
 
