@@ -10,15 +10,22 @@ import io
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    from pyarrow.parquet import ParquetFile
 
 
 def read_texts(source: str | Path, *, field: str = "text", column: str = "text", kind: str = "auto") -> list[str]:
     """Texts from ``source`` (``-`` for stdin). ``kind`` ``auto`` goes by the extension (``.jsonl``,
     ``.csv``, ``.parquet``, else one text per line); ``lines``, ``jsonl``, ``csv`` and ``parquet`` say it outright."""
+    from .limits import texts_file_limit
+
     name = "stdin" if source == "-" else source
-    raw = sys.stdin.buffer.read() if source == "-" else _read_bytes(Path(source))
+    limit = texts_file_limit()
+    raw = read_stdin(limit, "a file of texts") if source == "-" else read_bounded(Path(source), limit, "file of texts")
     if kind == "parquet" or (kind in ("auto", "csv") and Path(source).suffix.lower() == ".parquet"):
         return _parquet(raw, column, name)  # [[column]] names a Parquet file's column as it names a CSV's
     try:
@@ -48,15 +55,50 @@ def read_lines(path: str | Path) -> list[str]:
     return read_texts(str(path), kind="lines")
 
 
-def _read_bytes(path: Path) -> bytes:
-    if path.is_dir():
-        raise InputError(f"{path} is a folder; give a file of texts (or - for stdin)")
+def read_text_file(path: str | Path) -> str:
+    """The one text in ``path`` (``--text-file``; ``-`` reads standard input): a regular file of at most
+    :data:`attnviz.limits.MAX_TEXT_FILE` bytes of UTF-8, its final line breaks taken off, not empty."""
+    from .limits import MAX_TEXT_FILE
+
+    shown = "standard input" if str(path) == "-" else str(path)
+    raw = read_stdin(MAX_TEXT_FILE, "one text") if str(path) == "-" else read_bounded(Path(path), MAX_TEXT_FILE, "text file")
     try:
-        return path.read_bytes()
+        text = raw.decode("utf-8-sig").rstrip("\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{shown} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    if not text.strip():
+        raise InputError(f"{shown} is empty; it should hold the text to read")
+    return text
+
+
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (checked before it is opened, and
+    again while it is read), or an :class:`InputError` naming it: the one reader for every file of text."""
+    from .errors import ResourceError
+    from .limits import human, read_small
+
+    try:
+        return read_small(path, limit=limit, what=what)
     except FileNotFoundError:
         raise InputError(f"{path} does not exist; check the path") from None
+    except ResourceError as exc:
+        if "folder" in exc.message:
+            raise InputError(f"{path} is a folder; give a {what} (or - for standard input)") from None
+        if "regular file" in exc.message:
+            raise InputError(exc.message) from None
+        raise InputError(f"{path} is larger than the {human(limit)} a {what} may be; split it, or cut it first") from None
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_stdin(limit: int, what: str) -> bytes:
+    """At most ``limit`` bytes of standard input; more is refused (``yes | attnviz …`` ends)."""
+    from .limits import human
+
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"standard input holds more than the {human(limit)} {what} may be; split it, or cut it first")
+    return data
 
 
 def _jsonl(text: str, field: str, name: str) -> list[str]:
@@ -117,7 +159,7 @@ def _parquet(raw: bytes, column: str, name: str) -> list[str]:
     if not textual:
         raise InputError(f"{name}: column {column!r} holds {kind}, not text; choose a text column with [[column]]")
     try:
-        values = pq.read_table(pa.BufferReader(raw), columns=[column]).column(column).cast(pa.string()).to_pylist()
+        values = _parquet_column(pq.ParquetFile(pa.BufferReader(raw)), column, name)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a corrupt page; bytes that are not UTF-8
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise InputError(f"{name}: column {column!r} cannot be read ({type(exc).__name__}: {first}); the file is "
@@ -126,3 +168,30 @@ def _parquet(raw: bytes, column: str, name: str) -> list[str]:
     if not texts:
         raise InputError(f"{name} has no texts in column {column!r}")
     return texts
+
+
+def _parquet_column(file: ParquetFile, column: str, name: str) -> list[str | None]:
+    """A Parquet column's texts, row group by row group, within :func:`attnviz.limits.texts_file_limit`
+    bytes unpacked: the sizes the metadata declares are checked before anything is read, and what is
+    read is counted too (a file's metadata may lie), so a small file that unpacks to gigabytes (a
+    "bomb") is refused, naming it."""
+    import pyarrow as pa
+
+    from .limits import human, texts_file_limit
+
+    limit = texts_file_limit()
+    meta = file.metadata
+    index = file.schema_arrow.get_field_index(column)
+    declared = sum(meta.row_group(g).column(index).total_uncompressed_size for g in range(meta.num_row_groups))
+    too_large = f"{name}: column {column!r} unpacks to more than the {human(limit)} a file of texts may be; split it"
+    if declared > limit or meta.num_rows > limit // 8:
+        raise InputError(too_large)
+    values: list[str | None] = []
+    size = 0
+    for group in range(meta.num_row_groups):
+        chunk = file.read_row_group(group, columns=[column]).column(column).cast(pa.string())
+        size += chunk.nbytes
+        if size > limit:
+            raise InputError(too_large)
+        values.extend(chunk.to_pylist())
+    return values

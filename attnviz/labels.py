@@ -45,6 +45,29 @@ def _escaped(ch: str) -> str:
     return ch
 
 
+def is_unsafe(ch: str) -> bool:
+    """A character no terminal, log or JSON reader should be given raw: a C0 or C1 control (ESC starts
+    a terminal sequence, OSC 52 writes the clipboard), DEL, a format character (bidi overrides reorder
+    what is shown), a line or paragraph separator (U+2028 ends a JavaScript line) or a lone surrogate."""
+    import unicodedata
+
+    code = ord(ch)
+    return code < 0x20 or 0x7F <= code < 0xA0 or unicodedata.category(ch) in ("Cf", "Cs", "Zl", "Zp")
+
+
+def json_text(value: object, *, indent: int | None = None) -> str:
+    """``value`` as JSON (UTF-8 text kept readable, NaN refused) in which every :func:`is_unsafe`
+    character inside a string is written as ``\\uXXXX``: the document means the same, and printing it
+    drives no terminal. The joiners of :data:`JOINERS` stay (they shape emoji)."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent)
+    if text.isprintable():
+        return text
+    return "".join(f"\\u{ord(ch):04x}" if ch not in "\n " and ch not in JOINERS and is_unsafe(ch) else ch
+                   for ch in text)
+
+
 def is_invisible(ch: str) -> bool:
     """A format character (Unicode category Cf: bidi embeddings, overrides and isolates, marks,
     zero-width characters) or a lone surrogate: nothing a terminal should be given raw."""

@@ -34,6 +34,15 @@ CHARS_PER_POSITION = 256
 """A text longer than ``max_positions`` × this cannot fit a model (no token covers 256 characters; a
 WordPiece word of over 100 is one [UNK]), so it is cut or refused before it is tokenized."""
 
+MAX_TEXT_FILE = 4 * MAX_TEXT_CHARS
+"""Bytes of a file holding one text (``--text-file``, standard input): :data:`MAX_TEXT_CHARS`
+characters of up to four UTF-8 bytes each."""
+
+MAX_TEXTS_FILE = 1 << 30
+"""Bytes of a file of texts (``export``, ``atlas``, ``heads --file``), and of the text a Parquet
+file's column unpacks to: a million texts of a thousand characters. Lower where the memory budget
+is smaller (:func:`texts_file_limit`)."""
+
 MEMORY_ENV = "ATTNVIZ_MAX_MEMORY"
 """Environment variable overriding the memory budget: bytes, or with a K, M, G or T suffix."""
 
@@ -90,15 +99,30 @@ def human(size: float) -> str:
     return f"{size:.2g} EiB"  # pragma: no cover
 
 
+def texts_file_limit() -> int:
+    """Bytes a file of texts may have: :data:`MAX_TEXTS_FILE`, or an eighth of the memory budget
+    where that is less (texts held as Python strings, tokenized, cost several times their bytes)."""
+    return min(MAX_TEXTS_FILE, memory_budget() // 8)
+
+
+def check_regular(path: str | os.PathLike[str], what: str = "file") -> os.stat_result:
+    """``path``'s status, refusing a folder, a pipe, a device (``/dev/zero``) or a socket before it is
+    opened (a FIFO would block the open, a device never ends). FileNotFoundError passes through."""
+    path = Path(path)
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, device or socket)"
+        hint = "; pipe it to standard input with -" if "text" in what and not stat.S_ISDIR(info.st_mode) else ""
+        raise ResourceError(f"{path} is {kind}; a {what} must be a regular file{hint}")
+    return info
+
+
 def read_small(path: str | os.PathLike[str], *, limit: int = MAX_SMALL_FILE, what: str = "file") -> bytes:
     """The bytes of a regular file no larger than ``limit``: a FIFO, a device (``/dev/zero``) or a
     folder is refused before it is opened for reading, and a file that grows past ``limit`` while
     read is refused too. Raises :class:`ResourceError`; FileNotFoundError passes through."""
     path = Path(path)
-    info = path.stat()
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a pipe, device or socket)"
-        raise ResourceError(f"{path} is {kind}; a {what} must be a regular file")
+    info = check_regular(path, what)
     if info.st_size > limit:
         raise ResourceError(f"{path} is {human(info.st_size)}, more than the {human(limit)} a {what} may be")
     with open(path, "rb") as handle:

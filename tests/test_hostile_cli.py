@@ -136,7 +136,7 @@ def test_a_hostile_out_name_is_escaped_in_the_wrote_line(run_cli, tmp_path):
     out = tmp_path / "o\x1b[1m\u202e.png"
     r = run_cli("heatmap", "the cat", "--model", TINY, "--layer", "0", "--out", str(out))
     assert r.exit_code == 0 and out.is_file(), r.stderr
-    assert r.stdout == f"wrote {tmp_path}/o␛[1m<U+202E>.png\n"
+    assert r.stdout == f"wrote {tmp_path}/o\\x1b[1m\\u202e.png\n"  # as an error names a path: escapes to retype
 
 
 def test_a_warning_is_one_line(capsys):

@@ -3,7 +3,6 @@ checkpoints; printed as a table or JSON, or written as one offline page (``--out
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import replace
 from enum import Enum
@@ -12,7 +11,7 @@ from pathlib import Path
 import typer
 
 from ..errors import AttnvizWarning, UsageError
-from .common import cli_command
+from .common import cli_command, echo_json, note, wrote
 from .heads import Ablate, importance_parquet, importance_source
 from .options import (
     Device,
@@ -181,10 +180,10 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
                 attach_embedding(page, source, data.texts, max_tokens=embed_tokens, seed=seed)
             except UsageError as exc:  # the rest of the page stands without it
                 warnings.warn(f"the page has no query-key embedding: {exc}", AttnvizWarning, stacklevel=1)
-        typer.echo(f"wrote {render_atlas(page, out)}")
+        wrote(render_atlas(page, out))
         return
     if fmt is AtlasFormat.json:
-        typer.echo(json.dumps(document(data, top), ensure_ascii=False, allow_nan=False, indent=1))
+        echo_json(document(data, top))
         return
     from .atlas_tables import print_corpus
 
@@ -229,9 +228,8 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
                         permutations=permutations, seed=seed, extra=extra, force=force)
         corpus = dict(enumerate(lines))
     if per_text is not None:
-        import sys
 
-        sys.stderr.write(f"attnviz: wrote {diff.write_parquet(per_text)} (each text's change per head)\n")
+        note(f"wrote {diff.write_parquet(per_text)} (each text's change per head)")
     if out is not None:
         from ..export.atlas_attach import attach_attention
         from ..render.atlas_page import render_atlas
@@ -241,10 +239,10 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
         page = diff_document(diff, corpus)
         if sources:  # each cited text's attention in both models, on one scale
             attach_attention(page, sources, diff.layers, next(iter(diff.per_text.values())).shape[2])
-        typer.echo(f"wrote {render_atlas(page, out)}")
+        wrote(render_atlas(page, out))
         return
     if fmt is AtlasFormat.json:
-        typer.echo(json.dumps(diff.document(top), ensure_ascii=False, allow_nan=False, indent=1))
+        echo_json(diff.document(top))
         return
     from .atlas_tables import print_diff
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import typer
 
 from ..errors import AttnvizError, AttnvizWarning, in_cli_terms
-from ..labels import is_invisible, safe_text
+from ..labels import is_unsafe, json_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,11 +46,32 @@ def one_line(text: str) -> str:
             out.append("\\r")
         elif ch == "\t":
             out.append("\\t")
-        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or 0xD800 <= code < 0xE000 or is_invisible(ch):
+        elif is_unsafe(ch):  # ESC, C1, bidi overrides, U+2028: nothing a terminal may be given raw
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:
             out.append(ch)
     return "".join(out)
+
+
+def say(line: str) -> None:
+    """Print one line of a command's own words on stdout, with what it quotes (a path, a model name)
+    escaped as :func:`one_line` writes it: a file named with ESC or U+202E drives no terminal."""
+    typer.echo(one_line(line))
+
+
+def note(line: str) -> None:
+    """One ``attnviz: …`` line on stderr (a model's description, what was removed), escaped as :func:`say`."""
+    sys.stderr.write(f"attnviz: {one_line(line)}\n")
+
+
+def wrote(path: object, what: str = "") -> None:
+    """``wrote PATH`` on stdout, the path escaped (:func:`say`)."""
+    say(f"wrote {path}{what}")
+
+
+def echo_json(value: object) -> None:
+    """A JSON document on stdout, every unsafe character in its strings written as ``\\uXXXX``."""
+    typer.echo(json_text(value, indent=1))
 
 
 def check_text_arguments(kwargs: dict[str, Any]) -> None:
@@ -157,16 +178,12 @@ def stdout_console(width: int | None = None):
     in what it prints (see :func:`attnviz.labels.safe_text`): the renderers escape what they lay
     out, this is the last line for any text that reaches the console another way."""
     from rich.console import Console
-    from rich.segment import Segment
+
+    from ..render.safe import escaped_segments
 
     class SafeConsole(Console):
         def render(self, renderable, options=None):  # type: ignore[override]
-            for segment in super().render(renderable, options):
-                text = segment.text
-                if segment.control or text.isprintable():
-                    yield segment
-                else:
-                    yield Segment(safe_text(text, newlines=True), segment.style, segment.control)
+            yield from escaped_segments(super().render(renderable, options))
 
     settings = {"highlight": False, "soft_wrap": False, "markup": False, "emoji": False}
     console = SafeConsole(width=width, **settings)
@@ -184,7 +201,7 @@ def show_view(view, out, *, values: bool, fit: str, width: int | None) -> None:
         from ..fileio import check_output_path
         from ..render.registry import for_path
 
-        typer.echo(f"wrote {safe_text(str(for_path(check_output_path(out)).render(view, out, values=values)))}")
+        wrote(for_path(check_output_path(out)).render(view, out, values=values))
     else:
         from ..render.terminal import render_terminal
 

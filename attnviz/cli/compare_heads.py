@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, stdout_console
+from .common import cli_command, stdout_console, wrote
 from .options import (
     Causal,
     Cmap,
@@ -112,7 +112,7 @@ def compare_heads(
 
             written = compare_heads_page(source, text, overview, top=top, layer=layers_choice, kind=kind_name(kind),
                                          pair=pair, target=target, truncate=truncate, reading=view)
-            console.print(f"wrote {render_html(written, out, cmap=cmap.value)}")
+            wrote(render_html(written, out, cmap=cmap.value))
             return
         comparison_report(overview, console=console, out=out, top=top, cmap=cmap.value)
         return

@@ -6,7 +6,7 @@ from enum import Enum
 
 import typer
 
-from .common import cli_command, stdout_console
+from .common import cli_command, echo_json, stdout_console
 from .options import Causal, Width
 
 
@@ -57,10 +57,9 @@ def explain(
 
         items = tutorial_errata()
         if as_json:
-            import json
             from dataclasses import asdict
 
-            typer.echo(json.dumps([asdict(item) for item in items], ensure_ascii=False, allow_nan=False, indent=1))
+            echo_json([asdict(item) for item in items])
         else:
             from ..render.explain import render_errata
 
@@ -70,9 +69,8 @@ def explain(
 
     walk = explain_steps(text, model, layer=layer, head=head, causal=causal, scale=scale)
     if as_json:
-        import json
 
-        typer.echo(json.dumps(walk.to_dict(), ensure_ascii=False, allow_nan=False, indent=1))
+        echo_json(walk.to_dict())
     else:
         from ..render.explain import render_walkthrough
 

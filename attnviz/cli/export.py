@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError, in_cli_terms
-from .common import FLAGS, cli_command, fail, stdout_console
+from .common import FLAGS, cli_command, fail, note, stdout_console
 from .options import CMAP_HELP, HIDE_SPECIAL_HELP, PAIR_HELP, RENORMALIZE_HELP, WORDS_HELP, Causal
 
 _NOT_GIVEN = None  # every option defaults to None so that --config values show through
@@ -95,7 +95,7 @@ def export(
     # A bar at a terminal; otherwise a plain line on stderr now and then (a log, a cluster job).
     with export_progress(console, enabled=not settings.quiet) as (start, advance):
         try:
-            said = (lambda source: sys.stderr.write(f"attnviz: {source.describe()}\n")) if verbose else None
+            said = (lambda source: note(source.describe())) if verbose else None
             summary = run_export(input, out, settings, on_start=start, on_item=advance, on_source=said)
         except KeyboardInterrupt:
             raise fail(f"interrupted; finished items are kept in {out}. Rerun the same command to resume", 130) from None

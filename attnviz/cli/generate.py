@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, show_view, stdout_console
+from .common import cli_command, show_view, stdout_console, wrote
 from .options import (
     Cmap,
     CmapOpt,
@@ -84,7 +84,7 @@ def generate(
     summary = generation_summary(result, layer=chosen_layer, head=chosen_head, top=top)
     _print_summary(summary, console)
     if suffix == ".npz":
-        typer.echo(f"wrote {result.save(out)}")  # type: ignore[arg-type]
+        wrote(result.save(out))  # type: ignore[arg-type]
         return
     if suffix == ".html":  # the whole result's page, opened on the generated rows (an encoder-decoder's cross)
         from ..api import page_of_result
@@ -92,7 +92,7 @@ def generate(
 
         page = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query",
                               kind="cross" if summary.seq2seq else "self")
-        typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")  # type: ignore[arg-type]
+        wrote(render_html(page, out, cmap=cmap.value))  # type: ignore[arg-type]
         return
     view = generation_view(result, layer=chosen_layer, head=chosen_head, cmap=cmap.value)
     show_view(view, out, values=False, fit="downsample", width=width)

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, stdout_console
+from .common import cli_command, echo_json, say, stdout_console
 from .options import (
     Causal,
     Device,
@@ -175,7 +175,6 @@ def heads(
             chosen += [c for c in found.columns() if c not in chosen]
     rows = table.select(layer=one_layer, head=None if head_choice == "all" else int(head_choice), sort=sort, top=top)
     if fmt is Format.json:
-        import json
 
         what: dict[str, object] = ({"probe": probe.value} if probe is not None else
                                    {"file": str(file)} if file is not None else {"text": text})
@@ -183,7 +182,7 @@ def heads(
             what["importance"] = {"objective": found.objective, "mean_loss": round(found.loss, 6),
                                   "normalised": "per layer, by the l2 norm of its heads' scores (Michel et al. 2019)",
                                   "ablate": found.ablate}
-        typer.echo(json.dumps(table.document(rows, **what), ensure_ascii=False, allow_nan=False, indent=1))
+        echo_json(table.document(rows, **what))
     elif fmt is Format.csv:
         from ..analysis.heads import rows_csv
 
@@ -233,7 +232,7 @@ def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None
                             truncate=truncate)
     path = found.write_parquet(out / "importance.parquet")
     if not quiet:
-        typer.echo(f"{path}: each text's importance{' and ablation' if ablate else ''} per head ({found.objective})")
+        say(f"{path}: each text's importance{' and ablation' if ablate else ''} per head ({found.objective})")
 
 
 def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = False) -> str | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import UsageError
+from .common import note, say
 
 ALONE = "--format parquet writes one row per text × layer × head of --file's texts"
 
@@ -58,7 +59,7 @@ def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: b
     from ..export.table import HEADS_TABLE, TEXTS_TABLE
 
     _refuse_another_export(out, settings.fingerprint())
-    said = (lambda source: sys.stderr.write(f"attnviz: {source.describe()}\n")) if verbose else None
+    said = (lambda source: note(source.describe())) if verbose else None
     summary = run_export(str(file), out, settings, on_source=said)
     if summary.failed:
         from ..errors import in_cli_terms
@@ -74,7 +75,7 @@ def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: b
                          f"tables{where}): {first}\n")
         raise typer.Exit(1)
     if not quiet:
-        typer.echo(f"{summary.items} texts ({summary.exported} now, {summary.skipped} already done): "
+        say(f"{summary.items} texts ({summary.exported} now, {summary.skipped} already done): "
                    f"{out / HEADS_TABLE} and {out / TEXTS_TABLE}")
 
 

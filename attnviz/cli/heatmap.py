@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, show_view
+from .common import cli_command, show_view, wrote
 from .options import (
     Causal,
     Cmap,
@@ -124,7 +124,7 @@ def heatmap(
                          kind=kind_name(kind), pair=pair, target=target, truncate=truncate,
                          reading=reading(hide_special, renormalize, words),
                          view="matrix" if isinstance(head_choice, int) and layer_choice is not None else "model")
-        typer.echo(f"wrote {render_html(page, out, cmap=cmap.value)}")
+        wrote(render_html(page, out, cmap=cmap.value))
         return
     if query is not None:
         from ..api import query_view

@@ -145,21 +145,16 @@ EXAMPLE = "The quick brown fox jumps over the lazy dog because it was tired of r
 
 
 def text_from_file(text: str | None, path: Any) -> str | None:
-    """``text``, or the contents of ``path`` (``--text-file``) when given: one text, refused when
-    both are given, empty or not UTF-8. Read before any model loads."""
+    """``text``, or the contents of ``path`` (``--text-file``; ``-`` reads standard input) when given:
+    one text, refused when both are given, when the file is missing, not a regular file, too large,
+    empty or not UTF-8 (:func:`attnviz.inputs.read_text_file`). Read before any model loads."""
     if path is None:
         return text
     if text is not None:
         raise UsageError(f"give TEXT or --text-file {path}, not both")
-    from pathlib import Path
+    from ..inputs import read_text_file
 
-    try:
-        read = Path(path).read_text(encoding="utf-8").rstrip("\n")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"--text-file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-    if not read.strip():
-        raise UsageError(f"--text-file {path} is empty; it should hold the text to read")
-    return read
+    return read_text_file(path)
 
 
 def text_or_example(text: str | None, source: Any) -> str | None:
@@ -194,7 +189,9 @@ class ModelOptions:
                       device=self.device, device_map=self.device_map, trust_remote_code=self.trust_remote_code,
                       dtype=self.dtype)
         if self.verbose:
-            sys.stderr.write(f"attnviz: {source.describe()}\n")
+            from .common import note
+
+            note(source.describe())
         return source
 
 

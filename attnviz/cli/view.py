@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command
+from .common import cli_command, wrote
 from .options import (
     Causal,
     Cmap,
@@ -121,7 +121,7 @@ def view(
     page = page_view(source, text, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair, target=target,
                      reading=reading(hide_special, renormalize, words), truncate=truncate, stats=stats, view=first)
     written = render_html(page, out, cmap=cmap.value)
-    typer.echo(f"wrote {written}")
+    wrote(written)
     if open_page:
         import webbrowser
 

@@ -75,6 +75,27 @@ def _first(config: dict[str, Any], *keys: str) -> int:
     return next((config[k] for k in keys if isinstance(config.get(k), int)), 0)
 
 
+def check_folder_files(folder: Path) -> None:
+    """Refuse a model folder holding a pipe, a device or a socket where a file should be: opening a
+    FIFO named ``model.safetensors`` would wait forever, and a device never ends. Links are followed
+    (the hub's cache links each file to its blob); a broken link is left for the reader to name."""
+    import os
+    import stat
+
+    try:
+        entries = list(os.scandir(folder))
+    except OSError as exc:
+        raise ModelNotFoundError(f"cannot read folder {folder}: {exc.strerror or exc}") from None
+    for entry in entries:
+        try:
+            mode = entry.stat().st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise ModelNotFoundError(f"{folder / entry.name} is not a regular file (a pipe, device or socket); a model "
+                                     "folder holds files: replace it with the real file")
+
+
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors files of a folder, or [] when it has none."""
     if (folder / SINGLE).is_file():

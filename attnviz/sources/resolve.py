@@ -138,6 +138,9 @@ def locate(model: str | None) -> ModelPlace:
         return ModelPlace(default_model_folder(), DEFAULT_MODEL_NAME, None)
     path = Path(model).expanduser()
     if path.is_dir():
+        from .files import check_folder_files
+
+        check_folder_files(path)
         return ModelPlace(path, path.resolve().name or model, None)  # titles show the folder's name, not its path
     if is_saved_result(model):
         raise ModelNotFoundError(f"{model} is a saved attnviz result, not a model: it holds the attention of the "

@@ -18,6 +18,7 @@ from textual.binding import Binding
 from textual.widgets import Static, Tab, Tabs
 
 from ..errors import AttnvizError
+from ..labels import safe_text
 from .explorer import TITLES, Explorer
 from .widgets import KEYS, Ask, Help, Pane, ViewTabs
 
@@ -146,7 +147,7 @@ class AttnvizTUI(App[None]):
         self.refresh_view()
 
     def say(self, text: str) -> None:
-        self.query_one("#message", Static).update(Text(text))
+        self.query_one("#message", Static).update(Text(safe_text(text)))
 
     # --- drawing -----------------------------------------------------------------------------------------
 
@@ -156,7 +157,7 @@ class AttnvizTUI(App[None]):
         if explorer is None:
             status.update("loading the model…")
             return
-        status.update(Text(explorer.status()))
+        status.update(Text(safe_text(explorer.status())))
         tabs = self.query_one("#tabs", Tabs)
         for name in TITLES:
             tab = tabs.query_one(f"#v-{name}", Tab)

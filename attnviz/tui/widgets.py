@@ -16,6 +16,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static, Tabs
 
+from ..render.safe import escaped_segments
+
 HELP = """\
 attnviz tui: the keys
 
@@ -102,8 +104,8 @@ class Pane(ScrollView, can_focus=False):
         from rich.console import Console
 
         console = Console(width=width, color_system="truecolor", force_terminal=True, legacy_windows=False)
-        return [Strip(line) for line in console.render_lines(renderable, console.options.update_width(width),
-                                                               pad=False)]
+        lines = console.render_lines(renderable, console.options.update_width(width), pad=False)
+        return [Strip(list(escaped_segments(line))) for line in lines]  # a token's ESC or U+202E, escaped
 
     def update(self, renderable: Any, lines: list[Strip] | None = None) -> None:
         self.content = renderable

@@ -1,0 +1,160 @@
+"""Issue 41 (round 4: a newcomer and an adversary): terminal safety, bounded reading, a newcomer's first
+errors. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+from pathlib import Path
+
+import pytest
+from conftest import TINY
+
+EVIL = "a\x1b]52;c;cHduZWQ=\x07b\u202e\u2028\x85"  # OSC 52 (writes the clipboard), BEL, bidi override, LS, NEL
+
+
+def unsafe(text: str) -> list[str]:
+    """The characters of ``text`` a terminal must not be given raw."""
+    return sorted({f"U+{ord(ch):04X}" for ch in text if (ord(ch) < 0x20 and ch not in "\n\t") or 0x7F <= ord(ch) < 0xA0
+                   or unicodedata.category(ch) in ("Cf", "Cs", "Zl", "Zp")})
+
+
+@pytest.mark.parametrize("args", [
+    ("view", "The cat sat.", "--out", f"{EVIL}.html"),
+    ("heatmap", "The cat sat.", "--out", f"{EVIL}.html"),
+    ("compare-heads", "The cat sat.", "--out", f"{EVIL}.html"),
+    ("heatmap", "The cat sat.", "--model", f"./{EVIL}"),
+    ("heatmap", "--text-file", f"{EVIL}.txt"),
+])
+def test_names_from_the_user_reach_the_terminal_escaped(run_cli, tmp_path, monkeypatch, args):
+    """`view --out $'a\\e]52;…'` printed `wrote a␛]52;…` with the escape intact: OSC 52 writes the clipboard."""
+    monkeypatch.chdir(tmp_path)
+    done = run_cli(*args, "--model", TINY) if "--model" not in args else run_cli(*args)
+    said = done.stdout + done.stderr
+    assert unsafe(said) == [], (args, said)
+    assert "\\x1b]52" in said or "\\u202e" in said, said  # shown, escaped, so the user sees what the name holds
+
+
+def test_a_model_folder_name_under_verbose_is_escaped(run_cli, tmp_path):
+    import shutil
+
+    folder = tmp_path / f"m{EVIL}"
+    shutil.copytree(Path(__file__).parent.parent / "sample_configs", tmp_path / "configs")
+    folder.mkdir()
+    done = run_cli("heatmap", "hi", "--model", str(tmp_path / "configs" / "tiny.toml"), "--verbose")
+    assert done.exit_code == 0, done.stderr
+    done = run_cli("heatmap", "hi", "--model", str(folder), "--verbose")  # an empty folder: refused, named
+    assert done.exit_code != 0 and unsafe(done.stdout + done.stderr) == [], done.stderr
+
+
+@pytest.mark.parametrize("args", [("heads", f"The {EVIL} cat", "--format", "json"),
+                                  ("explain", f"The {EVIL} cat", "--json")])
+def test_json_output_escapes_bidi_c1_and_line_separators(run_cli, args):
+    """`heads --format json` and `explain --json` passed U+202E, U+0085 and U+2028 through raw."""
+    done = run_cli(*args, "--model", TINY)
+    assert done.exit_code == 0, done.stderr
+    assert unsafe(done.stdout) == [], done.stdout[:300]
+    assert "\\u202e" in done.stdout
+    parsed = json.loads(done.stdout)  # the same document: the characters come back when it is read
+    assert "\u202e" in json.dumps(parsed, ensure_ascii=False)
+
+
+def test_json_text_means_the_same_document():
+    from attnviz.labels import json_text
+
+    value = {"t": f"{EVIL} 你好 👍🏽 \ud800", "n": [1, 2.5]}
+    text = json_text(value, indent=1)
+    assert unsafe(text) == [] and json.loads(text) == value and "你好 👍🏽" in text
+
+
+def test_a_token_with_a_bidi_override_reaches_the_tui_escaped():
+    from rich.text import Text
+
+    from attnviz.tui.widgets import Pane
+
+    lines = Pane.strips(Text(f"token {EVIL}"), 60)
+    shown = "".join(segment.text for line in lines for segment in line)
+    assert unsafe(shown) == [] and "token a" in shown
+
+
+# --- bounded reading ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("heatmap", "--text-file", "/dev/zero"), ("view", "--text-file", "/dev/urandom"),
+                                  ("heads", "--file", "/dev/zero"), ("export", "/dev/zero", "--out", "{tmp}/o"),
+                                  ("atlas", "/dev/zero", "--out", "{tmp}/a.html")])
+def test_a_device_is_refused_before_it_is_read(run_cli, tmp_path, args):
+    """`heatmap --text-file /dev/zero` read 5.9 GB, then 'internal error'."""
+    done = run_cli(*(a.replace("{tmp}", str(tmp_path)) for a in args), "--model", TINY)
+    assert done.exit_code == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "not a regular file" in done.stderr and "internal" not in done.stderr
+
+
+def test_a_missing_text_file_is_one_line_naming_it(run_cli, tmp_path, monkeypatch):
+    """`heatmap --text-file nosuch.txt` was 'internal error (FileNotFoundError …); report it'."""
+    monkeypatch.chdir(tmp_path)
+    for command in ("heatmap", "view", "tui"):
+        done = run_cli(command, "--text-file", "nosuch.txt", "--model", TINY)
+        assert done.exit_code == 1, (command, done.stderr)
+        assert done.stderr == "attnviz: error: nosuch.txt does not exist; check the path\n", done.stderr
+
+
+def test_a_text_file_too_large_is_refused_before_it_is_read(run_cli, tmp_path, monkeypatch):
+    from attnviz import limits
+
+    monkeypatch.setattr(limits, "MAX_TEXT_FILE", 1000)
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 1000, encoding="utf-8")
+    done = run_cli("heatmap", "--text-file", str(big), "--model", TINY)
+    assert done.exit_code == 1 and "larger than the 1000 bytes" in done.stderr, done.stderr
+
+
+def test_standard_input_is_read_within_the_limit(monkeypatch):
+    import io
+    import sys
+
+    from attnviz.errors import InputError
+    from attnviz.inputs import read_stdin
+
+    class Endless(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            buffer[:] = b"y" * len(buffer)
+            return len(buffer)
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
+    with pytest.raises(InputError, match="more than the 1.0 KiB"):
+        read_stdin(1024, "one text")
+
+
+def test_a_parquet_bomb_is_refused_before_it_unpacks(tmp_path, monkeypatch):
+    """A small Parquet file that unpacks to gigabytes took 3.4 GB in export and atlas."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from attnviz.errors import InputError
+    from attnviz.inputs import read_texts
+
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"text": ["a" * 10_000] * 2_000}), path, compression="zstd")  # 20 MB unpacked
+    assert path.stat().st_size < 200_000
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", str(64 << 20))  # 8 MiB for a file of texts
+    with pytest.raises(InputError, match="unpacks to more than"):
+        read_texts(path)
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", str(1 << 30))
+    assert len(read_texts(path)) == 2_000  # within the limit it is read
+
+
+def test_a_fifo_in_a_model_folder_is_refused_not_waited_on(run_cli, tiny_hf, tmp_path):
+    """A model folder whose model.safetensors is a FIFO hung forever."""
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_hf["gpt2"], folder)
+    (folder / "model.safetensors").unlink()
+    os.mkfifo(folder / "model.safetensors")
+    for engine in ("auto", "hf"):
+        done = run_cli("heatmap", "hi", "--model", str(folder), "--engine", engine)
+        assert done.exit_code == 1 and "model.safetensors is not a regular file" in done.stderr, done.stderr
