@@ -246,6 +246,15 @@ def test_the_cache_evicts_least_recently_used_and_what_an_entry_owns():
     assert size_of(view) >= 100_000  # a view keeps its whole buffer
 
 
+def test_the_cache_size_is_an_option_with_its_default_shown(run_cli):
+    r = run_cli("serve", "--help")
+    assert "--cache-size" in r.stdout and "512M" in r.stdout
+    for bad, said in (("lots", "is not a size"), ("-1G", "is not a size"), ("100K", "too little")):
+        r = run_cli("serve", "--cache-size", bad, "--model", TINY)
+        assert r.exit_code == 2 and r.stderr.startswith(f"attnviz: error: --cache-size '{bad}' ") and said in r.stderr
+        assert r.stderr.count("\n") == 1, r.stderr
+
+
 # --- item 2: cancelled when the client goes; a short request never starved ----------------------------
 
 
