@@ -125,7 +125,7 @@ def test_standard_input_is_read_within_the_limit(monkeypatch):
             return len(buffer)
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Endless())))
-    with pytest.raises(InputError, match="more than the 1.0 KiB"):
+    with pytest.raises(InputError, match=r"more than the 1\.0 KiB"):
         read_stdin(1024, "one text")
 
 
@@ -158,3 +158,29 @@ def test_a_fifo_in_a_model_folder_is_refused_not_waited_on(run_cli, tiny_hf, tmp
     for engine in ("auto", "hf"):
         done = run_cli("heatmap", "hi", "--model", str(folder), "--engine", engine)
         assert done.exit_code == 1 and "model.safetensors is not a regular file" in done.stderr, done.stderr
+
+
+# --- the target side of encoder-decoders ---------------------------------------------------------------------
+
+def test_an_encoder_decoder_is_refused_before_its_attention_outgrows_memory(run_cli, tiny_hf, tmp_path, monkeypatch):
+    """A 120 kB text on T5 (no position limit) ended in 'internal error' or 24 GB, as source and as --target."""
+    from attnviz import api
+    from attnviz.errors import InputError, ResourceError
+
+    source = api.load(tiny_hf["t5"])
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "64M")
+    long = "word " * 2000  # 4,002 tokens in this tokenizer: 4 heads × 2 layers × S² × 4 bytes × 3 > 64 MiB
+    with pytest.raises(ResourceError, match="4,002-token text and a 3-token target on"):
+        source.extract(long, target="hi")
+    with pytest.raises(ResourceError, match="4,002-token target"):
+        source.extract("hi", target=long)
+    assert source.extract("the cat", target="a dog").cross_attentions is not None  # small ones still run
+    with pytest.raises(InputError, match="the target is 10,000,000 characters long"):
+        source.extract("hi", target="a" * 10_000_000)
+    text = tmp_path / "long.txt"
+    text.write_text(long, encoding="utf-8")
+    done = run_cli("heads", "hi", "--target", long[:20_000], "--model", tiny_hf["t5"])
+    assert done.exit_code == 1 and "--target on" in done.stderr and "internal" not in done.stderr, done.stderr
+    done = run_cli("view", "--text-file", str(text), "--target", "hi", "--model", tiny_hf["t5"], "--out",
+                   str(tmp_path / "v.html"))
+    assert done.exit_code == 1 and "more than the 64.0 MiB" in done.stderr, done.stderr

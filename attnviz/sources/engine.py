@@ -57,9 +57,9 @@ class ModelSource(Source):
     def describe(self) -> str:
         return f"engine {self.engine} ({self.family}) on {self.device}, model {self.name}"
 
-    def encode(self, text: str, pair: str | None = None, *, truncate: bool = False) -> TokenInfo:
+    def encode(self, text: str, pair: str | None = None, *, truncate: bool = False, what: str = "text") -> TokenInfo:
         return encode(self.tokenizer, text, pair, max_length=self.max_positions, truncate=truncate,
-                      model_name=self.name, special_ids=frozenset(self.special_ids()))
+                      model_name=self.name, special_ids=frozenset(self.special_ids()), what=what)
 
     def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         """One padded forward pass; each layer stored per text as it is computed (in float16 with

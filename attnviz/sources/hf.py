@@ -346,13 +346,15 @@ class HFSource(ModelSource):
     def _seq2seq(self, src: TokenInfo, target: str | None, truncate: bool) -> AttentionResult:
         """Encoder, decoder and cross-attention; the decoder reads ``target`` as it is tokenized (as bertviz does)."""
         if target is not None:
-            tgt = self.encode(target, truncate=truncate)
+            tgt = self.encode(target, truncate=truncate, what="[[target]]")
         else:
             start = self.model.config.decoder_start_token_id
             if start is None:
                 raise UsageError(f"{self.name} needs [[target]], the decoder's input text")
             label = self.hf_tokenizer.convert_ids_to_tokens(start)
             tgt = TokenInfo(ids=[start], labels=[label], special=[True], word_ids=[-1], segment_ids=[0])
+        check_seq2seq_memory(self.model.config, len(src.ids), len(tgt.ids), self.name,
+                             cut=self.max_positions is not None)
         dev = self.model.device
         with self._whole():
             out = self.model(
@@ -374,3 +376,24 @@ class HFSource(ModelSource):
                       **({"unk_token_id": unk} if (unk := unknown_token_id(self.tokenizer)) is not None else {})},
         )
 
+
+
+def check_seq2seq_memory(config: Any, source: int, target: int, name: str, *, cut: bool) -> None:
+    """An encoder-decoder's attention is computed whole (transformers returns every layer at once): the
+    encoder's ``[L, H, S, S]``, the decoder's ``[L, H, T, T]`` and the cross ``[L, H, T, S]``, each held
+    about three times over (the model's output, the stack, the copy it is read into). Refused before the
+    model runs when that would not fit (a 120 kB text on T5, which has no position limit, asked for 24 GB)."""
+    from ..errors import ResourceError
+    from ..limits import MEMORY_ENV, human, memory_budget
+
+    heads = int(getattr(config, "num_heads", None) or getattr(config, "encoder_attention_heads", 1))
+    enc = int(getattr(config, "num_layers", None) or getattr(config, "encoder_layers", 1))
+    dec = int(getattr(config, "num_decoder_layers", None) or getattr(config, "decoder_layers", None) or enc)
+    needed = 3 * 4 * heads * (enc * source * source + dec * (target * target + target * source))
+    budget = memory_budget()
+    if needed > budget:
+        cut = ", or pass [[truncate=True]]" if cut else ""
+        raise ResourceError(f"the attention of a {source:,}-token text and a {target:,}-token [[target]] on {name} "
+                            f"({enc} + {dec} layers × {heads} heads) needs about {human(needed)}, more than the "
+                            f"{human(budget)} this machine has; shorten the text or [[target]]{cut} (or set "
+                            f"{MEMORY_ENV} to try anyway)")

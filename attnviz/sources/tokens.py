@@ -144,16 +144,18 @@ def encode(
     truncate: bool = False,
     model_name: str = "the model",
     special_ids: frozenset[int] = frozenset(),
+    what: str = "text",
 ) -> TokenInfo:
-    """Encode with a ``tokenizers.Tokenizer``; a text over ``max_length`` tokens is an error unless ``truncate``."""
+    """Encode with a ``tokenizers.Tokenizer``; a text over ``max_length`` tokens is an error unless ``truncate``.
+    ``what`` names the text in errors (``[[target]]``: an encoder-decoder's target, bounded as a text is)."""
     if not text or not text.strip():
-        raise InputError("the text is empty; give a sentence, e.g. \"The cat sat on the mat.\"")
+        raise InputError(f"the {what} is empty; give a sentence, e.g. \"The cat sat on the mat.\"")
     if pair is not None and not pair.strip():
         raise InputError("[[pair]] is empty; give a second sentence or leave [[pair]] out")
-    for what, value in (("text", text), ("[[pair]]", pair)):
+    for name, value in ((what, text), ("[[pair]]", pair)):
         if value is not None:
-            _check_unicode(value, what)
-    text = bound_characters(text, max_length, truncate, model_name)
+            _check_unicode(value, name)
+    text = bound_characters(text, max_length, truncate, model_name, what=what)
     if pair is not None:
         pair = bound_characters(pair, max_length, truncate, model_name, what="[[pair]]")
     tokenizer.no_padding()
@@ -162,7 +164,7 @@ def encode(
     if max_length is not None and len(encoding.ids) > max_length:
         if not truncate:
             raise InputError(
-                f"the text is {len(encoding.ids)} tokens long but {model_name} takes at most {max_length}; "
+                f"the {what} is {len(encoding.ids)} tokens long but {model_name} takes at most {max_length}; "
                 "shorten it, or pass [[truncate=True]] to cut it"
             )
         tokenizer.enable_truncation(max_length)
