@@ -184,3 +184,27 @@ def test_an_encoder_decoder_is_refused_before_its_attention_outgrows_memory(run_
     done = run_cli("view", "--text-file", str(text), "--target", "hi", "--model", tiny_hf["t5"], "--out",
                    str(tmp_path / "v.html"))
     assert done.exit_code == 1 and "more than the 64.0 MiB" in done.stderr, done.stderr
+
+
+# --- options that do what they say ---------------------------------------------------------------------------
+
+def test_dtype_reaches_the_parquet_tables_and_a_config_model_refuses_it(run_cli, tiny_hf, tmp_path):
+    """`heads --format parquet --dtype float16` wrote the float32 table byte for byte, and took a config model."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat on the mat\na dog ran in the park\n", encoding="utf-8")
+    tables = {}
+    for dtype in ("float32", "float16"):
+        out = tmp_path / dtype
+        done = run_cli("heads", "--file", str(texts), "--format", "parquet", "--out", str(out), "--model",
+                       tiny_hf["gpt2"], "--engine", "hf", "--dtype", dtype)
+        assert done.exit_code == 0, done.stderr
+        tables[dtype] = pq.read_table(out / "heads.parquet").column("entropy").to_numpy()
+    change = np.abs(tables["float16"] - tables["float32"]).max()
+    assert 0 < change < 1e-2, change  # computed in half precision: near, not equal
+    for command in (("heads", "--file", str(texts), "--format", "parquet", "--out", str(tmp_path / "c")),
+                    ("atlas", str(texts), "--format", "json")):
+        done = run_cli(*command, "--model", TINY, "--dtype", "float16")
+        assert done.exit_code == 2 and "--dtype is for models transformers runs" in done.stderr, done.stderr

@@ -47,7 +47,8 @@ def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None
         "causal": options.causal, "trust_remote_code": options.trust_remote_code, "truncate": truncate,
         "layers": None if layer is None else str(layer), "column": column, "hide_special": reading.hide_special,
         "renormalize": reading.renormalize, "words": reading.words, "batch_size": batch_size,
-        "formats": "parquet", "quiet": True, **({"field": field} if field else {})})
+        "formats": "parquet", "quiet": True, **({"field": field} if field else {}),
+        **({"dtype": options.dtype} if options.dtype else {})})  # the model's precision, as the other commands
 
 
 def write_parquet(file: Path, out: Path, settings: ExportSettings, *, verbose: bool, quiet: bool = False,
