@@ -208,3 +208,27 @@ def test_dtype_reaches_the_parquet_tables_and_a_config_model_refuses_it(run_cli,
                     ("atlas", str(texts), "--format", "json")):
         done = run_cli(*command, "--model", TINY, "--dtype", "float16")
         assert done.exit_code == 2 and "--dtype is for models transformers runs" in done.stderr, done.stderr
+
+
+def test_every_npz_attnviz_writes_loads_with_model_or_says_which_command_makes_one(run_cli, tiny_hf, tmp_path):
+    """`heatmap … --out x.npz` then `--model x.npz` said "read it with numpy.load": Python, not a command."""
+    import re
+    import shlex
+
+    view = tmp_path / "view.npz"
+    assert run_cli("heatmap", "the cat sat", "--model", TINY, "--out", str(view)).exit_code == 0
+    done = run_cli("heatmap", "--model", str(view))
+    assert done.exit_code == 1, done.stderr
+    command = re.search(r"run: attnviz (export FILE [^(]*)\(", done.stderr)
+    assert command, done.stderr
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat sat\n", encoding="utf-8")
+    args = shlex.split(command.group(1).replace("FILE", str(texts)).replace("DIR", str(tmp_path / "o")))
+    assert run_cli(*args, "--model", TINY, "--quiet").exit_code == 0
+    (saved,) = (tmp_path / "o").glob("*.npz")
+    done = run_cli("heatmap", "--model", str(saved), "--layer", "0")
+    assert done.exit_code == 0 and "the" in done.stdout, done.stderr
+    generated = tmp_path / "g.npz"
+    assert run_cli("generate", "the cat", "--model", tiny_hf["gpt2"], "-n", "2", "--out", str(generated)).exit_code == 0
+    done = run_cli("heatmap", "--model", str(generated), "--layer", "0")
+    assert done.exit_code == 0, done.stderr

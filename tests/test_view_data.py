@@ -34,7 +34,7 @@ def test_rollout_numbers_written_as_npz_and_json_equal_the_api(run_cli, tmp_path
     with pytest.raises(ResultFileError, match="numbers of a drawn view"):  # not mistaken for a saved result
         AttentionResult.load(tmp_path / "r.npz")
     r = run_cli("heatmap", "--model", str(tmp_path / "r.npz"))
-    assert r.exit_code != 0 and "not an attention result" in r.stderr and "Traceback" not in r.stderr
+    assert r.exit_code != 0 and "not a saved result" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_json_writes_null_where_a_value_is_not_finite(tmp_path):

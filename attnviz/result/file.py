@@ -43,9 +43,10 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
         with zipfile.ZipFile(path) as archive:
             members = {m.filename: m for m in archive.infolist()}
             if "panels.npy" in members and "format.npy" in members and "attentions.npy" not in members:
-                raise ResultFileError(f"{path} holds the numbers of a drawn view (written by a command's [[out]] as "
-                                      ".npz), not an attention result; read it with numpy.load, or save a result "
-                                      "with AttentionResult.save")
+                raise ResultFileError(f"{path} holds the numbers of a drawn view (a command's [[out]] as .npz, which "
+                                      "numpy.load reads), not a saved result; to save one that [[model]] loads, put "
+                                      "the text in a file and run: attnviz export FILE [[formats=npz]] [[out=DIR]] "
+                                      "(AttentionResult.save in Python)")
             plans = {name[:-4]: _plan(archive, member, path) for name, member in members.items()
                      if name.endswith(".npy")}
             check_memory(sum(nbytes for nbytes, _ in plans.values()) * 2, f"reading {path}")  # + a float32 copy
