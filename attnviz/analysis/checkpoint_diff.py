@@ -16,7 +16,8 @@ by their mean distance, largest first; without it, by their largest standardised
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -362,6 +363,33 @@ def summarise_all(measures: dict[str, Tensor], bootstrap: int, permutations: int
     weight matrix of ``[CHUNK, texts]`` at a time: memory grows with the texts, not texts × resamples); the
     resamples and the sign flips have generators of their own, so ``permutations`` never changes an interval nor
     ``bootstrap`` a p-value. Where 2^texts ≤ ``permutations`` every sign pattern is taken once (exact p)."""
+    n = next(iter(measures.values())).shape[0]
+    cells = sum(values[0].numel() for values in measures.values()) if n else 0
+    with _threads(1 if n * cells < SMALL_PRODUCT else torch.get_num_threads()):
+        return _summarise_all(measures, bootstrap, permutations, seed)
+
+
+SMALL_PRODUCT = 50_000_000
+"""Texts × cells (every measure's) below which :func:`summarise_all` runs on one thread: its chunks are then
+small products and comparisons, which threads slow down (each a barrier: 20 times slower on two busy cores)."""
+
+
+@contextmanager
+def _threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the block, then as they were."""
+    before = torch.get_num_threads()
+    if count == before:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _summarise_all(measures: dict[str, Tensor], bootstrap: int, permutations: int,
+                   seed: int) -> tuple[dict[str, tuple[Tensor, ...]], bool]:
     n = next(iter(measures.values())).shape[0]
     flats = {name: values.reshape(n, -1).double() for name, values in measures.items()}
     means = {name: flat.mean(0) for name, flat in flats.items()}
