@@ -79,7 +79,9 @@ PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
              "left of the head view, or choose it here). <select id=\"querytoken\"></select><input type=\"number\" "
              "id=\"queryat\" min=\"0\" aria-label=\"the query's position\" hidden> <span id=\"querytext\"></span> "
              "Click a cell to open it in the matrix.",
-             "<div id=\"querynote\"></div><div class=\"scroll\"><canvas id=\"queryview\" role=\"img\" aria-label=\"one token's attention in every layer and head: a row per head, a column per key\"></canvas></div>", heads=True),
+             "<div id=\"querynote\"></div><div class=\"scroll onetoken\" id=\"querybox\"><div class=\"qkeys\" id=\"querykeys\"></div>"
+             "<canvas id=\"queryview\" role=\"img\" aria-label=\"one token's attention in every layer and head: a row per head, "
+             "a column per key\"></canvas></div>", heads=True),
     PageView("qk", "Query · key", "For one query (choose it, or ← →): its vector q, and for each key its vector k and "
              "the elementwise product q ⊙ k as coloured cells (blue negative, red positive), then their sum, the score "
              "q·k, the score scaled by √d and the attention weight (the softmax of the scaled scores over the keys). "
