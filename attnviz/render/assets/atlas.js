@@ -222,10 +222,10 @@
     }
     panel.appendChild(el("p", {}, diff ? "Every measure's mean change [95% interval], p, q:" : "Every statistic's mean:"));
     panel.appendChild(all);
-    if (asked) {  // a person chose this head: bring it into sight (on a narrow screen it is far below) and focus it
-      if (title.getBoundingClientRect().top > window.innerHeight || title.getBoundingClientRect().top < 0) {
-        title.scrollIntoView({ block: "start" });
-      }
+    if (asked) {  // a person chose this head: bring its details into sight (on a narrow screen they are below the
+      // list, where a title at the window's foot would hide the rest) and focus it
+      const top = title.getBoundingClientRect().top;
+      if (top < 0 || top > window.innerHeight / 3) title.scrollIntoView({ block: "start" });
       title.focus({ preventScroll: true });  // Tab goes on to its texts; Shift-Tab back to where it was chosen
     }
   }
