@@ -14,7 +14,7 @@ function attnvizMatrix(env) {
   const view = {x0: 0, y0: 0, tpp: 0, dims: ""};  // the first key and query shown, tokens per pixel
   const options = {scale: "linear", sinks: false};
   const picked = {row: -1, col: -1};
-  let W = 600, H = 600, serial = 0, pending = false, shown = null;
+  let W = 600, H = 600, serial = 0, pending = false, shown = null, pointer = null;
 
   const head = () => env.K().pyramids[env.state.layer][env.state.head];
   const signed = () => (env.K().offset || 0) < 0;
@@ -143,7 +143,8 @@ function attnvizMatrix(env) {
     minimap(k);
     legendBar(k);
     const pooled = f > 1 ? `one cell = ${f}×${f} tokens, max-pooled (a cell shows the strongest value it covers)`
-      : "one cell = one query × one key";
+      : "one cell = one query × one key" + (g.encoding === "lin8" && !env.data().tiles && !signed()
+        ? ` (this page stores single cells to 1/255: a weight below ${env.fmt(1 / 510)} reads as 0)` : "");
     const failed = tiles.find((t) => t.values.failed);
     const lacking = failed ? ` · the server did not send a tile: ${failed.values.failed}`
       : level < wanted ? " · finer cells are not in this page (see the notes above)" : "";
@@ -151,8 +152,9 @@ function attnvizMatrix(env) {
     info.textContent = `${pooled}${lacking} · queries ${Math.floor(view.y0)}–${last(view.y0 + H * view.tpp, k.rows.length)}` +
       ` × keys ${Math.floor(view.x0)}–${last(view.x0 + W * view.tpp, k.cols.length)} of ${k.rows.length} × ${k.cols.length}`;
     env.title();
+    if (pointer && env.state.view === "matrix" && !drag) hover(pointer);
     Object.assign(canvas.dataset, {level, factor: f, x0: view.x0, y0: view.y0, tpp: view.tpp, cell: 1 / view.tpp, left: LEFT, top: TOP,
-                                   drawn: String(mine)});
+                                   w: W, h: H, drawn: String(mine)});
   }
   function overlays(ctx, k) {
     ctx.strokeStyle = "#fff"; ctx.lineWidth = 1.5;
@@ -176,13 +178,24 @@ function attnvizMatrix(env) {
     if (picked.col >= 0) ctx.strokeRect(X(picked.col), Y(0), Math.max(2, 1 / view.tpp), Y(rows) - Y(0));
   }
 
-  // --- tokens as text: every visible token once they are large enough, else where the ranges begin -------
+  // --- tokens as text: a label per cell once cells are large enough (a cell of f×f tokens names its range),
+  // else where the ranges begin -------------------------------------------------------------------------
   function labels(k) {
-    const px = 1 / view.tpp, end = (a, n) => Math.min(n, Math.ceil(a));
+    const f = shown ? shown.factor : 1, px = f / view.tpp, end = (a, n) => Math.min(n, Math.ceil(a));
     const rows = [], cols = [];
+    const cells = (from, to, n, names, at) => {  // the cells whose middle is in sight: [first token, text, where, last]
+      const out = [];
+      for (let c = Math.max(0, Math.floor(from / f)); c * f < Math.min(to, n); c++) {
+        const first = c * f, last = Math.min(n, first + f) - 1, middle = (first + last + 1) / 2;
+        if (middle < from || middle > Math.min(to, n)) continue;
+        const text = f === 1 ? names[first] : `${first}–${last} ${names.slice(first, last + 1).join(" ")}`;
+        out.push([first, text, at(middle), last]);
+      }
+      return out;
+    };
     if (px >= LABEL_PX) {
-      for (let i = Math.ceil(view.y0 - 0.5); i + 0.5 <= Math.min(view.y0 + H * view.tpp, k.rows.length); i++) rows.push([i, k.rows[i], Y(i + 0.5)]);
-      for (let j = Math.ceil(view.x0 - 0.5); j + 0.5 <= Math.min(view.x0 + W * view.tpp, k.cols.length); j++) cols.push([j, k.cols[j], X(j + 0.5)]);
+      rows.push(...cells(view.y0, view.y0 + H * view.tpp, k.rows.length, k.rows, Y));
+      cols.push(...cells(view.x0, view.x0 + W * view.tpp, k.cols.length, k.cols, X));
     } else {  // a tick about every 60 px: the token that starts there, with its position
       const step = 2 ** Math.ceil(Math.log2(60 * view.tpp));
       for (let i = Math.ceil(view.y0 / step) * step; i < end(view.y0 + H * view.tpp, k.rows.length); i += step)
@@ -191,14 +204,17 @@ function attnvizMatrix(env) {
         cols.push([j, `${j} ▸ ${k.cols[j]}`, X(j) + 6]);
     }
     const font = Math.max(9, Math.min(12, Math.floor(px) - 1));
-    const span = (axis, [i, text, at]) => {
+    const span = (axis, [i, text, at, last = i]) => {
       const generated = axis === "row" ? env.rowGenerated(i) : env.colGenerated(i);
       const special = axis === "row" ? k.rowSpecial[i] : k.colSpecial[i];
       const node = document.createElement("span");
+      const mark = axis === "row" ? picked.row : picked.col, names = k[axis === "row" ? "rows" : "cols"];
       node.className = "tok" + (special ? " special" : "") + (generated ? " generated" : "") +
-        ((axis === "row" ? picked.row : picked.col) === i ? " picked" : "");
+        (mark >= i && mark <= last ? " picked" : "");
       node.textContent = text; node.dataset.index = i; node.dataset.axis = axis;
-      node.title = `${axis === "row" ? "query" : "key"} ${i}: ${k[axis === "row" ? "rows" : "cols"][i]} (click to pick it)`;
+      if (last > i) node.dataset.last = last;
+      node.title = last > i ? `${axis === "row" ? "queries" : "keys"} ${i}–${last}, one cell: ${names.slice(i, last + 1).join(" ")} (click to pick ${i})`
+        : `${axis === "row" ? "query" : "key"} ${i}: ${names[i]} (click to pick it)`;
       node.style.fontSize = font + "px";
       if (axis === "row") node.style.top = at + "px"; else node.style.left = at + "px";
       return node;
@@ -272,9 +288,21 @@ function attnvizMatrix(env) {
     view.x0 = ax - (px - LEFT) * view.tpp; view.y0 = ay - (py - TOP) * view.tpp;
     schedule();
   }
+  // + and − (keys, buttons): about the middle of the matrix in sight (a matrix narrower than the view is not in
+  // its middle); on causal attention never into the masked triangle above the diagonal, but onto the diagonal.
+  function zoomMiddle(by) {
+    const k = env.K();
+    let ax = view.x0 + Math.min(W * view.tpp, k.cols.length - view.x0) / 2;
+    let ay = view.y0 + Math.min(H * view.tpp, k.rows.length - view.y0) / 2;
+    if (k.causal && k.rows.length === k.cols.length && ax > ay) ax = ay = (ax + ay) / 2;
+    view.tpp = Math.min(fitTpp(), Math.max(1 / MOST_PX, view.tpp * by));
+    view.x0 = ax - (W * view.tpp) / 2; view.y0 = ay - (H * view.tpp) / 2;
+    schedule();
+  }
   const local = (event) => { const r = canvas.getBoundingClientRect(); return [event.clientX - r.left, event.clientY - r.top]; };
   canvas.addEventListener("wheel", (event) => {
     event.preventDefault();
+    pointer = {clientX: event.clientX, clientY: event.clientY};
     const [px, py] = local(event);
     zoom(Math.exp(Math.max(-1, Math.min(1, event.deltaY * 0.002))), px, py);
   }, {passive: false});
@@ -282,6 +310,7 @@ function attnvizMatrix(env) {
   canvas.addEventListener("mousedown", (event) => {
     const [px, py] = local(event);
     if (px < LEFT || py < TOP) return;
+    env.hideTip();
     drag = {px, py, x0: view.x0, y0: view.y0, box: event.shiftKey, moved: false};
     event.preventDefault();
   });
@@ -313,20 +342,26 @@ function attnvizMatrix(env) {
   canvas.addEventListener("dblclick", (event) => { const [px, py] = local(event); zoom(event.shiftKey ? 2 : 0.5, px, py); });
   canvas.addEventListener("keydown", (event) => {
     const move = (dx, dy) => { view.x0 += dx * W * view.tpp / 4; view.y0 += dy * H * view.tpp / 4; schedule(); };
-    const keys = {"+": () => zoom(0.5), "=": () => zoom(0.5), "-": () => zoom(2), "0": () => { fit(); schedule(); },
+    const keys = {"+": () => zoomMiddle(0.5), "=": () => zoomMiddle(0.5), "-": () => zoomMiddle(2), "0": () => { fit(); schedule(); },
       ArrowLeft: () => move(-1, 0), ArrowRight: () => move(1, 0), ArrowUp: () => move(0, -1), ArrowDown: () => move(0, 1)};
     if (keys[event.key]) { keys[event.key](); event.preventDefault(); }
   });
-  $("zoomin").addEventListener("click", () => zoom(0.5));
-  $("zoomout").addEventListener("click", () => zoom(2));
+  $("zoomin").addEventListener("click", () => zoomMiddle(0.5));
+  $("zoomout").addEventListener("click", () => zoomMiddle(2));
   $("zoomfit").addEventListener("click", () => { fit(); schedule(); });
   $("scale").addEventListener("change", (event) => { options.scale = event.target.value; schedule(); });
   $("nosinks").addEventListener("change", (event) => { options.sinks = event.target.checked; schedule(); });
   window.addEventListener("resize", () => { if (env.state.view === "matrix") schedule(); });
 
   // --- what the pointer is on ---------------------------------------------------------------------
-  canvas.addEventListener("mousemove", async (event) => {
-    if (drag || !shown) return;
+  // The tooltip is the cell under the pointer's: on a move, and again after each drawing (a wheel zoom moves the
+  // cells under a pointer that stays), so it never shows a cell that is no longer there.
+  canvas.addEventListener("mousemove", (event) => {
+    pointer = {clientX: event.clientX, clientY: event.clientY};
+    if (!drag) hover(pointer);
+  });
+  function hover(event) {
+    if (!shown) return env.hideTip();
     const k = env.K(), [px, py] = local(event);
     const i = Math.floor(view.y0 + (py - TOP) * view.tpp), j = Math.floor(view.x0 + (px - LEFT) * view.tpp);
     if (px < LEFT || py < TOP || i >= k.rows.length || j >= k.cols.length) return env.hideTip();
@@ -342,11 +377,13 @@ function attnvizMatrix(env) {
       env.showTip(event, `query ${i}: ${k.rows[i]}\nkey ${j}: ${k.cols[j]}\n${env.data().valueName}: ${stored}${later}`);
     } else {
       const rows = [r * factor, Math.min(k.rows.length, (r + 1) * factor) - 1], cols = [c * factor, Math.min(k.cols.length, (c + 1) * factor) - 1];
+      const finer = env.tiles.levelsOf(env.state.kind, env.state.layer, env.state.head) === k.levels.length
+        ? "zoom in for single cells" : `this page holds no finer cells than ${factor}×${factor}`;
       env.showTip(event, `queries ${rows[0]}–${rows[1]} (${k.rows[rows[0]]} …) × keys ${cols[0]}–${cols[1]} (${k.cols[cols[0]]} …)\n` +
-        `strongest ${env.data().valueName}: ${env.fmt(value)} (max-pooled; zoom in for single cells)${later}`);
+        `strongest ${env.data().valueName}: ${env.fmt(value)} (max-pooled; ${finer})${later}`);
     }
-  });
-  canvas.addEventListener("mouseleave", env.hideTip);
+  }
+  canvas.addEventListener("mouseleave", () => { pointer = null; env.hideTip(); });
 
   // Centre the view on query i and key j, with px pixels a token (for links, search and tests).
   function zoomTo(i, j, px = 24) {
