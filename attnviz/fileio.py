@@ -9,7 +9,7 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import RenderError
@@ -74,6 +74,44 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+@contextlib.contextmanager
+def scratch_folder(kind: str) -> Iterator[Path]:
+    """A temporary folder (``$TMPDIR/attnviz-KIND-PID-…``) for a command's own intermediate files, removed
+    when the block ends, on Ctrl-C and on SIGTERM (:func:`attnviz.interrupts.on_stop`). One that a killed
+    run (SIGKILL) left behind is removed by the next run that makes one of this kind."""
+    import shutil
+
+    from .interrupts import on_stop
+
+    prefix = f"attnviz-{kind}-"
+    for stale in Path(tempfile.gettempdir()).glob(prefix + "*"):
+        owner = re.match(rf"{re.escape(prefix)}(\d+)-", stale.name)
+        if owner and _stale_folder(stale, int(owner.group(1))):
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+
+    def remove() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    try:
+        with on_stop(remove, note=""):  # nothing of it is kept: no "rerun to resume" from the work inside
+            yield folder
+    finally:
+        remove()
+
+
+def _stale_folder(path: Path, pid: int) -> bool:
+    """A scratch folder of this user's whose process is gone (not a link: never removed through one)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    import stat as stat_module
+
+    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    return stat_module.S_ISDIR(info.st_mode) and mine and pid != os.getpid() and not _alive(pid)
 
 
 IN_PROGRESS: set[str] = set()

@@ -9,16 +9,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 INTERRUPTED = False  # set by Ctrl-C, even if a library swallows the KeyboardInterrupt it raised
+KEPT = ""  # what the run had kept when Ctrl-C came (:func:`on_stop`'s note then)
 LINE = "attnviz: error: interrupted\n"
 TERMINATED = "attnviz: error: terminated\n"
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    global INTERRUPTED
+    global INTERRUPTED, KEPT
     INTERRUPTED = True
+    KEPT = KEPT or stop_note()  # said by the line that reports it, after the blocks have unwound
     if _importing(frame):
         _exit_now()
     raise KeyboardInterrupt
@@ -33,13 +37,46 @@ def _importing(frame: FrameType | None) -> bool:
     return False
 
 
+_CLEANUPS: list[Callable[[], None]] = []  # what a SIGTERM must undo now (it ends the process without unwinding)
+_NOTES: list[str | None] = []  # what the line that reports a stop says was kept (the outermost that says)
+
+
+@contextmanager
+def on_stop(cleanup: Callable[[], None] | None = None, *, note: str | None = None) -> Iterator[None]:
+    """While the block runs: a SIGTERM, which ends the process at once, first calls ``cleanup`` (remove
+    a scratch folder, release a lock); Ctrl-C unwinds through the block, whose own ``finally`` cleans up.
+    Either way the line that reports the stop adds ``note`` (what was kept: "rerun to resume"); an
+    outer block's note wins (atlas's scratch export keeps nothing, whatever the export inside says)."""
+    if cleanup is not None:
+        _CLEANUPS.append(cleanup)
+    _NOTES.append(note)
+    try:
+        yield
+    finally:
+        _NOTES.pop()
+        if cleanup is not None:
+            _CLEANUPS.remove(cleanup)
+
+
+def stop_note() -> str:
+    """What the run now going on has kept if it stops here ("" when nothing is said)."""
+    return next((note for note in _NOTES if note is not None), "")
+
+
 def _on_terminate(signum: int, frame: FrameType | None) -> None:
     """SIGTERM (``kill``, a scheduler's time limit): the temporary files being written are removed, as
-    after Ctrl-C, then one line and exit 143. What is finished stays (an export resumes from it)."""
+    after Ctrl-C, and what the run registered to undo (:func:`on_stop`), then one line and exit 143.
+    What is finished stays (an export resumes from it), and the line says so."""
+    import contextlib
+
     from .fileio import remove_own_temporaries
 
     remove_own_temporaries()
-    _exit_now(TERMINATED, 128 + signal.SIGTERM)
+    for cleanup in reversed(_CLEANUPS):
+        with contextlib.suppress(Exception):
+            cleanup()
+    note = stop_note()
+    _exit_now(TERMINATED if not note else f"attnviz: error: terminated; {note}\n", 128 + signal.SIGTERM)
 
 
 def install_handlers() -> None:

@@ -232,3 +232,83 @@ def test_every_npz_attnviz_writes_loads_with_model_or_says_which_command_makes_o
     assert run_cli("generate", "the cat", "--model", tiny_hf["gpt2"], "-n", "2", "--out", str(generated)).exit_code == 0
     done = run_cli("heatmap", "--model", str(generated), "--layer", "0")
     assert done.exit_code == 0, done.stderr
+
+
+# --- signals ---------------------------------------------------------------------------------------------------
+
+_STOPPED_AT = """
+import os, signal, sys
+import attnviz.{module} as where
+real = where.{function}
+def stop(*args, **kwargs):
+    {before}
+    os.kill(os.getpid(), signal.SIG{signal})
+    return real(*args, **kwargs)
+where.{function} = stop
+sys.argv = ["attnviz", *sys.argv[1:]]
+from attnviz._entry import main
+main()
+"""
+
+
+def _stopped(tmp_path: Path, signal: str, module: str, function: str, *args: str, before: str = "pass"):
+    """Run attnviz ``args`` in a process of its own that sends itself ``signal`` when ``module.function`` is
+    reached (the work stopped at a known point, whatever the machine's speed)."""
+    import subprocess
+    import sys
+
+    script = _STOPPED_AT.format(module=module, function=function, signal=signal, before=before)
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "HF_HUB_OFFLINE": "1"}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+LONGER = "the cat sat on the mat by the door of the old house\na dog ran in the park near the river all day long\n"
+
+
+@pytest.mark.parametrize("signal", ["TERM", "INT"])
+def test_a_stopped_atlas_leaves_no_temporary_export(tmp_path, signal):
+    """`atlas` killed by SIGTERM left its temporary export (35 files) in $TMPDIR."""
+    texts = tmp_path / "t.txt"
+    texts.write_text(LONGER, encoding="utf-8")
+    done = _stopped(tmp_path, signal, "export.atlas_data", "atlas_data", "atlas", str(texts), "--model", TINY,
+                    "--format", "json")
+    assert done.returncode == (143 if signal == "TERM" else 130), done.stderr
+    assert done.stderr.strip() in ("attnviz: error: terminated", "attnviz: error: interrupted"), done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_scratch_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path, run_cli, monkeypatch):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / "tmp" / f"attnviz-atlas-{int(dead.stdout)}-x1"
+    (left / "parts").mkdir(parents=True)
+    alive = tmp_path / "tmp" / f"attnviz-atlas-{os.getppid()}-x2"  # a process that is running: left alone
+    alive.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\n", encoding="utf-8")
+    assert run_cli("atlas", str(texts), "--model", TINY, "--format", "json").exit_code == 0
+    assert not left.exists() and alive.exists()
+
+
+@pytest.mark.parametrize("signal", ["TERM", "INT"])
+def test_a_stopped_parquet_export_releases_its_lock_and_says_how_to_resume(tmp_path, signal, run_cli):
+    """`heads --importance --format parquet` stopped by SIGINT or SIGTERM left its writer lock in --out, silently."""
+    texts = tmp_path / "t.txt"
+    texts.write_text(LONGER + "the birds sing in the tall trees every morning before the sun rises\n", encoding="utf-8")
+    out = tmp_path / "o"
+    args = ("heads", "--file", str(texts), "--format", "parquet", "--out", str(out), "--model", TINY)
+    done = _stopped(tmp_path, signal, "export.table", "assemble", *args)
+    assert done.returncode == (143 if signal == "TERM" else 130), done.stderr
+    assert f"what is finished is kept in {out}; rerun the same command to resume" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
+    assert not list(out.glob(".attnviz.*")), list(out.iterdir())  # no writer lock, no temporary file
+    assert list(out.glob("heads-*.parquet"))  # the parts are kept
+    again = run_cli(*args)
+    assert again.exit_code == 0 and "3 texts (0 now, 3 already done)" in again.stdout, again.stdout + again.stderr

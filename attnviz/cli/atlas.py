@@ -142,9 +142,8 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
             width: int | None, truncate: bool, out: Path | None, embed_tokens: int, seed: int,
             importance: tuple[Ablate | None, str | None] | None = None) -> None:
     """The corpus's atlas: from an export folder as it is, or from a file of texts exported first."""
-    import tempfile
-
     from ..export.atlas_data import atlas_data, document
+    from ..fileio import scratch_folder
 
     if texts.is_dir():
         data = atlas_data(texts)
@@ -156,7 +155,7 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
                                     reading=reading(False, False, False), batch_size=8,
                                     field=column if texts.suffix.lower() == ".jsonl" else None)
         found = importance_source(options, importance[1]) if importance is not None else None  # fails early
-        with tempfile.TemporaryDirectory() as folder:
+        with scratch_folder("atlas") as folder:  # removed on Ctrl-C and SIGTERM too
             write_parquet(texts, Path(folder), settings, verbose=False, quiet=True, partial=True)  # its own tables
             if importance is not None:
                 importance_parquet(texts, Path(folder), found, column=column, ablate=importance[0],

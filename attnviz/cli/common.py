@@ -115,7 +115,9 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
             except AttnvizError as exc:
                 raise fail(exc.for_cli({**FLAGS, **(flags or {})}), exc.exit_code) from None
             except KeyboardInterrupt:
-                raise fail("interrupted", 130) from None
+                from .. import interrupts
+
+                raise fail("interrupted" + (f"; {interrupts.KEPT}" if interrupts.KEPT else ""), 130) from None
             except (typer.Exit, typer.Abort, SystemExit):
                 raise
             except OSError as exc:  # the machine said no (a name too long, a full disk): what, and where

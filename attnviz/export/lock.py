@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import InputError
+from ..interrupts import on_stop
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _WRITER = ".attnviz.{}.writer"
@@ -39,8 +40,17 @@ def folder_lock(out_dir: Path, run: str) -> Iterator[None]:
                 _claim_stale(other, out_dir, fcntl)
         held = _open(mine)
         fcntl.flock(held, fcntl.LOCK_SH)
+
+    def release_on_terminate() -> None:  # SIGTERM ends the process now: the writer file goes if this is the last
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mine.unlink(missing_ok=True)
+        except OSError:
+            pass
+
     try:
-        yield
+        with on_stop(release_on_terminate):
+            yield
     finally:
         with _guard(out_dir, fcntl):
             try:

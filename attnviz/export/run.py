@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import AttnvizError, UsageError
 from ..fileio import remove_stale_temporaries
+from ..interrupts import on_stop
 from .blocks import ExportSummary, fail_item, record_parts, run_block, submit_item
 from .items import Item, blocks, input_fingerprint, read_items
 from .lock import folder_lock
@@ -40,7 +41,8 @@ def run_export(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create [[out={out_dir}]]: {exc.strerror}") from None
-    with folder_lock(out_dir, f"{settings.fingerprint()}/{input_fingerprint(all_items)}"):
+    kept = f"what is finished is kept in {out_dir}; rerun the same command to resume"
+    with on_stop(note=kept), folder_lock(out_dir, f"{settings.fingerprint()}/{input_fingerprint(all_items)}"):
         return _resume(all_items, my_blocks, items, out_dir, settings, on_start, on_item, on_source)
 
 
