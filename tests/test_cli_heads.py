@@ -171,7 +171,7 @@ def test_compare_heads_image(run_cli, tmp_path):
     assert r.exit_code == 0, r.stderr
     with Image.open(out) as im:
         pixels = np.asarray(im.convert("RGB"))
-    assert pixels.shape[1] > 2000 and pixels.std() > 20
+    assert pixels.shape[1] > 1500 and pixels.std() > 20  # 12 heads in rows beside the matrix (issue 41 item 17)
 
 
 def test_compare_heads_pairs_match_the_distance_matrix(run_cli):

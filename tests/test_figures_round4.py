@@ -1,0 +1,96 @@
+"""Figures laid out to their content (issue 41 item 17): the compare-heads image of one layer is not one
+row of thumbnails over a blank area, and the ``--head all`` grid's size and margins follow its panels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from attnviz.render import compare_image
+from attnviz.render.compare_image import plan_grid, render_comparison
+from attnviz.render.figure_style import DPI
+
+
+def blank_share(path, block: int = DPI // 4) -> float:
+    """The share of the image's ``block``-pixel squares (a quarter inch) that hold nothing but white."""
+    with Image.open(path) as im:
+        px = np.asarray(im.convert("L"))
+    h, w = (px.shape[0] // block) * block, (px.shape[1] // block) * block
+    blocks = px[:h, :w].reshape(h // block, block, w // block, block).min(axis=(1, 3))
+    return float((blocks >= 250).mean())
+
+
+def _comparison(tmp_path, monkeypatch, n_layers: int, n_heads: int, tokens: int = 9):
+    """render_comparison of random heads and their head-distance matrix: the PNG and the figure drawn."""
+    rng = np.random.default_rng(0)
+    heads = rng.dirichlet(np.ones(tokens), size=(n_layers, n_heads, tokens)).astype(np.float32)
+    names = [f"L{layer}H{h}" for layer in range(n_layers) for h in range(n_heads)]
+    matrix = rng.random((len(names), len(names)))
+    figures = []
+    real = compare_image.save_figure
+    monkeypatch.setattr(compare_image, "save_figure", lambda fig, path: figures.append(fig) or real(fig, path))
+    out = tmp_path / f"heads_{n_layers}x{n_heads}.png"
+    render_comparison(heads, ["[CLS]", *[f"w{i}" for i in range(tokens - 2)], "[SEP]"], list(range(n_layers)),
+                      matrix, names, names, title="model · every head", path=out,
+                      matrix_title="Jensen–Shannon divergence between heads, summed over query rows")
+    (fig,) = figures
+    return out, fig
+
+
+def test_one_layer_of_heads_fills_the_figure_beside_the_matrix(tmp_path, monkeypatch):
+    """`compare-heads --layer 0 --out x.png` drew MiniLM's 12 heads as one row of thumbnails over a
+    blank area (3250×900 pixels, 56 % of its quarter-inch squares white); now rows of thumbnails fill
+    the height beside the matrix."""
+    out, fig = _comparison(tmp_path, monkeypatch, 1, 12)
+    with Image.open(out) as im:
+        width, height = im.size
+    assert 1.2 <= width / height <= 3.0, (width, height)
+    assert blank_share(out) < 0.2
+    grid = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    panels = [image.get_window_extent(renderer) for image in grid.images]
+    assert len(panels) == 12
+    rows = {round(p.y0) for p in panels}
+    assert 2 <= len(rows) <= 4 and len(panels) % len(rows) == 0  # a grid, every row full
+    spanned = max(p.y1 for p in panels) - min(p.y0 for p in panels)
+    assert spanned >= 0.6 * fig.bbox.height  # the thumbnails take the figure's height
+    for text in grid.texts:  # no label on a panel, none outside the figure
+        box = text.get_window_extent(renderer)
+        assert not any(box.overlaps(p) for p in panels), text.get_text()
+        assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, text.get_text()
+
+
+@pytest.mark.parametrize(("n_layers", "n_heads"), [(6, 12), (2, 4), (1, 7)])
+def test_the_compare_heads_figure_follows_its_heads(tmp_path, monkeypatch, n_layers, n_heads):
+    out, fig = _comparison(tmp_path, monkeypatch, n_layers, n_heads)
+    with Image.open(out) as im:
+        width, height = im.size
+    assert 1.0 <= width / height <= 3.2, (width, height)
+    assert blank_share(out) < 0.2
+    renderer = fig.canvas.get_renderer()
+    panels = [image.get_window_extent(renderer) for image in fig.axes[0].images]
+    assert len(panels) == n_layers * n_heads
+    assert max(p.x1 for p in panels) < fig.axes[1].get_window_extent(renderer).x0  # the matrix to the right
+
+
+def test_plan_grid_by_hand():
+    sizes = dict(label=0.2, title=0.2, panel_title=0.1, matrix_width=6.0, matrix_height=5.5)
+    one = plan_grid(1, 12, **sizes)
+    assert one.columns in (3, 4) and one.rows_per_layer * one.columns == 12 and one.blank < 0.05
+    six = plan_grid(6, 12, **{**sizes, "matrix_width": 11.6, "matrix_height": 11.1})
+    assert six.columns == 12 and six.rows_per_layer == 1  # one row per layer where the height allows it
+    assert six.height > one.height and six.width > one.width  # the figure grows with its heads
+    assert all(0.9 <= plan.panel <= 1.5 for plan in (one, six))
+    huge = plan_grid(32, 32, label=0.2, title=0.2, panel_title=0.1, matrix_width=126.0, matrix_height=126.0)
+    assert huge.width <= 60 and huge.height <= 60
+
+
+def test_compare_heads_of_one_layer_through_the_cli(run_cli, tmp_path):
+    out = tmp_path / "x.png"
+    r = run_cli("compare-heads", "The cat sat on the mat.", "--layer", "0", "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    with Image.open(out) as im:
+        width, height = im.size
+    assert 1.2 <= width / height <= 3.0, (width, height)
+    assert blank_share(out) < 0.2
