@@ -24,6 +24,7 @@ def read_texts(source: str | Path, *, field: str = "text", column: str = "text",
     from .limits import texts_file_limit
 
     name = "stdin" if source == "-" else source
+    source = source if source == "-" else example_file(source)
     limit = texts_file_limit()
     raw = read_stdin(limit, "a file of texts") if source == "-" else read_bounded(Path(source), limit, "file of texts")
     if kind == "parquet" or (kind in ("auto", "csv") and Path(source).suffix.lower() == ".parquet"):
@@ -55,12 +56,33 @@ def read_lines(path: str | Path) -> list[str]:
     return read_texts(str(path), kind="lines")
 
 
+def example_file(path: str | Path) -> Path:
+    """``path`` itself if it exists; else, for ``examples/NAME`` (the files the README's commands read),
+    the copy installed with attnviz, so ``attnviz export examples/texts.txt`` works from any folder, as
+    ``--model sample_configs/tiny.toml`` does. Any other missing path comes back unchanged, for the
+    caller to report: a mistyped path elsewhere never silently becomes an example."""
+    from importlib.resources import as_file, files
+
+    path = Path(path)
+    if str(path) == "-" or path.exists() or len(path.parts) != 2 or path.parts[0] != "examples":
+        return path
+    try:
+        installed = files("attnviz.examples") / path.name
+    except ModuleNotFoundError:  # an install without them
+        return path
+    if not installed.is_file():
+        return path
+    with as_file(installed) as found:  # a real file for any normal install (not a zip)
+        return Path(found)
+
+
 def read_text_file(path: str | Path) -> str:
     """The one text in ``path`` (``--text-file``; ``-`` reads standard input): a regular file of at most
     :data:`attnviz.limits.MAX_TEXT_FILE` bytes of UTF-8, its final line breaks taken off, not empty."""
     from .limits import MAX_TEXT_FILE
 
     shown = "standard input" if str(path) == "-" else str(path)
+    path = example_file(path)
     raw = read_stdin(MAX_TEXT_FILE, "one text") if str(path) == "-" else read_bounded(Path(path), MAX_TEXT_FILE, "text file")
     try:
         text = raw.decode("utf-8-sig").rstrip("\n")

@@ -38,16 +38,9 @@ BLOCK = re.compile(r"^([ \t]*)```bash\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
 VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 ARRAY = re.compile(r"^#SBATCH\s+--array=(\d+)-(\d+)\s*$")
 
-# The files the README's commands read, in the shape of those shipped in examples/ but holding one short
-# text each (each labelled grid figure costs about a second); test_examples_ship checks the shipped ones.
-TEXTS = ["The cat sat."]
-FILES = {
-    "examples/texts.txt": "\n".join(TEXTS) + "\n",
-    "examples/corpus.jsonl": "".join(json.dumps({"id": i, "sentence": t}) + "\n" for i, t in enumerate(TEXTS)),
-    "examples/data.csv": "id,text\n" + "".join(f'{i},"{t}"\n' for i, t in enumerate(TEXTS)),
-    # one long text, as shipped: the commands ask for regions of it by position
-    "examples/report.txt": (Path(__file__).resolve().parent.parent / "examples" / "report.txt").read_text(encoding="utf-8"),
-}
+# The files the README's commands read are the ones installed with attnviz (attnviz.examples): the commands run
+# from an empty folder, as a reader's would, and examples/NAME finds the installed copy.
+TEXTS = [line for line in (ROOT / "examples" / "texts.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
 HUB_IDS = ("gpt2", "t5-small")
 IMAGE_MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<", ".pdf": b"%PDF", ".html": b"<!DOCTYPE html>", ".npz": b"PK",
                ".json": b"{"}
@@ -98,9 +91,9 @@ def parse_step(line: str) -> Step:
     if "|" in words:
         cut = words.index("|")
         head, words = words[:cut], words[cut + 1 :]
-        if len(head) != 2 or head[0] != "cat":
-            raise ValueError(f"only `cat FILE | attnviz …` pipes are understood: {line!r}")
-        stdin = head[1]
+        if len(head) != 2 or head[0] not in ("cat", "printf"):
+            raise ValueError(f"only `cat FILE | attnviz …` and `printf 'TEXT' | attnviz …` pipes are understood: {line!r}")
+        stdin = head[1] if head[0] == "cat" else "printf:" + head[1]
     stdout = None
     if ">" in words:
         cut = words.index(">")
@@ -206,18 +199,17 @@ def hub_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch, hub_cache) -> Path:
-    """A folder outside the repository with the README's input files and ./my-finetuned-minilm.
+    """An empty folder outside the repository, but for ./my-finetuned-minilm (the docs' stand-in for a
+    reader's own model folder).
 
-    There is no sample_configs/ here: `--model sample_configs/tiny.toml` and `--config
-    sample_configs/batch.toml` must find the copies installed with attnviz, as for a user.
+    There is no sample_configs/ or examples/ here: `--model sample_configs/tiny.toml`, `--config
+    sample_configs/batch.toml` and `examples/texts.txt` must find the copies installed with attnviz, as
+    for a user.
     """
     from huggingface_hub import constants
 
     from attnviz.sources.resolve import default_model_folder
 
-    for name, text in FILES.items():
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
     (tmp_path / "my-finetuned-minilm").symlink_to(default_model_folder(), target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     # Read by huggingface_hub and transformers at call time; HF_HUB_OFFLINE=1 comes from conftest.
@@ -242,7 +234,10 @@ def run_step(step: Step, variables: dict[str, str] | None = None):
     argv = [w for word in step.argv for w in expand(word)]
     if argv[0] == "serve":
         return argv, run_server(argv)
-    stdin = Path(step.stdin).read_bytes() if step.stdin else None
+    if step.stdin and step.stdin.startswith("printf:"):  # printf's own escapes: \n, \t, \\
+        stdin = step.stdin[len("printf:"):].encode().decode("unicode_escape").encode("latin-1")
+    else:
+        stdin = Path(step.stdin).read_bytes() if step.stdin else None
     result = CliRunner().invoke(app, argv, input=stdin)
     assert result.exit_code == 0, f"{step.line}\nexit {result.exit_code}\n{result.stderr}{result.exception!r}"
     assert "attnviz: error" not in result.stderr
@@ -309,7 +304,9 @@ def check_export(step: Step, argv: list[str]) -> None:
 
     out = Path(_option(argv, "--out", "-o"))
     entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert sorted(e["index"] for e in entries) == list(range(len(TEXTS))), step.line  # each input holds TEXTS
+    given = step.stdin[len("printf:"):].split("\\n") if step.stdin and step.stdin.startswith("printf:") else TEXTS
+    n_texts = len([t for t in given if t.strip()])  # each input file holds TEXTS; printf's holds its own
+    assert sorted(e["index"] for e in entries) == list(range(n_texts)), step.line
     assert all(e["status"] == "ok" for e in entries), entries
     formats = (_option(argv, "--formats") or "png,npz,json").split(",")
     layers = _option(argv, "--layers")
@@ -329,7 +326,7 @@ def check_export(step: Step, argv: list[str]) -> None:
             assert (out / name).read_bytes().startswith(IMAGE_MAGIC[".png"]), name
         npz = [n for n in files if n.endswith(".npz")]
         if "parquet" in formats:
-            _check_tables(out, len(TEXTS))
+            _check_tables(out, n_texts)
         if "--float16" in argv:
             with np.load(out / npz[0]) as arrays:
                 assert arrays["attentions"].dtype == np.float16
