@@ -312,3 +312,18 @@ def test_a_stopped_parquet_export_releases_its_lock_and_says_how_to_resume(tmp_p
     assert list(out.glob("heads-*.parquet"))  # the parts are kept
     again = run_cli(*args)
     assert again.exit_code == 0 and "3 texts (0 now, 3 already done)" in again.stdout, again.stdout + again.stderr
+
+
+def test_serve_refuses_an_encoder_decoder_text_too_large_with_a_422(tiny_hf, monkeypatch):
+    """`serve` with T5 tried to allocate 18 GB and answered 500."""
+    from starlette.testclient import TestClient
+
+    from attnviz import api
+    from attnviz.serve import create_app
+
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "64M")
+    client = TestClient(create_app(api.load(tiny_hf["t5"])), base_url="http://127.0.0.1:8000")
+    for endpoint in ("/api/page", "/api/attention"):
+        for fields in ({"text": "word " * 2000, "target": "hi"}, {"text": "hi", "target": "word " * 2000}):
+            answer = client.post(endpoint, json=fields)
+            assert answer.status_code == 422 and "more than the 64.0 MiB" in answer.json()["error"], answer.text
