@@ -94,3 +94,42 @@ def test_compare_heads_of_one_layer_through_the_cli(run_cli, tmp_path):
         width, height = im.size
     assert 1.2 <= width / height <= 3.0, (width, height)
     assert blank_share(out) < 0.2
+
+
+def _every_head(n_layers: int = 6, n_heads: int = 12, n_tokens: int = 16):
+    import torch
+
+    from attnviz.result import AttentionResult
+
+    scores = torch.randn(n_layers, n_heads, n_tokens, n_tokens, generator=torch.Generator().manual_seed(0))
+    tokens = ["[CLS]", *[f"word{i}" for i in range(n_tokens - 2)], "[SEP]"]
+    return AttentionResult(tokens=tokens, attentions=scores.softmax(-1), model_name="test")
+
+
+@pytest.mark.parametrize(("n_layers", "n_tokens"), [(6, 16), (1, 16), (6, 6), (2, 40)])
+def test_the_head_all_grid_is_its_panels_with_one_margin(tmp_path, n_layers, n_tokens):
+    """`heatmap --head all` of MiniLM was 30 × 23 inches (each panel with 1.2 in of margin of its own, cells
+    half again as tall as wide); now square cells of a label's height, and the labels' room once."""
+    from attnviz.render.image import FigureDrawer, figure_size
+    from attnviz.render.view import head_across_layers_view
+
+    view = head_across_layers_view(_every_head(n_layers, 12, n_tokens), head="all")
+    _, q, k = view.panels.shape
+    width, height = figure_size(view)
+    drawer = FigureDrawer()
+    drawer.draw(view, tmp_path / "grid.png")
+    (figure,) = drawer._figures.values()
+    rows = len({top for _, top, _, _ in figure.panels})
+    cols = len({left for left, _, _, _ in figure.panels})
+    for left, top, right, bottom in figure.panels:
+        cell_w, cell_h = (right - left) / k, (bottom - top) / q
+        assert cell_h == pytest.approx(cell_w, rel=0.15)  # square cells
+        assert 0.09 * DPI <= cell_w <= 0.2 * DPI or right - left >= 0.85 * DPI  # a 6-point label's room (or few tokens)
+    panel_w = (figure.panels[0][2] - figure.panels[0][0]) / DPI
+    panel_h = (figure.panels[0][3] - figure.panels[0][1]) / DPI
+    # Around the panels: a gap and a panel title each, the labels, titles and colorbar once (it was 1.2 in a panel).
+    assert width - cols * panel_w < 0.15 * cols + 2.0
+    assert height - rows * panel_h < 0.4 * rows + 1.4
+    assert blank_share(tmp_path / "grid.png") < 0.15
+    if (n_layers, n_tokens) == (6, 16):
+        assert width * height < 0.5 * 30 * 23.36  # MiniLM's every head: less than half the old figure

@@ -56,6 +56,22 @@ def grid_shape(n_panels: int, columns: int | None) -> tuple[int, int]:
     return math.ceil(n_panels / cols), cols
 
 
+def grid_size(n_panels: int, columns: int | None, panel: tuple[float, float], text: TextSizes) -> tuple[float, float]:
+    """The figure size (inches) in which :func:`grid_layout` gives each of ``n_panels`` panels ``panel``
+    (width, height) inches, with room for ``text`` once around the grid: the margins are the grid's,
+    not each panel's."""
+    panel_w, panel_h = panel
+    rows, cols = grid_shape(n_panels, columns)
+    title_room = text.panel_title + TITLE_PAD if text.panel_title else 0.0
+    left = PAD + text.axis_label + PAD + text.row_labels + TICK_PAD
+    bottom = PAD + text.axis_label + PAD + text.col_labels + TICK_PAD
+    top = PAD + text.title + PAD + title_room
+    grid_h = rows * panel_h + (rows - 1) * (PANEL_GAP + title_room)
+    bar_w = min(max(COLORBAR_SHRINK * grid_h / COLORBAR_ASPECT, 0.1), 0.3)
+    right = COLORBAR_GAP + bar_w + TICK_PAD + text.colorbar_ticks + PAD + text.colorbar_label + PAD
+    return left + cols * panel_w + (cols - 1) * PANEL_GAP + right, top + grid_h + bottom
+
+
 def grid_layout(size: tuple[float, float], n_panels: int, columns: int | None, text: TextSizes) -> GridLayout:
     """Positions of a grid of ``n_panels`` panels in a figure of ``size`` inches, with room for ``text``.
 

@@ -16,6 +16,7 @@ from ..errors import AttnvizWarning
 from ..fileio import check_output_path
 from .figure_style import DPI, MAX_TICKS
 from .fonts import clean_label, font_chain
+from .grid_layout import TextSizes
 from .view import FIGURE_CELLS, HeatmapView, max_pool
 
 MAX_VALUE_CELLS = 400  # numbers are written into cells only up to this many per panel
@@ -36,15 +37,42 @@ def warn_missing(missing: list[str]) -> None:
         )
 
 
+GRID_CELL = 0.11  # inches a token takes along a grid panel's side: room for its 6-point label
+GRID_PANEL_MIN = 0.9  # inches: a grid panel's side at least, however few the tokens
+GRID_MAX = 30.0  # inches: a grid's width and height at most
+CHAR_WIDTH = 0.6  # a character's width, in font sizes (DejaVu Sans averages a little less)
+LINE = 1.2 / 72  # inches a line of text takes, per point of font size
+
+
 def figure_size(view: HeatmapView) -> tuple[float, float]:
-    """Width and height in inches: grows with the token count, within sensible bounds."""
+    """Width and height in inches: grows with the token count, within sensible bounds.
+
+    A grid (``--head all``) is its panels, ``GRID_CELL`` inches a token, with the room its labels,
+    titles and colorbar take once around it (:func:`~.grid_layout.grid_size`); it was 1.2 inches of
+    margin for every panel, and 72 panels (MiniLM's every head) a 30 × 23 inch figure."""
     n_panels, q, k = view.panels.shape
-    cols = view.columns or math.ceil(math.sqrt(n_panels))
-    rows = math.ceil(n_panels / cols)
-    cell = 0.28 if n_panels == 1 else 0.16
-    width = min(30.0, max(4.5, cols * (1.2 + cell * min(k, MAX_TICKS)) + 1.6))
-    height = min(30.0, max(3.5, rows * (1.2 + cell * min(q, MAX_TICKS)) + 0.8))
-    return round(width, 2), round(height, 2)
+    if n_panels == 1:
+        width = min(30.0, max(4.5, 1.2 + 0.28 * min(k, MAX_TICKS) + 1.6))
+        height = min(30.0, max(3.5, 1.2 + 0.28 * min(q, MAX_TICKS) + 0.8))
+        return round(width, 2), round(height, 2)
+    from .grid_layout import grid_shape, grid_size
+
+    def label_width(labels: list[str], count: int) -> float:
+        step = max(1, math.ceil(count / MAX_TICKS))
+        return min(max((len(clean_label(s)) for s in labels[::step]), default=1) * CHAR_WIDTH * 6 / 72, 1.5)
+
+    lines = 1 + view.title.count("\n") + sum(1 + note.count("\n") for note in view.notes)
+    text = TextSizes(row_labels=label_width(view.row_labels, q), col_labels=label_width(view.col_labels, k),
+                     title=lines * 10 * LINE, panel_title=8 * LINE, axis_label=8 * LINE,
+                     colorbar_ticks=4 * CHAR_WIDTH * 10 / 72, colorbar_label=10 * LINE)
+    panel_w, panel_h = max(GRID_PANEL_MIN, GRID_CELL * min(k, MAX_TICKS)), max(GRID_PANEL_MIN, GRID_CELL * min(q, MAX_TICKS))
+    fixed_w, fixed_h = grid_size(n_panels, view.columns, (0.0, 0.0), text)  # the margins and gaps
+    rows, cols = grid_shape(n_panels, view.columns)
+    # Within GRID_MAX inches, the panels shrink alike (their cells stay square); a few panels of few tokens
+    # make a small figure (not one stretched to a minimum size).
+    shrink = min(1.0, (GRID_MAX - fixed_w) / (cols * panel_w), (GRID_MAX - fixed_h) / (rows * panel_h))
+    width, height = grid_size(n_panels, view.columns, (panel_w * shrink, panel_h * shrink), text)
+    return round(max(2.0, width), 2), round(max(2.0, height), 2)
 
 
 def render_image(view: HeatmapView, path: str | os.PathLike[str], *, values: bool = False) -> Path:
