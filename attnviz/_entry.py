@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from . import interrupts
+from . import interrupts, threads
 from .interrupts import LINE, install_handlers
 
 __all__ = ["install_handlers", "main"]
@@ -24,6 +24,7 @@ __all__ = ["install_handlers", "main"]
 def main() -> None:
     try:
         install_handlers()
+        threads.configure()  # before torch or a BLAS library starts its threads
         from .cli import main as run
 
         run()

@@ -133,3 +133,68 @@ def test_the_head_all_grid_is_its_panels_with_one_margin(tmp_path, n_layers, n_t
     assert blank_share(tmp_path / "grid.png") < 0.15
     if (n_layers, n_tokens) == (6, 16):
         assert width * height < 0.5 * 30 * 23.36  # MiniLM's every head: less than half the old figure
+
+
+# -- thread pools sized to the machine (item 17c) ----------------------------------------------------------
+
+
+def test_thread_pools_follow_attnviz_threads_then_omp_num_threads(monkeypatch):
+    from attnviz import threads
+
+    env = {"ATTNVIZ_THREADS": "3", "OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}
+    assert threads.configure(env) == 3
+    assert all(env[name] == "3" for name in threads.POOLS)  # attnviz's own variable wins over every pool's
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["KMP_BLOCKTIME"] == "0"
+    env = {"OMP_NUM_THREADS": "1,1", "OMP_WAIT_POLICY": "ACTIVE"}
+    assert threads.configure(env) == 1
+    assert env == {"OMP_NUM_THREADS": "1,1", "OMP_WAIT_POLICY": "ACTIVE", "KMP_BLOCKTIME": "0"}  # the user's choice
+    env = {"ATTNVIZ_THREADS": "none", "OMP_NUM_THREADS": "0"}  # neither is a count: the machine's cores
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 64)
+    assert threads.configure(env) == 2
+    assert all(env[name] == "2" for name in threads.POOLS if name != "OMP_NUM_THREADS")
+
+
+def test_thread_pools_are_capped_to_the_cores_this_process_may_use(monkeypatch):
+    from attnviz import threads
+
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(threads, "_quota", lambda: None)
+    env: dict[str, str] = {}
+    assert threads.configure(env) == 2  # 2 of the machine's 64: each pool gets 2
+    assert all(env[name] == "2" for name in threads.POOLS) and env["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setattr(threads, "_quota", lambda: 1)  # a cgroup's CPU quota of one CPU
+    assert threads.available_cores() == 1
+    monkeypatch.setattr(threads, "_quota", lambda: None)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    env = {}
+    threads.configure(env)  # the whole machine: the libraries' own defaults (torch: the physical cores) stay
+    assert not any(name in env for name in threads.POOLS) and env["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_cgroup_quota_is_read(tmp_path):
+    from attnviz.threads import _quota
+
+    assert _quota(str(tmp_path)) is None
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert _quota(str(tmp_path)) is None
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert _quota(str(tmp_path)) == 2
+
+
+def test_the_console_script_sizes_the_pools_before_torch_starts(tmp_path):
+    """The entry point sets the pools' variables before any command imports torch, and torch follows them."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nsys.argv = ['attnviz', '--version']\nfrom attnviz._entry import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules\nimport torch\n"
+            "print(torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'], os.environ['MKL_NUM_THREADS'])\n")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS") and k != "OMP_WAIT_POLICY"}
+    r = subprocess.run([sys.executable, "-c", code], env={**env, "ATTNVIZ_THREADS": "1"}, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-3:] == ["1", "PASSIVE", "1"]

@@ -24,7 +24,7 @@ PARTS = {
     "analysis": ("attnviz.analysis", "attnviz.attention"),
     "render": ("attnviz.render",),
     "core": ("attnviz.errors", "attnviz.layer_range", "attnviz.limits", "attnviz.quiet", "attnviz.fileio",
-             "attnviz.labels", "attnviz.interrupts", "attnviz.records", "attnviz.spans"),
+             "attnviz.labels", "attnviz.interrupts", "attnviz.records", "attnviz.spans", "attnviz.threads"),
 }
 
 
