@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import RenderError
+from .interrupts import always_on_stop, on_stop
 
 
 def current_umask() -> int:
@@ -83,8 +84,6 @@ def scratch_folder(kind: str) -> Iterator[Path]:
     run (SIGKILL) left behind is removed by the next run that makes one of this kind."""
     import shutil
 
-    from .interrupts import on_stop
-
     prefix = f"attnviz-{kind}-"
     for stale in Path(tempfile.gettempdir()).glob(prefix + "*"):
         owner = re.match(rf"{re.escape(prefix)}(\d+)-", stale.name)
@@ -124,6 +123,9 @@ def remove_own_temporaries() -> None:
     for tmp in list(IN_PROGRESS):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+always_on_stop(remove_own_temporaries)  # SIGTERM ends the process without unwinding: these go first
 
 
 _TEMP = re.compile(r"^\..*\.(\d+)\.[^.]+\.tmp")

@@ -38,6 +38,12 @@ def _importing(frame: FrameType | None) -> bool:
 
 
 _CLEANUPS: list[Callable[[], None]] = []  # what a SIGTERM must undo now (it ends the process without unwinding)
+
+
+def always_on_stop(cleanup: Callable[[], None]) -> None:
+    """``cleanup`` runs on every SIGTERM of this process, first (fileio's temporary files: registered by
+    fileio itself, so this leaf imports nothing of attnviz)."""
+    _CLEANUPS.insert(0, cleanup)
 _NOTES: list[str | None] = []  # what the line that reports a stop says was kept (the outermost that says)
 
 
@@ -69,9 +75,6 @@ def _on_terminate(signum: int, frame: FrameType | None) -> None:
     What is finished stays (an export resumes from it), and the line says so."""
     import contextlib
 
-    from .fileio import remove_own_temporaries
-
-    remove_own_temporaries()
     for cleanup in reversed(_CLEANUPS):
         with contextlib.suppress(Exception):
             cleanup()

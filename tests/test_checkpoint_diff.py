@@ -128,7 +128,7 @@ def exports(planted, tmp_path_factory):
     made = {}
     for name, model in (("base", None), ("planted", planted)):
         args = ["heads", "--file", str(texts), "--format", "parquet", "--out", str(folder / name), "--importance",
-                "--vs", VS]
+                "--similar-to", VS]
         result = CliRunner().invoke(app, args + (["--model", model] if model else []))
         assert result.exit_code == 0, result.output
         made[name] = folder / name
@@ -294,7 +294,7 @@ def test_two_exports_read_differently_are_refused_and_other_losses_left_out(expo
     assert refused.exit_code != 0 and "hide_special: False and True" in refused.stderr
     other = tmp_path / "other-loss"
     made = run_cli("heads", "--file", str(texts), "--format", "parquet", "--out", str(other), "--importance",
-                   "--vs", "Stocks fell sharply in early trading.")
+                   "--similar-to", "Stocks fell sharply in early trading.")
     assert made.exit_code == 0, made.stderr
     diff = exports_diff(exports["base"], other, bootstrap=100, permutations=100)
     assert "importance" not in diff.heads[0].stats and "different losses" in diff.note
@@ -305,7 +305,7 @@ def test_a_diff_run_on_texts_compares_importance_too(planted, run_cli, tmp_path)
 
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    result = run_cli("atlas", str(texts), "--vs-model", planted, "--importance", "--vs", VS, "--format", "json",
+    result = run_cli("atlas", str(texts), "--vs-model", planted, "--importance", "--similar-to", VS, "--format", "json",
                      "--bootstrap", "100", "--permutations", "100")
     assert result.exit_code == 0, result.stderr
     before = head_importance(api.load(engine="fused"), TEXTS, vs=VS).gradient

@@ -32,5 +32,5 @@ def test_the_command_line_reads_its_own_flags(run_cli, tmp_path):
     assert r.exit_code == 1 and "pass --truncate to cut it" in r.stderr and "truncate=True" not in r.stderr
     texts = tmp_path / "t.txt"
     texts.write_text("the cat sat\n")
-    r = run_cli("export", str(texts), "--out", str(tmp_path / "o"), "--layers", "0,99")
-    assert r.exit_code == 2 and "--layers 99 is out of range" in r.stderr  # export spells it --layers
+    r = run_cli("export", str(texts), "--out", str(tmp_path / "o"), "--layer", "0,99")
+    assert r.exit_code == 2 and "--layer 99 is out of range" in r.stderr  # every command spells it --layer

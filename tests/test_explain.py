@@ -68,7 +68,7 @@ def test_seed_differences_are_reported():
 
 
 def test_explain_json_cli(run_cli):
-    result = run_cli("explain", "--model", SEED, "--json")
+    result = run_cli("explain", "--model", SEED, "--format", "json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     _, heads, final = hand_seed_example()
@@ -104,7 +104,7 @@ def test_tiny_walkthrough_agrees_with_the_module_and_extract():
 
 
 def test_causal_walkthrough_masks_the_future(run_cli):
-    result = run_cli("explain", "a b c", "--model", TINY, "--causal", "--json")
+    result = run_cli("explain", "a b c", "--model", TINY, "--causal", "--format", "json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["mask"] == [[True, False, False], [True, True, False], [True, True, True]]

@@ -41,7 +41,7 @@ def _tree(folder: Path) -> dict[str, bytes]:
 def test_export_writes_images_npz_json_and_manifest(run_cli, tmp_path):
     out = tmp_path / "out"
     # Tiles: the same files, fast (labelled figures are drawn by the SIGKILL, Ctrl-C and README tests).
-    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:3])), "--out", str(out), "--layers", "0,5", "--jobs", "1",
+    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:3])), "--out", str(out), "--layer", "0,5", "--jobs", "1",
                 "--style", "tiles")
     assert r.exit_code == 0, r.stderr
     entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
@@ -65,7 +65,7 @@ def test_export_numbers_equal_the_text_alone_and_images_equal_heatmap_on_the_sam
     changes matmul blocking, so the last bits may differ on another CPU); byte-identical images only
     where the computation is the same (batch size 1 against the text alone, on one machine)."""
     out = tmp_path / "out"
-    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:2])), "--out", str(out), "--layers", "3",
+    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:2])), "--out", str(out), "--layer", "3",
                 "--formats", "npz", "--batch-size", "2", "--quiet")
     assert r.exit_code == 0, r.stderr
     batched = AttentionResult.load(out / "000001-attention-is-all-you-need.npz")
@@ -75,7 +75,7 @@ def test_export_numbers_equal_the_text_alone_and_images_equal_heatmap_on_the_sam
     assert batched.tokens == alone.tokens
     assert torch.allclose(batched.attentions, alone.attentions, atol=1e-5)
     one = tmp_path / "one"
-    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:1])), "--out", str(one), "--layers", "2", "--heads", "4",
+    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:1])), "--out", str(one), "--layer", "2", "--head", "4",
                 "--formats", "png", "--batch-size", "1", "--jobs", "1", "--quiet")
     assert r.exit_code == 0, r.stderr
     head = tmp_path / "head.png"
@@ -92,7 +92,7 @@ def test_export_numbers_equal_the_text_alone_and_images_equal_heatmap_on_the_sam
 def test_rerun_skips_finished_items_and_redoes_changed_ones(run_cli, tmp_path):
     out = tmp_path / "out"
     texts = _texts(tmp_path, SENTENCES[:3])
-    args = ["export", str(texts), "--out", str(out), "--layers", "0", "--formats", "npz,json", "--jobs", "1"]
+    args = ["export", str(texts), "--out", str(out), "--layer", "0", "--formats", "npz,json", "--jobs", "1"]
     assert run_cli(*args).exit_code == 0
     again = run_cli(*args)
     assert "0 exported, 3 already done" in again.stdout
@@ -105,7 +105,7 @@ def test_failed_items_are_recorded_and_the_run_goes_on(run_cli, tmp_path):
     long_text = " ".join(["word"] * 600)  # over MiniLM's 512 positions
     out = tmp_path / "out"
     r = run_cli("export", str(_texts(tmp_path, [SENTENCES[0], long_text, SENTENCES[1]])), "--out", str(out),
-                "--layers", "0", "--formats", "json", "--jobs", "1")
+                "--layer", "0", "--formats", "json", "--jobs", "1")
     assert r.exit_code == 1
     assert r.stderr.startswith("attnviz: error: 1 of 3 items failed (2 exported, 0 already done)")
     assert "takes at most 512" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -129,14 +129,14 @@ def uninterrupted(tmp_path_factory) -> tuple[list[str], dict[str, bytes]]:
     was never interrupted (a fresh process): what the interrupted runs below must end with."""
     folder = tmp_path_factory.mktemp("uninterrupted")
     texts = _texts(folder, SENTENCES)
-    args = [str(texts), "--layers", "0", "--formats", "png,npz,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
+    args = [str(texts), "--layer", "0", "--formats", "png,npz,json", "--batch-size", "1", "--jobs", "2", "--quiet"]
     assert _export_process(args, folder / "clean") == 0
     return args, _tree(folder / "clean")
 
 
 def test_two_shards_merged_equal_one_run(run_cli, tmp_path):
     texts = _texts(tmp_path, SENTENCES)
-    common = [str(texts), "--layers", "1", "--formats", "npz,json", "--jobs", "1", "--batch-size", "2", "--quiet"]
+    common = [str(texts), "--layer", "1", "--formats", "npz,json", "--jobs", "1", "--batch-size", "2", "--quiet"]
     whole, a, b, merged = (tmp_path / n for n in ("whole", "a", "b", "merged"))
     assert run_cli("export", *common, "--out", str(whole)).exit_code == 0
     assert run_cli("export", *common, "--shard", "1/2", "--out", str(a)).exit_code == 0
@@ -180,7 +180,7 @@ def test_inputs_jsonl_csv_and_stdin(run_cli, tmp_path):
     csv_path.write_text('id,body\n1,"hello, world"\n2,second\n')
     assert [i.text for i in read_items(str(csv_path), column="body")] == ["hello, world", "second"]
     out = tmp_path / "out"
-    r = run_cli("export", "-", "--out", str(out), "--layers", "0", "--formats", "json", "--jobs", "1",
+    r = run_cli("export", "-", "--out", str(out), "--layer", "0", "--formats", "json", "--jobs", "1",
                 input="from stdin\n")
     assert r.exit_code == 0, r.stderr
     assert (out / "000000-from-stdin.stats.json").exists()
@@ -195,7 +195,7 @@ def test_inputs_jsonl_csv_and_stdin(run_cli, tmp_path):
         ("text\n", "x.txt", ["--shard", "3/2"], "--shard 3/2: K must be between 1 and N"),
         ("text\n", "x.txt", ["--batch-size", "0"], "--batch-size 0 must be at least 1"),
         ("text\n", "x.txt", ["--formats", "gif"], "--formats 'gif': use some of png, svg, pdf, html, npz, json"),
-        ("text\n", "x.txt", ["--layers", "0,99"], "--layers 99 is out of range"),  # export's own flag
+        ("text\n", "x.txt", ["--layer", "0,99"], "--layer 99 is out of range"),  # export's own flag
     ],
 )
 def test_export_input_errors(run_cli, tmp_path, content, name, flags, expected):
@@ -211,7 +211,7 @@ def test_config_file_and_flags_override_it(run_cli, tmp_path):
     config.write_text('[export]\nlayers = "2"\nformats = ["npz"]\nfloat16 = true\njobs = 1\n')
     out = tmp_path / "out"
     r = run_cli("export", str(_texts(tmp_path, SENTENCES[:1])), "--out", str(out), "--config", str(config),
-                "--layers", "4")
+                "--layer", "4")
     assert r.exit_code == 0, r.stderr
     data = np.load(out / "000000-the-cat-sat-on-the-mat.npz")
     assert data["attentions"].dtype == np.float16 and data["attentions"].shape[0] == 1
@@ -260,12 +260,12 @@ def _run_in_a_terminal(commands: list[list[str]]) -> list[str]:
 
 def test_progress_bar_at_a_terminal_and_not_otherwise(run_cli, tmp_path):
     texts = _texts(tmp_path, SENTENCES[:2])
-    common = ["export", str(texts), "--layers", "0", "--formats", "json", "--jobs", "1"]
+    common = ["export", str(texts), "--layer", "0", "--formats", "json", "--jobs", "1"]
     shown, quiet = _run_in_a_terminal([[*common, "--out", str(tmp_path / "a")],
                                        [*common, "--out", str(tmp_path / "b"), "--quiet"]])
     assert "exporting" in shown and "items/s" in shown and "2/2" in shown
     assert "items/s" not in quiet
-    piped = run_cli("export", str(texts), "--out", str(tmp_path / "c"), "--layers", "0", "--formats", "json")
+    piped = run_cli("export", str(texts), "--out", str(tmp_path / "c"), "--layer", "0", "--formats", "json")
     assert "items/s" not in piped.stdout and "2 exported" in piped.stdout
 
 
@@ -310,8 +310,8 @@ def test_rerun_with_other_settings_redoes_the_items(run_cli, tmp_path):
     out = tmp_path / "out"
     texts = _texts(tmp_path, SENTENCES[:2])
     base = ["export", str(texts), "--out", str(out), "--jobs", "1", "--formats", "npz,json"]
-    assert run_cli(*base, "--layers", "0").exit_code == 0
-    r = run_cli(*base, "--layers", "0,1")
+    assert run_cli(*base, "--layer", "0").exit_code == 0
+    r = run_cli(*base, "--layer", "0,1")
     assert "2 exported, 0 already done" in r.stdout
     assert AttentionResult.load(out / "000000-the-cat-sat-on-the-mat.npz").metadata["layers"] == [0, 1]
 
@@ -353,7 +353,7 @@ def test_input_edge_cases(run_cli, tmp_path):
     crlf.write_bytes(b"one\r\ntwo\r\n")
     assert [i.text for i in read_items(str(crlf))] == ["one", "two"]
     out = tmp_path / "out"
-    r = run_cli("export", "-", "--field", "body", "--out", str(out), "--layers", "0", "--formats", "json",
+    r = run_cli("export", "-", "--field", "body", "--out", str(out), "--layer", "0", "--formats", "json",
                 input='{"body": "from json"}\n')
     assert r.exit_code == 0, r.stderr
     assert (out / "000000-from-json.stats.json").exists()  # --field means JSONL, even on stdin
@@ -376,7 +376,7 @@ def test_tiles_are_the_colour_mapped_weights(run_cli, tmp_path):
     assert pixels[0, cell].tolist() == scale.rgb(np.array([0.0]))[0].tolist()
     assert pixels[0, 3 * cell].tolist() == [255, 255, 255]  # the line between panels
     out = tmp_path / "out"
-    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:1])), "--out", str(out), "--layers", "0",
+    r = run_cli("export", str(_texts(tmp_path, SENTENCES[:1])), "--out", str(out), "--layer", "0",
                 "--formats", "png", "--style", "tiles")
     assert r.exit_code == 0, r.stderr
     with Image.open(out / "000000-the-cat-sat-on-the-mat.L0.png") as im:

@@ -173,8 +173,12 @@ def test_generate_on_the_command_line(run_cli, lm, tmp_path):
 
 
 def test_what_cannot_generate_is_refused(run_cli, tiny_hf, lm):
-    r = run_cli("generate", PROMPT)  # the embedded MiniLM is an encoder
+    from attnviz.sources.resolve import default_model_folder
+
+    r = run_cli("generate", PROMPT, "--model", str(default_model_folder()))  # the embedded MiniLM is an encoder
     assert r.exit_code == 2 and "is not a causal language model" in r.stderr
+    r = run_cli("generate", PROMPT, "-n", "2")  # without --model: a shipped causal config, offline
+    assert r.exit_code == 0 and "generating with sample_configs/causal.toml" in r.stderr and "causal-tiny" in r.stdout
     r = run_cli("generate", PROMPT, "--model", tiny_hf["llama"])  # a bare LlamaModel: no lm_head weights
     assert r.exit_code == 1 and "has no language-model head" in r.stderr
     r = run_cli("generate", PROMPT, "--model", lm["gpt2"], "--temperature", "0.5")

@@ -36,7 +36,7 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 def test_huge_layer_and_head_ranges_are_refused_before_they_are_expanded(run_cli, tmp_path):
     started = time.monotonic()
-    for option, value in (("--layers", "0-100000000"), ("--heads", "0-10000000000"), ("--layers", "5,99999")):
+    for option, value in (("--layer", "0-100000000"), ("--head", "0-10000000000"), ("--layer", "5,99999")):
         r = _export(run_cli, tmp_path, tmp_path / "o", option, value)
         assert r.exit_code == 2 and "no model has more than 10,000" in r.stderr, r.stderr
     assert time.monotonic() - started < 30  # (it took 27 s and 8 GB each; this bound only catches a return of that)
@@ -47,11 +47,11 @@ def test_a_second_export_with_other_settings_is_refused_while_one_writes(run_cli
     out = tmp_path / "o"
     out.mkdir()
     other = build_settings(None, {"model": TINY, "formats": "npz,json", "layers": "1"})
-    with folder_lock(out, f"{other.fingerprint()}/3"):  # an export with --layers 1 is writing
-        r = _export(run_cli, tmp_path, out, "--layers", "0")
+    with folder_lock(out, f"{other.fingerprint()}/3"):  # an export with --layer 1 is writing
+        r = _export(run_cli, tmp_path, out, "--layer", "0")
         assert r.exit_code == 1 and "another attnviz export" in r.stderr and "is writing to" in r.stderr
         assert not (out / "manifest.jsonl").exists()
-    r = _export(run_cli, tmp_path, out, "--layers", "0")  # once it is done (or killed), this one runs
+    r = _export(run_cli, tmp_path, out, "--layer", "0")  # once it is done (or killed), this one runs
     assert r.exit_code == 0, r.stderr
     assert not list(out.glob(".attnviz*")), "the lock files go with the last writer"
 
@@ -109,7 +109,7 @@ def test_a_failed_image_write_is_the_items_failure_on_every_path(run_cli, tmp_pa
     for style in ("tiles", "figure"):
         out = tmp_path / style
         r = run_cli("export", str(_texts(tmp_path)), "--out", str(out), "--model", TINY, "--formats", "png,json",
-                    "--layers", "0", "--jobs", "1", "--style", style, "--quiet")
+                    "--layer", "0", "--jobs", "1", "--style", style, "--quiet")
         assert r.exit_code == 1 and "1 of 3 items failed" in r.stderr, r.stderr
         entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
         assert [e["status"] for e in entries] == ["ok", "failed", "ok"]
@@ -131,7 +131,7 @@ def _shards(run_cli, tmp_path: Path) -> tuple[Path, Path]:
 def test_merge_refuses_to_overwrite_an_existing_export(run_cli, tmp_path):
     a, b = _shards(run_cli, tmp_path)
     existing = tmp_path / "existing"
-    assert _export(run_cli, tmp_path, existing, "--layers", "1").exit_code == 0
+    assert _export(run_cli, tmp_path, existing, "--layer", "1").exit_code == 0
     before = _tree(existing)
     r = run_cli("export", "--merge", str(a), str(b), "--out", str(existing))
     assert r.exit_code == 1 and "already holds an export" in r.stderr

@@ -255,7 +255,7 @@ def test_explain_refuses_a_config_that_overflows_as_heatmap_does(run_cli, tmp_pa
     config.write_text('[model]\ntype = "matrices"\nname = "big"\n[input]\ntokens = ["a", "b"]\n'
                       "x = [[1e200, 1.0], [1.0, 1e200]]\n[weights]\nw_q = [[1e200, 0.0], [0.0, 1.0]]\n"
                       "w_k = [[1e200, 0.0], [0.0, 1.0]]\nw_v = [[1.0, 0.0], [0.0, 1.0]]\n", encoding="utf-8")
-    for argv in (["explain", "--model", str(config)], ["explain", "--model", str(config), "--json"],
+    for argv in (["explain", "--model", str(config)], ["explain", "--model", str(config), "--format", "json"],
                  ["heatmap", "--model", str(config)]):
         r = run_cli(*argv)
         assert r.exit_code == 1 and "overflow" in r.stderr and r.stderr.count("\n") == 1, (argv, r.stderr)

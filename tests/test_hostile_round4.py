@@ -49,7 +49,7 @@ def test_a_model_folder_name_under_verbose_is_escaped(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("args", [("heads", f"The {EVIL} cat", "--format", "json"),
-                                  ("explain", f"The {EVIL} cat", "--json")])
+                                  ("explain", f"The {EVIL} cat", "--format", "json")])
 def test_json_output_escapes_bidi_c1_and_line_separators(run_cli, args):
     """`heads --format json` and `explain --json` passed U+202E, U+0085 and U+2028 through raw."""
     done = run_cli(*args, "--model", TINY)

@@ -31,7 +31,7 @@ def export(tmp_path_factory):
     texts = root / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     result = CliRunner().invoke(app, ["heads", "--file", str(texts), "--format", "parquet", "--out", str(root / "out"),
-                                      "--importance", "--vs", "A cat sat on a rug."])
+                                      "--importance", "--similar-to", "A cat sat on a rug."])
     assert result.exit_code == 0, result.output
     return root / "out"
 

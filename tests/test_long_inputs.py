@@ -232,9 +232,9 @@ def test_rerun_with_other_layers_removes_the_old_images(run_cli, tmp_path):
     out.mkdir()
     mine.write_text("mine")  # not an export's file: never touched
     common = ["export", texts, "--out", str(out), "--formats", "png,json", "--style", "tiles", "--quiet"]
-    assert run_cli(*common, "--layers", "0,1").exit_code == 0
+    assert run_cli(*common, "--layer", "0,1").exit_code == 0
     assert (out / "000000-the-cat-sat-on-the-mat.L1.png").exists()
-    r = run_cli(*common, "--layers", "0")
+    r = run_cli(*common, "--layer", "0")
     assert r.exit_code == 0, r.stderr
     assert not (out / "000000-the-cat-sat-on-the-mat.L1.png").exists() and not (out / "000001-a-dog.L1.png").exists()
     assert "removed 2 files of an earlier export" in r.stderr and "000000-the-cat-sat-on-the-mat.L1.png" in r.stderr
@@ -347,7 +347,7 @@ def test_workers_never_outnumber_cpus_or_items():
 
 
 def test_export_says_when_it_starts_fewer_workers(run_cli, tmp_path):
-    r = run_cli("export", _texts(tmp_path, ["One text only."]), "--out", str(tmp_path / "out"), "--layers", "0",
+    r = run_cli("export", _texts(tmp_path, ["One text only."]), "--out", str(tmp_path / "out"), "--layer", "0",
                 "--formats", "png", "--jobs", "8", "--quiet")
     assert r.exit_code == 0, r.stderr
     assert "attnviz: warning: jobs = 8: drawing with 1 processes" in r.stderr and "1 items to draw" in r.stderr

@@ -75,7 +75,7 @@ def test_view_command_and_html_everywhere(run_cli, tmp_path):
             assert distances["values"][i][j] == pytest.approx(exact[index[a], index[b]], rel=1e-3, abs=1e-6)
     texts = tmp_path / "t.txt"
     texts.write_text("The cat sat.\nA dog ran.\n")
-    r = run_cli("export", str(texts), "--out", str(tmp_path / "e"), "--formats", "html,json", "--layers", "0,3", "-q")
+    r = run_cli("export", str(texts), "--out", str(tmp_path / "e"), "--formats", "html,json", "--layer", "0,3", "-q")
     assert r.exit_code == 0, r.stderr
     entry = json.loads((tmp_path / "e" / "manifest.jsonl").read_text().splitlines()[1])
     assert "000001-a-dog-ran.html" in entry["files"]

@@ -309,8 +309,8 @@ def check_export(step: Step, argv: list[str]) -> None:
     assert sorted(e["index"] for e in entries) == list(range(n_texts)), step.line
     assert all(e["status"] == "ok" for e in entries), entries
     formats = (_option(argv, "--formats") or "png,npz,json").split(",")
-    layers = _option(argv, "--layers")
-    heads = _option(argv, "--heads")
+    layers = _option(argv, "--layer", "--layers", "-l")
+    heads = _option(argv, "--head", "--heads")
     for entry in entries:
         files = entry["files"]
         assert all((out / name).is_file() for name in files), files
@@ -496,7 +496,7 @@ def test_merge_takes_every_folder_after_it(two_shards, form):
 @pytest.mark.parametrize(("args", "message"), [
     (["shards/1", "shards/2"], "give one INPUT, not 2 (shards/1 shards/2); to join shard folders add --merge"),
     (["--merge"], "--merge needs the shard folders to join"),
-    (["--merge", "shards/1", "shards/2", "--layers", "0"], "--layers applies to exporting; --merge only joins"),
+    (["--merge", "shards/1", "shards/2", "--layer", "0"], "--layer applies to exporting; --merge only joins"),
     (["--merge", "shards/1", "--config", "sample_configs/batch.toml"], "--config applies to exporting"),
     ([], "give INPUT (a file of texts, or - for stdin), or --merge SHARD_DIR…"),
 ])

@@ -40,7 +40,7 @@ def test_a_shared_option_is_the_same_on_every_command(option):
 def test_export_has_the_model_options_too():
     options = _options("export")
     for option in ("--model", "--engine", "--revision", "--device", "--trust-remote-code", "--verbose", "--truncate",
-                   "--cmap", "--layers", "--heads", "--pair", "--causal", "--hide-special", "--renormalize", "--words"):
+                   "--cmap", "--layer", "--head", "--pair", "--causal", "--hide-special", "--renormalize", "--words"):
         assert option in options, option
     heatmap = _options("heatmap")
     for option in ("--pair", "--hide-special", "--renormalize", "--words", "--causal", "--cmap"):
@@ -187,7 +187,7 @@ def test_export_reads_texts_as_the_other_commands_do(run_cli, tmp_path):
     texts.write_text("Unbelievably, the cat sat.\n", encoding="utf-8")
     out = tmp_path / "o"
     r = run_cli("export", str(texts), "--out", str(out), "--pair", "It was tired.", "--hide-special", "--renormalize",
-                "--words", "--formats", "npz,json", "--layers", "0,3", "--quiet")
+                "--words", "--formats", "npz,json", "--layer", "0,3", "--quiet")
     assert r.exit_code == 0, r.stderr
     want = to_words(drop_special(attnviz.extract("Unbelievably, the cat sat.", pair="It was tired.", layers=[0, 3]),
                                  renormalize=True))
@@ -260,8 +260,10 @@ def test_one_meaning_per_flag_across_commands():
 
 
 def test_rollout_vs_points_to_similar_to_and_head_defaults_to_0(run_cli):
-    r = run_cli("rollout", TEXT, "--method", "grad-rollout", "--vs", "A dog.")
-    assert r.exit_code == 2 and "--similar-to" in r.stderr
+    r = run_cli("rollout", TEXT, "--method", "grad-rollout", "--vs", "A dog.", "--width", "200")  # the old name, one release
+    assert r.exit_code == 0 and "attnviz: warning: --vs is now --similar-to here" in r.stderr, r.stderr
+    new = run_cli("rollout", TEXT, "--method", "grad-rollout", "--similar-to", "A dog.", "--width", "200")
+    assert new.stdout == r.stdout
     r = run_cli("rollout", TEXT, "--norm", "--layer", "2", "--width", "200")
     assert r.exit_code == 0 and "head 0" in r.stdout, r.stdout[:300]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from ..errors import AttnvizWarning, UsageError
-from .common import cli_command, echo_json, note, wrote
+from .common import cli_command, echo_json, note, renamed, wrote
 from .heads import Ablate, importance_parquet, importance_source
 from .options import (
     Device,
@@ -36,7 +36,7 @@ class AtlasFormat(str, Enum):
     json = "json"
 
 
-@cli_command(flags={"max_tokens": "--embed-tokens"})
+@cli_command(flags={"max_tokens": "--embed-tokens", "vs": "--similar-to"})
 def atlas(
     texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or a CSV, JSONL or "
                                  "Parquet file, with --column); or the folder of an export with the parquet format (its "
@@ -63,8 +63,9 @@ def atlas(
                                     "when it is there)."),
     ablate: Ablate | None = typer.Option(None, "--ablate", help="With --importance: each head's ablation too (zero or "
                                          "mean).", show_default=False),
-    vs: str | None = typer.Option(None, "--vs", help="With --importance on a sentence encoder: the text whose "
-                                  "similarity is the loss.", show_default=False),
+    vs: str | None = typer.Option(None, "--similar-to", help="With --importance on a sentence encoder: the text "
+                                  "whose similarity is the loss.", show_default=False),
+    old_vs: str | None = typer.Option(None, "--vs", hidden=True),
     per_text: Path | None = typer.Option(None, "--per-text", help="With --vs-model: also write every text's change "
                                          "per head (the JS divergence and each statistic) to this .parquet file, one "
                                          "row per text × layer × head.", show_default=False),
@@ -93,6 +94,7 @@ def atlas(
     Examples: attnviz atlas texts.txt --out atlas.html · attnviz atlas texts.txt --vs-model ./finetuned --top 10 ·
     attnviz atlas export-base/ --vs-model export-finetuned/ --format json
     """
+    vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
     if out is not None:
         if out.suffix.lower() != ".html" or out.name.lower() == ".html":
             raise UsageError(f"--out writes the atlas page: give a file name ending in .html, not {out.name}")

@@ -74,6 +74,20 @@ def echo_json(value: object) -> None:
     typer.echo(json_text(value, indent=1))
 
 
+def renamed(new_value: Any, old_value: Any, old: str, new: str) -> Any:
+    """An option's value under its new name, or under the old one, which still works for one release with a
+    one-line note on stderr (``--vs`` is ``--similar-to`` where it names the similarity text)."""
+    if old_value is None or old_value is False:
+        return new_value
+    if new_value is not None and new_value is not False:
+        from ..errors import UsageError
+
+        raise UsageError(f"give {new} (the new name of {old}), not both")
+    sys.stderr.write(f"attnviz: warning: {old} is now {new} here; {old} still works in this release and will then "
+                     "be removed\n")
+    return old_value
+
+
 def check_text_arguments(kwargs: dict[str, Any]) -> None:
     """Every text a command was given must be valid UTF-8 (bytes that are not arrive as lone surrogates)."""
     from ..errors import UsageError

@@ -29,6 +29,7 @@ from .options import (
     Renormalize,
     Revision,
     Target,
+    TextFile,
     Truncate,
     TrustRemoteCode,
     Verbose,
@@ -38,13 +39,15 @@ from .options import (
     model_options,
     parse_layer,
     reading,
+    text_from_file,
     text_or_example,
 )
 
 
 @cli_command
 def compare_heads(
-    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (default: a built-in example sentence).", show_default=False),
+    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (default: a built-in example sentence; - reads standard input).", show_default=False),
+    text_file: Path | None = TextFile,
     model: str | None = Model,
     layer: str = Layer,
     kind: KindChoice = Kind,
@@ -90,6 +93,7 @@ def compare_heads(
     page = out is not None and out.suffix.lower() == ".html"
     if page and (vs is not None or vs_model is not None):
         raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
+    text = text_from_file(text, text_file)  # read before the model loads
     options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
                             device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
                          dtype=dtype)

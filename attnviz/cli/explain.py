@@ -6,8 +6,13 @@ from enum import Enum
 
 import typer
 
-from .common import cli_command, echo_json, stdout_console
+from .common import cli_command, echo_json, renamed, stdout_console
 from .options import Causal, Width
+
+
+class ExplainFormat(str, Enum):
+    table = "table"
+    json = "json"
 
 
 class Lang(str, Enum):
@@ -40,7 +45,9 @@ def explain(
     causal: bool | None = Causal,
     lang: Lang = typer.Option(Lang.en, "--lang", help="Language of the explanations: en or zh (中文)."),
     errata: bool = typer.Option(False, "--errata", help="List the tutorials' errors, each shown with computed numbers."),
-    as_json: bool = typer.Option(False, "--json", help="Print every number as JSON (full matrices) instead of tables."),
+    fmt: ExplainFormat = typer.Option(ExplainFormat.table, "--format", help="table (the steps, explained), or json (every "
+                                      "number, full matrices)."),
+    old_json: bool = typer.Option(False, "--json", hidden=True),
     width: int | None = Width,
 ) -> None:
     """Walk through one attention computation: X, W_Q/W_K/W_V, Q/K/V, heads, QKᵀ, scaling, mask, softmax, ·V, concat, W_O.
@@ -48,6 +55,7 @@ def explain(
     Examples: attnviz explain · attnviz explain --lang zh · attnviz explain --model sample_configs/cross_attention.toml
     · attnviz explain "The cat sat" --layer 2 --head 5
     """
+    as_json = renamed(fmt is ExplainFormat.json, old_json, "--json", "--format json")
     if errata:
         from ..api import errata as tutorial_errata
         from ..errors import UsageError
@@ -69,7 +77,6 @@ def explain(
 
     walk = explain_steps(text, model, layer=layer, head=head, causal=causal, scale=scale)
     if as_json:
-
         echo_json(walk.to_dict())
     else:
         from ..render.explain import render_walkthrough

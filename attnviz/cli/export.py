@@ -8,13 +8,26 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError, in_cli_terms
-from .common import FLAGS, cli_command, fail, note, stdout_console
-from .options import CMAP_HELP, HIDE_SPECIAL_HELP, PAIR_HELP, RENORMALIZE_HELP, WORDS_HELP, Causal
+from .common import FLAGS, cli_command, fail, note, renamed, stdout_console
+from .options import (
+    CMAP_HELP,
+    DTYPE_HELP,
+    ENGINE_HELP,
+    HIDE_SPECIAL_HELP,
+    PAIR_HELP,
+    RENORMALIZE_HELP,
+    WORDS_HELP,
+    Causal,
+    Cmap,
+    Device,
+    Dtype,
+    EngineChoice,
+)
 
 _NOT_GIVEN = None  # every option defaults to None so that --config values show through
 
 
-@cli_command(flags={"layers": "--layers", "heads": "--heads"})
+@cli_command
 def export(
     inputs: list[str] | None = typer.Argument(
         None, metavar="INPUT|SHARD_DIR",
@@ -22,8 +35,10 @@ def export(
         show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the results and manifest.jsonl.", show_default=False),
     model: str | None = typer.Option(_NOT_GIVEN, "--model", "-m", help="Model (default: the embedded all-MiniLM-L6-v2).", show_default=False),
-    layers: str | None = typer.Option(_NOT_GIVEN, "--layers", help="Layers to export: 0,2,4-6 or all (default).", show_default=False),
-    heads: str | None = typer.Option(_NOT_GIVEN, "--heads", help="Heads to draw one by one too (0,3).", show_default=False),
+    layers: str | None = typer.Option(_NOT_GIVEN, "--layer", "-l", help="Layers to export: a number, a list 0,2,4-6, or all (default).", show_default=False),
+    heads: str | None = typer.Option(_NOT_GIVEN, "--head", help="Heads to draw one by one too: a number or a list (0,3).", show_default=False),
+    old_layers: str | None = typer.Option(None, "--layers", hidden=True),
+    old_heads: str | None = typer.Option(None, "--heads", hidden=True),
     grid: bool | None = typer.Option(_NOT_GIVEN, "--grid/--no-grid", help="A grid of every head per layer (default: yes, unless --heads).", show_default=False),
     formats: str | None = typer.Option(_NOT_GIVEN, "--formats", help="Some of png,svg,pdf,html,npz,json,parquet (default png,npz,json). parquet: heads.parquet, one row per text × layer × head, and texts.parquet (needs pyarrow).", show_default=False),
     batch_size: int | None = typer.Option(_NOT_GIVEN, "--batch-size", help="Texts per forward pass (default 8).", show_default=False),
@@ -35,12 +50,12 @@ def export(
     column: str | None = typer.Option(_NOT_GIVEN, "--column", help="CSV or Parquet: the column holding the text (default text; implies CSV unless the file ends .parquet).", show_default=False),
     float16: bool | None = typer.Option(_NOT_GIVEN, "--float16/--float32", help="Store attentions in the npz as float16.", show_default=False),
     truncate: bool | None = typer.Option(_NOT_GIVEN, "--truncate/--no-truncate", help="Cut texts longer than the model's maximum.", show_default=False),
-    engine: str | None = typer.Option(_NOT_GIVEN, "--engine", help="auto, native, fused or hf.", show_default=False),
-    device: str | None = typer.Option(_NOT_GIVEN, "--device", help="cpu, cuda or mps.", show_default=False),
-    dtype: str | None = typer.Option(_NOT_GIVEN, "--dtype", help="float32, bfloat16 or float16: the model's precision on the transformers engines (weights computed in float32).", show_default=False),
+    engine: EngineChoice | None = typer.Option(_NOT_GIVEN, "--engine", help=ENGINE_HELP, show_default=False),
+    device: Device | None = typer.Option(_NOT_GIVEN, "--device", help="Where the model runs.", show_default=False),
+    dtype: Dtype | None = typer.Option(_NOT_GIVEN, "--dtype", help=DTYPE_HELP, show_default=False),
     revision: str | None = typer.Option(_NOT_GIVEN, "--revision", help="Hub branch, tag or commit of --model.", show_default=False),
     trust_remote_code: bool | None = typer.Option(_NOT_GIVEN, "--trust-remote-code/--no-trust-remote-code", help="Let a hub model run its own Python code. Read that code first.", show_default=False),
-    cmap: str | None = typer.Option(_NOT_GIVEN, "--cmap", help=CMAP_HELP, show_default=False),
+    cmap: Cmap | None = typer.Option(_NOT_GIVEN, "--cmap", help=CMAP_HELP, show_default=False),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Say which engine ran, on which device."),
     causal: bool | None = Causal,
     pair: str | None = typer.Option(_NOT_GIVEN, "--pair", help=PAIR_HELP, show_default=False),
@@ -56,7 +71,7 @@ def export(
     """Export attention for every text of INPUT: image grids per layer, .npz arrays and head statistics as JSON.
 
     A rerun skips finished items; --shard K/N splits the work; --merge joins the shards.
-    Example: attnviz export texts.txt --out results/ --layers 0,5 --formats png,npz
+    Example: attnviz export texts.txt --out results/ --layer 0,5 --formats png,npz
 
     With --merge, every argument is a shard folder and nothing is exported:
     attnviz export --merge shards/* --out results/ (the older --merge a --merge b means the same).
@@ -64,6 +79,9 @@ def export(
     from ..export import build_settings, run_export
     from ..export import merge as merge_dirs
 
+    layers = renamed(layers, old_layers, "--layers", "--layer")  # every command says --layer/--head
+    heads = renamed(heads, old_heads, "--heads", "--head")
+    engine, device, dtype, cmap = (None if v is None else v.value for v in (engine, device, dtype, cmap))  # type: ignore[assignment]
     console = stdout_console()
     export_options = {
         "model": model, "layers": layers, "heads": heads, "grid": grid, "formats": formats, "batch_size": batch_size,
@@ -105,7 +123,7 @@ def export(
         sys.stderr.write(f"attnviz: removed {len(summary.removed)} files of an earlier export with other settings "
                          f"or texts, which this run does not make: {shown}\n")
     if summary.failed:
-        words = {**FLAGS, "layers": "--layers", "heads": "--heads"}
+        words = FLAGS
         first = "; ".join(f"item {i}: {in_cli_terms(msg, words)}" for i, msg in summary.failed[:3])
         more = f" (and {len(summary.failed) - 3} more)" if len(summary.failed) > 3 else ""
         sys.stderr.write(
@@ -125,5 +143,5 @@ def _check_merge_options(folders: list[str], config: str | None, options: dict[s
     if config is not None:
         given.insert(0, "config")
     if given:
-        flag = "--" + given[0].replace("_", "-")
+        flag = FLAGS.get(given[0], "--" + given[0].replace("_", "-"))  # layers: --layer, as the command spells it
         raise UsageError(f"{flag} applies to exporting; --merge only joins shard folders made with their own settings")

@@ -10,6 +10,7 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, show_view, stdout_console, wrote
 from .options import (
+    GENERATING_MODEL,
     Cmap,
     CmapOpt,
     Device,
@@ -18,20 +19,23 @@ from .options import (
     DtypeOpt,
     EngineChoice,
     EngineOpt,
-    Model,
+    GenerateModel,
     Revision,
+    TextFile,
     TrustRemoteCode,
     Verbose,
     Width,
     parse_index_or_word,
     parse_layer,
+    text_from_file,
 )
 
 
 @cli_command
 def generate(
-    prompt: str = typer.Argument(..., metavar="PROMPT", help="The text to continue.", show_default=False),
-    model: str | None = Model,
+    prompt: str | None = typer.Argument(None, metavar="PROMPT", help="The text to continue (- reads standard input).", show_default=False),
+    text_file: Path | None = TextFile,
+    model: str | None = GenerateModel,
     engine: EngineChoice = EngineOpt,
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, help="How many tokens to generate at most."),
     sample: bool = typer.Option(False, "--sample", help="Sample the next token instead of taking the likeliest."),
@@ -65,6 +69,15 @@ def generate(
     suffix = None if out is None else out.suffix.lower()
     if suffix not in (None, ".npz", ".png", ".svg", ".pdf", ".html"):
         raise UsageError(f"--out {out}: use .npz, .png, .svg, .pdf or .html")
+    prompt = text_from_file(prompt, text_file)
+    if prompt is None:
+        raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
+    if model is None:
+        model = GENERATING_MODEL
+        import sys
+
+        sys.stderr.write(f"attnviz: no --model given; generating with {GENERATING_MODEL} (random weights: its words "
+                         "mean nothing; give --model gpt2 for real text)\n")
     from ..api import generation_summary, generation_view
     from ..generation import generate as run
 

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, echo_json, say, stdout_console
+from .common import cli_command, echo_json, renamed, say, stdout_console
 from .options import (
     Causal,
     Device,
@@ -28,6 +28,7 @@ from .options import (
     Renormalize,
     Revision,
     Target,
+    TextFile,
     Truncate,
     TrustRemoteCode,
     Verbose,
@@ -39,6 +40,7 @@ from .options import (
     parse_index_or_word,
     parse_layer,
     reading,
+    text_from_file,
     text_or_example,
 )
 
@@ -62,9 +64,10 @@ class Probe(str, Enum):
     induction = "induction"
 
 
-@cli_command
+@cli_command(flags={"vs": "--similar-to"})
 def heads(
-    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (or use --file / --probe).", show_default=False),
+    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (or use --text-file, --file or --probe; - reads standard input).", show_default=False),
+    text_file: Path | None = TextFile,
     model: str | None = Model,
     file: Path | None = typer.Option(None, "--file", "-f", help="A UTF-8 file of texts, one per line: statistics are averaged over them.", show_default=False),
     probe: Probe | None = typer.Option(None, "--probe", help="induction: random tokens repeated twice (causal models).", show_default=False),
@@ -98,19 +101,22 @@ def heads(
     ablate: Ablate | None = typer.Option(None, "--ablate", help="With --importance: the loss change when each head's "
                                          "output is set to 0 (zero) or to its mean (mean), one head at a time.",
                                          show_default=False),
-    vs: str | None = typer.Option(None, "--vs", help="With --importance on a sentence encoder (no language-model head): "
-                                  "the loss is 1 − the cosine similarity of each text's embedding with this text's.",
-                                  show_default=False),
+    vs: str | None = typer.Option(None, "--similar-to", help="With --importance on a sentence encoder (no language-model "
+                                  "head): the loss is 1 − the cosine similarity of each text's embedding with this "
+                                  "text's.", show_default=False),
+    old_vs: str | None = typer.Option(None, "--vs", hidden=True),
 ) -> None:
     """One row per head: entropy, self/previous/next-token, first token/[SEP]/punctuation, distance, induction, labels.
 
     Example: attnviz heads "The cat sat on the mat." --sort prev --top 10
     """
 
+    vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
+    text = text_from_file(text, text_file)
     sort = _sort_column(sort, importance=importance, ablate=ablate is not None)
     chosen = _chosen_columns(columns, importance=importance, ablate=ablate is not None)
     if (ablate is not None or vs is not None) and not importance:
-        raise UsageError(f"{'--ablate' if ablate is not None else '--vs'} goes with --importance")
+        raise UsageError(f"{'--ablate' if ablate is not None else '--similar-to'} goes with --importance")
     if importance and probe is not None:
         raise UsageError("--importance is over TEXT or --file's texts, with the model's own loss (not --probe)")
     given = sum(x is not None for x in (text, file, probe))

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, show_view, wrote
+from .common import cli_command, renamed, show_view, wrote
 from .options import (
     Causal,
     Cmap,
@@ -55,8 +55,9 @@ def heatmap(
     layer: str = Layer,
     head: str | None = typer.Option(None, "--head", help="Head to show: a number from 0 (default 0), 'all' for a grid, or "
                                     "'mean'. With --query: the heads to list (default all).", show_default=False),
-    query: str | None = typer.Option(None, "--query", "-q", help="One token (or its index): what it attends to in every "
+    query: str | None = typer.Option(None, "--query", help="One token (or its index): what it attends to in every "
                                      "layer and head at once, a row per head.", show_default=False),
+    old_query: str | None = typer.Option(None, "-q", hidden=True),  # -q is --quiet everywhere
     rows: str | None = typer.Option(None, "--rows", help="A region: the queries A:B (token positions, B not included; "
                                     ":B or A: for the text's start or end), drawn cell by cell. A long text's overview "
                                     "labels its rows and columns with their positions.", show_default=False, metavar="A:B"),
@@ -90,6 +91,7 @@ def heatmap(
 
     Example: attnviz heatmap "The cat sat on the mat." --layer 2 --head all
     """
+    query = renamed(query, old_query, "-q", "--query")
     head_choice = parse_head(head or ("all" if query is not None else "0"))
     layer_choice = parse_layer(layer)
     if query is not None and head_choice == "mean":

@@ -54,16 +54,20 @@ class KindChoice(str, Enum):
 
 
 Model = typer.Option(None, "--model", "-m", help=MODEL_HELP, show_default=False)
-EngineOpt = typer.Option(
-    EngineChoice.auto, "--engine", help="native: attnviz's attention on the weights; fused: transformers with attnviz's attention function "
-    "(fused kernel, weights from the queries and keys); hf: transformers' eager attention; auto: the first that runs "
-    "the model, in that order."
-)
+GENERATING_MODEL = "sample_configs/causal.toml"
+"""What ``generate`` runs without ``--model``: the embedded MiniLM is an encoder and cannot continue a text."""
+GenerateModel = typer.Option(None, "--model", "-m", help=MODEL_HELP.split(" Default:")[0] + " Default: "
+                             f"{GENERATING_MODEL}, a tiny causal config shipped with attnviz (offline; random "
+                             "weights, so its words mean nothing: give e.g. gpt2 for real text).", show_default=False)
+ENGINE_HELP = ("native: attnviz's attention on the weights; fused: transformers with attnviz's attention function "
+               "(fused kernel, weights from the queries and keys); hf: transformers' eager attention; auto: the first "
+               "that runs the model, in that order.")
+EngineOpt = typer.Option(EngineChoice.auto, "--engine", help=ENGINE_HELP)
 Revision = typer.Option(None, "--revision", help="Hub branch, tag or commit of --model.", show_default=False)
 DeviceOpt = typer.Option(Device.cpu, "--device", help="Where the model runs.")
-DtypeOpt = typer.Option(None, "--dtype", help="The model's precision on the transformers engines (default: float32 on "
-                        "the CPU, the checkpoint's own elsewhere); the weights are computed in float32 either way.",
-                        show_default=False)
+DTYPE_HELP = ("The model's precision on the transformers engines (default: float32 on the CPU, the checkpoint's own "
+              "elsewhere); the weights are computed in float32 either way.")
+DtypeOpt = typer.Option(None, "--dtype", help=DTYPE_HELP, show_default=False)
 DeviceMap = typer.Option(
     None, "--device-map", help="'auto' spreads a model too large for one device (transformers + accelerate).",
     show_default=False,
@@ -80,7 +84,8 @@ WORDS_HELP = "Aggregate pieces to words (sum to a word, mean from a word)."
 CMAP_HELP = "Colormap: viridis, magma, or coolwarm (diverging, for signed values)."
 Pair = typer.Option(None, "--pair", help=PAIR_HELP, show_default=False)
 TextFile = typer.Option(None, "--text-file", help="Read the text from a UTF-8 file instead of TEXT: the whole file is "
-                        "one text (a document, a long prompt).", show_default=False, metavar="<path>")
+                        "one text (a document, a long prompt); - reads standard input (as TEXT - does).",
+                        show_default=False, metavar="<path>")
 Target = typer.Option(
     None, "--target", help="Encoder-decoder models (T5, BART): the decoder's input text.", show_default=False
 )
@@ -148,11 +153,12 @@ def text_from_file(text: str | None, path: Any) -> str | None:
     """``text``, or the contents of ``path`` (``--text-file``; ``-`` reads standard input) when given:
     one text, refused when both are given, when the file is missing, not a regular file, too large,
     empty or not UTF-8 (:func:`attnviz.inputs.read_text_file`). Read before any model loads."""
+    from ..inputs import read_text_file
+
     if path is None:
-        return text
+        return read_text_file("-") if text == "-" else text  # TEXT "-": standard input, as everywhere
     if text is not None:
         raise UsageError(f"give TEXT or --text-file {path}, not both")
-    from ..inputs import read_text_file
 
     return read_text_file(path)
 

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import UsageError
 from ..labels import safe_text
-from .common import cli_command, show_view
+from .common import cli_command, renamed, show_view
 from .options import (
     CMAP_HELP,
     Causal,
@@ -34,6 +34,7 @@ from .options import (
     Renormalize,
     Revision,
     Target,
+    TextFile,
     Truncate,
     TrustRemoteCode,
     Verbose,
@@ -44,6 +45,7 @@ from .options import (
     parse_head,
     parse_layer,
     reading,
+    text_from_file,
     text_or_example,
 )
 
@@ -74,7 +76,8 @@ METHOD_HELP = _method_help()
 
 @cli_command(flags={"vs": "--similar-to"})
 def rollout(
-    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (leave out for configs with a fixed input).", show_default=False),
+    text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (leave out for configs with a fixed input; - reads standard input).", show_default=False),
+    text_file: Path | None = TextFile,
     model: str | None = Model,
     method: str = typer.Option("rollout", "--method", help=METHOD_HELP, autocompletion=_method_names),
     fusion: Fusion | None = typer.Option(None, "--fusion", help="rollout, flow: how a layer's heads are combined (default mean).", show_default=False),
@@ -112,9 +115,7 @@ def rollout(
 
     Example: attnviz rollout "The cat sat on the mat." --method flow
     """
-    if old_vs is not None:
-        raise UsageError("rollout's second text is --similar-to (the text whose similarity is y); --vs is "
-                         "compare-heads' second input")
+    vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
     from ..attribution.methods import method_named
 
     if norm and method not in ("rollout", "norm"):
@@ -134,6 +135,7 @@ def rollout(
     check_method_options(chosen_method, fusion=None if fusion is None else fusion.value,
                          head=None if head is None else parse_head(head), target_token=target_token, vs=vs,
                          force=force, kind=kind_name(kind), target=target, reading=view, pair=pair)
+    text = text_from_file(text, text_file)  # read before the model loads
     source = open_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                          trust_remote_code=trust_remote_code, verbose=verbose,
                          dtype=dtype)

@@ -30,7 +30,7 @@ EN: dict[str, str] = {
     "w.heading": "the learned weights",
     "w.text": "Q = X·W_Q, K = X·W_K, V = X·W_V (plus a bias where the model has one).",
     "w.cross": "Q = X·W_Q, K = C·W_K, V = C·W_V (plus a bias where the model has one).",
-    "w.head": "Only head {head}'s columns of W_Q, W_K and W_V are shown; --json has every number.",
+    "w.head": "Only head {head}'s columns of W_Q, W_K and W_V are shown; --format json has every number.",
     "qkv.heading": "queries, keys and values",
     "qkv.text": "Each entry is a row of the input times a column of the weight matrix.",
     "qkv.dv": "Here d_v = {d_v} differs from d_k = {d_k}: V may be wider or narrower than Q and K; only Q "
@@ -132,7 +132,7 @@ ZH: dict[str, str] = {
     "w.heading": "可学习的权重矩阵",
     "w.text": "Q = X·W_Q，K = X·W_K，V = X·W_V（模型有偏置时再加偏置）。",
     "w.cross": "Q = X·W_Q，K = C·W_K，V = C·W_V（模型有偏置时再加偏置）。",
-    "w.head": "这里只显示头 {head} 在 W_Q、W_K、W_V 中的那几列；--json 给出全部数字。",
+    "w.head": "这里只显示头 {head} 在 W_Q、W_K、W_V 中的那几列；--format json 给出全部数字。",
     "qkv.heading": "查询 Q、键 K、值 V",
     "qkv.text": "每个元素都是输入的一行乘以权重矩阵的一列。",
     "qkv.dv": "这里 d_v = {d_v} 与 d_k = {d_k} 不同：V 可以比 Q、K 宽或窄；只有 Q 和 K 必须等宽，才能做点积。",

@@ -71,14 +71,14 @@ class TableFile:
             self.sizes, self.values = _column_sizes(metadata)
         except Exception as exc:  # pyarrow says a damaged footer many ways (ArrowInvalid, OSError, thrift errors)
             raise InputError(f"{path} is not a Parquet table ({_reason(exc)}); {what} is written by "
-                             "attnviz heads --format parquet: write the export again") from None
+                             "attnviz heads [[format=parquet]]: write the export again") from None
         optional = set(optional)
         self.types: dict[str, Any] = {}
         for name, kind in columns.items():
             if name not in schema.names:
                 if name in optional:
                     continue
-                raise InputError(f"{path} has no {name!r} column; {what} has it when attnviz heads --format parquet "
+                raise InputError(f"{path} has no {name!r} column; {what} has it when attnviz heads [[format=parquet]] "
                                  "wrote it: write the export again")
             self.types[name] = _checked_type(schema.field(name).type, kind, path, name)
         self.kinds = {name: columns[name] for name in self.types}
@@ -204,7 +204,7 @@ def _checked_type(kind_of: Any, kind: str, path: Path, name: str) -> Any:
             fits = pa.types.is_string(inner) or pa.types.is_large_string(inner)
     if not fits:
         raise InputError(f"{path}: column {name!r} holds {kind_of}, not {_KINDS[kind]}; it was not written by "
-                         "attnviz heads --format parquet: write the export again")
+                         "attnviz heads [[format=parquet]]: write the export again")
     return found
 
 

@@ -19,7 +19,7 @@ _MAX_COLS = 8
 
 def matrix_table(title: str, m: Any, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
                  extra: dict[str, Any] | None = None, max_cols: int = _MAX_COLS) -> Table:
-    """A matrix as a table; beyond 12 rows or 8 columns the rest is elided with '…' (--json has it all).
+    """A matrix as a table; beyond 12 rows or 8 columns the rest is elided with '…' (--format json has it all).
 
     ``extra`` adds named columns after the matrix (e.g. each row's max and sum)."""
     rows, cols = m.shape
