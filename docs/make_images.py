@@ -31,8 +31,9 @@ def main() -> None:
     HERE.mkdir(exist_ok=True)
     ansi = attnviz("heatmap", TEXT, "--layer", "0", "--head", "5", "--width", "90",
                    env={"FORCE_COLOR": "1", "COLORTERM": "truecolor", "COLUMNS": "90"})
-    console = Console(record=True, width=70, force_terminal=True, color_system="truecolor", file=open(os.devnull, "w"))
-    console.print(Text.from_ansi(ansi), end="")
+    with open(os.devnull, "w") as nowhere:  # recorded, not shown
+        console = Console(record=True, width=70, force_terminal=True, color_system="truecolor", file=nowhere)
+        console.print(Text.from_ansi(ansi), end="")
     console.save_svg(str(HERE / "terminal.svg"), title=f'attnviz heatmap "{TEXT}" --layer 0 --head 5', theme=MONOKAI)
     attnviz("heatmap", TEXT, "--layer", "0", "--head", "all", "--out", str(HERE / "heatmap.png"))
     with tempfile.TemporaryDirectory() as folder:
