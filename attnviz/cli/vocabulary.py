@@ -1,0 +1,161 @@
+"""The options of every command, read from the Typer app: one row per option name, with its meaning, its
+choices, its default and the commands that take it. docs/commands.md holds this table as generated
+(``python -m attnviz.cli.vocabulary`` prints it), and ``tests/test_vocabulary.py`` fails when the app and
+the table part, or when one name has two choice sets or two defaults.
+
+A default of ``None`` is "not given": the command decides from its input (export: from ``--config``, else
+:class:`attnviz.export.settings.ExportSettings`'s own default, which the table shows).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# What each option shared by several commands means, in one line. An option of one command is described by
+# the first sentence of its help.
+MEANINGS = {
+    "--model": "the model: a Hugging Face folder, a hub id, a .toml config, or a saved result (.npz)",
+    "--engine": "what runs a trained model: attnviz's attention on the weights (native), transformers with "
+                "attnviz's attention function (fused), transformers' eager attention (hf), or the first that runs",
+    "--dtype": "the model's precision on the transformers engines (weights computed in float32 either way)",
+    "--revision": "the hub branch, tag or commit of --model",
+    "--device": "where the model runs",
+    "--device-map": "'auto' spreads a model too large for one device",
+    "--trust-remote-code": "let a hub model run its own Python code",
+    "--verbose": "say which engine ran, on which device",
+    "--text-file": "read the one text from a file (- reads standard input)",
+    "--layer": "which layer: a number from 0, 'all' (export: a list such as 0,2,4-6)",
+    "--head": "which head: a number from 0, 'all', or 'mean' where heads are combined (export: a list)",
+    "--pair": "a second sentence: a sentence pair, its boundary marked",
+    "--target": "encoder-decoder models: the decoder's input text",
+    "--kind": "encoder-decoder models: which attention (encoder, decoder or cross)",
+    "--causal": "config models: force a causal mask on or off",
+    "--hide-special": "drop [CLS], [SEP], BOS and other special tokens",
+    "--renormalize": "with --hide-special: rescale each row to sum to 1",
+    "--words": "join word pieces into words",
+    "--truncate": "cut a text longer than the model's maximum instead of failing",
+    "--cmap": "the colormap of pictures",
+    "--width": "the terminal width to fit",
+    "--out": "the file (or folder) to write; its kind from its extension",
+    "--format": "what is printed on stdout: a table, or json, csv (parquet: tables written with --out)",
+    "--top": "show only the first N (heads, pairs, or attended tokens)",
+    "--seed": "the seed of what is random, so a run can be repeated",
+    "--sort": "the order of the rows",
+    "--column": "CSV or Parquet: the column holding the texts",
+    "--field": "JSONL: the field holding the text",
+    "--vs": "a second text to compare with: how each head changes",
+    "--vs-model": "a second model to compare with: how each head changes",
+    "--similar-to": "with a sentence encoder: the text whose similarity is the output differentiated",
+    "--importance": "each head's importance (Michel et al. 2019)",
+    "--ablate": "with --importance: each head's ablation too (zero or mean)",
+    "--values": "write each value into its cell",
+    "--fit": "wider than the terminal: max-pool it, or split it into pages",
+    "--force": "run even past the estimated cost limit",
+    "--quiet": "print no progress",
+}
+SHARED_DEFAULTS_DIFFER = {
+    "--head": "the head a command shows by default: one (0) where it draws one head, every head in the heads "
+              "table, their mean in generate",
+    "--top": "each command's own list: 5 pairs of heads in compare-heads, 3 attended tokens per token in generate",
+    "--out": "view always writes a page (attnviz.html); the others print to the terminal without --out",
+    "--layer": "explain walks through one layer (0)",
+}
+"""Names whose defaults differ between commands, each with the reason; the table shows each command's."""
+
+
+@dataclass
+class Row:
+    name: str
+    short: set[str] = field(default_factory=set)
+    meaning: str = ""
+    choices: set[tuple[str, ...]] = field(default_factory=set)
+    defaults: dict[str, str] = field(default_factory=dict)  # command → default as shown
+    commands: list[str] = field(default_factory=list)
+
+
+def _shown(value: Any) -> str:
+    value = getattr(value, "value", value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _export_default(name: str) -> Any:
+    from ..export.settings import ExportSettings
+
+    key = {"--layer": "layers", "--head": "heads"}.get(name, name.lstrip("-").replace("-", "_"))
+    return getattr(ExportSettings(), key, None)
+
+
+def rows(app: Any) -> dict[str, Row]:
+    """Every visible option of every command of ``app``, by long name."""
+    import typer.main
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    found: dict[str, Row] = {}
+    for command_name in sorted(commands):
+        for param in commands[command_name].params:
+            if getattr(param, "hidden", False) or param.param_type_name != "option":
+                continue
+            names = [o for o in param.opts if o.startswith("--")]
+            if not names:
+                continue
+            row = found.setdefault(names[0], Row(names[0]))
+            row.short |= {o for o in param.opts if not o.startswith("--")}
+            row.commands.append(command_name)
+            choices = getattr(getattr(param, "type", None), "choices", None) or _enum_choices(param)
+            if choices:
+                row.choices.add(tuple(str(getattr(c, "value", c)) for c in choices))
+            default = param.default
+            if command_name == "export" and default is None:
+                default = _export_default(names[0])
+            row.defaults[command_name] = _shown(default)
+            if not row.meaning:
+                row.meaning = MEANINGS.get(names[0]) or _first_sentence(param.help or "")
+    return found
+
+
+def _enum_choices(param: Any) -> tuple[str, ...] | None:
+    import enum
+    import typing
+
+    annotation = getattr(param, "type_descriptor", None) or getattr(param, "_bare_type", None)
+    kind = getattr(annotation, "annotation", annotation)
+    for candidate in (kind, *typing.get_args(kind)):
+        if isinstance(candidate, type) and issubclass(candidate, enum.Enum):
+            return tuple(str(member.value) for member in candidate)
+    return None
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    cut = re.search(r"(?<=[a-z)\]])\.\s", text)
+    return (text[: cut.start()] if cut else text.rstrip(".")).rstrip(".")
+
+
+def markdown(found: dict[str, Row]) -> str:
+    """The table as docs/commands.md holds it."""
+    lines = ["| option | meaning | choices | default | commands |", "|---|---|---|---|---|"]
+    for name in sorted(found, key=lambda n: (-len(found[n].commands), n)):
+        row = found[name]
+        options = ", ".join(f"`{o}`" for o in [name, *sorted(row.short)])
+        choices = " / ".join("\\|".join(c) for c in sorted(row.choices))
+        values = set(row.defaults.values())
+        if len(values) == 1:
+            default = next(iter(values)) or "—"
+        else:
+            default = "; ".join(f"{c}: {d or '—'}" for c, d in row.defaults.items())
+        listed = "all eleven" if len(row.commands) == 11 else ", ".join(row.commands)
+        meaning = row.meaning.replace("|", "\\|")
+        lines.append(f"| {options} | {meaning} | {choices} | {default.replace('|', '/')} | {listed} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from . import app
+
+    print(markdown(rows(app)))
