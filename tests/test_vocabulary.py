@@ -366,7 +366,7 @@ def test_an_old_spelling_works_for_one_release_with_a_note(run_cli, tmp_path, ol
         outputs.append((done.stdout.replace(str(tmp_path / f"o{i}"), "OUT"), done.stderr))
         if i == 1:
             assert "is now" not in done.stderr
-    assert f"attnviz: warning: {[w for w in old if w.startswith('-') and w not in new][0]} is now" in outputs[0][1]
+    assert f"attnviz: warning: {next(w for w in old if w.startswith('-') and w not in new)} is now" in outputs[0][1]
     assert outputs[0][0] == outputs[1][0]
     if old[0] == "export":
         assert sorted(p.name for p in (tmp_path / "o0").iterdir()) == sorted(p.name for p in (tmp_path / "o1").iterdir())
