@@ -51,6 +51,25 @@ def read_texts(source: str | Path, *, field: str = "text", column: str = "text",
     return texts
 
 
+def corpus_kind(field: str | None, column: str | None, input_format: str | None) -> str:
+    """How a file of texts is read, the same for ``export``, ``atlas`` and ``heads --file``: ``input_format``
+    when given (not ``auto``); else ``--field`` means JSONL and ``--column`` CSV (or Parquet, by extension);
+    else by extension (``auto``)."""
+    if input_format not in (None, "auto"):
+        return input_format  # type: ignore[return-value]
+    if field is not None:
+        return "jsonl"
+    return "csv" if column is not None else "auto"
+
+
+def read_corpus(source: str | Path, *, field: str | None = None, column: str | None = None,
+                input_format: str | None = None) -> list[str]:
+    """The texts of a file of many (``export``'s INPUT, ``atlas``'s TEXTS, ``heads --file``), read the one way
+    :func:`corpus_kind` says."""
+    return read_texts(source, field=field or "text", column=column or "text",
+                      kind=corpus_kind(field, column, input_format))
+
+
 def read_lines(path: str | Path) -> list[str]:
     """The non-blank lines of a UTF-8 text file, in order (:func:`read_texts` with ``kind=\"lines\"``)."""
     return read_texts(str(path), kind="lines")

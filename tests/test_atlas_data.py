@@ -134,7 +134,7 @@ def test_the_atlas_page_shows_the_grid_a_heads_distribution_and_its_texts(export
 
 
 def test_the_command_takes_what_a_user_would_give_it(export, run_cli, tmp_path):
-    """The table's path for its folder, a JSONL field by --column, --top on the page, and clear refusals."""
+    """The table's path for its folder, a JSONL field by --field, --top on the page, and clear refusals."""
     import json
     import re
 
@@ -144,9 +144,11 @@ def test_the_command_takes_what_a_user_would_give_it(export, run_cli, tmp_path):
     jsonl = tmp_path / "texts.jsonl"
     jsonl.write_text("".join(json.dumps({"id": i, "sentence": t}) + "\n" for i, t in enumerate(TEXTS[:3])),
                      encoding="utf-8")
-    read = run_cli("atlas", str(jsonl), "--column", "sentence", "--format", "json")
+    read = run_cli("atlas", str(jsonl), "--field", "sentence", "--format", "json")  # as export and heads --file
     assert read.exit_code == 0, read.stderr
     assert json.loads(read.stdout)["n_texts"] == 3
+    old = run_cli("atlas", str(jsonl), "--column", "sentence", "--format", "json")  # its old name, one release
+    assert old.exit_code == 0 and "--column is now --field" in old.stderr and old.stdout == read.stdout
     page = tmp_path / "top.html"
     made = run_cli("atlas", str(export), "--out", str(page), "--top", "1", "--embed-tokens", "0")
     assert made.exit_code == 0, made.stderr

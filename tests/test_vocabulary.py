@@ -370,3 +370,34 @@ def test_an_old_spelling_works_for_one_release_with_a_note(run_cli, tmp_path, ol
     assert outputs[0][0] == outputs[1][0]
     if old[0] == "export":
         assert sorted(p.name for p in (tmp_path / "o0").iterdir()) == sorted(p.name for p in (tmp_path / "o1").iterdir())
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_file_of_texts_is_read_alike_by_export_atlas_and_heads(run_cli, tmp_path, suffix):
+    """heads --file read a .jsonl as plain lines (each line's JSON as a text) where export read its field."""
+    import csv
+
+    from conftest import TINY
+
+    texts = ["the cat sat on the mat", "a dog ran in the park"]
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"body": t}) + "\n" for t in texts), encoding="utf-8")
+        how = ["--field", "body"]
+    else:
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows([["body"], *[[t] for t in texts]])
+        how = ["--column", "body"]
+    plain = tmp_path / "t.txt"
+    plain.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    for command in (["heads", "--file"], ["atlas"]):
+        read = run_cli(*command, str(path), *how, "--model", TINY, "--format", "json")
+        same = run_cli(*command, str(plain), "--model", TINY, "--format", "json")
+        assert read.exit_code == same.exit_code == 0, (command, read.stderr)
+        ours, theirs = json.loads(read.stdout), json.loads(same.stdout)
+        for document in (ours, theirs):
+            document.pop("text", None), document.pop("file", None)  # the file's name
+        assert ours["n_texts"] == 2 and ours == theirs, command
+    exported = run_cli("export", str(path), *how, "--out", str(tmp_path / "e"), "--model", TINY, "--formats", "json",
+                       "--quiet")
+    assert exported.exit_code == 0 and len(list((tmp_path / "e").glob("*.json"))) == 2, exported.stderr

@@ -7,6 +7,7 @@ import warnings
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 import typer
 
@@ -14,12 +15,15 @@ from ..errors import AttnvizWarning, UsageError
 from .common import cli_command, echo_json, note, renamed, wrote
 from .heads import Ablate, importance_parquet, importance_source
 from .options import (
+    Column,
     Device,
     DeviceOpt,
     Dtype,
     DtypeOpt,
     EngineChoice,
     EngineOpt,
+    Field,
+    InputFormat,
     Model,
     ModelOptions,
     Revision,
@@ -36,17 +40,26 @@ class AtlasFormat(str, Enum):
     json = "json"
 
 
+class TextsAs(NamedTuple):
+    """How TEXTS, a file of many, is read (export's and heads --file's --field, --column, --input-format)."""
+
+    field: str | None
+    column: str | None
+    input_format: str | None
+
+
 @cli_command(flags={"max_tokens": "--embed-tokens", "vs": "--similar-to"})
 def atlas(
-    texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or a CSV, JSONL or "
-                                 "Parquet file, with --column); or the folder of an export with the parquet format (its "
+    texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or JSONL with "
+                                 "--field, CSV or Parquet with --column, as export reads them); or the folder of an export with the parquet format (its "
                                  "heads.parquet: no model runs for the numbers).", show_default=False),
     vs_model: str | None = typer.Option(None, "--vs-model", help="The other checkpoint (a fine-tuned model, say): "
                                         "each head's change from --model to it. With TEXTS an export folder, the "
                                         "folder of the same texts exported with the other model.", show_default=False),
     model: str | None = Model,
-    column: str | None = typer.Option(None, "--column", help="A CSV or Parquet TEXTS: the column holding the texts; "
-                                      "a JSONL TEXTS: the field (default text).", show_default=False),
+    column: str | None = Column,
+    field: str | None = Field,
+    input_format: str | None = InputFormat,
     fmt: AtlasFormat = typer.Option(AtlasFormat.table, "--format", help="table, or json: every head's numbers (with "
                                     "--vs-model, every head in order of change, each with its layer and head)."),
     top: int | None = typer.Option(None, "--top", min=1, help="Only the N heads that changed most (with --vs-model), "
@@ -95,6 +108,9 @@ def atlas(
     attnviz atlas export-base/ --vs-model export-finetuned/ --format json
     """
     vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
+    if texts.suffix.lower() == ".jsonl" and column is not None and field is None:  # atlas once named the field so
+        field, column = renamed(None, column, "--column", "--field"), None
+    texts_as = TextsAs(field, column, input_format)
     if out is not None:
         if out.suffix.lower() != ".html" or out.name.lower() == ".html":
             raise UsageError(f"--out writes the atlas page: give a file name ending in .html, not {out.name}")
@@ -126,11 +142,11 @@ def atlas(
         raise UsageError("--importance runs the model on a file of texts; an export folder brings its own "
                          "importance.parquet (attnviz heads --importance --format parquet)")
     if vs_model is None:
-        _corpus(texts, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
+        _corpus(texts, options, texts_as=texts_as, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
                 embed_tokens=embed_tokens, seed=seed,
                 importance=(ablate, vs) if importance else None)
     else:
-        _diff(texts, vs_model, options, column=column, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
+        _diff(texts, vs_model, options, texts_as=texts_as, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
               bootstrap=bootstrap, permutations=permutations, seed=seed,
               importance=(ablate, vs) if importance else None, per_text=per_text, force=force)
 
@@ -140,7 +156,7 @@ def _folder_of(path: Path) -> Path:
     return path.parent if path.name == "heads.parquet" and path.is_file() else path
 
 
-def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: AtlasFormat, top: int | None,
+def _corpus(texts: Path, options: ModelOptions, *, texts_as: TextsAs, fmt: AtlasFormat, top: int | None,
             width: int | None, truncate: bool, out: Path | None, embed_tokens: int, seed: int,
             importance: tuple[Ablate | None, str | None] | None = None) -> None:
     """The corpus's atlas: from an export folder as it is, or from a file of texts exported first."""
@@ -153,14 +169,16 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
         from .heads_parquet import parquet_settings, write_parquet
         from .options import reading
 
-        settings = parquet_settings(replace(options, verbose=False), truncate=truncate, layer=None, column=column,
+        settings = parquet_settings(replace(options, verbose=False), truncate=truncate, layer=None,
+                                    column=texts_as.column, input_format=texts_as.input_format,
                                     reading=reading(False, False, False), batch_size=8,
-                                    field=column if texts.suffix.lower() == ".jsonl" else None)
+                                    field=texts_as.field)
         found = importance_source(options, importance[1]) if importance is not None else None  # fails early
         with scratch_folder("atlas") as folder:  # removed on Ctrl-C and SIGTERM too
             write_parquet(texts, Path(folder), settings, verbose=False, quiet=True, partial=True)  # its own tables
             if importance is not None:
-                importance_parquet(texts, Path(folder), found, column=column, ablate=importance[0],
+                importance_parquet(texts, Path(folder), found, column=texts_as.column, field=texts_as.field,
+                                   input_format=texts_as.input_format, ablate=importance[0],
                                    vs=importance[1], truncate=truncate, quiet=True)
             data = atlas_data(folder)
     if out is not None:
@@ -191,7 +209,7 @@ def _corpus(texts: Path, options: ModelOptions, *, column: str | None, fmt: Atla
     print_corpus(data, top, width)
 
 
-def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | None, fmt: AtlasFormat,
+def _diff(texts: Path, vs_model: str, options: ModelOptions, *, texts_as: TextsAs, fmt: AtlasFormat,
           top: int | None, width: int | None, truncate: bool, out: Path | None, bootstrap: int, permutations: int,
           seed: int, importance: tuple[Ablate | None, str | None] | None = None, per_text: Path | None = None,
           force: bool = False) -> None:
@@ -210,11 +228,11 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, column: str | No
                             force=force)
         corpus = diff.texts  # the first export's texts, checked against its heads table
     else:
-        from ..inputs import read_texts
+        from ..inputs import read_corpus
 
         if other_folder.is_dir() and (other_folder / "heads.parquet").is_file():
             raise UsageError(f"{vs_model} is an export; to compare two exports give TEXTS as the other export's folder")
-        lines = read_texts(str(texts), field=column or "text", column=column or "text", kind="auto")
+        lines = read_corpus(texts, field=texts_as.field, column=texts_as.column, input_format=texts_as.input_format)
         sources = [options.load(), replace(options, model=vs_model).load()]
         if any(source.capabilities.fixed_input for source in sources):
             raise UsageError("atlas runs both models on TEXTS; a saved result or a matrices config has a fixed input")

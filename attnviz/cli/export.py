@@ -19,9 +19,12 @@ from .options import (
     WORDS_HELP,
     Causal,
     Cmap,
+    Column,
     Device,
     Dtype,
     EngineChoice,
+    Field,
+    InputFormat,
 )
 
 _NOT_GIVEN = None  # every option defaults to None so that --config values show through
@@ -45,9 +48,9 @@ def export(
     jobs: int | None = typer.Option(_NOT_GIVEN, "--jobs", "-j", help="Processes drawing images (default 2).", show_default=False),
     config: str | None = typer.Option(None, "--config", help="A TOML file with an [export] table; flags override it. sample_configs/batch.toml works from any folder.", show_default=False),
     shard: str | None = typer.Option(_NOT_GIVEN, "--shard", help="K/N: export only shard K of N (e.g. one task of a Slurm array).", show_default=False),
-    input_format: str | None = typer.Option(_NOT_GIVEN, "--input-format", help="auto (by extension), lines, jsonl, csv or parquet.", show_default=False),
-    field: str | None = typer.Option(_NOT_GIVEN, "--field", help="JSONL: the field holding the text (default text; implies JSONL).", show_default=False),
-    column: str | None = typer.Option(_NOT_GIVEN, "--column", help="CSV or Parquet: the column holding the text (default text; implies CSV unless the file ends .parquet).", show_default=False),
+    input_format: str | None = InputFormat,
+    field: str | None = Field,
+    column: str | None = Column,
     float16: bool | None = typer.Option(_NOT_GIVEN, "--float16/--float32", help="Store attentions in the npz as float16.", show_default=False),
     truncate: bool | None = typer.Option(_NOT_GIVEN, "--truncate/--no-truncate", help="Cut texts longer than the model's maximum.", show_default=False),
     engine: EngineChoice | None = typer.Option(_NOT_GIVEN, "--engine", help=ENGINE_HELP, show_default=False),

@@ -12,6 +12,7 @@ from ..errors import UsageError
 from .common import cli_command, echo_json, renamed, say, stdout_console
 from .options import (
     Causal,
+    Column,
     Device,
     DeviceMap,
     DeviceOpt,
@@ -19,7 +20,9 @@ from .options import (
     DtypeOpt,
     EngineChoice,
     EngineOpt,
+    Field,
     HideSpecial,
+    InputFormat,
     Kind,
     KindChoice,
     Layer,
@@ -76,7 +79,9 @@ def heads(
     columns: str | None = typer.Option(None, "--columns", help="The statistics the table shows, in this order, e.g. prev,ind,dup (full or short names; 'all' for every one). JSON and CSV always have every statistic.", show_default=False),
     fmt: Format = typer.Option(Format.table, "--format", help="table, json (one object: model, text, tokens, heads), csv (one row per head), or parquet (with --file and --out: one row per text × layer × head, not averaged)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="With --format parquet: the folder for heads.parquet, texts.parquet and a manifest (a rerun resumes).", show_default=False),
-    column: str | None = typer.Option(None, "--column", help="A CSV or Parquet --file: the column holding the texts (default text).", show_default=False),
+    column: str | None = Column,
+    field: str | None = Field,
+    input_format: str | None = InputFormat,
     width: int | None = Width,
     truncate: bool = Truncate,
     engine: EngineChoice = EngineOpt,
@@ -136,19 +141,20 @@ def heads(
                                 device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
                          dtype=dtype)
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
-                                    reading=reading(hide_special, renormalize, words), batch_size=BATCH)
+                                    reading=reading(hide_special, renormalize, words), batch_size=BATCH, field=field,
+                                    input_format=input_format)
         found = importance_source(options, vs) if importance else None  # a model without a loss fails now
         write_parquet(file, out, settings, verbose=verbose)
         if found is not None:
-            importance_parquet(file, out, found, column=column, ablate=ablate, vs=vs, truncate=truncate)
+            importance_parquet(file, out, found, column=column, ablate=ablate, vs=vs, truncate=truncate, field=field,
+                               input_format=input_format)
         return
     texts = None
     if file is not None:
-        from ..inputs import read_texts
+        from ..inputs import read_corpus
 
-        # One text per line; a CSV or Parquet file (or --column) gives the texts of a column.
-        tabular = column is not None or file.suffix.lower() in (".csv", ".parquet")
-        texts = read_texts(str(file), column=column or "text", kind="auto" if tabular else "lines")
+        # One text per line, JSONL (--field), CSV or Parquet (--column): as export and atlas read them.
+        texts = read_corpus(file, field=field, column=column, input_format=input_format)
     if pair is not None and text is None:
         raise UsageError("--pair is a second sentence for TEXT; it does not go with --file or --probe")
     if target is not None and text is None:
@@ -226,14 +232,14 @@ def importance_source(options: Any, vs: str | None) -> Any:
 
 
 def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None, ablate: Ablate | None,
-                       vs: str | None, truncate: bool, quiet: bool = False) -> None:
+                       vs: str | None, truncate: bool, quiet: bool = False, field: str | None = None,
+                       input_format: str | None = None) -> None:
     """``importance.parquet`` beside heads.parquet: each text's importance (and ablation) per head, by ``source``
     (:func:`importance_source`)."""
     from ..attribution.importance import head_importance
-    from ..inputs import read_texts
+    from ..inputs import read_corpus
 
-    tabular = column is not None or file.suffix.lower() in (".csv", ".parquet")
-    texts = read_texts(str(file), column=column or "text", kind="auto" if tabular else "lines")
+    texts = read_corpus(file, field=field, column=column, input_format=input_format)
     found = head_importance(source, texts, ablate=None if ablate is None else ablate.value, vs=vs,  # type: ignore[arg-type]
                             truncate=truncate)
     path = found.write_parquet(out / "importance.parquet")

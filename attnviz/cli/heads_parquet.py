@@ -37,7 +37,8 @@ def refuse_options(*, text: str | None, probe: Any, out: Path | None, given: dic
 
 
 def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None, column: str | None,
-                     reading: Reading, batch_size: int, field: str | None = None) -> ExportSettings:
+                     reading: Reading, batch_size: int, field: str | None = None,
+                     input_format: str | None = None) -> ExportSettings:
     """The export settings of ``heads --format parquet``: the statistics table alone, from the command's
     options, checked as export checks its own."""
     from ..export import build_settings
@@ -48,6 +49,7 @@ def parquet_settings(options: ModelOptions, *, truncate: bool, layer: int | None
         "layers": None if layer is None else str(layer), "column": column, "hide_special": reading.hide_special,
         "renormalize": reading.renormalize, "words": reading.words, "batch_size": batch_size,
         "formats": "parquet", "quiet": True, **({"field": field} if field else {}),
+        **({"input_format": input_format} if input_format else {}),
         **({"dtype": options.dtype} if options.dtype else {})})  # the model's precision, as the other commands
 
 

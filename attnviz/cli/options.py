@@ -83,6 +83,13 @@ RENORMALIZE_HELP = "With --hide-special: rescale each row to sum to 1."
 WORDS_HELP = "Aggregate pieces to words (sum to a word, mean from a word)."
 CMAP_HELP = "Colormap: viridis, magma, or coolwarm (diverging, for signed values)."
 Pair = typer.Option(None, "--pair", help=PAIR_HELP, show_default=False)
+# How a file of many texts is read: the same three options on export, atlas and heads --file.
+Field = typer.Option(None, "--field", help="JSONL: the field holding the text (default text; implies JSONL).",
+                     show_default=False)
+Column = typer.Option(None, "--column", help="CSV or Parquet: the column holding the text (default text; implies CSV "
+                      "unless the file ends .parquet).", show_default=False)
+InputFormat = typer.Option(None, "--input-format", help="auto (by extension), lines, jsonl, csv or parquet.",
+                           show_default=False)
 TextFile = typer.Option(None, "--text-file", help="Read the text from a UTF-8 file instead of TEXT: the whole file is "
                         "one text (a document, a long prompt); - reads standard input (as TEXT - does).",
                         show_default=False, metavar="<path>")
