@@ -138,39 +138,48 @@ def test_the_head_all_grid_is_its_panels_with_one_margin(tmp_path, n_layers, n_t
 # -- thread pools sized to the machine (item 17c) ----------------------------------------------------------
 
 
-def test_thread_pools_follow_attnviz_threads_then_omp_num_threads(monkeypatch):
+def _machine(monkeypatch, cores: int, load: float, cpu_count: int = 64):
     from attnviz import threads
 
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: cpu_count)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, load, load), raising=False)
+    monkeypatch.setattr(threads, "_quota", lambda: None)
+    return threads
+
+
+def test_thread_pools_follow_attnviz_threads_then_omp_num_threads(monkeypatch):
+    threads = _machine(monkeypatch, cores=2, load=0.0)
     env = {"ATTNVIZ_THREADS": "3", "OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "8"}
     assert threads.configure(env) == 3
     assert all(env[name] == "3" for name in threads.POOLS)  # attnviz's own variable wins over every pool's
-    assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["KMP_BLOCKTIME"] == "0"
-    env = {"OMP_NUM_THREADS": "1,1", "OMP_WAIT_POLICY": "ACTIVE"}
-    assert threads.configure(env) == 1
-    assert env == {"OMP_NUM_THREADS": "1,1", "OMP_WAIT_POLICY": "ACTIVE", "KMP_BLOCKTIME": "0"}  # the user's choice
-    env = {"ATTNVIZ_THREADS": "none", "OMP_NUM_THREADS": "0"}  # neither is a count: the machine's cores
-    monkeypatch.setattr(threads, "available_cores", lambda: 2)
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 64)
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["KMP_BLOCKTIME"] == "0"  # two cores: threads sleep
+    env = {"OMP_NUM_THREADS": "2,1", "OMP_WAIT_POLICY": "ACTIVE"}
+    assert threads.configure(env) == 2
+    assert env == {"OMP_NUM_THREADS": "2,1", "OMP_WAIT_POLICY": "ACTIVE", "KMP_BLOCKTIME": "0"}  # the user's choice
+    env = {"ATTNVIZ_THREADS": "none", "OMP_NUM_THREADS": "0"}  # neither is a count: the cores this process may use
     assert threads.configure(env) == 2
     assert all(env[name] == "2" for name in threads.POOLS if name != "OMP_NUM_THREADS")
 
 
 def test_thread_pools_are_capped_to_the_cores_this_process_may_use(monkeypatch):
-    from attnviz import threads
-
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 64)
-    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(threads, "_quota", lambda: None)
+    threads = _machine(monkeypatch, cores=8, load=0.5)
     env: dict[str, str] = {}
-    assert threads.configure(env) == 2  # 2 of the machine's 64: each pool gets 2
-    assert all(env[name] == "2" for name in threads.POOLS) and env["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert threads.configure(env) == 8  # 8 of the machine's 64: each pool gets 8
+    assert all(env[name] == "8" for name in threads.POOLS)
+    assert "OMP_WAIT_POLICY" not in env  # 8 quiet cores: OpenMP's threads spin as they like
+    threads = _machine(monkeypatch, cores=8, load=5.0)
+    env = {}
+    threads.configure(env)
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"  # 8 cores, more than half of them busy: sleep between regions
     monkeypatch.setattr(threads, "_quota", lambda: 1)  # a cgroup's CPU quota of one CPU
     assert threads.available_cores() == 1
-    monkeypatch.setattr(threads, "_quota", lambda: None)
-    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    env = {}
+    assert threads.configure(env) == 1 and "OMP_WAIT_POLICY" not in env  # one thread: no pool to wait in
+    threads = _machine(monkeypatch, cores=64, load=1.0)
     env = {}
     threads.configure(env)  # the whole machine: the libraries' own defaults (torch: the physical cores) stay
-    assert not any(name in env for name in threads.POOLS) and env["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert env == {}
 
 
 def test_cgroup_quota_is_read(tmp_path):
@@ -194,7 +203,7 @@ def test_the_console_script_sizes_the_pools_before_torch_starts(tmp_path):
             "assert 'torch' not in sys.modules\nimport torch\n"
             "print(torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'], os.environ['MKL_NUM_THREADS'])\n")
     env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS") and k != "OMP_WAIT_POLICY"}
-    r = subprocess.run([sys.executable, "-c", code], env={**env, "ATTNVIZ_THREADS": "1"}, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], env={**env, "ATTNVIZ_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[-3:] == ["1", "PASSIVE", "1"]
+    assert r.stdout.split()[-3:] == ["2", "PASSIVE", "2"]
