@@ -86,9 +86,15 @@ def pool_to_fit(view: HeatmapView, width: int, cell_w: int, *, grid: bool) -> He
         keys = pooled.panels.shape[2]
         extra = _GAP if grid else len(pooled.col_breaks)
         if _label_width(pooled) + 1 + keys * cell_w + extra <= width or keys == 1:
-            return pooled
+            return pooled if factor == 1 else _pooled_here(pooled)
         room = max(cell_w, width - _LABEL_MAX - 1 - extra)
         factor = max(factor + 1, math.ceil(n_keys * cell_w / room))
+
+
+def _pooled_here(view: HeatmapView) -> HeatmapView:
+    """A region computed cell by cell, max-pooled here to fit: its note no longer says "cell by cell" beside the
+    note of the pooling (one true thing: which cells the terminal shows)."""
+    return replace(view, notes=[note.removesuffix(", cell by cell") for note in view.notes])
 
 
 def _single(view: HeatmapView, console: Console, label_w: int, cell_w: int, colour: bool, values: bool, cols: range) -> None:
