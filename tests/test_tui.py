@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from textual.worker import WorkerState
 
 from attnviz.api import load
 from attnviz.errors import ModelNotFoundError
@@ -18,21 +20,53 @@ from attnviz.result import AttentionResult
 from attnviz.sources.saved import SavedSource
 from attnviz.tui.app import AttnvizTUI
 from attnviz.tui.explorer import Explorer
-from attnviz.tui.widgets import KEYS, Help
+from attnviz.tui.widgets import KEYS, Ask, Help
 
 TINY = "sample_configs/tiny.toml"
 TEXT = "The cat sat on the mat and the cat slept."
 GOLDEN = Path(__file__).parent / "golden"
 
 
+PATIENCE = 120.0
+"""Seconds a test waits for a condition before it fails: a loaded machine (a newcomer's first ``pytest`` beside a
+build, every core busy) is slow, never wrong. Tests wait on the condition they need, never a fixed pause."""
+
+
 def drive(app: AttnvizTUI, script: Callable[..., Awaitable[None]], size: tuple[int, int] = (100, 30)) -> None:
-    """Run ``app`` headless at ``size``, wait for its first text, then ``script(pilot)``."""
+    """Run ``app`` headless at ``size``, wait for its first text (or its error) to be shown, then ``script(pilot)``."""
     async def main() -> None:
         async with app.run_test(size=size) as pilot:
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await until(pilot, lambda: settled(app), "the first text to be shown")
             await script(pilot)
     asyncio.run(main())
+
+
+async def until(pilot, condition: Callable[[], bool], what: str, timeout: float = PATIENCE) -> None:
+    """Let the app run until ``condition()`` holds (checked after each of Pilot's waits for pending messages and
+    an idle moment); fail, naming ``what``, after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        await pilot.pause()
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}; the screen:\n{screen(pilot.app)}")
+
+
+def settled(app: AttnvizTUI) -> bool:
+    """Whether the app has done all it was asked: no message (a key, a click, a forwarded event) waiting in any
+    queue, no model run or view computed on a worker, no spinner, and the pane showing the current state's view.
+    (Pilot's own waits use how busy the process looks, which a loaded machine fools: a key could still be on its
+    way when they return.)"""
+    nodes = [app, *(node for shown in app.screen_stack for node in shown.walk_children(with_self=True))]
+    if any(node.message_queue_size for node in nodes) or app.busy or app.query_one("#body").loading:
+        return False
+    if any(w.group in ("model", "draw") and w.state in (WorkerState.PENDING, WorkerState.RUNNING) for w in app.workers):
+        return False
+    explorer = app.explorer
+    if explorer is None or not explorer.shown:
+        return True
+    return app.drawn.get("view") == explorer.draw_key(max(40, app.size.width - 2), app.colour)
 
 
 def screen(app: AttnvizTUI) -> str:
@@ -62,9 +96,31 @@ def drawn(app: AttnvizTUI):
 
 
 async def keys(pilot, *names: str) -> None:
+    """Press ``names``, then wait until the app has done what they asked (see :func:`settled`)."""
     for name in names:
         await pilot.press(name)
-    await pilot.pause()
+    await until(pilot, lambda: settled(pilot.app), f"the keys {' '.join(names)} to be done")
+
+
+async def click(pilot, offset: tuple[int, int]) -> None:
+    """Click at ``offset`` of the screen, then wait until the app has done what the click asked."""
+    await pilot.click(offset=offset)
+    await until(pilot, lambda: settled(pilot.app), f"the click at {offset} to be done")
+
+
+async def opened(pilot, key: str, kind: type) -> None:
+    """Press ``key`` and wait for the screen it opens (a prompt, the help)."""
+    await pilot.press(key)
+    await until(pilot, lambda: isinstance(pilot.app.screen, kind), f"{key} to open {kind.__name__}")
+
+
+async def answer(pilot, key: str, text: str) -> None:
+    """Press ``key``, type ``text`` into the prompt it opens, Enter, and wait until the app has done it."""
+    app = pilot.app
+    await opened(pilot, key, Ask)
+    app.screen.query_one("#answer").value = text
+    await pilot.press("enter")
+    await until(pilot, lambda: not isinstance(app.screen, Ask) and settled(app), f"the answer {text!r} to {key}")
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +169,7 @@ def test_find_select_and_zoom(tiny):
 
     async def script(pilot) -> None:
         explorer = app.explorer
-        await keys(pilot, "slash")
-        for ch in "cat":
-            await pilot.press(ch)
-        await keys(pilot, "enter")
+        await answer(pilot, "slash", "cat")
         assert explorer.token == 1 and "token 1 'cat'" in screen(app)
         await keys(pilot, "n")
         assert explorer.token == explorer.result.tokens.index("cat", 2)  # the next "cat"
@@ -135,10 +188,7 @@ def test_find_select_and_zoom(tiny):
         assert f"{explorer.result.tokens[explorer.token]}" in pane(app)  # its row in every head
         await keys(pilot, "1", "minus")
         assert explorer.region() is None
-        await keys(pilot, "slash")
-        for ch in "zebra":
-            await pilot.press(ch)
-        await keys(pilot, "enter")
+        await answer(pilot, "slash", "zebra")
         assert "no token contains 'zebra'" in screen(app)
 
     drive(app, script)
@@ -149,21 +199,13 @@ def test_a_new_text_is_computed_by_the_warm_model(tiny):
 
     async def script(pilot) -> None:
         before = app.explorer.source
-        await keys(pilot, "t")
-        app.screen.query_one("#answer").value = "A dog ran home."
-        await keys(pilot, "enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await answer(pilot, "t", "A dog ran home.")
         assert app.explorer.source is before  # not loaded again
         assert app.explorer.result.tokens == ["A", "dog", "ran", "home", "."]
         want = tiny.extract("A dog ran home.").attentions
         torch.testing.assert_close(app.explorer.result.attentions, want, rtol=0, atol=0)
         assert "5 tokens" in screen(app)
-        await keys(pilot, "t")
-        app.screen.query_one("#answer").value = "   "
-        await keys(pilot, "enter")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await answer(pilot, "t", "   ")
         assert "the text is empty" in screen(app) and app.explorer.result.tokens[0] == "A"  # the last text stays
 
     drive(app, script)
@@ -173,9 +215,7 @@ def test_save_writes_the_view_as_the_commands_do(tiny, tmp_path):
     app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
 
     async def save(pilot, name: str) -> None:
-        await keys(pilot, "s")
-        app.screen.query_one("#answer").value = str(tmp_path / name)
-        await keys(pilot, "enter")
+        await answer(pilot, "s", str(tmp_path / name))
 
     async def script(pilot) -> None:
         await keys(pilot, "right", "down")
@@ -198,12 +238,12 @@ def test_help_opens_and_q_quits(tiny):
     app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
 
     async def script(pilot) -> None:
-        await keys(pilot, "question_mark")
-        assert isinstance(app.screen, Help) and "←/→" in screen(app)
-        await keys(pilot, "escape")
-        assert not isinstance(app.screen, Help)
-        await keys(pilot, "q")
-        assert not app.is_running
+        await opened(pilot, "question_mark", Help)
+        assert "←/→" in screen(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, Help), "escape to close the help")
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, "q to quit")
 
     drive(app, script)
 
@@ -228,7 +268,8 @@ def test_errors_are_messages_in_the_app_never_a_crash(tiny, monkeypatch):
     app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
 
     async def view_fails(pilot) -> None:
-        await keys(pilot, "2")
+        await pilot.press("2")
+        await until(pilot, lambda: app.explorer.view == "model" and "internal error" in screen(app), "the error")
         assert "internal error (ValueError: a bug in a view)" in screen(app) and app.is_running
         await keys(pilot, "1")
         assert "tiny · layer 0 · head 0" in pane(app)
@@ -272,12 +313,45 @@ def test_80_by_24_every_view_fits_and_resizing_redraws(tiny):
         await keys(pilot, "1")
         narrow = pane(app)
         await pilot.resize_terminal(140, 40)
-        await pilot.pause()
+        await until(pilot, lambda: tuple(app.size) == (140, 40) and settled(app), "the resize to 140×40")
         wide = pane(app)
         assert len(screen(app).splitlines()) == 40 and max(map(len, wide.splitlines())) <= 140
         assert narrow != wide or max(map(len, narrow.splitlines())) <= 80
 
     drive(app, script, size=(80, 24))
+
+
+def test_the_footer_is_one_line_at_80_columns_and_every_key_where_there_is_room(tiny):
+    app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
+
+    async def script(pilot) -> None:
+        lines = screen(app).splitlines()
+        assert len(lines) == 24 and len(lines[-1]) <= 80
+        assert all(hint in lines[-1] for hint in ("←→ layer", "↑↓ head", "view", "? help", "q quit", "s save"))
+        assert "quit" not in lines[-2]  # the footer's one line: none of it above
+        await pilot.resize_terminal(160, 30)
+        await until(pilot, lambda: tuple(app.size) == (160, 30) and settled(app), "the resize to 160×30")
+        assert screen(app).splitlines()[-1].strip() == KEYS  # wide enough: every key
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: tuple(app.size) == (80, 24) and settled(app), "the resize to 80×24")
+        assert screen(app).splitlines()[-1] == lines[-1]
+
+    drive(app, script, size=(80, 24))
+
+
+def test_a_zoomed_region_says_whether_it_is_cell_by_cell_or_pooled_never_both(tiny):
+    app = AttnvizTUI(Explorer(tiny), " ".join(["the cat sat on the mat"] * 40), colour=False)
+
+    async def script(pilot) -> None:
+        await keys(pilot, "enter", "plus")  # 120 of 240 tokens: pooled to fit 100 columns
+        start, stop = app.explorer.region()
+        assert (start, stop) == (0, 120)
+        assert "downsampled 120×120 → 40×40" in pane(app) and "cell by cell" not in pane(app)
+        assert f"a region of 240×240: queries {start}–{stop - 1}, keys {start}–{stop - 1}" in pane(app)
+        await keys(pilot, "plus", "plus")  # 30 tokens: one cell each
+        assert "cell by cell" in pane(app) and "downsampled" not in pane(app)
+
+    drive(app, script)
 
 
 def _hand() -> AttentionResult:
@@ -341,14 +415,13 @@ def test_a_slow_text_keeps_the_screen_alive(tiny, monkeypatch):
 
     async def main() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause()
-            assert app.query_one("#body").loading  # the spinner
-            await keys(pilot, "right", "question_mark")
-            assert isinstance(app.screen, Help)  # the UI answers meanwhile
-            await keys(pilot, "escape")
+            await until(pilot, lambda: app.query_one("#body").loading, "the spinner")
+            await pilot.press("right")
+            await opened(pilot, "question_mark", Help)  # the UI answers meanwhile
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, Help), "escape to close the help")
             gate.set()
-            await app.workers.wait_for_complete()
-            await pilot.pause()
+            await until(pilot, lambda: settled(app), "the text to be computed")
             assert not app.query_one("#body").loading and app.explorer.result is not None
 
     asyncio.run(main())
@@ -390,8 +463,6 @@ def test_a_long_text_is_computed_view_by_view_through_the_model(tmp_path, monkey
 
     async def script(pilot) -> None:
         explorer = app.explorer
-        await app.workers.wait_for_complete()
-        await pilot.pause()
         assert explorer.long and explorer.result is None and explorer.n_tokens == 700  # (no start token)
         assert "700 tokens (long: views computed as asked)" in screen(app)
         sink = Sink(app.size.width - 2, False)
@@ -399,15 +470,10 @@ def test_a_long_text_is_computed_view_by_view_through_the_model(tmp_path, monkey
         assert pane(app).splitlines()[0] == str(sink.items[0])  # the command's own picture (its title)
         assert "by max-pooling" in pane(app)
         await keys(pilot, "down", "3")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
         assert len(table_rows(app)) == 8
-        await keys(pilot, "1", "slash")
-        for ch in "w7":
-            await pilot.press(ch)
-        await keys(pilot, "enter", "plus", "plus", "plus")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await keys(pilot, "1")
+        await answer(pilot, "slash", "w7")
+        await keys(pilot, "plus", "plus", "plus")
         start, stop = explorer.region()
         assert stop - start == 700 >> 3 and f"tokens {start}–{stop - 1}" in screen(app)
         assert "internal error" not in screen(app)
@@ -421,8 +487,7 @@ def test_a_click_on_a_heatmap_row_selects_its_token(tiny):
     async def script(pilot) -> None:
         text = screen(app).splitlines()
         y = next(i for i, line in enumerate(text) if line.strip().startswith("sat "))  # the row of "sat"
-        await pilot.click(offset=(1, y))
-        await pilot.pause()
+        await click(pilot, (1, y))
         assert app.explorer.token == 2 and "token 2 'sat'" in screen(app)
         assert "'sat' (token 2) attends to:" in pane(app)
 
@@ -444,12 +509,10 @@ def test_the_heads_table_sorts_with_o_or_a_click_on_a_column_name(tiny):
         text = screen(app).splitlines()
         y = next(i for i, line in enumerate(text) if line.split()[:2] == ["L", "H"])  # the header
         x = text[y].index("L")
-        await pilot.click(offset=(x, y))
-        await pilot.pause()
+        await click(pilot, (x, y))
         assert app.explorer.sort is None and table_rows(app)[:2] == [(0, 0), (0, 1)]  # layer order again
         prev = text[y].index("prev")
-        await pilot.click(offset=(prev + 1, y))
-        await pilot.pause()
+        await click(pilot, (prev + 1, y))
         assert app.explorer.sort == "prev_score" and "sorted by prev_score" in pane(app)
 
     drive(app, script)

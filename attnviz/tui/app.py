@@ -16,11 +16,12 @@ from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static, Tab, Tabs
+from textual.worker import get_current_worker
 
 from ..errors import AttnvizError
 from ..labels import safe_text
 from .explorer import TITLES, Explorer
-from .widgets import KEYS, Ask, Help, Pane, ViewTabs
+from .widgets import Ask, Help, Pane, ViewTabs, keys_line
 
 
 class AttnvizTUI(App[None]):
@@ -74,7 +75,7 @@ class AttnvizTUI(App[None]):
         # swapping lines.
         yield Pane(id="body")
         yield Static("", id="message")
-        yield Static(Text(KEYS, style="dim"), id="keys")
+        yield Static(self._keys(), id="keys")
 
     def on_mount(self) -> None:
         # The keys are the app's: the tabs and the table take clicks, not the arrows (←/→ layer, ↑/↓ head).
@@ -188,17 +189,26 @@ class AttnvizTUI(App[None]):
 
     @work(thread=True, exclusive=True, group="draw")
     def _draw_later(self, width: int) -> None:
-        """A long text's view, computed through the model off the UI thread; shown when done (if still wanted)."""
+        """A long text's view, computed through the model off the UI thread; shown when done (if still wanted).
+
+        A newer draw cancels this one (the group is exclusive), but a thread cannot be stopped: once cancelled,
+        it leaves the screen alone (its error, its spinner), which is the newer draw's."""
+        worker = get_current_worker()
         explorer = self.explorer
-        self.call_from_thread(self._drawing, True)
+
+        def tell(callback: Any, *args: Any) -> None:
+            if not worker.is_cancelled:
+                self.call_from_thread(callback, *args)
+
+        tell(self._drawing, True)
         try:
             explorer.draw(width, self.colour)  # type: ignore[union-attr]
         except Exception as exc:
-            self.call_from_thread(self._draw_failed, exc)
+            tell(self._draw_failed, exc)
         else:
-            self.call_from_thread(self.refresh_view)
+            tell(self.refresh_view)
         finally:
-            self.call_from_thread(self._drawing, False)
+            tell(self._drawing, False)
 
     def _keep(self, key: tuple[Any, ...], drawn: Any) -> Any:
         """Keep a drawn view's lines (the last 128: a few MB at most)."""
@@ -214,7 +224,16 @@ class AttnvizTUI(App[None]):
         self.query_one("#body", Pane).update(Text(_said(exc)))
         self.drawn.pop("view", None)
 
+    def _keys(self) -> Text:
+        """The footer's key hints, on one line at the app's width (its padding left out)."""
+        return Text(keys_line(self.size.width - 2), style="dim")
+
     def on_resize(self) -> None:
+        # This handler runs before Textual's own takes the new size: the footer and the view are drawn after it.
+        self.call_later(self._resized)
+
+    def _resized(self) -> None:
+        self.query_one("#keys", Static).update(self._keys())
         if self.explorer is not None and self.explorer.shown:
             self.refresh_view()
 

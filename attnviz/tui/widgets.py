@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -38,9 +39,23 @@ A click on a heatmap row selects its token; a click on a tab shows its view; the
 """
 
 
-# Every binding, in a footer that wraps rather than cuts (at 80 columns: two lines).
-KEYS = ("←→ layer  ↑↓ head  Tab/1-7 view  / find  n next  Enter select  [ ] token  +- zoom  ,. step  o sort  "
-        "e explain  t text  s save  ? help  q quit")
+# The footer's hints: (keys, what, rank). The whole list where the terminal is wide enough; narrower, the hints
+# of rank above a cut are left out, least needed first, so the footer stays one line (? lists every key).
+HINTS = (("←→", "layer", 0), ("↑↓", "head", 0), ("Tab/1-7", "view", 0), ("/", "find", 1), ("n", "next", 3),
+         ("Enter", "select", 3), ("[ ]", "token", 2), ("+-", "zoom", 1), (",.", "step", 3), ("o", "sort", 3),
+         ("e", "explain", 2), ("t", "text", 2), ("s", "save", 1), ("?", "help", 0), ("q", "quit", 0))
+KEYS = "  ".join(f"{keys} {what}" for keys, what, _ in HINTS)  # every binding
+
+
+def keys_line(width: int) -> str:
+    """The footer at ``width`` cells: every hint that fits on one line, the least needed left out first."""
+    shown = list(HINTS)
+    for hint in sorted(HINTS, key=lambda h: -h[2] * len(HINTS) - HINTS.index(h)):  # the last of the highest rank first
+        line = "  ".join(f"{keys} {what}" for keys, what, _ in shown)
+        if cell_len(line) <= width or hint[2] == 0:
+            return line
+        shown.remove(hint)
+    return "  ".join(f"{keys} {what}" for keys, what, _ in shown)
 
 
 class Ask(ModalScreen[str | None]):
