@@ -20,7 +20,7 @@ from attnviz.result import AttentionResult
 from attnviz.sources.saved import SavedSource
 from attnviz.tui.app import AttnvizTUI
 from attnviz.tui.explorer import Explorer
-from attnviz.tui.widgets import KEYS, Ask, Help
+from attnviz.tui.widgets import KEYS, Ask, Help, keys_line
 
 TINY = "sample_configs/tiny.toml"
 TEXT = "The cat sat on the mat and the cat slept."
@@ -106,6 +106,15 @@ async def click(pilot, offset: tuple[int, int]) -> None:
     """Click at ``offset`` of the screen, then wait until the app has done what the click asked."""
     await pilot.click(offset=offset)
     await until(pilot, lambda: settled(pilot.app), f"the click at {offset} to be done")
+
+
+async def resize(pilot, width: int, height: int) -> None:
+    """Resize the terminal, then wait until the screen is laid out at that size and the view drawn at its width."""
+    app = pilot.app
+    await pilot.resize_terminal(width, height)
+    await until(pilot, lambda: tuple(app.size) == (width, height) and settled(app)
+                and len(screen(app).splitlines()) == height and all(len(line) <= width for line in screen(app).splitlines())
+                and keys_line(width - 2) in screen(app), f"the resize to {width}×{height}")
 
 
 async def opened(pilot, key: str, kind: type) -> None:
@@ -312,8 +321,7 @@ def test_80_by_24_every_view_fits_and_resizing_redraws(tiny):
         assert all(part in footer for part in ("←→ layer", "↑↓ head", "q quit", "? help", "s save"))
         await keys(pilot, "1")
         narrow = pane(app)
-        await pilot.resize_terminal(140, 40)
-        await until(pilot, lambda: tuple(app.size) == (140, 40) and settled(app), "the resize to 140×40")
+        await resize(pilot, 140, 40)
         wide = pane(app)
         assert len(screen(app).splitlines()) == 40 and max(map(len, wide.splitlines())) <= 140
         assert narrow != wide or max(map(len, narrow.splitlines())) <= 80
@@ -329,11 +337,9 @@ def test_the_footer_is_one_line_at_80_columns_and_every_key_where_there_is_room(
         assert len(lines) == 24 and len(lines[-1]) <= 80
         assert all(hint in lines[-1] for hint in ("←→ layer", "↑↓ head", "view", "? help", "q quit", "s save"))
         assert "quit" not in lines[-2]  # the footer's one line: none of it above
-        await pilot.resize_terminal(160, 30)
-        await until(pilot, lambda: tuple(app.size) == (160, 30) and settled(app), "the resize to 160×30")
+        await resize(pilot, 160, 30)
         assert screen(app).splitlines()[-1].strip() == KEYS  # wide enough: every key
-        await pilot.resize_terminal(80, 24)
-        await until(pilot, lambda: tuple(app.size) == (80, 24) and settled(app), "the resize to 80×24")
+        await resize(pilot, 80, 24)
         assert screen(app).splitlines()[-1] == lines[-1]
 
     drive(app, script, size=(80, 24))
