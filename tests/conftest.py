@@ -100,6 +100,27 @@ def tiny_hf(tmp_path_factory, worker_id):
     return json.loads(done.read_text())
 
 
+PAGE_PATIENCE = 120_000
+"""Milliseconds a page's wait (a selector, a function, a click's checks) may take before it fails, in place of
+Playwright's 30 s: chromium on a loaded machine (every core busy) draws late, never wrongly. Page tests wait on
+what the page sets when drawn, never a fixed pause."""
+
+
+class _Patient:
+    """The browser, whose pages wait :data:`PAGE_PATIENCE`."""
+
+    def __init__(self, browser) -> None:
+        self._browser = browser
+
+    def new_page(self, *args, **kwargs):
+        page = self._browser.new_page(*args, **kwargs)
+        page.set_default_timeout(PAGE_PATIENCE)
+        return page
+
+    def __getattr__(self, name: str):
+        return getattr(self._browser, name)
+
+
 @pytest.fixture(scope="session")
 def browser():
     """Debian's chromium, driven by Playwright, one for every page test (never ``playwright install``).
@@ -115,7 +136,7 @@ def browser():
         pytest.skip("no chromium or playwright here (CI installs both)")
     with sync_playwright() as p:
         instance = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield instance
+        yield _Patient(instance)
         instance.close()
 
 

@@ -106,6 +106,20 @@ def _drawn(page, selector: str) -> bool:
         for (let i = 3; i < d.length; i += 4) if (d[i] > 0) return true; return false; }}""")
 
 
+def _frames(page) -> None:
+    """Wait until the page has drawn the frame after now: what an event asked of requestAnimationFrame is done."""
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
+def _click_still(page, selector: str) -> None:
+    """Click ``selector`` once the pointer rests on it and the page has redrawn for it. The head view rebuilds its
+    tokens and the buttons above it on each frame after the pointer moves; a frame between the press and the
+    release (a loaded machine) would put them on two different elements, and no click would happen."""
+    page.hover(selector)
+    _frames(page)
+    page.click(selector)
+
+
 def test_every_view_draws_offline(browser, minilm, tmp_path):
     result = attnviz.extract(TEXT)
     path = render_html(api.page_view(minilm, TEXT), tmp_path / "p.html")
@@ -135,6 +149,8 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     # Switching the layer redraws the head view from that layer's weights.
     box = page.locator("#headview").bounding_box()
     page.mouse.move(box["x"] + 700, box["y"] + 700)
+    page.wait_for_function("() => window.attnviz.state.hoverCol === -1 && window.attnviz.state.hoverRow === -1")
+    _frames(page)  # redrawn without the hovered token, before the picture to compare with is taken
     shown = page.evaluate("document.querySelector('#headview').toDataURL()")
     page.select_option("#layer", "4")
     page.wait_for_function("(b) => document.querySelector('#headview').toDataURL() !== b", arg=shown)
@@ -146,6 +162,7 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     assert page.evaluate("[...document.querySelectorAll('canvas')].filter((c) => !c.getAttribute('aria-label')).length") == 0
     page.click("#modelgrid canvas[data-layer='4'][data-head='9']")
     page.wait_for_selector("#view-matrix.active #matrix[data-drawn]")
+    _frames(page)  # laid out as drawn, before its geometry is read
     assert page.evaluate("[window.attnviz.state.layer, window.attnviz.state.head]") == [4, 9]
     assert _drawn(page, "#matrix")
     # The tooltip names query, key and weight.
@@ -173,7 +190,8 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     # the weights; from there, what it attends to in every layer and head.
     page.click("nav.tabs button[data-view=head]")
     page.wait_for_selector("#headview[data-drawn]")
-    page.click("#headrows .htok[data-i='6']")
+    _click_still(page, "#headrows .htok[data-i='6']")
+    page.wait_for_function("() => window.attnviz.state.query === 6")  # kept (hovering alone lists its keys too)
     page.wait_for_selector("#headtop .chip-token")
     layer, heads = page.evaluate("[window.attnviz.state.layer, [...window.attnviz.state.enabled]]")
     assert len(heads) == 1
@@ -181,7 +199,7 @@ def test_every_view_draws_offline(browser, minilm, tmp_path):
     listed = [int(i) for i in page.eval_on_selector_all("#headtop .chip-token", "(b) => b.map((x) => x.dataset.i)")]
     strongest = result.attentions[layer, head, 6].argsort(descending=True)[: len(listed)].tolist()
     assert listed == strongest and page.evaluate("window.attnviz.state.query") == 6
-    page.click("#headquery")
+    _click_still(page, "#headquery")
     page.wait_for_selector("#view-query.active #queryview[data-drawn='6']")
     assert _drawn(page, "#queryview")
     assert errors == [] and requests == [path.as_uri()]
