@@ -16,22 +16,12 @@ from .common import cli_command, echo_json, note, renamed, wrote
 from .heads import Ablate, importance_parquet, importance_source
 from .options import (
     Column,
-    Device,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     Field,
     InputFormat,
-    Model,
     ModelOptions,
-    Revision,
     Truncate,
-    TrustRemoteCode,
-    Verbose,
     Width,
-    model_options,
+    model_command,
 )
 
 
@@ -49,14 +39,15 @@ class TextsAs(NamedTuple):
 
 
 @cli_command(flags={"max_tokens": "--embed-tokens", "vs": "--similar-to"})
+@model_command(without=('device_map', 'causal'))
 def atlas(
+    options: ModelOptions,
     texts: Path = typer.Argument(..., metavar="TEXTS", help="A UTF-8 file of texts, one per line (or JSONL with "
                                  "--field, CSV or Parquet with --column, as export reads them); or the folder of an export with the parquet format (its "
                                  "heads.parquet: no model runs for the numbers).", show_default=False),
     vs_model: str | None = typer.Option(None, "--vs-model", help="The other checkpoint (a fine-tuned model, say): "
                                         "each head's change from --model to it. With TEXTS an export folder, the "
                                         "folder of the same texts exported with the other model.", show_default=False),
-    model: str | None = Model,
     column: str | None = Column,
     field: str | None = Field,
     input_format: str | None = InputFormat,
@@ -90,12 +81,6 @@ def atlas(
                              "texts."),
     width: int | None = Width,
     truncate: bool = Truncate,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
 ) -> None:
     """What heads do across a corpus: each statistic's mean per head, how often each head earns each label, the
     statistics' distributions and the texts where a head shows each most. With --vs-model, which heads changed
@@ -134,8 +119,6 @@ def atlas(
         raise UsageError(f"--embed-tokens {embed_tokens}: the page embeds at most {MAX_EMBED_TOKENS:,} tokens (each "
                          "head's points are drawn; 10000, the default, shows a corpus's shape): give fewer")
     texts = _folder_of(texts)
-    options = model_options(model, engine=engine, causal=None, revision=revision, device=device, device_map=None,
-                            trust_remote_code=trust_remote_code, verbose=verbose, dtype=dtype)
     if (ablate is not None or vs is not None) and not importance:
         raise UsageError(f"{'--ablate' if ablate is not None else '--vs'} goes with --importance")
     if importance and _folder_of(texts).is_dir():

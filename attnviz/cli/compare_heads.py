@@ -10,33 +10,22 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, stdout_console, wrote
 from .options import (
-    Causal,
     Cmap,
     CmapOpt,
-    Device,
-    DeviceMap,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     HideSpecial,
     Kind,
     KindChoice,
     Layer,
-    Model,
+    ModelOptions,
     Pair,
     Renormalize,
-    Revision,
     Target,
     TextFile,
     Truncate,
-    TrustRemoteCode,
-    Verbose,
     Width,
     Words,
     kind_name,
-    model_options,
+    model_command,
     parse_layer,
     reading,
     text_from_file,
@@ -45,10 +34,11 @@ from .options import (
 
 
 @cli_command
+@model_command()
 def compare_heads(
+    options: ModelOptions,
     text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (default: a built-in example sentence; - reads standard input).", show_default=False),
     text_file: Path | None = TextFile,
-    model: str | None = Model,
     layer: str = Layer,
     kind: KindChoice = Kind,
     target: str | None = Target,
@@ -60,18 +50,10 @@ def compare_heads(
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
     truncate: bool = Truncate,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    device_map: str | None = DeviceMap,
     pair: str | None = Pair,
-    causal: bool | None = Causal,
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
 ) -> None:
     """Every head as small multiples, the head-distance matrix ordered by clustering, and the extreme pairs.
 
@@ -94,9 +76,6 @@ def compare_heads(
     if page and (vs is not None or vs_model is not None):
         raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
     text = text_from_file(text, text_file)  # read before the model loads
-    options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
-                            device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
-                         dtype=dtype)
     source = options.load()
     text = text_or_example(text, source)
     from ..report import comparison_report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +14,11 @@ from .options import (
     GENERATING_MODEL,
     Cmap,
     CmapOpt,
-    Device,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     GenerateModel,
-    Revision,
+    ModelOptions,
     TextFile,
-    TrustRemoteCode,
-    Verbose,
     Width,
+    model_command,
     parse_index_or_word,
     parse_layer,
     text_from_file,
@@ -32,11 +26,11 @@ from .options import (
 
 
 @cli_command
+@model_command(without=('device_map', 'causal'), model=GenerateModel)
 def generate(
+    options: ModelOptions,
     prompt: str | None = typer.Argument(None, metavar="PROMPT", help="The text to continue (- reads standard input).", show_default=False),
     text_file: Path | None = TextFile,
-    model: str | None = GenerateModel,
-    engine: EngineChoice = EngineOpt,
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, help="How many tokens to generate at most."),
     sample: bool = typer.Option(False, "--sample", help="Sample the next token instead of taking the likeliest."),
     temperature: float = typer.Option(1.0, "--temperature", help="With --sample: flatten (>1) or sharpen (<1)."),
@@ -50,11 +44,6 @@ def generate(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the result: .npz (every row), or the generated rows as .png, .svg, .pdf, or the page as .html.", show_default=False),
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
 ) -> None:
     """Generate from PROMPT and show, for each new token, the tokens it attended to most, then a heatmap
     of the generated rows against every token. Greedy unless --sample. Runs on attnviz's own attention with a
@@ -72,8 +61,8 @@ def generate(
     prompt = text_from_file(prompt, text_file)
     if prompt is None:
         raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
-    if model is None:
-        model = GENERATING_MODEL
+    if options.model is None:
+        options = replace(options, model=GENERATING_MODEL)
         import sys
 
         sys.stderr.write(f"attnviz: no --model given; generating with {GENERATING_MODEL} (random weights: its words "
@@ -81,17 +70,18 @@ def generate(
     from ..api import generation_summary, generation_view
     from ..generation import generate as run
 
-    result = run(prompt, model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature, top_k=top_k,
-                 top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, engine=engine.value, revision=revision, device=device.value,
-                 trust_remote_code=trust_remote_code, dtype=None if dtype is None else dtype.value)
+    result = run(prompt, options.model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
+                 top_k=top_k, top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, engine=options.engine,  # type: ignore[arg-type]
+                 revision=options.revision, device=options.device, trust_remote_code=options.trust_remote_code,
+                 dtype=options.dtype)
     console = stdout_console(width)
-    if verbose:
+    if options.verbose:
         import sys
 
         how = {"native": "attnviz's attention, key/value cache", "config": "config model, key/value cache",
                "hf": "transformers generate, eager attention",
                "fused": "transformers generate, attnviz's attention function"}.get(result.metadata.get("engine", ""), "?")
-        sys.stderr.write(f"attnviz: engine {result.metadata.get('engine')} ({how}) on {device.value}, "
+        sys.stderr.write(f"attnviz: engine {result.metadata.get('engine')} ({how}) on {options.device}, "
                          f"model {result.model_name}\n")
     chosen_head = None if head_choice == "mean" else int(head_choice)
     summary = generation_summary(result, layer=chosen_layer, head=chosen_head, top=top)

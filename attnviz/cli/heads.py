@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -11,35 +12,23 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, echo_json, renamed, say, stdout_console
 from .options import (
-    Causal,
     Column,
-    Device,
-    DeviceMap,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     Field,
     HideSpecial,
     InputFormat,
     Kind,
     KindChoice,
     Layer,
-    Model,
+    ModelOptions,
     Pair,
     Renormalize,
-    Revision,
     Target,
     TextFile,
     Truncate,
-    TrustRemoteCode,
-    Verbose,
     Width,
     Words,
     kind_name,
-    model_options,
-    open_source,
+    model_command,
     parse_index_or_word,
     parse_layer,
     reading,
@@ -68,10 +57,11 @@ class Probe(str, Enum):
 
 
 @cli_command(flags={"vs": "--similar-to"})
+@model_command()
 def heads(
+    options: ModelOptions,
     text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (or use --text-file, --file or --probe; - reads standard input).", show_default=False),
     text_file: Path | None = TextFile,
-    model: str | None = Model,
     file: Path | None = typer.Option(None, "--file", "-f", help="A UTF-8 file of texts, one per line: statistics are averaged over them.", show_default=False),
     probe: Probe | None = typer.Option(None, "--probe", help="induction: random tokens repeated twice (causal models).", show_default=False),
     sort: str | None = typer.Option(None, "--sort", help="Sort by this statistic, largest first (full or short name: prev_score or prev, induction or ind), or by layer or head.", show_default=False),
@@ -84,22 +74,14 @@ def heads(
     input_format: str | None = InputFormat,
     width: int | None = Width,
     truncate: bool = Truncate,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    device_map: str | None = DeviceMap,
     layer: str = Layer,
     kind: KindChoice = Kind,
     target: str | None = Target,
     head: str = typer.Option("all", "--head", help="A head number, or 'all': the rows of that head in each layer shown."),
     pair: str | None = Pair,
-    causal: bool | None = Causal,
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
     importance: bool = typer.Option(False, "--importance", help="Add each head's importance (Michel et al. 2019: "
                                     "E|dL/d gate|, the model's own loss, normalised per layer) as a column; runs the "
                                     "model through transformers."),
@@ -125,7 +107,7 @@ def heads(
     if importance and probe is not None:
         raise UsageError("--importance is over TEXT or --file's texts, with the model's own loss (not --probe)")
     given = sum(x is not None for x in (text, file, probe))
-    if given > 1 or (given == 0 and model is None):
+    if given > 1 or (given == 0 and options.model is None):
         raise UsageError(EXACTLY_ONE)
     if fmt is Format.parquet or out is not None:
         from .heads_parquet import parquet_settings, refuse_options, write_parquet
@@ -135,16 +117,13 @@ def heads(
         refuse_options(text=text, probe=probe, out=out, given={
             "--sort": sort is not None, "--top": top is not None, "--columns": columns is not None,
             "--head": head != "all", "--pair": pair is not None, "--target": target is not None,
-            "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": device_map is not None})
+            "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": options.device_map is not None})
         assert file is not None and out is not None  # checked above
-        options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
-                                device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
-                         dtype=dtype)
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
                                     reading=reading(hide_special, renormalize, words), batch_size=BATCH, field=field,
                                     input_format=input_format)
         found = importance_source(options, vs) if importance else None  # a model without a loss fails now
-        write_parquet(file, out, settings, verbose=verbose)
+        write_parquet(file, out, settings, verbose=options.verbose)
         if found is not None:
             importance_parquet(file, out, found, column=column, ablate=ablate, vs=vs, truncate=truncate, field=field,
                                input_format=input_format)
@@ -160,11 +139,9 @@ def heads(
     if target is not None and text is None:
         raise UsageError("--target is the decoder's input for TEXT; it does not go with --file or --probe")
     view = reading(hide_special, renormalize, words)
-    if importance and engine is EngineChoice.auto:
-        engine = EngineChoice.fused  # the gates sit in attnviz's attention function in transformers' registry
-    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
-                         dtype=dtype)
+    if importance and options.engine == "auto":
+        options = replace(options, engine="fused")  # the gates sit in attnviz's attention function (transformers')
+    source = options.load()
     if given == 0:  # the example sentence (a matrices config or a saved result has its own input)
         text = text_or_example(text, source)
     from ..api import heads_of

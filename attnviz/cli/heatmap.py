@@ -9,35 +9,24 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, renamed, show_view, wrote
 from .options import (
-    Causal,
     Cmap,
     CmapOpt,
-    Device,
-    DeviceMap,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     Fit,
     HideSpecial,
     Kind,
     KindChoice,
     Layer,
-    Model,
+    ModelOptions,
     Out,
     Pair,
     Renormalize,
-    Revision,
     Target,
     TextFile,
     Truncate,
-    TrustRemoteCode,
-    Verbose,
     Width,
     Words,
     kind_name,
-    open_source,
+    model_command,
     parse_head,
     parse_layer,
     reading,
@@ -47,11 +36,12 @@ from .options import (
 
 
 @cli_command
+@model_command()
 def heatmap(
+    options: ModelOptions,
     text: str | None = typer.Argument(
         None, metavar="TEXT", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
-    model: str | None = Model,
     layer: str = Layer,
     head: str | None = typer.Option(None, "--head", help="Head to show: a number from 0 (default 0), 'all' for a grid, or "
                                     "'mean'. With --query: the heads to list (default all).", show_default=False),
@@ -70,7 +60,6 @@ def heatmap(
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
-    causal: bool | None = Causal,
     out: Path | None = Out,
     values: bool = typer.Option(False, "--values", help="Write each weight into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
@@ -78,13 +67,6 @@ def heatmap(
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
     truncate: bool = Truncate,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    device_map: str | None = DeviceMap,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
 ) -> None:
     """Draw attention as heatmaps, rows are queries and columns keys: --head in every layer (--layer all,
     the default) or in one, every head of a layer with --head all, every head of every layer with both 'all'.
@@ -111,9 +93,7 @@ def heatmap(
         from ..fileio import check_output_path
 
         check_output_path(out)
-    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
-                         dtype=dtype)
+    source = options.load()
     text = text_or_example(text, source)
     if out is not None and out.suffix.lower() == ".html":  # the interactive page: every head, the one asked open
         if values or vmax is not None:

@@ -208,14 +208,59 @@ class ModelOptions:
         return source
 
 
-def model_options(model: str | None, *, engine: EngineChoice, causal: bool | None, revision: str | None,
-                  device: Device, device_map: str | None, trust_remote_code: bool, verbose: bool,
-                  dtype: Dtype | None = None) -> ModelOptions:
-    """The shared options of a command, from its parameters."""
-    return ModelOptions(model, engine.value, causal, revision, device.value, device_map, trust_remote_code, verbose,
-                        None if dtype is None else dtype.value)
+# The model options, declared here once: a command decorated with :func:`model_command` lists them in its --help
+# and receives them as one ``options: ModelOptions``.
+MODEL_PARAMETERS: dict[str, tuple[Any, Any]] = {
+    "model": (str | None, Model),
+    "engine": (EngineChoice, EngineOpt),
+    "revision": (str | None, Revision),
+    "device": (Device, DeviceOpt),
+    "dtype": (Dtype | None, DtypeOpt),
+    "device_map": (str | None, DeviceMap),
+    "causal": (bool | None, Causal),
+    "trust_remote_code": (bool, TrustRemoteCode),
+    "verbose": (bool, Verbose),
+}
 
 
-def open_source(model: str | None, **options: Any) -> Any:
-    """Load the source the options describe (:class:`ModelOptions`)."""
-    return model_options(model, **options).load()
+def model_command(*, without: tuple[str, ...] = (), model: Any = Model) -> Any:
+    """Give a command the model options of :data:`MODEL_PARAMETERS` (less ``without``, which it does not take;
+    ``model``: another declaration of ``--model``, such as generate's). The command's own function takes
+    ``options: ModelOptions`` in their place; its other parameters keep their order, the model options follow."""
+    import functools
+    import inspect
+
+    unknown = set(without) - set(MODEL_PARAMETERS)
+    if unknown:
+        raise ValueError(f"no model option {sorted(unknown)}")
+
+    def decorate(func: Any) -> Any:
+        own = [p for p in inspect.signature(func).parameters.values() if p.name != "options"]
+        taken = {name: (kind, model if name == "model" else default)
+                 for name, (kind, default) in MODEL_PARAMETERS.items() if name not in without}
+        added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=kind)
+                 for name, (kind, default) in taken.items()]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name, None) for name in MODEL_PARAMETERS}
+            options = ModelOptions(
+                given["model"], _value(given["engine"], "auto"), given["causal"], given["revision"],
+                _value(given["device"], "cpu"), given["device_map"], bool(given["trust_remote_code"]),
+                bool(given["verbose"]), _value(given["dtype"], None))
+            return func(options=options, **kwargs)
+
+        arguments = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
+        first = [p for p in added if p.name == "model"]  # --model first after the arguments, as users look for it
+        rest = [p for p in own if p not in arguments]
+        wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [*arguments, *first, *rest, *(p for p in added if p.name != "model")])
+        wrapper.__annotations__ = {**{p.name: func.__annotations__.get(p.name) for p in own},
+                                   **{name: kind for name, (kind, _) in taken.items()}}
+        return wrapper
+
+    return decorate
+
+
+def _value(choice: Any, default: Any) -> Any:
+    return default if choice is None else getattr(choice, "value", choice)

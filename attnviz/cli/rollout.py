@@ -14,34 +14,23 @@ from ..labels import safe_text
 from .common import cli_command, renamed, show_view
 from .options import (
     CMAP_HELP,
-    Causal,
     Cmap,
-    Device,
-    DeviceMap,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     Fit,
     HideSpecial,
     Kind,
     KindChoice,
     Layer,
-    Model,
+    ModelOptions,
     Out,
     Pair,
     Renormalize,
-    Revision,
     Target,
     TextFile,
     Truncate,
-    TrustRemoteCode,
-    Verbose,
     Width,
     Words,
     kind_name,
-    open_source,
+    model_command,
     parse_head,
     parse_layer,
     reading,
@@ -75,10 +64,11 @@ METHOD_HELP = _method_help()
 
 
 @cli_command(flags={"vs": "--similar-to"})
+@model_command()
 def rollout(
+    options: ModelOptions,
     text: str | None = typer.Argument(None, metavar="TEXT", help="Input text (leave out for configs with a fixed input; - reads standard input).", show_default=False),
     text_file: Path | None = TextFile,
-    model: str | None = Model,
     method: str = typer.Option("rollout", "--method", help=METHOD_HELP, autocompletion=_method_names),
     fusion: Fusion | None = typer.Option(None, "--fusion", help="rollout, flow: how a layer's heads are combined (default mean).", show_default=False),
     norm: bool = typer.Option(False, "--norm", help="Same as --method norm: norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020)."),
@@ -96,18 +86,10 @@ def rollout(
     cmap: Cmap | None = typer.Option(None, "--cmap", help=CMAP_HELP + " Default: coolwarm for attn-grad, else viridis.", show_default=False),
     width: int | None = Width,
     truncate: bool = Truncate,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    device_map: str | None = DeviceMap,
     pair: str | None = Pair,
-    causal: bool | None = Causal,
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
 ) -> None:
     """Attention rollout (Abnar & Zuidema 2020) and attribution beyond raw attention (--method): attention flow,
     gradient-weighted attention (Chefer et al. 2021), norm-based mixing with the residual and LayerNorm
@@ -136,9 +118,7 @@ def rollout(
                          head=None if head is None else parse_head(head), target_token=target_token, vs=vs,
                          force=force, kind=kind_name(kind), target=target, reading=view, pair=pair)
     text = text_from_file(text, text_file)  # read before the model loads
-    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
-                         trust_remote_code=trust_remote_code, verbose=verbose,
-                         dtype=dtype)
+    source = options.load()
     text = text_or_example(text, source)
     from ..api import attribution_view
 

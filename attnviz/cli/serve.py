@@ -7,27 +7,17 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, stdout_console
 from .options import (
-    Causal,
     Cmap,
     CmapOpt,
-    Device,
-    DeviceMap,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
-    Model,
-    Revision,
-    TrustRemoteCode,
-    Verbose,
-    open_source,
+    ModelOptions,
+    model_command,
 )
 
 
 @cli_command
+@model_command()
 def serve(
-    model: str | None = Model,
+    options: ModelOptions,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on. 127.0.0.1 (the default) is this "
                              "machine only; 0.0.0.0 or another address opens the server to your network, with no "
                              "password."),
@@ -39,14 +29,6 @@ def serve(
                                    "requests at most (pages, their queries and keys, tiles), least recently used "
                                    "dropped first: bytes, or with K, M or G."),
     cmap: Cmap = CmapOpt,
-    causal: bool | None = Causal,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    device_map: str | None = DeviceMap,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
 ) -> None:
     """Serve the interactive page at http://HOST:PORT/ with the model kept loaded: type a text and every
     view follows. GET /api/attention?text=... answers with the attention of every head as JSON.
@@ -61,9 +43,7 @@ def serve(
     if not host.strip():
         raise UsageError("--host is empty; give an address such as 127.0.0.1")
     cache = cache_bytes(cache_size)
-    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
-                         dtype=dtype)
+    source = options.load()
     if source.capabilities.fixed_input:
         raise UsageError(f"{source.name} has a fixed input (a matrices config or a saved result): there is nothing "
                          "to type; use attnviz view")

@@ -9,27 +9,17 @@ import typer
 from ..errors import UsageError
 from .common import cli_command
 from .options import (
-    Causal,
-    Device,
-    DeviceMap,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     HideSpecial,
     Kind,
     KindChoice,
-    Model,
+    ModelOptions,
     Pair,
     Renormalize,
-    Revision,
     Target,
     TextFile,
-    TrustRemoteCode,
     Words,
     kind_name,
-    model_options,
+    model_command,
     reading,
     text_from_file,
 )
@@ -44,10 +34,11 @@ def check_available() -> None:
 
 
 @cli_command
+@model_command(without=('verbose',))
 def tui(
+    options: ModelOptions,
     text: str | None = typer.Argument(None, metavar="TEXT", help="The first text (leave out to type one in the app; a "
                                       "saved result shows its own).", show_default=False),
-    model: str | None = Model,
     text_file: Path | None = TextFile,
     pair: str | None = Pair,
     target: str | None = Target,
@@ -55,13 +46,6 @@ def tui(
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
-    causal: bool | None = Causal,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    device_map: str | None = DeviceMap,
-    trust_remote_code: bool = TrustRemoteCode,
 ) -> None:
     """Explore attention in the terminal: every layer, head and view at the keyboard, the model kept loaded
     (←/→ layer, ↑/↓ head, Tab or 1–7 views, / find, t new text, s save, ? help, q quit). Works over SSH and
@@ -72,8 +56,6 @@ def tui(
     check_available()
     text = text_from_file(text, text_file)
     view = reading(hide_special, renormalize, words)  # checked before the model loads
-    options = model_options(model, engine=engine, causal=causal, revision=revision, device=device,
-                            device_map=device_map, trust_remote_code=trust_remote_code, verbose=False, dtype=dtype)
     from ..tui.app import AttnvizTUI
     from ..tui.explorer import Explorer
 

@@ -9,32 +9,21 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, wrote
 from .options import (
-    Causal,
     Cmap,
     CmapOpt,
-    Device,
-    DeviceMap,
-    DeviceOpt,
-    Dtype,
-    DtypeOpt,
-    EngineChoice,
-    EngineOpt,
     HideSpecial,
     Kind,
     KindChoice,
     Layer,
-    Model,
+    ModelOptions,
     Pair,
     Renormalize,
-    Revision,
     Target,
     TextFile,
     Truncate,
-    TrustRemoteCode,
-    Verbose,
     Words,
     kind_name,
-    open_source,
+    model_command,
     parse_head,
     parse_layer,
     reading,
@@ -60,13 +49,14 @@ SHOW_HELP = _show_help()
 
 
 @cli_command(flags={"view": "--show"})
+@model_command()
 def view(
+    options: ModelOptions,
     text: str | None = typer.Argument(
         None, metavar="TEXT", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
     out: Path = typer.Option(Path("attnviz.html"), "--out", "-o", help="The page to write (.html); attnviz.html in "
                              "this folder unless given (--open shows it in the browser)."),
-    model: str | None = Model,
     layer: str = Layer,
     head: str = typer.Option("0", "--head", help="The head shown first (a number from 0)."),
     kind: KindChoice = Kind,
@@ -79,16 +69,8 @@ def view(
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
-    causal: bool | None = Causal,
     cmap: Cmap = CmapOpt,
     truncate: bool = Truncate,
-    engine: EngineChoice = EngineOpt,
-    revision: str | None = Revision,
-    device: Device = DeviceOpt,
-    dtype: Dtype | None = DtypeOpt,
-    device_map: str | None = DeviceMap,
-    trust_remote_code: bool = TrustRemoteCode,
-    verbose: bool = Verbose,
 ) -> None:
     """Write an interactive page: the head view (tokens in two columns, hover one), the model view (every
     layer x head; click one), each head's matrix with a tooltip, and the sortable head statistics.
@@ -111,9 +93,7 @@ def view(
 
     check_output_path(out)
     text = text_from_file(text, text_file)
-    source = open_source(model, engine=engine, causal=causal, revision=revision, device=device,
-                         device_map=device_map, trust_remote_code=trust_remote_code, verbose=verbose,
-                         dtype=dtype)
+    source = options.load()
     text = text_or_example(text, source)
     from ..api import page_view
     from ..render.html import render_html
