@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=30, help="sentences")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=None, help="export's --jobs (default: export's own default)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a checkout of attnviz (its root) to time the export from as well, in the same run")
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,7 +44,7 @@ def main() -> None:
         texts = root / "texts.txt"
         texts.write_text("\n".join(sentences(args.n)) + "\n", encoding="utf-8")
         jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
-        heatmap, export = [], []
+        heatmap, export, before = [], [], []
         for r in range(args.runs):
             heatmap += time_command([PY, "-m", "attnviz", "heatmap", SENTENCE, "--head", "all",
                                      "--out", str(root / f"x{r}.png")], 1, env)
@@ -51,9 +53,16 @@ def main() -> None:
                                     "--formats", "png", "--quiet", *jobs], 1, env)
             drawn = len(list(out.glob("*.png")))
             assert drawn == args.n * 6, f"export drew {drawn} figures, expected {args.n * 6}"
+            if args.before is not None:
+                before += time_command([PY, "-m", "attnviz", "export", str(texts), "--out", str(root / f"before{r}"),
+                                        "--formats", "png", "--quiet", *jobs], 1,
+                                       {**env, "PYTHONPATH": str(args.before.resolve())})
     report(f"export of {args.n} sentences as labelled PNG figures ({args.n * 6}), against one heatmap",
            f"attnviz export --formats png ({args.n} texts)", export,
            "attnviz heatmap --head all --out x.png", heatmap, goal="<= 8x")
+    if before:
+        report("the same export, before", f"export from {args.before}", before,
+               "attnviz heatmap --head all --out x.png", heatmap, goal="(for comparison)")
 
 
 if __name__ == "__main__":
