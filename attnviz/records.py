@@ -1,12 +1,16 @@
 """A registry of records by name: what the head statistics, the attribution methods and their like
 are kept in. Each record has a ``name``; the records the package defines itself are sealed as built
-in (they stay), and others may be added and removed (by a user's code, a test, a notebook)."""
+in (they stay), and others may be added and removed (by a user's code, a test, a notebook, a plugin).
+
+Reading a sealed registry (``in``, ``[]``, ``get``, iterating, ``keys``/``values``/``items``, ``len``)
+first loads the plugins (:func:`attnviz.plugins.load_plugins`, once per process), so what a plugin
+registers is there wherever the built-ins are."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 Record = TypeVar("Record")
 
@@ -20,6 +24,45 @@ class Registry(dict[str, Record], Generic[Record]):
         self.what, self._check = what, check
         self.built_in: frozenset[str] = frozenset()
 
+    def _read(self) -> None:
+        """Before a read: load the plugins once the built-ins are sealed (not while they register)."""
+        if self.built_in:
+            from .plugins import load_plugins
+
+            load_plugins()
+
+    def __contains__(self, name: object) -> bool:
+        self._read()
+        return super().__contains__(name)
+
+    def __getitem__(self, name: str) -> Record:
+        self._read()
+        return super().__getitem__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        self._read()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._read()
+        return super().__len__()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self._read()
+        return super().get(name, default)
+
+    def keys(self) -> Any:
+        self._read()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._read()
+        return super().values()
+
+    def items(self) -> Any:
+        self._read()
+        return super().items()
+
     def register(self, record: Record) -> Record:
         """Add ``record``; its name must be new."""
         name = record.name  # type: ignore[attr-defined]
@@ -32,7 +75,7 @@ class Registry(dict[str, Record], Generic[Record]):
 
     def seal(self) -> frozenset[str]:
         """Mark every record registered so far as built in; returns their names."""
-        self.built_in = frozenset(self)
+        self.built_in = frozenset(dict.keys(self))
         return self.built_in
 
     def unregister(self, name: str) -> None:
