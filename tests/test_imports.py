@@ -53,26 +53,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "a renderer still computing or naming an analysis or method type (issue 42: to move)",
     ("attnviz.result", "attnviz.notebook"):
         "AttentionResult._repr_html_: Jupyter asks the class itself for its display",
-    ("attnviz.sources.base", "attnviz.explain.inputs"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.decoding", "attnviz.generation.sampling"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.hf", "attnviz.explain.inputs"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.mixing", "attnviz.attribution.mixing"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.native", "attnviz.explain.inputs"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.native", "attnviz.generation.sampling"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.native.explain", "attnviz.explain.inputs"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.native.generate", "attnviz.generation.sampling"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.own", "attnviz.explain.inputs"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
-    ("attnviz.sources.own", "attnviz.generation.sampling"):
-        "a type the sources hand upward, still defined in the method that reads it (issue 42: to move down)",
 }
 
 

@@ -42,22 +42,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ..sources.contracts import MixingParts
+
 MixingLevel = Literal["attention", "residual", "layernorm"]
 LEVELS: tuple[MixingLevel, ...] = ("attention", "residual", "layernorm")
 _CHUNK_ELEMENTS = 1 << 23  # numbers in one block: [rows, T, H] float64 or [rows, T, d] float32, 32-64 MiB
-
-
-@dataclass
-class MixingParts:
-    """What one layer's attention block is made of, for one text (see the module's docstring)."""
-
-    layer: int  # the model's number for it
-    attentions: Tensor  # [H, T, T]
-    transformed: Tensor  # [H, T, d]  f^h(x_j), W_O^h (and b_V) included
-    residual: Tensor  # [T, d]  the stream added back, x_i
-    bias_o: Tensor | None  # [d]
-    post_norm: tuple[Tensor, Tensor, float] | None  # (γ, β, ε) of the LayerNorm after the residual; None: pre-LN
-    layer_output: Tensor | None = None  # [T, d] the block's real output (post-LN: after that LN), for checks
 
 
 @dataclass

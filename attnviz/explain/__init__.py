@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..attention import apply_rotary, causal_mask, merge_heads, repeat_kv, split_heads
 from ..errors import UsageError
-from .inputs import ExplainInputs, PositionSteps
+from ..sources.contracts import ExplainInputs, PositionSteps
 
 WHY_SCALE = (
     "Why 1/√d_k: if the components of a query and a key are independent with mean 0 and variance 1, "

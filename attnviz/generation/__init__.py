@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
-from .sampling import MAX_NEW_TOKENS, Sampling
+from ..sources.sampling import MAX_NEW_TOKENS, Sampling
 
 __all__ = ["MAX_NEW_TOKENS", "Sampling", "generate", "generated_summary"]
 

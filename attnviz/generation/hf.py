@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from ..sources.decoding import sampling_metadata
-from .sampling import Sampling
+from ..sources.sampling import Sampling
 
 
 def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool,

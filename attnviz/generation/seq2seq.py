@@ -25,8 +25,8 @@ from typing import Any
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from ..sources.decoding import sampling_metadata
+from ..sources.sampling import Sampling
 from .hf import engine_of, generated_labels, load_for_generation, rows_by_step
-from .sampling import Sampling
 
 TARGET_START = 1
 """Index in ``target_tokens`` of the first generated token: the decoder's start token comes before it."""

@@ -20,7 +20,7 @@ from ..result import AttentionResult
 from .stream import LayerStream, check_finite
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..explain.inputs import ExplainInputs
+    from .contracts import ExplainInputs
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from torch import Tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..attention import AttentionOutput
-    from ..generation.sampling import Sampling
+    from .sampling import Sampling
 
 
 @dataclass

@@ -37,7 +37,7 @@ from .stream import ROWS_ASKED_FROM_TOKENS, ROWS_FROM_BYTES, LayerStream
 from .tokens import TokenInfo, unknown_token_id
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..explain.inputs import ExplainInputs
+    from .contracts import ExplainInputs
 
 
 def _load(

@@ -1,7 +1,7 @@
 """One layer's pieces for norm-based mixing (Kobayashi et al. 2021, :mod:`attnviz.attribution.mixing`), one text.
 
 The model runs as an extraction runs it; forward (pre-)hooks on each wanted layer's modules record
-what the decomposition needs, and each layer's :class:`~attnviz.attribution.mixing.MixingParts` is handed on
+what the decomposition needs, and each layer's :class:`~attnviz.sources.contracts.MixingParts` is handed on
 before the next layer is computed (the native engine), so one layer's ``[H, T, T]`` and
 ``[H, T, d]`` tensors are held at a time.
 
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ..attribution.mixing import MixingParts
 from ..errors import InputError, UsageError
+from .contracts import MixingParts
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..attention import AttentionOutput

@@ -10,16 +10,16 @@ import torch
 from ..attention import AttentionOutput, head_value_norms
 from ..config import MatrixConfig, ModelConfig, TransformerConfig
 from ..errors import InputError, UsageError
-from ..explain.inputs import ExplainInputs, PositionSteps
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
+from .contracts import ExplainInputs, PositionSteps
 from .own_model import OwnTransformer, matrix_attention, sinusoidal_positions
 from .tokens import bound_characters
 from .words import word_id, word_tokens
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..generation.sampling import Sampling
     from .own_seq2seq import OwnSeq2Seq
+    from .sampling import Sampling
     from .stream import LayerStream
 
 

@@ -26,9 +26,9 @@ from .common import NativeModel
 from .weights import load_weights
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...explain.inputs import ExplainInputs
-    from ...generation.sampling import Sampling
     from ...result import AttentionResult
+    from ..contracts import ExplainInputs
+    from ..sampling import Sampling
 
 CLASSES: tuple[type[NativeModel], ...] = (Bert, gpt2.GPT2, llama.Llama)
 """The families the native engine runs; each class says its traits (:class:`NativeModel`)."""

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ...attention import causal_mask, combine_masks
 from ...errors import UsageError
-from ...explain.inputs import ExplainInputs
+from ..contracts import ExplainInputs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...attention import MultiHeadAttention

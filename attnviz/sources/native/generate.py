@@ -23,7 +23,7 @@ from ..stream import Capture, check_finite
 from ..tokens import encode, label_from_piece
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...generation.sampling import Sampling
+    from ..sampling import Sampling
 
 NativeSource = Any  # attnviz.sources.native.NativeSource, named, not imported: the package imports this module
 

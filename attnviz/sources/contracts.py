@@ -1,5 +1,7 @@
-"""What a walkthrough (attnviz.explain) needs from a model: kept apart so that the sources that
-provide it and the walkthrough that reads it both stand on it, and neither imports the other."""
+"""The types the sources hand upward, defined where the sources are: what a walkthrough
+(:mod:`attnviz.explain`) needs from a model (:class:`ExplainInputs`) and what norm-based mixing
+(:mod:`attnviz.attribution.mixing`) runs on (:class:`MixingParts`). The methods above import them; a
+source never imports a method (docs/development.md, the floor plan)."""
 
 from __future__ import annotations
 
@@ -53,3 +55,17 @@ class ExplainInputs:
     rotary: tuple[Tensor, Tensor] | None = None  # ([T, d_k], [T, d_k])
     positions: PositionSteps | None = None
     model_kind: str = "config"  # "config" (a .toml) or "model" (a real checkpoint's layer)
+
+
+@dataclass
+class MixingParts:
+    """What one layer's attention block is made of, for one text (Kobayashi et al. 2021; the decomposition
+    is :mod:`attnviz.attribution.mixing`'s docstring)."""
+
+    layer: int  # the model's number for it
+    attentions: Tensor  # [H, T, T]
+    transformed: Tensor  # [H, T, d]  f^h(x_j), W_O^h (and b_V) included
+    residual: Tensor  # [T, d]  the stream added back, x_i
+    bias_o: Tensor | None  # [d]
+    post_norm: tuple[Tensor, Tensor, float] | None  # (γ, β, ε) of the LayerNorm after the residual; None: pre-LN
+    layer_output: Tensor | None = None  # [T, d] the block's real output (post-LN: after that LN), for checks
