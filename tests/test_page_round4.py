@@ -224,9 +224,7 @@ def test_a_page_without_single_cells_never_offers_them_and_labels_each_cell(brow
     page.close()
 
 
-ATLAS_TEXTS = ["The cat sat on the mat.", "A dog chased the cat around the garden.", "Attention is all you need.",
-               "The river runs through the old city.", "She read the letter twice before she answered.",
-               "Birds sing at dawn in the quiet park.", "He plays the piano every evening."]
+from test_atlas_data import TEXTS as ATLAS_TEXTS  # noqa: E402 (the atlas tests' seven texts)
 
 
 @pytest.fixture(scope="module")
