@@ -55,9 +55,15 @@ def generate(
     """
     chosen_layer = parse_layer(layer)
     head_choice = parse_index_or_word(head, "--head", "head", ("mean",))
+    from ..render.registry import FORMATS, figure_suffixes, or_list, page_format
+
+    # --out: the result (.npz), or a view format of the registry: a figure of the generated rows, or the page
     suffix = None if out is None else out.suffix.lower()
-    if suffix not in (None, ".npz", ".png", ".svg", ".pdf", ".html"):
-        raise UsageError(f"--out {out}: use .npz, .png, .svg, .pdf or .html")
+    page = None if out is None else page_format(out)
+    pages = [f.suffix for f in FORMATS.values() if f.kind == "view" and f.per_text]
+    accepted = list(dict.fromkeys([FORMATS["npz"].suffix, *figure_suffixes(), *pages]))
+    if suffix not in (None, *accepted):
+        raise UsageError(f"--out {out}: use {or_list(accepted)}")
     prompt = text_from_file(prompt, text_file)
     if prompt is None:
         raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
@@ -86,16 +92,15 @@ def generate(
     chosen_head = None if head_choice == "mean" else int(head_choice)
     summary = generation_summary(result, layer=chosen_layer, head=chosen_head, top=top)
     _print_summary(summary, console)
-    if suffix == ".npz":
-        wrote(result.save(out))  # type: ignore[arg-type]
+    if out is not None and suffix == FORMATS["npz"].suffix:
+        wrote(result.save(out))
         return
-    if suffix == ".html":  # the whole result's page, opened on the generated rows (an encoder-decoder's cross)
+    if out is not None and page is not None:  # the whole result's page, opened on the generated rows (an encoder-decoder's cross)
         from ..api import page_of_result
-        from ..render.html import render_html
 
-        page = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query",
-                              kind="cross" if summary.seq2seq else "self")
-        wrote(render_html(page, out, cmap=cmap.value))  # type: ignore[arg-type]
+        whole = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query",
+                               kind="cross" if summary.seq2seq else "self")
+        wrote(page.render(whole, out, cmap=cmap.value))
         return
     view = generation_view(result, layer=chosen_layer, head=chosen_head, cmap=cmap.value)
     show_view(view, out, values=False, fit="downsample", width=width)

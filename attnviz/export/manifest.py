@@ -166,8 +166,9 @@ class Journal:
         items in a shared folder) are never touched."""
         listed = {name for item in items for name in self.entries.get(item.index, {}).get("files", [])}
         indices = {f"{item.index:06d}" for item in items}
+        output = _output_names()
         return sorted(path for path in self.out_dir.iterdir()
-                      if path.is_file() and path.name not in listed and (m := _OUTPUT.fullmatch(path.name))
+                      if path.is_file() and path.name not in listed and (m := output.fullmatch(path.name))
                       and (m.group(1) or m.group(2)) in indices)
 
 
@@ -190,9 +191,24 @@ def safe_name(name: object) -> bool:
 
 
 _SAFE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
-# What an export writes for an item: {index:06d}-{slug}.npz, .stats.json, .L{layer}[H{head}].{png,svg,pdf}
-# and heads-{first index:06d}.parquet, the Parquet part of the block an item starts.
-_OUTPUT = re.compile(r"(\d{6})-[a-z0-9-]+\.(?:npz|stats\.json|html|L\d+(?:H\d+)?\.(?:png|svg|pdf))|heads-(\d{6})\.parquet")
+
+
+def _output_names() -> re.Pattern[str]:
+    """What an export writes for an item, by the formats of :data:`attnviz.render.registry.FORMATS`:
+    {index:06d}-{slug} and a data format's or a page's suffix (.npz, .stats.json, .html), or
+    .L{layer}[H{head}] and a figure's (.png, .svg, .pdf); and heads-{first index:06d}.parquet, the
+    Parquet part of the block an item starts."""
+    from ..render.registry import FORMATS
+
+    def either(formats: list[str]) -> str:
+        return "|".join(re.escape(suffix.removeprefix(".")) for suffix in sorted(set(formats), key=len, reverse=True))
+
+    whole = [f.suffix for f in FORMATS.values() if (f.kind == "data" and f.name != "parquet") or f.per_text]
+    layers = [f.suffix for f in FORMATS.values() if f.kind == "view" and not f.per_text]
+    return re.compile(rf"(\d{{6}})-[a-z0-9-]+\.(?:{either(whole)}|L\d+(?:H\d+)?\.(?:{either(layers)}))"
+                      r"|heads-(\d{6})\.parquet")
+
+
 _REQUIRED = ("index", "hash", "status", "settings", "of")
 
 
@@ -211,7 +227,8 @@ def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
     entries, sources = _merge_plan(dirs)
     shard_folders = {folder.resolve() for folder in dirs}
     if out.is_dir() and out.resolve() not in shard_folders:
-        other = sorted(out.glob("manifest*.jsonl")) + sorted(p for p in out.iterdir() if _OUTPUT.fullmatch(p.name)
+        output = _output_names()
+        other = sorted(out.glob("manifest*.jsonl")) + sorted(p for p in out.iterdir() if output.fullmatch(p.name)
                                                              or p.name in ("heads.parquet", "texts.parquet"))
         if other:
             raise InputError(f"[[out={out}]] already holds an export ({other[0].name}); merging would overwrite it. "

@@ -4,8 +4,11 @@ A view format (``kind="view"``) draws a :class:`~attnviz.render.view.HeatmapView
 ``render(view, path, **options) -> Path``. A data format (``kind="data"``) is written by the export
 pipeline from the result itself (npz, statistics JSON). ``--out``'s extension check, export's
 ``--formats`` and both places that draw (the commands and export's drawing processes) read this
-table, so adding a format is one module plus one :func:`register` line here. Renderers are named
-as ``"module:function"`` and imported only when used, so ``attnviz --help`` loads no matplotlib.
+table (as do generate's ``--out``, the TUI's ``s`` and export's manifest), so adding a format is one
+module plus one :func:`register` call, here, in a user's code or in a plugin (:mod:`attnviz.plugins`).
+:data:`FORMATS` is a :class:`~attnviz.records.Registry`: a taken name, or a view format's extension
+another view format already writes, is refused. Renderers are named as ``"module:function"`` and
+imported only when used, so ``attnviz --help`` loads no matplotlib.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from ..records import Registry
 
 
 @dataclass(frozen=True)
@@ -35,13 +40,25 @@ class Format:
         return draw(view, path, **options)
 
 
-FORMATS: dict[str, Format] = {}
+# What a command shows, as numbers (``--out FILE.npz|.json``); export writes results, not views.
+VIEW_DATA = {f.suffix: f for f in (
+    Format("view-npz", "view", ".npz", "attnviz.render.view_data:write_view_npz", "the view's matrices and labels"),
+    Format("view-json", "view", ".json", "attnviz.render.view_data:write_view_json", "the view's matrices as JSON"),
+)}
 
 
-def register(fmt: Format) -> Format:
-    FORMATS[fmt.name] = fmt
-    return fmt
+def _check(registered: Registry[Format], fmt: Format) -> None:
+    """A view format is found by its file's extension (:func:`for_path`): that extension must be free."""
+    if not fmt.suffix.startswith(".") or fmt.suffix != fmt.suffix.lower():
+        raise ValueError(f"{fmt.name}: a format's suffix is a lower-case extension such as .png; got {fmt.suffix!r}")
+    taken = [f.name for f in registered.values() if f.kind == "view" and f.suffix == fmt.suffix]
+    if fmt.kind == "view" and (taken or fmt.suffix in VIEW_DATA):
+        raise ValueError(f"the format {(taken or [VIEW_DATA[fmt.suffix].name])[0]!r} already writes {fmt.suffix} files")
 
+
+FORMATS: Registry[Format] = Registry("format", _check)
+"""Every output format, by name, in the order export's ``--formats`` lists them."""
+register, unregister, registered = FORMATS.register, FORMATS.unregister, FORMATS.registered
 
 register(Format("png", "view", ".png", "attnviz.render.image:render_image", "a labelled figure (matplotlib)"))
 register(Format("svg", "view", ".svg", "attnviz.render.image:render_image", "a labelled figure, vector"))
@@ -52,14 +69,9 @@ register(Format("npz", "data", ".npz", None, "tokens, ids and attentions (Attent
 register(Format("json", "data", ".stats.json", None, "every head's statistics and labels"))
 register(Format("parquet", "data", ".parquet", None,
                 "every head's statistics, one row per text × layer × head: heads.parquet and texts.parquet"))
+BUILT_IN = FORMATS.seal()
 
 TILES = Format("tiles", "view", ".png", "attnviz.render.tiles:render_tiles", "bare colour tiles, no labels")
-
-# What a command shows, as numbers (``--out FILE.npz|.json``); export writes results, not views.
-VIEW_DATA = {f.suffix: f for f in (
-    Format("view-npz", "view", ".npz", "attnviz.render.view_data:write_view_npz", "the view's matrices and labels"),
-    Format("view-json", "view", ".json", "attnviz.render.view_data:write_view_json", "the view's matrices as JSON"),
-)}
 
 
 def view_formats() -> list[str]:
@@ -70,6 +82,22 @@ def view_formats() -> list[str]:
 def output_suffixes() -> list[str]:
     """The extensions ``--out FILE`` accepts: one per view format, and the view's numbers (.npz, .json)."""
     return list(dict.fromkeys([*(FORMATS[name].suffix for name in view_formats()), *VIEW_DATA]))
+
+
+def figure_suffixes() -> list[str]:
+    """The extensions of the view formats that draw one view (png, svg, pdf, …; not a page such as .html)."""
+    return [f.suffix for f in FORMATS.values() if f.kind == "view" and not f.per_text]
+
+
+def page_format(path: str | Path) -> Format | None:
+    """The format that writes a whole page (``per_text``: .html) for a file name's extension, or None."""
+    suffix = Path(path).suffix.lower()
+    return next((f for f in FORMATS.values() if f.kind == "view" and f.per_text and f.suffix == suffix), None)
+
+
+def or_list(suffixes: list[str]) -> str:
+    """``.png, .svg or .pdf``: extensions as a message lists them."""
+    return suffixes[0] if len(suffixes) == 1 else ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
 
 
 def for_path(path: str | Path) -> Format:

@@ -14,29 +14,27 @@ def save_view(explorer: Any, path: Path) -> Path:
     interactive page, the current head open; ``.npz``: the whole result (``AttentionResult.load`` reads it);
     ``.json``: the current head's matrix and labels."""
     from ..fileio import check_output_path
+    from ..render.registry import FORMATS, VIEW_DATA, figure_suffixes, for_path, or_list, page_format
 
     path = Path(path).expanduser()
     suffix = path.suffix.lower()
-    if suffix == ".npz":
+    if suffix == FORMATS["npz"].suffix:
         if explorer.result is None:
-            raise UsageError("a long text's weights are not kept whole here; save this head as .png, .svg, .pdf or "
-                             ".json, or write every weight with attnviz export")
+            one_head = [*figure_suffixes(), *(s for s in VIEW_DATA if s != suffix)]
+            raise UsageError(f"a long text's weights are not kept whole here; save this head as {or_list(one_head)}, "
+                             "or write every weight with attnviz export")
         return Path(explorer.result.save(path))
     check_output_path(path)
     source, text, options = explorer.inputs()
-    if suffix == ".html":
+    page_fmt = page_format(path)
+    if page_fmt is not None:
         from ..api import page_view
-        from ..render.html import render_html
 
         page = page_view(source, text, layer=None, head=explorer.head, **options)
-        return Path(render_html(page, path))
+        return Path(page_fmt.render(page, path))
     from ..api import attention_view
-    from ..render.registry import VIEW_DATA, for_path
 
     region = explorer.region()
     view = attention_view(source, text, layer=explorer.layer_number, head=explorer.head, rows=region,
-                          cols=region, pool=suffix in (".png", ".svg", ".pdf") or None, **options)
-    fmt = VIEW_DATA.get(suffix) or for_path(path)
-    if fmt is None:  # pragma: no cover - check_output_path refused it first
-        raise UsageError(f"{path}: use .png, .svg, .pdf, .html, .npz or .json")
-    return Path(fmt.render(view, path))
+                          cols=region, pool=suffix in figure_suffixes() or None, **options)
+    return Path(for_path(path).render(view, path))
