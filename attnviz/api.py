@@ -118,11 +118,11 @@ def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = F
     Texts run in padded batches of ``batch_size``, and each layer's statistics are taken as soon
     as the engine computes it, so a long text never holds every layer's matrices at once.
     ``pair`` is a second sentence for every text; ``reading`` drops special tokens or joins words first;
-    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`attnviz.views.layers.read_layers`);
+    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`attnviz.sources.layers.read_layers`);
     ``layer``: that layer alone (the native engine computes no other layer's weights).
     """
     from .analysis.heads import HeadTableBuilder
-    from .views.layers import read_layers
+    from .sources.layers import read_layers
 
     builder = HeadTableBuilder()
     for start in range(0, len(texts), batch_size):
@@ -153,7 +153,7 @@ def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, t
     :data:`attnviz.analysis.compare.DISTANCE_BUDGET` (long inputs): then summed over evenly spaced query
     rows and scaled, which the overview's notes say; ``all_rows`` computes every row."""
     from .analysis.compare import OverviewBuilder
-    from .views.layers import read_layers
+    from .sources.layers import read_layers
 
     reader = read_layers(source, [text], reading=reading, kind=kind, target=target, truncate=truncate,
                          layers=None if layer is None else [layer], pairs=[pair], purpose="comparing heads")

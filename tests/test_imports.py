@@ -35,8 +35,6 @@ ORDER = tuple(PARTS)
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("attnviz.api", "attnviz.notebook"):
         "the notebook display still reached from the API (issue 42: to move)",
-    ("attnviz.attribution.views", "attnviz.views.layers"):
-        "the layer reader still sits in views/ above the methods that read layers (issue 42: to move down)",
     ("attnviz.fileio", "attnviz.render.registry"):
         "the output-format check still asks the renderers' registry (issue 42: to move up)",
     ("attnviz.render.comparison", "attnviz.analysis.compare"):

@@ -45,7 +45,7 @@ class ItemExport:
 
     def add(self, position: int, part: Any, shown: AttentionResult) -> None:
         """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``,
-        read as the settings say (:mod:`attnviz.views.layers`), over ``shown``'s tokens."""
+        read as the settings say (:mod:`attnviz.sources.layers`), over ``shown``'s tokens."""
         heads = part.n_heads
         if self.settings.heads is not None and max(self.settings.heads) >= heads:
             raise UsageError(f"[[heads={max(self.settings.heads)}]] is out of range; {self.header.model_name} has "

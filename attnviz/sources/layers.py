@@ -12,7 +12,8 @@ flow, the page, the pooled heatmap, the batch export) iterates a :class:`LayerRe
 - with a reading that drops special tokens or joins word pieces, each part is that layer as read,
   and :attr:`LayerReader.results` describe the tokens as read (filled in as layers arrive).
 
-A reader is iterated once; it holds one layer at a time.
+A reader is iterated once; it holds one layer at a time. It sits with the sources, below the methods
+(rollout, flow) and the views that read layers through it (docs/development.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..result import AttentionResult
-    from ..sources.stream import ItemLayer, LayerStream
+    from .stream import ItemLayer, LayerStream
 
 SQUARE = ("self", "encoder", "decoder")
 """The kinds of attention a reader reads: token over token (cross-attention is target × source)."""
@@ -54,7 +55,7 @@ class LayerReader:
             del parts  # before the next layer is computed
 
     def _read(self, index: int, part: ItemLayer) -> ItemLayer:
-        from ..sources.stream import ItemLayer
+        from .stream import ItemLayer
 
         read = self.reading.layer(self._stream.results[index], part.attentions)
         self.results[index] = replace(read, attentions=read.attentions[:0])  # the tokens as read, no weights
@@ -87,7 +88,7 @@ def read_layers(source: Any, texts: Sequence[str | None], *, reading: Reading = 
                          "self-attention")
     from ..analysis.transforms import refuse_cross, self_attention
     from ..layer_range import check_layers
-    from ..sources.stream import LayerStream
+    from .stream import LayerStream
 
     if kind == "cross":
         refuse_cross(purpose)  # before running the model
