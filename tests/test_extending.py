@@ -86,6 +86,26 @@ def test_a_method_added_from_a_test_module_reaches_the_api_and_the_cli(run_cli):
     assert r.exit_code == 2 and "is unknown" in r.stderr  # unregistered with the block
 
 
+def test_a_method_declares_its_options_and_the_check_reads_each_declaration():
+    """The options are records (methods.OPTIONS) a method names; the check refuses one given that the method
+    does not name, in the option's words, naming the methods that do (one added from outside among them)."""
+    from attnviz.attribution import check_method_options
+    from attnviz.errors import UsageError
+
+    with pytest.raises(UsageError, match="choose the output y that grad-rollout and attn-grad differentiate; "
+                                         "rollout uses no gradient"):
+        check_method_options("rollout", target_token="cat")  # alone, without vs
+    refusal = lambda m, takers: f"[[cmap]] colours {takers} only; {m.name} draws in its own colours"  # noqa: E731
+    with methods.OPTIONS.registered(methods.Option("cmap", refusal)), \
+            methods.registered(methods.Method("painted", "p", "p", _last_layer_mean, frozenset({"cmap", "pair"}))):
+        with pytest.raises(UsageError, match=r"cmap.* colours painted only; rollout draws in its own colours"):
+            methods.check_request(methods.METHODS["rollout"], methods.Request(cmap="magma"))
+        methods.check_request(methods.METHODS["painted"], methods.Request(cmap="magma", pair="x"))
+    assert "cmap" not in methods.OPTIONS
+    with pytest.raises(ValueError, match="not a field of Request"):
+        methods.Option("colour", refusal)
+
+
 def test_a_record_with_a_bad_name_or_a_taken_one_is_refused():
     with pytest.raises(ValueError, match="identifier"):
         Statistic("two words", "tw", "x", _far_rows)

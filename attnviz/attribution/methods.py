@@ -2,11 +2,15 @@
 :func:`attnviz.api.attribution_view` can show.
 
 A :class:`Method` says everything the program needs of it: its ``name`` (the ``--method`` value),
-a ``summary`` for ``--help`` and a ``description`` for the docs, the ``options`` it takes (any other
-option given is refused before a model loads, with a message naming the methods that take it),
+a ``summary`` for ``--help`` and a ``description`` for the docs, the ``options`` it takes, by name (any
+other option given is refused before a model loads, with a message naming the methods that take it),
 whether it ``chains`` the layers (its ``layer`` is the last one chained) or shows one layer or
 every layer, what it ``needs`` of a source, and the ``view`` that computes it: a function
 ``(source, text, request) -> HeatmapView``. :func:`register` adds one; the built-ins are below.
+
+The options are records too (:class:`Option`, in :data:`OPTIONS`): a field of :class:`Request`, when
+it counts as given, and what the check says to a method that does not take it. A method declares
+the ones it takes; the check reads each method's declaration, not a list of its own.
 
 Light to import (the CLI builds its help from it): each built-in view imports its module on use.
 """
@@ -23,10 +27,6 @@ from ..records import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..render.view import HeatmapView
-
-OPTIONS = ("pair", "fusion", "head", "target_token", "vs", "force", "kind", "reading")
-"""The options a method may take, in the order an unused one is reported."""
-
 
 @dataclass(frozen=True)
 class Request:
@@ -48,14 +48,8 @@ class Request:
     notice: Callable[[str], None] | None = None
 
     def given(self, option: str) -> bool:
-        """Whether ``option`` was asked for (not left at its default)."""
-        if option == "reading":
-            return not self.reading.plain
-        if option == "kind":
-            return self.kind not in ("self", "encoder") or self.target is not None
-        if option == "vs":
-            return self.target_token is not None or self.vs is not None
-        return getattr(self, option) not in (None, False)
+        """Whether ``option`` (a name of :data:`OPTIONS`) was asked for (not left at its default)."""
+        return OPTIONS[option].is_given(self)
 
 
 @dataclass(frozen=True)
@@ -69,6 +63,51 @@ class Method:
     options: frozenset[str] = frozenset()
     chains: bool = False
     needs: str = "attention weights"  # what it reads of a source, said in the docs
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option a method may take (see the module): ``name``, a field of :class:`Request`; ``refusal``,
+    what the check says when it is given to a method that does not take it, from that method and the
+    names of those that do (``"rollout and flow"``); ``given``, when it counts as asked for (None: the
+    field is not at its default of None or False)."""
+
+    name: str
+    refusal: Callable[[Method, str], str]
+    given: Callable[[Request], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.given is None and self.name not in Request.__dataclass_fields__:
+            raise ValueError(f"option {self.name!r} is not a field of Request; give it a given(request) function")
+
+    def is_given(self, request: Request) -> bool:
+        return self.given(request) if self.given is not None else getattr(request, self.name) not in (None, False)
+
+
+OPTIONS: Registry[Option] = Registry("method option")
+"""The options a method may take, in the order an unused one is reported."""
+
+
+def _gradient_refusal(method: Method, takers: str) -> str:
+    return f"[[target_token]] and [[vs]] choose the output y that {takers} differentiate; {method.name} uses no gradient"
+
+
+for _option in (
+    Option("pair", lambda m, takers: f"{m.name} reads one text; [[pair]] goes with {takers}"),
+    Option("fusion", lambda m, takers: f"[[fusion]] belongs to {takers}, which fuse a layer's heads; {m.name} does not"),
+    Option("head", lambda m, takers: f"[[head]] applies to {takers}, which show heads; {m.name} " + (
+        "fuses every head of a layer (choose how with [[fusion]])" if "fusion" in m.options
+        else "sums or averages the heads")),
+    Option("target_token", _gradient_refusal),
+    Option("vs", _gradient_refusal, lambda r: r.target_token is not None or r.vs is not None),
+    Option("force", lambda m, takers: f"[[force]] lets attention flow run past its cost limit; only {takers} has one"),
+    Option("kind", lambda m, takers: f"{m.name} runs on a model's self-attention; [[kind]] and [[target]] go with "
+           f"{takers}", lambda r: r.kind not in ("self", "encoder") or r.target is not None),
+    Option("reading", lambda m, takers: f"{m.name} is per token: [[hide_special]], [[renormalize]] and [[words]] apply "
+           f"to {takers} only", lambda r: not r.reading.plain),
+):
+    OPTIONS.register(_option)
+OPTIONS.seal()
 
 
 def _check(registered: Registry[Method], method: Method) -> None:
@@ -94,22 +133,11 @@ def _takers(option: str) -> str:
 
 
 def check_request(method: Method, request: Request) -> None:
-    """Refuse, before any model runs, an option the method does not take (the user meant something)."""
-    for option in OPTIONS:
-        if option in method.options or not request.given(option):
-            continue
-        name, takers = method.name, _takers(option)
-        raise UsageError({
-            "pair": f"{name} reads one text; [[pair]] goes with {takers}",
-            "fusion": f"[[fusion]] belongs to {takers}, which fuse a layer's heads; {name} does not",
-            "head": f"[[head]] applies to {takers}, which show heads; {name} "
-                    + ("fuses every head of a layer (choose how with [[fusion]])" if "fusion" in method.options
-                       else "sums or averages the heads"),
-            "vs": f"[[target_token]] and [[vs]] choose the output y that {takers} differentiate; {name} uses no gradient",
-            "force": f"[[force]] lets attention flow run past its cost limit; only {takers} has one",
-            "kind": f"{name} runs on a model's self-attention; [[kind]] and [[target]] go with {takers}",
-            "reading": f"{name} is per token: [[hide_special]], [[renormalize]] and [[words]] apply to {takers} only",
-        }[option])
+    """Refuse, before any model runs, an option the method does not take (the user meant something):
+    each option of :data:`OPTIONS` given that the method does not declare, in their order."""
+    for option in OPTIONS.values():
+        if option.name not in method.options and option.is_given(request):
+            raise UsageError(option.refusal(method, _takers(option.name)))
 
 
 # --- the built-in methods ---------------------------------------------------------------------------
