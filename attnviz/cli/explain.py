@@ -69,7 +69,7 @@ def explain(
 
             echo_json([asdict(item) for item in items])
         else:
-            from ..render.explain import render_errata
+            from ..explain.printed import render_errata
 
             render_errata(items, stdout_console(width), lang.value)
         return
@@ -79,6 +79,6 @@ def explain(
     if as_json:
         echo_json(walk.to_dict())
     else:
-        from ..render.explain import render_walkthrough
+        from ..explain.printed import render_walkthrough
 
         render_walkthrough(walk, stdout_console(width), lang.value)

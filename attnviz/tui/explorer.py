@@ -377,7 +377,7 @@ class Explorer:
 
     def _explain(self, sink: Sink) -> None:
         from ..explain import walkthrough
-        from ..render.explain import render_walkthrough
+        from ..explain.printed import render_walkthrough
 
         inputs_of = getattr(self.source, "explain_inputs", None)
         if inputs_of is None or self.fixed:

@@ -1,4 +1,7 @@
-"""Print a :class:`attnviz.explain.Walkthrough` as rich tables, one step after another, in English or Chinese."""
+"""Print a :class:`attnviz.explain.Walkthrough` as rich tables, one step after another, in English or Chinese.
+
+The walkthrough's own printed form lives with it (its words are :mod:`attnviz.explain.text`'s): the
+renderers below draw what they are given and know no method's types (docs/development.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..explain import Walkthrough, format_number, row_label
-from ..explain.text import difference_text, say
+from . import Walkthrough, format_number, row_label
+from .text import difference_text, say
 
 _MAX_ROWS = 12
 _MAX_COLS = 8
