@@ -153,6 +153,40 @@ def test_page_views_are_records_the_library_checks():
     assert all(f'<section id="view-{name}">' in document for name in PAGE_VIEWS)
 
 
+COUNT = "(data, state, section) => { section.querySelector('#tokcount').textContent = data.kinds.self.rows.length + ' tokens'; }"
+
+
+def test_a_page_view_added_from_outside_gets_its_tab_and_draws(browser, tmp_path):
+    """A page view is one record with its drawing function (its ``script``): the library's check takes it,
+    the page has its tab and section, and the browser draws it."""
+    from conftest import open_offline
+
+    from attnviz.errors import UsageError
+    from attnviz.render import page_views
+    from attnviz.render.html import render_html
+
+    view = page_views.PageView("count", "Token count", "How many tokens the text has.", "<p id=\"tokcount\"></p>",
+                               script=COUNT)
+    with pytest.raises(ValueError, match="already registered"):
+        page_views.register(page_views.PageView("head", "Again", "", "<div></div>"))
+    with pytest.raises(ValueError, match="would end its <script>"):
+        page_views.PageView("bad", "Bad", "", "<div></div>", script="() => '</script>'")
+    source = api.load(TINY)
+    with page_views.registered(view):
+        path = render_html(api.page_view(source, TEXT, view="count"), tmp_path / "page.html")
+        requests: list[str] = []
+        errors: list[str] = []
+        page = open_offline(browser, path, requests, errors, ready="#tokcount:not(:empty)")
+        n = len(source.extract(TEXT).tokens)
+        assert page.inner_text("#tokcount") == f"{n} tokens" and not errors
+        assert page.inner_text("nav.tabs button[data-view=count]") == "Token count"
+        page.click("nav.tabs button[data-view=head]")  # the built-in views still draw beside it
+        page.wait_for_selector("#headview[data-drawn]")
+        page.close()
+    with pytest.raises(UsageError, match="is not a view of the page"):
+        api.page_view(source, TEXT, view="count")
+
+
 def test_the_readme_statistic_example_runs_as_written():
     from docs_text import README
 

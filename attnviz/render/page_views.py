@@ -7,16 +7,20 @@ page data it ``needs`` to be offered at all (a page without query and key vector
 and whether it draws ``heads`` (a page made of a heatmap view's panels has no head view). The
 document's sections, the tabs the script offers and the check of ``view=`` all come from
 :data:`PAGE_VIEWS`; the drawing itself is the function of the same name in ``assets/page.js``.
-Adding a view is one record here and its drawing function there.
+Adding a view is one record here and its drawing function there; or, from outside (a user's code, a
+plugin: :mod:`attnviz.plugins`), one :func:`register` call with the drawing function as the record's
+``script``. :data:`PAGE_VIEWS` is a :class:`~attnviz.records.Registry`: a taken name is refused.
 """
 
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import UsageError
+from ..records import Registry
 
 
 @dataclass(frozen=True)
@@ -30,11 +34,23 @@ class PageView:
     needs: Literal["qk", "stats", "extras"] | None = None
     heads: bool = False  # draws a layer's heads as attention between tokens (not offered for a panel page)
     hint_id: str | None = None  # the hint's element id, where the script writes it (the matrix's title)
+    script: str | None = None  # a view added from outside: its drawing function, a JavaScript function expression
+    # called as f(data, state, section) each time the view is shown (the page's data, the layer, head and
+    # view chosen, and the view's <section> element); the built-ins' are in assets/page.js
+
+    def __post_init__(self) -> None:
+        if not self.name.replace("-", "").replace("_", "").isalnum() or not self.name.isascii():
+            raise ValueError(f"a page view's name is letters, digits, - and _; got {self.name!r}")
+        if self.script is not None and "</" in self.script:
+            raise ValueError(f"{self.name}: a view's script may not hold '</' (it would end its <script> element)")
 
     def section(self) -> str:
         hint_id = "" if self.hint_id is None else f" id=\"{html.escape(self.hint_id)}\""
+        script = "" if self.script is None else (
+            f"<script>(window.attnvizViews = window.attnvizViews || {{}})[{json.dumps(self.name)}] = {self.script};"
+            "</script>")
         return (f"<section id=\"view-{html.escape(self.name)}\"><p class=\"hint\"{hint_id}>{self.hint}</p>{self.body}"
-                "</section>\n")
+                f"{script}</section>\n")
 
     def script_data(self) -> dict[str, object]:
         return {"name": self.name, "tab": self.tab, "needs": self.needs, "heads": self.heads}
@@ -68,7 +84,11 @@ HEAD = (
 """The head view's tokens (text, only those in sight), its lines (a canvas the window's size) and the kept
 token's strongest keys (``assets/headview.js``)."""
 
-PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
+PAGE_VIEWS: Registry[PageView] = Registry("page view")
+"""Every view, in the order of the page's tabs (the built-ins, then those :func:`register` added)."""
+register, unregister, registered = PAGE_VIEWS.register, PAGE_VIEWS.unregister, PAGE_VIEWS.registered
+
+for _view in (
     PageView("head", "Head view", "Queries on the left, keys on the right; a line's strength is the weight. Hover a "
              "token to see only its lines, click it to keep them (↑/↓ move, Esc lets go); the head swatches choose "
              "heads.", HEAD, heads=True),
@@ -90,8 +110,9 @@ PAGE_VIEWS: dict[str, PageView] = {view.name: view for view in (
              "<div class=\"scroll\" id=\"table\"></div>", needs="stats"),
     PageView("extras", "Head distances", "Hover a cell for its value; click a head's row to open it.",
              "<div id=\"extrasbox\"></div>", needs="extras"),
-)}
-"""Every view, in the order of the page's tabs."""
+):
+    register(_view)
+BUILT_IN = PAGE_VIEWS.seal()
 
 
 def check_view(name: str) -> str:

@@ -344,9 +344,11 @@
 
   // --- tabs ---------------------------------------------------------------------------------------
   // The views are records in Python (attnviz/render/page_views.py): their names, tabs and what they need
-  // come with the data; each one's drawing function is here, under its name.
+  // come with the data; each one's drawing function is here, under its name (a view added from outside brings
+  // its own in its section's script, window.attnvizViews[name], called with the data, the state and the section).
   const DRAW = {head: headView, model: modelView, matrix: matrixView, query: queryView, qk: qkView, table: tableView,
-                extras: extrasView};
+                extras: extrasView, ...Object.fromEntries(Object.entries(window.attnvizViews || {}).map(
+                  ([name, f]) => [name, () => f(data, state, document.getElementById("view-" + name))]))};
   const VIEWS = Object.fromEntries(data.views.filter((v) => DRAW[v.name]).map((v) => [v.name, [v.tab, DRAW[v.name], v]]));
   function setView(view) {
     state.view = view;
