@@ -37,8 +37,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "the notebook display still reached from the API (issue 42: to move)",
     ("attnviz.fileio", "attnviz.render.registry"):
         "the output-format check still asks the renderers' registry (issue 42: to move up)",
-    ("attnviz.render.comparison", "attnviz.analysis.compare"):
-        "a renderer still computing or naming an analysis or method type (issue 42: to move)",
     ("attnviz.render.page", "attnviz.analysis.statistics"):
         "a renderer still computing or naming an analysis or method type (issue 42: to move)",
     ("attnviz.render.view", "attnviz.analysis.metrics"):
