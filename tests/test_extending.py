@@ -5,6 +5,8 @@ statistics or methods takes it up, without a line of attnviz changed."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -126,6 +128,34 @@ def test_native_families_are_their_classes_traits():
     names = [name for cls in CLASSES for name in cls.model_types.values()]
     assert family_names() == ", ".join(names) and all(name in what_works() for name in names)
     assert [cls.pre_norm for cls in CLASSES] == [None, "ln_1", "norm_attn"]  # BERT is post-LN
+
+
+def test_a_native_family_added_from_outside_runs_on_the_native_engine(tiny_hf, tmp_path):
+    """A family is one class (its traits) and one register_family call: a checkpoint of its model_type then
+    runs on attnviz's own attention, and the messages name it."""
+    import shutil
+
+    from attnviz.errors import AttnvizError
+    from attnviz.sources import native
+
+    class MyGPT(native.gpt2.GPT2):
+        model_types: ClassVar[dict[str, str]] = {"mygpt": "MyGPT"}
+
+    folder = Path(shutil.copytree(tiny_hf["gpt2"], tmp_path / "mygpt"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mygpt"}))
+    with pytest.raises(AttnvizError, match="model_type 'mygpt' is not one of"):
+        api.load(str(folder), engine="native")
+    with native.registered_family(MyGPT):
+        assert native.FAMILIES["mygpt"] is MyGPT and native.family_names().endswith(", MyGPT")
+        got = api.load(str(folder), engine="native").extract(TEXT).attentions
+        want = api.load(tiny_hf["gpt2"], engine="native").extract(TEXT).attentions
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        with pytest.raises(ValueError, match="'gpt2' is already registered"):
+            native.register_family(type("Again", (native.gpt2.GPT2,), {"model_types": {"gpt2": "GPT-2"}}))
+    assert "mygpt" not in native.FAMILIES and MyGPT not in native.CLASSES
+    with pytest.raises(ValueError, match="it stays"):
+        native.unregister_family(native.gpt2.GPT2)
 
 
 def test_the_explain_help_names_every_native_family(run_cli):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...errors import AttnvizError, ModelNotFoundError
+from ...records import Registry
 from .. import stream
 from ..base import Capabilities
 from ..engine import Capture, LayerOut, ModelSource
@@ -30,16 +31,55 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..contracts import ExplainInputs
     from ..sampling import Sampling
 
-CLASSES: tuple[type[NativeModel], ...] = (Bert, gpt2.GPT2, llama.Llama)
+CLASSES: list[type[NativeModel]] = []
 """The families the native engine runs; each class says its traits (:class:`NativeModel`)."""
 
-FAMILIES: dict[str, type[NativeModel]] = {kind: cls for cls in CLASSES for kind in cls.model_types}
-"""config.json's ``model_type`` → the family's class."""
+FAMILIES: Registry[type[NativeModel]] = Registry("native family")
+"""config.json's ``model_type`` → the family's class (reading it loads the plugins: :mod:`attnviz.plugins`)."""
+
+
+def register_family(cls: type[NativeModel]) -> type[NativeModel]:
+    """Add a family from outside (a user's code, a plugin): a :class:`NativeModel` subclass whose
+    ``model_types`` are all new."""
+    taken = [kind for kind in cls.model_types if kind in FAMILIES]
+    if not cls.model_types or taken:
+        raise ValueError(f"{cls.__name__}: " + (f"model_type {taken[0]!r} is already registered" if taken
+                                                else "a family names the model_type values it runs"))
+    for kind in cls.model_types:
+        FAMILIES[kind] = cls
+    CLASSES.append(cls)
+    return cls
+
+
+def unregister_family(cls: type[NativeModel]) -> None:
+    """Remove a family :func:`register_family` added (attnviz's own stay)."""
+    if set(cls.model_types) & FAMILIES.built_in:
+        raise ValueError(f"{cls.__name__} is one of attnviz's own native families; it stays")
+    for kind in cls.model_types:
+        if FAMILIES.get(kind) is cls:
+            FAMILIES.unregister(kind)
+    if cls in CLASSES:
+        CLASSES.remove(cls)
+
+
+@contextmanager
+def registered_family(cls: type[NativeModel]) -> Iterator[type[NativeModel]]:
+    """``cls`` registered for the ``with`` block only."""
+    register_family(cls)
+    try:
+        yield cls
+    finally:
+        unregister_family(cls)
+
+
+for _family in (Bert, gpt2.GPT2, llama.Llama):
+    register_family(_family)
+BUILT_IN = FAMILIES.seal()
 
 
 def family_names() -> str:
-    """The families as messages name them: ``BERT, GPT-2, LLaMA, Mistral, Qwen2``."""
-    return ", ".join(name for cls in CLASSES for name in cls.model_types.values())
+    """The families as messages name them: ``BERT, GPT-2, LLaMA, Mistral, Qwen2`` (and those added)."""
+    return ", ".join(name for cls in dict.fromkeys(FAMILIES.values()) for name in cls.model_types.values())
 
 
 def native_unsupported(folder: Path, config: dict[str, Any] | None = None) -> str | None:
