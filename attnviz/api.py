@@ -235,7 +235,7 @@ def attention_view(
     layer is computed (:mod:`attnviz.views.pooled`) with ``pool=True`` (what a picture file does
     anyway), and by default (``None``) only where a layer is too big to hold whole; ``False`` never.
     """
-    from .render.view import head_across_layers_view, heatmap_view
+    from .views.heatmap import head_across_layers_view, heatmap_view
 
     if rows is not None or cols is not None:
         from .errors import UsageError

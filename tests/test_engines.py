@@ -241,7 +241,7 @@ def test_fused_path_gives_the_same_output():
 
 
 def test_heatmap_of_a_layer_not_captured_is_a_clear_error(minilm):
-    from attnviz.render.view import heatmap_view
+    from attnviz.views.heatmap import heatmap_view
 
     part = attnviz.extract(TEXTS[0], model=minilm, layers=[1, 4])
     assert "· layer 4 ·" in heatmap_view(part, layer=4).title

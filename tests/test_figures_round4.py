@@ -111,7 +111,7 @@ def test_the_head_all_grid_is_its_panels_with_one_margin(tmp_path, n_layers, n_t
     """`heatmap --head all` of MiniLM was 30 × 23 inches (each panel with 1.2 in of margin of its own, cells
     half again as tall as wide); now square cells of a label's height, and the labels' room once."""
     from attnviz.render.image import FigureDrawer, figure_size
-    from attnviz.render.view import head_across_layers_view
+    from attnviz.views.heatmap import head_across_layers_view
 
     view = head_across_layers_view(_every_head(n_layers, 12, n_tokens), head="all")
     _, q, k = view.panels.shape

@@ -39,10 +39,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "the output-format check still asks the renderers' registry (issue 42: to move up)",
     ("attnviz.render.page", "attnviz.analysis.statistics"):
         "a renderer still computing or naming an analysis or method type (issue 42: to move)",
-    ("attnviz.render.view", "attnviz.analysis.metrics"):
-        "a renderer still computing or naming an analysis or method type (issue 42: to move)",
-    ("attnviz.render.view", "attnviz.analysis.transforms"):
-        "a renderer still computing or naming an analysis or method type (issue 42: to move)",
     ("attnviz.result", "attnviz.notebook"):
         "AttentionResult._repr_html_: Jupyter asks the class itself for its display",
 }

@@ -12,8 +12,8 @@ from processes import run_each
 
 import attnviz
 from attnviz.render.image import render_image
-from attnviz.render.view import heatmap_view
 from attnviz.result import AttentionResult
+from attnviz.views.heatmap import heatmap_view
 
 
 def test_sequence_of_length_one(run_cli, tiny_hf):

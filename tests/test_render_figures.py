@@ -15,8 +15,8 @@ from attnviz.render.grid_layout import PAD, TICK_PAD, TextSizes, grid_layout
 from attnviz.render.image import DPI, FigureDrawer, render_image
 from attnviz.render.labelled_figure import colorbar_sample
 from attnviz.render.png import encode_png
-from attnviz.render.view import heatmap_view
 from attnviz.result import AttentionResult
+from attnviz.views.heatmap import heatmap_view
 
 TOKENS = ["[CLS]", "the", "cat", "sat", "[SEP]", "it", "slept"]
 

@@ -14,8 +14,8 @@ import attnviz
 from attnviz.errors import RenderError
 from attnviz.render import fonts
 from attnviz.render.image import DPI, MissingGlyphsWarning, figure_size, render_image
-from attnviz.render.view import heatmap_view
 from attnviz.result import AttentionResult
+from attnviz.views.heatmap import heatmap_view
 
 
 def read_png(path):

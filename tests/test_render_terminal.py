@@ -15,8 +15,9 @@ from rich.console import Console
 import attnviz
 from attnviz.render.colors import ColorScale
 from attnviz.render.terminal import render_terminal
-from attnviz.render.view import heatmap_view, max_pool
+from attnviz.render.view import max_pool
 from attnviz.result import AttentionResult
+from attnviz.views.heatmap import heatmap_view
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -10,8 +10,9 @@ import torch
 from attnviz import api
 from attnviz.attention import combine_masks, decoding_mask, padding_mask, scaled_dot_product_attention
 from attnviz.attention.rows import AttentionRows, RowMask, blocked_attention
-from attnviz.render.view import head_across_layers_view, heatmap_view, max_pool
+from attnviz.render.view import max_pool
 from attnviz.sources import stream
+from attnviz.views.heatmap import head_across_layers_view, heatmap_view
 
 TEXTS = ["the cat sat on the mat . the cat sat on the mat again , and then the dog came", "a dog ran"]
 

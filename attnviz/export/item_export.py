@@ -76,7 +76,8 @@ class ItemExport:
     def _views(self, layer: int, attentions: Any) -> None:
         from dataclasses import replace
 
-        from ..render.view import FIGURE_CELLS, heatmap_view, max_pool
+        from ..render.view import FIGURE_CELLS, max_pool
+        from ..views.heatmap import heatmap_view
 
         one = replace(self.shown, attentions=attentions[None], cross_attentions=None, decoder_attentions=None,
                       scores=None, values=None, value_norms=None, queries=None, keys=None, metadata={**self.header.metadata, "layers": [layer]})

@@ -18,7 +18,8 @@ from ..analysis.metrics import rows_seeing
 from ..attention.rows import rows_per_block
 from ..errors import UsageError
 from ..labels import printable
-from ..render.view import FIGURE_CELLS, HeadChoice, HeatmapView, matrix_view, pooled_labels, with_sinks
+from ..render.view import FIGURE_CELLS, HeadChoice, HeatmapView, matrix_view, pooled_labels
+from .heatmap import with_sinks
 
 GRID_CELLS = 256  # cells per axis of each panel when every head is shown (a grid draws each one small)
 
