@@ -137,8 +137,8 @@ class ItemExport:
 
     def _write_pages(self, rows: list[dict[str, Any]]) -> list[Path]:
         """The text's page in each per-text format (the registry's), every exported layer on it."""
-        from ..render.page import stats_table
         from ..render.registry import FORMATS
+        from ..views.page_parts import stats_table
 
         page = self.page.finish(stats=stats_table(rows), initial={"view": "head", "layer": 0, "head": 0})
         return [FORMATS[fmt].render(page, self.out_dir / f"{self.item.stem}{FORMATS[fmt].suffix}", cmap=self.settings.cmap)

@@ -249,14 +249,6 @@ class PageBuilder:
         page.held, page.left_out = held, self.notes()
         return page
 
-def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The page's head-statistics table from :meth:`attnviz.analysis.heads.HeadTable.rows` (layers as the model numbers them)."""
-    from ..analysis.statistics import STATISTICS  # not at import: drawing processes never load torch
-
-    columns = ["layer", "head", *STATISTICS]
-    return {"columns": columns, "rows": [[row[c] for c in columns] + [row["labels"]] for row in rows],
-            "descriptions": {name: statistic.description for name, statistic in STATISTICS.items()}}
-
 
 def head_values(entry: dict[str, Any], layer: int, head: int, level: int | None = None) -> np.ndarray:
     """One head's matrix at ``level`` (default: the leaves, one cell per query and key) from a page

@@ -157,7 +157,6 @@ class PageCollector:
 
     def finish(self, *, head: int | str, kind: str, view: str) -> Page:
         from ..errors import UsageError
-        from ..render.page import stats_table
 
         shown = self.builder.kinds.get(kind) or next(iter(self.builder.kinds.values()))
         heads = shown["heads"]
@@ -201,3 +200,12 @@ class TiledLayer:
             yield first, block
             if self.checkpoint is not None:  # before the next block is computed
                 self.checkpoint()
+
+
+def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The page's head-statistics table from :meth:`attnviz.analysis.heads.HeadTable.rows` (layers as the model numbers them)."""
+    from ..analysis.statistics import STATISTICS  # not at import: the page's modules load no torch
+
+    columns = ["layer", "head", *STATISTICS]
+    return {"columns": columns, "rows": [[row[c] for c in columns] + [row["labels"]] for row in rows],
+            "descriptions": {name: statistic.description for name, statistic in STATISTICS.items()}}
