@@ -22,20 +22,6 @@ def current_umask() -> int:
     return mask
 
 
-def check_output_path(path: str | os.PathLike[str]) -> Path:
-    """Fail early, before any model runs, for an extension or a folder that cannot work."""
-    from .render.registry import output_suffixes
-
-    path = Path(path)
-    suffixes = output_suffixes()
-    if path.suffix.lower() not in suffixes:
-        from .errors import UnknownFormatError  # a bad option value, as a bad layer is: exit code 2
-
-        raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
-                         f"{', '.join(suffixes)}")
-    return check_writable(path)
-
-
 def check_writable(path: str | os.PathLike[str]) -> Path:
     """Fail early, before any work, for a file that could not be written there (a folder, a missing or read-only
     folder, a read-only file)."""

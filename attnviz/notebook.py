@@ -31,7 +31,8 @@ class PageDisplay:
     def save(self, path: str) -> str:
         from pathlib import Path
 
-        from .fileio import atomic_write, check_output_path
+        from .fileio import atomic_write
+        from .render.output import check_output_path
 
         target = check_output_path(path)
         atomic_write(target, lambda tmp: Path(tmp).write_text(self.html, encoding="utf-8"))

@@ -33,8 +33,6 @@ ORDER = tuple(PARTS)
 # The imports that run up against ORDER, each with its reason: the one place they are named. Every one
 # must still be made (test_every_exception_is_still_needed), so a fixed one leaves this list.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("attnviz.fileio", "attnviz.render.registry"):
-        "the output-format check still asks the renderers' registry (issue 42: to move up)",
     ("attnviz.render.page", "attnviz.analysis.statistics"):
         "PageBuilder.end_layer marks each head's attention sinks from the key columns' sums its pyramid adds up "
         "as blocks of rows arrive (a long layer is never whole), reading SINK_THRESHOLD (Gu et al. 2024's 0.3); "

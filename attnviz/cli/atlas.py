@@ -101,7 +101,7 @@ def atlas(
             raise UsageError(f"--out writes the atlas page: give a file name ending in .html, not {out.name}")
         if fmt is not AtlasFormat.table:
             raise UsageError("--format chooses what atlas prints; --out writes the page instead: give one of them")
-        from ..fileio import check_output_path
+        from ..render.output import check_output_path
 
         check_output_path(out)  # before any model runs
     if per_text is not None:

@@ -214,7 +214,7 @@ MIN_WIDTH = 20  # the smallest --width (and terminal width) the commands draw at
 def show_view(view, out, *, values: bool, fit: str, width: int | None) -> None:
     """The one line that chooses a renderer: an image file when ``out`` is given, else the terminal."""
     if out is not None:
-        from ..fileio import check_output_path
+        from ..render.output import check_output_path
         from ..render.registry import for_path
 
         wrote(for_path(check_output_path(out)).render(view, out, values=values))

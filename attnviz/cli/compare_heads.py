@@ -63,7 +63,7 @@ def compare_heads(
         raise UsageError("give --vs or --vs-model, not both")
     layers_choice = parse_layer(layer)
     if out is not None:
-        from ..fileio import check_output_path
+        from ..render.output import check_output_path
 
         check_output_path(out)
         if out.suffix.lower() in (".npz", ".json"):  # the overview is a figure and a table, not one view's numbers

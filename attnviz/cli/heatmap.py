@@ -90,7 +90,7 @@ def heatmap(
                          "(scroll or drag a box), and --query draws one row")
     text = text_from_file(text, text_file)
     if out is not None:
-        from ..fileio import check_output_path
+        from ..render.output import check_output_path
 
         check_output_path(out)
     source = options.load()

@@ -107,7 +107,7 @@ def rollout(
         head = "0"
     chosen = parse_layer(layer)
     if out is not None:
-        from ..fileio import check_output_path
+        from ..render.output import check_output_path
 
         check_output_path(out)
     view = reading(hide_special, renormalize, words)

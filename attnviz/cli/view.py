@@ -89,7 +89,7 @@ def view(
     if not isinstance(head_choice, int):
         raise UsageError(f"--head {head} is the head shown first: give a number (the page shows every head)")
     layer_choice = parse_layer(layer)
-    from ..fileio import check_output_path
+    from ..render.output import check_output_path
 
     check_output_path(out)
     text = text_from_file(text, text_file)

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..fileio import check_output_path
 from .colors import ColorScale
 from .figure_style import DPI, STABLE_RC, save_figure
 from .fonts import clean_label, font_chain
 from .image import warn_missing
+from .output import check_output_path
 
 PANEL_MIN, PANEL_MAX = 0.9, 1.5  # inches: one head's panel, as the layout may size it
 GAP = 0.08  # inches between panels

@@ -16,7 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write, check_output_path
+from ..fileio import atomic_write
+from .output import check_output_path
 from .page import Page, page_of_view
 from .page_views import sections
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AttnvizWarning
-from ..fileio import check_output_path
 from .figure_style import DPI, MAX_TICKS
 from .fonts import clean_label, font_chain
 from .grid_layout import TextSizes
+from .output import check_output_path
 from .view import FIGURE_CELLS, HeatmapView, max_pool
 
 MAX_VALUE_CELLS = 400  # numbers are written into cells only up to this many per panel

@@ -101,7 +101,7 @@ def or_list(suffixes: list[str]) -> str:
 
 
 def for_path(path: str | Path) -> Format:
-    """The view format a file name asks for, by its extension (checked by fileio.check_output_path)."""
+    """The view format a file name asks for, by its extension (checked by render.output.check_output_path)."""
     suffix = Path(path).suffix.lower()
     for name in view_formats():
         if FORMATS[name].suffix == suffix:

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..fileio import atomic_write, check_output_path
+from ..fileio import atomic_write
+from .output import check_output_path
 
 FORMAT = "attnviz-view"
 

@@ -13,7 +13,7 @@ def save_view(explorer: Any, path: Path) -> Path:
     """``.png``/``.svg``/``.pdf``: the current layer and head as a labelled figure; ``.html``: the text's
     interactive page, the current head open; ``.npz``: the whole result (``AttentionResult.load`` reads it);
     ``.json``: the current head's matrix and labels."""
-    from ..fileio import check_output_path
+    from ..render.output import check_output_path
     from ..render.registry import FORMATS, VIEW_DATA, figure_suffixes, for_path, or_list, page_format
 
     path = Path(path).expanduser()
