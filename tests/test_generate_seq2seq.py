@@ -161,15 +161,6 @@ def test_generated_summary_reads_the_decoder_side(s2s):
         generated_summary(decoder_only, kind="cross")
 
 
-def _dispatch_exists() -> bool:
-    import inspect
-
-    import attnviz.generation
-
-    return "generate_seq2seq_hf" in inspect.getsource(attnviz.generation.generate)
-
-
-@pytest.mark.skipif(not _dispatch_exists(), reason="attnviz.generation.generate does not dispatch to seq2seq yet")
 def test_generate_on_the_command_line(run_cli, s2s, tmp_path):
     r = run_cli("generate", SOURCE, "--model", s2s["bart"], "-n", "4", "--no-stop-at-eos", "--width", "200",
                 "--out", str(tmp_path / "g.npz"))
