@@ -1,5 +1,5 @@
 """The head statistics computed the other way: each one from a whole layer, by the functions of
-attnviz.analysis.metrics that define it (design.md's citations). The package computes every statistic
+attnviz.analysis.metrics that define it (docs/design.md's citations). The package computes every statistic
 block by block from one record each (attnviz.analysis.statistics); these are the independent
 reference its tests compare with."""
 

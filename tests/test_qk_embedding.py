@@ -25,7 +25,7 @@ def test_the_normalisation_leaves_every_softmax_as_it_was():
     before = torch.softmax(q.double() @ k.double().T, dim=-1)
     after = torch.softmax(nq @ nk.T, dim=-1)
     torch.testing.assert_close(after, before, rtol=0, atol=1e-12)
-    torch.testing.assert_close(nk.mean(0), nq.mean(0), rtol=0, atol=1e-12)  # one centroid (design.md)
+    torch.testing.assert_close(nk.mean(0), nq.mean(0), rtol=0, atol=1e-12)  # one centroid (docs/design.md)
     c = (k.double().norm(dim=1).mean() / q.double().norm(dim=1).mean()).sqrt()  # the scaling first: equal mean norms
     torch.testing.assert_close(nq, q.double() * c, rtol=1e-12, atol=1e-12)
 

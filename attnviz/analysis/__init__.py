@@ -1,6 +1,6 @@
 """What attention weights say about heads: pure functions from tensors to tensors and the tables built on them.
 
-``metrics`` (the definitions design.md cites), ``statistics`` (the head statistics, one record each),
+``metrics`` (the definitions docs/design.md cites), ``statistics`` (the head statistics, one record each),
 ``heads`` (the head table), ``compare`` (head distances), ``probes`` (the induction probe),
 ``transforms`` and ``reading`` (how a result is read: special tokens, words), ``weights``
 (attention as read from a model's tensors). Nothing here loads a model or draws a picture.

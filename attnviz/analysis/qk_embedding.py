@@ -4,7 +4,7 @@ Yeh et al. 2023): where a head sends each token's query and where it finds each 
 Tokens come from whole texts chosen in a seeded random order until ``max_tokens`` are taken (a corpus
 sorted by topic or length is not read from its start alone). Per head, before the projection, queries
 and keys are scaled by ``c`` and ``1/c`` so their mean norms are equal, then the keys are moved so their
-centroid is the queries' centroid (the definition in design.md; AttentionViz does both). Neither changes
+centroid is the queries' centroid (the definition in docs/design.md; AttentionViz does both). Neither changes
 a plain head's attention: ``(c·q)·(k/c) = q·k``, and a vector ``v`` added to every key adds ``q·v`` to every
 score of query ``q``, which its softmax cancels. Where a model soft-caps its scores (Gemma 2) or adds a
 sink logit no key carries (gpt-oss), the move changes the capped scores or the sink's share, so there the

@@ -3,7 +3,7 @@
 Each statistic is a sum over query rows (then divided by the rows, or by the attention mass), so a
 layer handed over as blocks of rows ``[heads, rows, width]`` (computed on demand and freed after use,
 as a long input's engine does) gives the same numbers as the whole ``[heads, n, n]`` matrix, with no
-``[n, n]`` temporary. The definitions are those of :mod:`attnviz.analysis.metrics` (design.md):
+``[n, n]`` temporary. The definitions are those of :mod:`attnviz.analysis.metrics` (docs/design.md):
 
 - Clark et al. 2019, "What Does BERT Look At?": entropy after ``0.9999·A + 0.0001/n`` (n = all keys),
   the mean weight on the token itself, the next one, the first, [SEP]/EOS and punctuation;

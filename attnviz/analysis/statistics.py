@@ -13,7 +13,7 @@ blocks too (:func:`attnviz.analysis.row_statistics.blocks_of`), so the head tabl
 Parquet rows, the page and a 100,000-token input all read the same numbers.
 
 :func:`register` adds a statistic (``heads`` then shows it, sorts by it, exports it); the
-definitions design.md cites are the built-ins below. Light to import: no torch until a block is read.
+definitions docs/design.md cites are the built-ins below. Light to import: no torch until a block is read.
 """
 
 from __future__ import annotations
