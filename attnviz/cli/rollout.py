@@ -51,7 +51,7 @@ def _method_help() -> str:
 
     listed = ", ".join(f"{m.name} ({m.summary})" for m in METHODS.values())
     return (f"What to show (rollout, flow and grad-rollout chain the layers through --layer; the others show --layer, "
-            f"or a panel per layer): {listed}. The README says what each can and cannot tell.")
+            f"or a panel per layer): {listed}. docs/commands.md (attnviz rollout) says what each can and cannot tell.")
 
 
 def _method_names(incomplete: str) -> list[str]:

@@ -36,7 +36,8 @@ def _show_help() -> str:
     from ..render.page_views import PAGE_VIEWS
 
     listed = ", ".join(f"{view.name} ({view.tab.lower()})" for view in PAGE_VIEWS.values())
-    return f"The view open first: {listed}. A view the page has no data for (qk, table) opens the first one."
+    return (f"The view open first: {listed}. A view the page has no data for (qk, table) opens the first one, and "
+            "the head and query views of a text too long for the page to hold single cells open the matrix.")
 
 
 def _view_names(incomplete: str) -> list[str]:
