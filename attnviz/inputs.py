@@ -23,6 +23,7 @@ def read_texts(source: str | Path, *, field: str = "text", column: str = "text",
     ``.csv``, ``.parquet``, else one text per line); ``lines``, ``jsonl``, ``csv`` and ``parquet`` say it outright."""
     from .limits import texts_file_limit
 
+    source = "-" if str(source) == "-" else source  # a Path("-") too: standard input, as everywhere
     name = "stdin" if source == "-" else source
     source = source if source == "-" else example_file(source)
     limit = texts_file_limit()

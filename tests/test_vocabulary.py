@@ -401,3 +401,13 @@ def test_a_file_of_texts_is_read_alike_by_export_atlas_and_heads(run_cli, tmp_pa
     exported = run_cli("export", str(path), *how, "--out", str(tmp_path / "e"), "--model", TINY, "--formats", "json",
                        "--quiet")
     assert exported.exit_code == 0 and len(list((tmp_path / "e").glob("*.json"))) == 2, exported.stderr
+
+
+@pytest.mark.parametrize("command", [["heads", "--file", "-"], ["atlas", "-"]])
+def test_a_file_of_texts_may_be_standard_input(run_cli, command):
+    """`heads --file -` said "- does not exist"; export, atlas and heads --file all read - as standard input."""
+    from conftest import TINY
+
+    piped = run_cli(*command, "--model", TINY, "--format", "json", input="the cat sat on the mat\na dog ran in the park\n")
+    assert piped.exit_code == 0, piped.stderr
+    assert json.loads(piped.stdout)["n_texts"] == 2
