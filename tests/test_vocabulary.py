@@ -411,3 +411,12 @@ def test_a_file_of_texts_may_be_standard_input(run_cli, command):
     piped = run_cli(*command, "--model", TINY, "--format", "json", input="the cat sat on the mat\na dog ran in the park\n")
     assert piped.exit_code == 0, piped.stderr
     assert json.loads(piped.stdout)["n_texts"] == 2
+
+
+def test_generate_samples_with_seed_0_by_default_as_atlas_resamples(run_cli):
+    """--seed was 0 in atlas and 'random' in generate: now a run repeats by default in both."""
+    args = ("generate", "the cat sat", "--model", "sample_configs/causal.toml", "-n", "6", "--sample",
+            "--temperature", "3", "--width", "120")
+    default, zero, other = run_cli(*args), run_cli(*args, "--seed", "0"), run_cli(*args, "--seed", "1")
+    assert default.exit_code == zero.exit_code == other.exit_code == 0, default.stderr
+    assert default.stdout == zero.stdout and other.stdout != zero.stdout

@@ -36,7 +36,9 @@ def generate(
     temperature: float = typer.Option(1.0, "--temperature", help="With --sample: flatten (>1) or sharpen (<1)."),
     top_k: int | None = typer.Option(None, "--top-k", min=1, help="With --sample: only the k likeliest tokens.", show_default=False),
     top_p: float | None = typer.Option(None, "--top-p", help="With --sample: the smallest set of tokens holding this much probability.", show_default=False),
-    seed: int | None = typer.Option(None, "--seed", help="With --sample: the same seed gives the same tokens.", show_default=False),
+    seed: int | None = typer.Option(None, "--seed", min=0, max=2**62, help="With --sample: the seed of the sampling "
+                                    "(the same seed gives the same tokens; default 0, as atlas's: a run repeats).",
+                                    show_default=False),
     stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--no-stop-at-eos", help="Stop at the model's end-of-sequence token."),
     layer: str = typer.Option("all", "--layer", "-l", help="A layer number (from 0), or 'all': every layer (their mean)."),
     head: str = typer.Option("mean", "--head", help="A head number, or 'mean' of the heads."),
@@ -77,7 +79,7 @@ def generate(
     from ..generation import generate as run
 
     result = run(prompt, options.model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
-                 top_k=top_k, top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, engine=options.engine,  # type: ignore[arg-type]
+                 top_k=top_k, top_p=top_p, seed=0 if seed is None and sample else seed, stop_at_eos=stop_at_eos, engine=options.engine,  # type: ignore[arg-type]
                  revision=options.revision, device=options.device, trust_remote_code=options.trust_remote_code,
                  dtype=options.dtype)
     console = stdout_console(width)
