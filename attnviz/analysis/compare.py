@@ -19,11 +19,6 @@ MAX_COMPARED_HEADS = 8192
 """Heads compared pairwise at once (80 layers × 64 heads, 61 × 128 fit): the cost grows with their square."""
 
 
-def head_names(n_layers: int, n_heads: int) -> list[str]:
-    """``L0H0``, ``L0H1``, …: index ``l·H + h`` of :func:`attnviz.analysis.metrics.head_distance`."""
-    return [f"L{layer}H{head}" for layer in range(n_layers) for head in range(n_heads)]
-
-
 def cluster_order(dist: np.ndarray) -> list[int]:
     """Leaf order of average-linkage (UPGMA) hierarchical clustering of a symmetric distance matrix.
 

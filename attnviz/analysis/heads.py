@@ -175,12 +175,6 @@ class HeadTableBuilder:
         n = len(result.tokens)
         self._shortest = n if self._shortest is None else min(self._shortest, n)
 
-    def add_layers(self, results: Sequence[AttentionResult], position: int, attentions: Sequence[Tensor], *,
-                   first_text: int = 0) -> None:
-        """Layer ``position`` of several texts at once (a padded batch's items, numbered from ``first_text``)."""
-        for number, (result, layer) in enumerate(zip(results, attentions, strict=True)):
-            self.add_layer(result, position, layer, text=first_text + number)
-
     def add(self, result: AttentionResult, *, text: int | None = None) -> None:
         """Add every layer of one whole result."""
         number = len(self._texts) if text is None else text

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-LANGS = ("en", "zh")
-
 EN: dict[str, str] = {
     "title": "Attention, step by step: {title}",
     "step": "Step {n} · {heading}",

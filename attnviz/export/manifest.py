@@ -209,9 +209,6 @@ def _output_names() -> re.Pattern[str]:
                       r"|heads-(\d{6})\.parquet")
 
 
-_REQUIRED = ("index", "hash", "status", "settings", "of")
-
-
 def merge(dirs: list[Path], out: Path) -> tuple[Path, int]:
     """Join the manifests of shard runs into ``out/manifest.jsonl``, copying their files into ``out``.
 

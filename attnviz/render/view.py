@@ -47,9 +47,6 @@ class HeatmapView:
     row_start: int | None = None  # a region (heatmap --rows/--cols): the positions of its first row and column;
     col_start: int = 0  # its row labels start with their positions
 
-    def with_note(self, note: str) -> HeatmapView:
-        return replace(self, notes=[*self.notes, note])
-
 
 def every_layer_panels(tensor: Any, layers: list[int], head: HeadChoice,
                        model_name: str) -> tuple[np.ndarray, list[str], str, int | None]:

@@ -29,9 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..result import AttentionResult
     from .stream import ItemLayer, LayerStream
 
-SQUARE = ("self", "encoder", "decoder")
-"""The kinds of attention a reader reads: token over token (cross-attention is target × source)."""
-
 
 class LayerReader:
     """The layers of one padded batch of texts, as :func:`read_layers` asks for them (see the module)."""
