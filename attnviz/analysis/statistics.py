@@ -12,7 +12,8 @@ That one definition serves whole layers and row blocks alike: a layer held whole
 blocks too (:func:`attnviz.analysis.row_statistics.blocks_of`), so the head table, the export's
 Parquet rows, the page and a 100,000-token input all read the same numbers.
 
-:func:`register` adds a statistic (``heads`` then shows it, sorts by it, exports it); the
+:func:`register` adds a statistic (``heads`` then shows it, sorts by it, exports it), its column placed by its
+``order`` (after the built-ins' unless it says) and kept in a narrow table by its ``priority``; the
 definitions docs/design.md cites are the built-ins below. Light to import: no torch until a block is read.
 """
 
@@ -44,6 +45,11 @@ class Statistic:
     per: Literal["row", "mass"] | Callable[[LayerRowStatistics, Tensor | None], Tensor] = "row"
     label: str | None = None  # a head earns this label when the statistic is ≥ threshold
     threshold: float | None = None
+    # Its column's place in the table, CSV, JSON, Parquet and page (smallest first; None: after every one that
+    # says, in the order registered). The built-ins hold 10, 20, …, 130: room between them for one added.
+    order: int | None = None
+    # How long its column stays in a narrow table (smallest stays longest; None: after every one that says).
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or self.name in ("layer", "head", "labels", "sinks"):
@@ -65,9 +71,35 @@ def _check(registered: Registry[Statistic], statistic: Statistic) -> None:
         raise ValueError(f"the label {statistic.label!r} is already given by {labels()[statistic.label][0]}")
 
 
-STATISTICS: Registry[Statistic] = Registry("statistic", _check)
-"""Every statistic, by name, in table order (built-ins first, then what :func:`register` added)."""
+class _InOrder(Registry[Statistic]):
+    """A registry kept in column order: each register puts the records in :attr:`Statistic.order`."""
+
+    def register(self, record: Statistic) -> Statistic:
+        super().register(record)
+        ranked = sorted(dict.items(self), key=lambda item: _rank(item[1].order))  # stable: ties keep registration order
+        dict.clear(self)
+        dict.update(self, ranked)
+        return record
+
+
+def _rank(place: int | None) -> tuple[bool, int]:
+    return (place is None, place or 0)
+
+
+STATISTICS: Registry[Statistic] = _InOrder("statistic", _check)
+"""Every statistic, by name, in column order (:attr:`Statistic.order`: the built-ins first, then what
+:func:`register` added, unless it gave an order of its own); every column order reads it."""
 register, unregister, registered = STATISTICS.register, STATISTICS.unregister, STATISTICS.registered
+
+
+def column_order() -> list[str]:
+    """The statistics' names in their columns' order (:attr:`Statistic.order`)."""
+    return list(STATISTICS)
+
+
+def priority_order() -> list[str]:
+    """The statistics' names in the order their columns stay in a narrow table (:attr:`Statistic.priority`)."""
+    return sorted(STATISTICS, key=lambda name: _rank(STATISTICS[name].priority))
 
 
 def short_name(statistic: str) -> str:
@@ -108,33 +140,33 @@ def _entropy_norm(layer: Any, total: Any) -> Any:
 # it equals ``prev_score`` whenever rows sum to 1 (always), and Clark's [CLS] weight since it equals
 # ``first`` whenever a text starts with [CLS] or BOS (and is 0 otherwise). metrics.py keeps both functions.
 for _statistic in (
-    Statistic("entropy", "ent", "mean row entropy in nats (Clark et al.)", lambda b: b.entropy.sum(-1)),
+    Statistic("entropy", "ent", "mean row entropy in nats (Clark et al.)", lambda b: b.entropy.sum(-1), order=10, priority=120),
     Statistic("entropy_norm", "entN", "entropy / ln(keys a row sees): 1 uniform, 0 one key",
-              lambda b: b.entropy @ b.norm_weight, per=_entropy_norm, label="broad", threshold=0.8),
+              lambda b: b.entropy @ b.norm_weight, per=_entropy_norm, label="broad", threshold=0.8, order=20, priority=50),
     Statistic("self", "self", "mean weight on the token itself (Clark et al.)", lambda b: b.diagonal(0),
-              label="self", threshold=0.5),
+              label="self", threshold=0.5, order=30, priority=30),
     Statistic("prev_score", "prev", "weight on the previous token (Clark; TransformerLens)",
-              lambda b: b.diagonal(-1), per="mass", label="previous-token", threshold=0.5),
+              lambda b: b.diagonal(-1), per="mass", label="previous-token", threshold=0.5, order=40, priority=10),
     Statistic("next", "next", "mean weight on the next token (Clark et al.)", lambda b: b.diagonal(1),
-              label="next-token", threshold=0.5),
+              label="next-token", threshold=0.5, order=50, priority=20),
     Statistic("first", "1st", "weight on the first token: [CLS]/BOS, or a sink", lambda b: b.first,
-              label="first-token", threshold=0.5),
+              label="first-token", threshold=0.5, order=60, priority=40),
     Statistic("sep", "sep", "mean weight on [SEP] or EOS (Clark et al.)", lambda b: b.on_keys(b.sep_keys),
-              label="[SEP]", threshold=0.5),
+              label="[SEP]", threshold=0.5, order=70, priority=60),
     Statistic("punct", "punc", "mean weight on punctuation (Clark et al.)", lambda b: b.on_keys(b.punct_keys),
-              label="punctuation", threshold=0.5),
+              label="punctuation", threshold=0.5, order=80, priority=70),
     Statistic("max", "max", "mean of each row's largest weight: 1 = one key (Voita et al. 2019's confidence)",
-              lambda b: b.largest),
-    Statistic("distance", "dist", "expected |i − j| from a query, in tokens", lambda b: b.distance),
+              lambda b: b.largest, order=90, priority=100),
+    Statistic("distance", "dist", "expected |i − j| from a query, in tokens", lambda b: b.distance, order=100, priority=110),
     # Only a query with an earlier copy of its token can score, so on the induction probe (random
     # tokens, then the same again) the first copy's rows score nothing: 0.5 is the most a head can
     # reach, and 0.3 means about 60% of the second copy's attention on the pattern.
     Statistic("duplicate", "dup", "share on earlier copies of the token (TransformerLens)",
-              lambda b: b.patterns[0], per="mass", label="duplicate-token", threshold=0.3),
+              lambda b: b.patterns[0], per="mass", label="duplicate-token", threshold=0.3, order=110, priority=90),
     Statistic("induction", "ind", "share on what followed an earlier copy (TransformerLens)",
-              lambda b: b.patterns[1], per="mass", label="induction", threshold=0.3),
+              lambda b: b.patterns[1], per="mass", label="induction", threshold=0.3, order=120, priority=80),
     Statistic("sink", "sink", "largest α_k, the mean weight on key k from the rows that see it (Gu et al. 2024)",
-              None, per=_sinks, label="sink", threshold=SINK_THRESHOLD),
+              None, per=_sinks, label="sink", threshold=SINK_THRESHOLD, order=130),
 ):
     register(_statistic)
 BUILT_IN = STATISTICS.seal()

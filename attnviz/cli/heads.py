@@ -278,22 +278,20 @@ def print_table(rows: list[dict[str, object]], *, title: str, width: int | None,
                 chosen: list[str] | None, extra: dict[str, str] | None = None) -> None:
     """The table at the console's width, a legend of its columns, what was left out and how to see it,
     and the label rules."""
-    from ..analysis.statistics import STATISTICS, labels, short_name
+    from ..analysis.statistics import STATISTICS, column_order, labels, priority_order, short_name
     from ..render.tables import choose_columns, head_stats_table, legend_table
 
     console = stdout_console(width)
     extra = extra or {}
     keep_first = sort if sort in STATISTICS or sort in extra else None
     if extra and chosen is None:  # importance and ablation first, then the statistics as they give way
-        from ..render.tables import PRIORITY
-
-        stats = [*extra, *[s for s in PRIORITY if s in STATISTICS], *[s for s in STATISTICS if s not in PRIORITY]]
+        stats = [*extra, *priority_order()]
         layout = choose_columns(rows, stats, console.width, header=short_name, keep_first=keep_first, chosen=True)
-        layout.shown.sort(key=lambda s: [*STATISTICS, *extra].index(s))  # in the usual order, the extras last
+        layout.shown.sort(key=lambda s: [*column_order(), *extra].index(s))  # in the usual order, the extras last
     else:
-        stats = chosen if chosen is not None else list(STATISTICS)
+        stats = chosen if chosen is not None else column_order()
         layout = choose_columns(rows, stats, console.width, header=short_name, keep_first=keep_first,
-                                chosen=chosen is not None)
+                                chosen=chosen is not None, priority=priority_order())
     console.print(head_stats_table(rows, layout.shown, title=title, header=short_name))
     console.print(legend_table([(short_name(s), s, STATISTICS[s].description if s in STATISTICS else extra[s])
                                 for s in layout.shown]), style="dim")

@@ -15,9 +15,6 @@ from rich.text import Text
 
 from ..labels import safe_text
 
-# The order in which statistics give way when the terminal is narrow: the first ones stay longest.
-PRIORITY = ("prev_score", "next", "self", "first", "entropy_norm", "sep", "punct", "induction", "duplicate",
-            "max", "distance", "entropy")
 GAP = 2  # cells between two columns (a blank divider and one cell of padding)
 ZERO = 0.0005  # below this a value prints as 0.000
 
@@ -60,10 +57,12 @@ def label_column_width(rows: Sequence[dict[str, object]]) -> int:
 
 def choose_columns(rows: Sequence[dict[str, object]], stats: Sequence[str], width: int, *,
                    header: Callable[[str], str] = str, keep_first: str | None = None,
-                   chosen: bool = False) -> HeadColumns:
+                   chosen: bool = False, priority: Sequence[str] = ()) -> HeadColumns:
     """The statistics of ``stats`` that fit ``width`` cells, in the order given.
 
-    The rest give way by :data:`PRIORITY` (``keep_first``, e.g. the sort column, gives way last),
+    The rest give way by ``priority``, the first staying longest (the caller hands it over: each statistic
+    says its own, ``attnviz.analysis.statistics.priority_order``; those it does not name follow in the order
+    given; ``keep_first``, e.g. the sort column, gives way last),
     and a statistic that is 0.000 in every row gives way first. Statistics a user ``chosen`` by
     name keep their places instead: they give way from the end, and none for being 0.
     """
@@ -71,7 +70,7 @@ def choose_columns(rows: Sequence[dict[str, object]], stats: Sequence[str], widt
                                   and all(abs(float(r[s])) < ZERO for r in rows)]  # type: ignore[arg-type]
     candidates = [s for s in stats if s not in all_zero]
     fixed, cost = _widths(rows, candidates, header)
-    ranked = list(candidates) if chosen else [s for s in PRIORITY if s in candidates] + [s for s in candidates if s not in PRIORITY]
+    ranked = list(candidates) if chosen else [s for s in priority if s in candidates] + [s for s in candidates if s not in priority]
     if keep_first in ranked:
         ranked.remove(keep_first)
         ranked.insert(0, keep_first)

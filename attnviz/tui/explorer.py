@@ -388,12 +388,12 @@ class Explorer:
 
     def _heads_text(self, sink: Sink) -> None:
         """The ``heads`` command's table at the pane's width (its columns, legend and labels), sorted by ``sort``."""
-        from ..analysis.statistics import STATISTICS, labels, short_name
+        from ..analysis.statistics import STATISTICS, labels, priority_order, short_name
         from ..render.tables import choose_columns, head_stats_table, legend_table
 
         rows, stats = self.heads_rows()
         layout = choose_columns(rows, stats, sink.width, header=short_name,
-                                keep_first=self.sort if self.sort in STATISTICS else None)
+                                keep_first=self.sort if self.sort in STATISTICS else None, priority=priority_order())
         order = f"sorted by {self.sort} (largest first)" if self.sort else "in model order"
         sink.print(head_stats_table(rows, layout.shown, title=f"{self.model_name} · every head, {order}",
                                     header=short_name))
