@@ -22,6 +22,7 @@ from .attribution import (  # noqa: F401 (what ``attnviz rollout`` shows: attnvi
     rollout_of_text,
     rollout_view,
 )
+from .labels import head_name
 from .sources.resolve import Engine, load_source
 from .views.compared import compare_heads_page, compare_runs_of_text  # noqa: F401 (compare-heads --vs, --out x.html)
 from .views.generated import generation_summary, generation_view  # noqa: F401 (what generate shows)
@@ -318,7 +319,7 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
     if heads[-1] >= tensor.shape[1]:
         raise UsageError(f"[[head={heads[-1]}]] is out of range; {result.model_name} has heads 0 to {tensor.shape[1] - 1}")
     picked = tensor[:, heads, position, :].reshape(len(layers) * len(heads), -1)
-    names = [f"L{la}H{h}" for la in layers for h in heads]
+    names = [head_name(la, h) for la in layers for h in heads]
     where = "" if kind in ("self", "encoder") else f" · {kind}"
     return matrix_view(picked[None].double().numpy(), names, cols, vmax=vmax, cmap=cmap,
                        title=f"{result.model_name}{where} · what {rows[position]!r} (token {position}) attends to",

@@ -74,3 +74,9 @@ def is_invisible(ch: str) -> bool:
     import unicodedata
 
     return unicodedata.category(ch) in ("Cf", "Cs")
+
+
+def head_name(layer: int, head: int) -> str:
+    """The one spelling of a head's name: ``L3H7`` is head 7 of layer 3 (in titles, legends, tables
+    and export file names alike; the page's scripts spell it the same way, with their ``headName``)."""
+    return f"L{layer}H{head}"

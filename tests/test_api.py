@@ -44,10 +44,10 @@ def test_one_head_across_every_layer(minilm, run_cli):
     r = run_cli("heatmap", TEXT, "--layer", "all", "--head", "3", "--width", "120")
     assert r.exit_code == 0 and "head 3 · every layer" in r.stdout
     grid = api.attention_view(minilm, TEXT, head="all")  # every head of every layer, a row per layer
-    assert grid.panels.shape[0] == 72 and grid.columns == 12 and grid.panel_titles[13] == "L1 H1"
+    assert grid.panels.shape[0] == 72 and grid.columns == 12 and grid.panel_titles[13] == "L1H1"
     assert np.allclose(grid.panels[13], result.attentions[1, 1].numpy(), atol=1e-6)
     r = run_cli("heatmap", TEXT, "--head", "all", "--width", "200")  # --layer all is the default
-    assert r.exit_code == 0 and "every head · every layer" in r.stdout and "L5 H11" in r.stdout
+    assert r.exit_code == 0 and "every head · every layer" in r.stdout and "L5H11" in r.stdout
 
 
 def test_rollout_and_norm_views(minilm):

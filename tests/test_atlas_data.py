@@ -84,7 +84,7 @@ def test_the_command_gives_the_numbers_from_texts_or_an_export_folder(export, ru
         assert head["top_texts"]["first"] == [int(t) for t in data.top_texts["first"][3, 7]]
         assert sum(head["histograms"]["prev_score"]) == len(TEXTS)
     table = run_cli("atlas", str(export), "--top", "2", "--width", "120")
-    assert table.exit_code == 0 and "highest corpus mean" in table.stdout and "L0·H2" in table.stdout
+    assert table.exit_code == 0 and "highest corpus mean" in table.stdout and "L0H2" in table.stdout
     bad = run_cli("atlas", str(export), "--vs-model", "sample_configs/tiny.toml")
     assert bad.exit_code != 0 and "is an export folder" in bad.stderr
 
@@ -103,7 +103,7 @@ def test_the_atlas_page_shows_the_grid_a_heads_distribution_and_its_texts(export
     assert tab.locator("#atlasgrid td.cell").count() == 6 * 12 and requests == []
     tab.select_option("#atlasstat", "prev_score")
     title = tab.get_attribute("#atlasgrid td.cell[data-layer='0'][data-head='2']", "title")
-    assert title == f"L0 H2: prev_score {data.means['prev_score'][0, 2]:.3f}"
+    assert title == f"L0H2: prev_score {data.means['prev_score'][0, 2]:.3f}"
     first = tab.locator("#atlasrank li").first
     best = np.unravel_index(np.argmax(data.means["prev_score"]), data.means["prev_score"].shape)
     assert first.get_attribute("data-layer") == str(best[0]) and first.get_attribute("data-head") == str(best[1])

@@ -232,7 +232,7 @@ def test_the_diff_page_ranks_the_planted_head_and_draws_both_models(planted, exp
     assert tab.evaluate("() => document.activeElement.textContent") == f"Layer {LAYER + 1}, head {HEAD + 1}"
     tab.select_option("#atlasstat", "entropy")  # a statistic's change: ranked by its size
     ranked = [li.inner_text() for li in tab.locator("#atlasrank li").all()[:1]]
-    assert ranked[0].startswith(f"L{LAYER} H{HEAD}")
+    assert ranked[0].startswith(f"L{LAYER}H{HEAD}")
     tab.close()
     # from two exports' tables the page is drawn too, and says the attention needs the models
     folder_page = tmp_path / "tables.html"

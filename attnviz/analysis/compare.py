@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
+from ..labels import head_name
 from . import metrics
 from .heads import head_table
 
@@ -116,7 +117,7 @@ class HeadsOverview:
 
     @property
     def names(self) -> list[str]:
-        return [f"L{layer}H{head}" for layer in self.layers for head in range(self.n_heads)]
+        return [head_name(layer, head) for layer in self.layers for head in range(self.n_heads)]
 
 
 class OverviewBuilder:
@@ -221,7 +222,7 @@ def comparison(overview: HeadsOverview, *, top: int = 5, other: HeadsOverview | 
             notes=[n for n in overview.notes if n.startswith("head distances")], pairs=extreme_pairs(dist, names, k=top),
         )
     matrix = change[0].numpy()[layers]
-    flat = sorted(((f"L{li}H{h}", float(matrix[i, h])) for i, li in enumerate(layers) for h in range(n_heads)),
+    flat = sorted(((head_name(li, h), float(matrix[i, h])) for i, li in enumerate(layers) for h in range(n_heads)),
                   key=lambda item: item[1], reverse=True)
     return Comparison(
         overview=overview, matrix=matrix, rows=[f"L{li}" for li in layers], cols=[f"H{h}" for h in range(n_heads)],

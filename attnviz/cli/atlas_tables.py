@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
+from ..labels import head_name
 from .common import stdout_console
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,17 +25,17 @@ def print_corpus(data: AtlasData, top: int | None, width: int | None) -> None:
     table = Table(title=Text(f"{data.model} · {texts} · the heads with the highest corpus mean",
                              style="bold"), title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("statistic")
-    table.add_column(f"top {shown} heads (L·H mean)")
+    table.add_column(f"top {shown} heads (LH mean)")
     layers, n_heads = data.layers, data.n_heads
     for stat in data.stats:
         means = data.means[stat]
         order = means.flatten().argsort()[::-1][:shown]
         table.add_row(short_name(stat), "  ".join(
-            f"L{layers[i // n_heads]}·H{i % n_heads} {means.flat[i]:.3f}" for i in order))
+            f"{head_name(layers[i // n_heads], i % n_heads)} {means.flat[i]:.3f}" for i in order))
     for label, rates in sorted(data.label_rates.items()):
         order = rates.flatten().argsort()[::-1][:shown]
         table.add_row(f"[{label}]", "  ".join(
-            f"L{layers[i // n_heads]}·H{i % n_heads} {rates.flat[i]:.0%}" for i in order if rates.flat[i] > 0))
+            f"{head_name(layers[i // n_heads], i % n_heads)} {rates.flat[i]:.0%}" for i in order if rates.flat[i] > 0))
     console.print(table)
     console.print(Text("[label]: the share of texts in which a head earns it. --format json has every head's means, "
                        "histograms and the texts where it shows each statistic most.", style="dim"))

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..fileio import atomic_write
+from ..labels import head_name
 from ..result import AttentionResult
 from .items import Item
 from .settings import ExportSettings
@@ -88,7 +89,7 @@ class ItemExport:
             if self.settings.style == "figure" and n > FIGURE_CELLS:
                 # The figure pools to this size anyway; pooled here, a long input's views stay small in the queue.
                 view = max_pool(view, -(-n // FIGURE_CELLS))
-            name = f"L{layer}" if head == "all" else f"L{layer}H{head}"
+            name = f"L{layer}" if head == "all" else head_name(layer, head)
             for fmt in self.settings.image_formats:
                 self.images.append((view, self.out_dir / f"{self.item.stem}.{name}.{fmt}"))
 

@@ -21,7 +21,7 @@ from .html import POLICY, script_safe
 
 def atlas_html(document: dict[str, Any]) -> str:
     assets = resources.files("attnviz.render") / "assets"
-    script = "\n".join((assets / name).read_text(encoding="utf-8") for name in ("atlas.js", "atlas_qk.js"))
+    script = "\n".join((assets / name).read_text(encoding="utf-8") for name in ("names.js", "atlas.js", "atlas_qk.js"))
     script += '\ndocument.body.dataset.ready = "1";\n'
     style = (assets / "atlas.css").read_text(encoding="utf-8")
     payload = script_safe(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False))

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..labels import head_name
 from .colors import ColorScale
 from .figure_style import DPI, STABLE_RC, save_figure
 from .fonts import clean_label, font_chain
@@ -148,7 +149,7 @@ def render_comparison(
                 x, y_top = x0 + col * (panel + GAP), top - row * step - panel_title_h
                 ax.imshow(heads[li, h], cmap=colormaps[cmap], vmin=scale.vmin, vmax=scale.vmax, interpolation="nearest",
                           extent=(x, x + panel, y_top - panel, y_top), aspect="auto")
-                ax.text(x + panel / 2, y_top + 0.02, f"L{layers[li]}H{h}", ha="center", va="bottom", fontsize=6)
+                ax.text(x + panel / 2, y_top + 0.02, head_name(layers[li], h), ha="center", va="bottom", fontsize=6)
                 lowest[col] = y_top - panel
                 if col == 0:
                     for i in range(0, q, tick):

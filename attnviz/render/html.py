@@ -25,9 +25,10 @@ from .page_views import sections
 POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
           "connect-src {connect}; base-uri 'none'; form-action 'none'")
 
-SCRIPTS = ("steps.js", "tiles.js", "matrix.js", "headview.js", "onetoken.js", "qk.js", "page.js")
-"""The page's script, in this order: the step slider of a generated text, the tiles' decoder, the
-zoomable matrix, the head view, the One token view, the query · key view, then the page itself."""
+SCRIPTS = ("names.js", "steps.js", "tiles.js", "matrix.js", "headview.js", "onetoken.js", "qk.js", "page.js")
+"""The page's script, in this order: the spelling of head names (``headName``), the step slider of a
+generated text, the tiles' decoder, the zoomable matrix, the head view, the One token view, the
+query · key view, then the page itself."""
 
 
 def script_safe(payload: str) -> str:

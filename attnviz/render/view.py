@@ -11,7 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import UsageError
-from ..labels import printable
+from ..labels import head_name, printable
 from .colors import ColorScale
 
 HeadChoice = int | Literal["all", "mean"]
@@ -57,7 +57,7 @@ def every_layer_panels(tensor: Any, layers: list[int], head: HeadChoice,
     if head == "all":
         grid = np.asarray(tensor, dtype=np.float64)
         panels = grid.reshape(-1, *grid.shape[2:])
-        titles = [f"L{layer} H{h}" for layer in layers for h in range(n_heads)]
+        titles = [head_name(layer, h) for layer in layers for h in range(n_heads)]
         return panels, titles, "every head", n_heads
     if head == "mean":
         return np.asarray(tensor.double().mean(1)), [f"L{la}" for la in layers], "mean of heads", None

@@ -17,7 +17,7 @@ import torch
 from ..analysis.metrics import rows_seeing
 from ..attention.rows import rows_per_block
 from ..errors import UsageError
-from ..labels import printable
+from ..labels import head_name, printable
 from ..render.view import FIGURE_CELLS, HeadChoice, HeatmapView, matrix_view, pooled_labels
 from .heatmap import with_sinks
 
@@ -91,7 +91,7 @@ def chosen_heads(head: HeadChoice, n_heads: int, model_name: str) -> list[int] |
 def panel_titles(head: HeadChoice, chosen: list[int] | None, layer: int, every: bool) -> list[str]:
     """Each panel's title: its layer (every layer shown) and head."""
     if every:
-        return [f"L{layer} H{h}" for h in chosen] if head == "all" and chosen else [f"L{layer}"]
+        return [head_name(layer, h) for h in chosen] if head == "all" and chosen else [f"L{layer}"]
     if chosen is None:
         return ["mean of heads"]
     return [f"head {h}" for h in chosen]

@@ -107,7 +107,7 @@
         const v = value(item, m);
         const focusable = chosen ? chosen === item : layer === layers[0] && h === 0;  // one tab stop: arrows move
         const cell = el("td", { class: "cell", "data-layer": layer, "data-head": h, tabindex: focusable ? "0" : "-1",
-          title: "L" + layer + " H" + h + ": " + m + " " + v.toFixed(3),
+          title: headName(layer, h) + ": " + m + " " + v.toFixed(3),
           "aria-label": "layer " + layer + ", head " + h + ": " + v.toFixed(3) });
         cell.style.background = paint(v);
         activate(cell, () => show(item, true));
@@ -122,7 +122,7 @@
     for (const item of [...data.heads].sort((a, b) => sign * (key(b, m) - key(a, m)))) {
       const labels = diff ? "" : Object.entries(item.labels).map(([k, v]) => k + " " + Math.round(v * 100) + "%").join(", ");
       const li = el("li", { "data-layer": item.layer, "data-head": item.head, tabindex: first ? "0" : "-1" },
-        "L" + item.layer + " H" + item.head + "  " + (diff ? interval(item, m) : item.means[m].toFixed(3)) +
+        headName(item.layer, item.head) + "  " + (diff ? interval(item, m) : item.means[m].toFixed(3)) +
         (labels ? "  · " + labels : ""));
       activate(li, () => show(item, true));
       li.addEventListener("keydown", (e) => {  // one tab stop: ↑ and ↓ walk the ranking

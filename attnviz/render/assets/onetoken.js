@@ -87,7 +87,7 @@ function attnvizOneToken(ctx) {
         const [R, G_, B] = shade(pooled[r].best[x], most);
         c.fillStyle = `rgb(${R},${G_},${B})`; c.fillRect(left + x * cell, r * rowH, cell, rowH);
       }
-      if (rowH >= 8 || h === 0) { c.fillStyle = "#1d1d1f"; c.fillText(`L${k.layers[li]}H${h}`, left - 4, r * rowH + rowH / 2); }
+      if (rowH >= 8 || h === 0) { c.fillStyle = "#1d1d1f"; c.fillText(headName(k.layers[li], h), left - 4, r * rowH + rowH / 2); }
     });
     const colEnd = Math.min(cols - 1, colCut());
     if (G()) {  // keys after the step veiled, the prompt's end dashed
