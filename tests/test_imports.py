@@ -33,10 +33,6 @@ ORDER = tuple(PARTS)
 # The imports that run up against ORDER, each with its reason: the one place they are named. Every one
 # must still be made (test_every_exception_is_still_needed), so a fixed one leaves this list.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("attnviz.render.page", "attnviz.analysis.statistics"):
-        "PageBuilder.end_layer marks each head's attention sinks from the key columns' sums its pyramid adds up "
-        "as blocks of rows arrive (a long layer is never whole), reading SINK_THRESHOLD (Gu et al. 2024's 0.3); "
-        "left to do: hand those sums to views/page_parts.py, which would mark the sinks",
     ("attnviz.result", "attnviz.notebook"):
         "AttentionResult._repr_html_ (inside the method, when Jupyter shows a result): Jupyter asks the object's "
         "own class for its display, so the result names the notebook frame that draws its page; nothing the "

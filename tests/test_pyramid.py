@@ -18,6 +18,7 @@ from attnviz.render.pyramid import (
     log8_values,
     tiles_of,
 )
+from attnviz.views.page_parts import page_sinks
 
 
 def pooled_by_hand(matrix: np.ndarray, factor: int, centre: float = 0.0) -> np.ndarray:
@@ -161,7 +162,7 @@ def test_sinks_are_the_keys_every_row_leans_on():
     weights = np.full((1, n, n), 0.2 / (n - 1), dtype=np.float32)
     weights[0, :, 0] = 0.8  # every query puts 0.8 on the first key
     weights[0, 5, 7] = 0.5
-    builder = PageBuilder("t", "m", cells=weights.size)
+    builder = PageBuilder("t", "m", cells=weights.size, sinks=page_sinks)  # the statistics' marker (views/page_parts.py)
     builder.add_layer(0, weights, rows=["x"] * n, cols=["x"] * n)
     head = builder.kinds["self"]["pyramids"][0][0]
     assert head["sinks"] == [0]

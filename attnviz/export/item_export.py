@@ -66,9 +66,11 @@ class ItemExport:
             tokens, special = self.shown.tokens, self.shown.special
             if self.page is None:
                 from ..render.page import PageBuilder
+                from ..views.page_parts import page_sinks
 
                 self.page = PageBuilder(f"{self.header.model_name} · text {self.item.index}", self.header.model_name,
-                                        cells=self.n_layers * attentions.numel(), layers=self.n_layers)
+                                        cells=self.n_layers * attentions.numel(), layers=self.n_layers,
+                                        sinks=page_sinks)
             self.page.add_layer(part.layer, attentions, rows=tokens, cols=tokens, causal=self.shown.causal,
                                 row_special=special, col_special=special)
         if self.settings.image_formats:

@@ -12,6 +12,7 @@ The page itself is written by :mod:`attnviz.render.html`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,11 @@ of many heads, none where even one would not fit (the head view says so)."""
 
 WORKING_CELLS = 64_000_000
 """Cells of one layer's finest pooled level kept while a layer is read (256 MB of float32)."""
+
+SinkMarker = Callable[[LayerPyramid, bool], Sequence[Sequence[int]]]
+"""How a page's attention sinks are found: a layer's pyramid (its key columns' sums) and whether the layer is
+causal → each head's sink keys. The statistics say what a sink is (:func:`attnviz.views.page_parts.page_sinks`);
+the page draws what it is given."""
 
 
 @dataclass
@@ -88,12 +94,13 @@ class PageBuilder:
     :data:`LEAVES_ALWAYS` tokens keeps every cell whatever it weighs)."""
 
     def __init__(self, title: str, model: str, *, cells: int, layers: int = 1, budget: int = PAGE_BUDGET,
-                 hold: int = 0) -> None:
+                 hold: int = 0, sinks: SinkMarker | None = None) -> None:
         """``cells``: the heads × queries × keys of the page in all (half floats up to
         :data:`~attnviz.render.pyramid.FLOAT16_CELLS`, else a byte: see :meth:`encoding_of`);
         ``layers``: how many layers of each kind of attention it will hold; ``hold``: bytes of finer
-        tiles to keep beyond the page's ``budget`` (a server answers them on request: :attr:`Page.held`)."""
-        self.title, self.model = title, model
+        tiles to keep beyond the page's ``budget`` (a server answers them on request: :attr:`Page.held`);
+        ``sinks``: how each layer's attention sinks are marked (None: none are, unless a layer is given its own)."""
+        self.title, self.model, self.sinks = title, model, sinks
         self.encoding = "f16" if cells <= FLOAT16_CELLS else "log8"
         self.layers, self.budget, self.hold = max(1, layers), budget, max(budget, hold)
         self.kinds: dict[str, dict[str, Any]] = {}
@@ -151,14 +158,15 @@ class PageBuilder:
             pooled += geometry.cells(level)
         return finest
 
-    def end_layer(self, pyramid: LayerPyramid, layer: int, *, kind: str = "self") -> None:
-        """Encode one layer's pyramid (model layer number ``layer``), keeping the levels the budget allows."""
-        from ..analysis.statistics import SINK_THRESHOLD  # not at import: drawing processes never load torch
-
+    def end_layer(self, pyramid: LayerPyramid, layer: int, *, kind: str = "self",
+                  sinks: Sequence[Sequence[int]] | None = None) -> None:
+        """Encode one layer's pyramid (model layer number ``layer``), keeping the levels the budget allows;
+        ``sinks``: each head's sink keys (default: the builder's marker finds them; none where the values are
+        not weights)."""
         entry, levels, centre = self.kinds[kind], pyramid.levels(), pyramid.centre
         sizes = self._sizes.setdefault(kind, [0] * len(levels))
-        rows, cols = pyramid.geometry.rows, pyramid.geometry.cols
-        seeing = (rows - np.arange(cols)).clip(min=1) if entry["causal"] and rows == cols else np.full(cols, rows)
+        if sinks is None:
+            sinks = self.sinks(pyramid, entry["causal"]) if self.sinks is not None and centre == 0 else []
         col_max = pyramid.col_max_filled()
         heads = []
         for h in range(pyramid.heads):
@@ -166,10 +174,10 @@ class PageBuilder:
                      for level, grid in enumerate(levels)]
             for level, found in enumerate(tiles[: len(sizes)]):
                 sizes[level] += sum(len(text) for text in found.values())
-            sinks = np.flatnonzero(pyramid.col_sum[h] / seeing > SINK_THRESHOLD) if centre == 0 else np.array([], int)
-            rest = np.delete(col_max[h], sinks)
+            marked = np.asarray(sinks[h] if h < len(sinks) else [], dtype=int)
+            rest = np.delete(col_max[h], marked)
             vmax = float(pyramid.row_max[h].max(initial=centre))
-            heads.append({"tiles": tiles, "vmax": vmax, "sinks": sinks.tolist(),
+            heads.append({"tiles": tiles, "vmax": vmax, "sinks": [int(k) for k in marked],
                           "vmaxNoSinks": float(rest.max(initial=centre)) if rest.size else vmax,
                           "rowMax": encode_tile(pyramid.row_max[h][None, :], "f16")})
             if pyramid.lines:
@@ -210,14 +218,16 @@ class PageBuilder:
 
     def add_layer(self, layer: int, attentions: Any, *, rows: list[str], cols: list[str], kind: str = "self",
                   causal: bool = False, row_special: list[bool] | None = None, col_special: list[bool] | None = None,
-                  breaks: list[int] | None = None, centre: float = 0.0) -> None:
-        """One whole layer ``[heads, q, k]`` (a torch tensor or an array) of one kind of attention."""
+                  breaks: list[int] | None = None, centre: float = 0.0,
+                  sinks: Sequence[Sequence[int]] | None = None) -> None:
+        """One whole layer ``[heads, q, k]`` (a torch tensor or an array) of one kind of attention (``sinks``:
+        as :meth:`end_layer`'s)."""
         weights = np.asarray(attentions.float() if hasattr(attentions, "float") else attentions, dtype=np.float32)
         pyramid = self.start_layer(weights.shape[0], rows=rows, cols=cols, kind=kind, causal=causal,
                                    row_special=row_special, col_special=col_special, breaks=breaks, centre=centre)
         if weights.shape[1]:
             pyramid.add(0, weights)
-        self.end_layer(pyramid, layer, kind=kind)
+        self.end_layer(pyramid, layer, kind=kind, sinks=sinks)
 
     def notes(self) -> list[str]:
         """What the page left out, in words, and what would hold it: a page of one layer only where one
@@ -281,7 +291,7 @@ def page_of_view(view: Any) -> Page:
     span = view.scale.vmax - low if view.scale.vmax > low else 1.0
     builder = PageBuilder(view.title, view.title.split(" · ")[0], cells=int(panels.size))
     builder.add_layer(0, np.clip((panels - low) / span, 0.0, 1.0), rows=view.row_labels, cols=view.col_labels,
-                      breaks=view.row_breaks, centre=-low / span)
+                      breaks=view.row_breaks, centre=-low / span, sinks=view.marks or None)
     page = builder.finish(initial={"view": "matrix", "layer": 0, "head": 0}, value_name=view.value_name,
                           notes=list(view.notes))
     kind = page.kinds["self"]

@@ -133,7 +133,8 @@ class PageCollector:
         from ..render.page import PAGE_BUDGET, PageBuilder
 
         self.builder = PageBuilder(f"{model} · {self.title}", model, cells=cells, layers=len(self.layers),
-                                   budget=PAGE_BUDGET if self.budget is None else self.budget, hold=self.hold)
+                                   budget=PAGE_BUDGET if self.budget is None else self.budget, hold=self.hold,
+                                   sinks=page_sinks)
 
     def add(self, header: AttentionResult, position: int, layer: Any) -> None:
         """Layer ``position`` of ``header``'s text: ``[heads, n, n]`` whole, or an engine's
@@ -200,6 +201,20 @@ class TiledLayer:
             yield first, block
             if self.checkpoint is not None:  # before the next block is computed
                 self.checkpoint()
+
+
+def page_sinks(pyramid: Any, causal: bool) -> list[list[int]]:
+    """Each head's attention sinks (Gu et al. 2024), from the key columns' sums a page's
+    :class:`~attnviz.render.pyramid.LayerPyramid` added up as blocks of rows arrived (a long layer is never
+    whole): key k is a sink where α_k, its mean weight from the rows that see it, exceeds
+    :data:`attnviz.analysis.statistics.SINK_THRESHOLD`. The :class:`~attnviz.render.page.PageBuilder`'s marker."""
+    import numpy as np
+
+    from ..analysis.statistics import SINK_THRESHOLD  # not at import: the page's modules load no torch
+
+    rows, cols = pyramid.geometry.rows, pyramid.geometry.cols
+    seeing = (rows - np.arange(cols)).clip(min=1) if causal and rows == cols else np.full(cols, rows)
+    return [np.flatnonzero(pyramid.col_sum[h] / seeing > SINK_THRESHOLD).tolist() for h in range(pyramid.heads)]
 
 
 def stats_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
