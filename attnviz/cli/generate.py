@@ -36,7 +36,7 @@ def generate(
     temperature: float = typer.Option(1.0, "--temperature", help="With --sample: flatten (>1) or sharpen (<1)."),
     top_k: int | None = typer.Option(None, "--top-k", min=1, help="With --sample: only the k likeliest tokens.", show_default=False),
     top_p: float | None = typer.Option(None, "--top-p", help="With --sample: the smallest set of tokens holding this much probability.", show_default=False),
-    seed: int | None = typer.Option(None, "--seed", min=0, max=2**62, help="With --sample: the seed of the sampling "
+    seed: int | None = typer.Option(None, "--seed", help="With --sample: the seed of the sampling "
                                     "(the same seed gives the same tokens; default 0, as atlas's: a run repeats).",
                                     show_default=False),
     stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--no-stop-at-eos", help="Stop at the model's end-of-sequence token."),
