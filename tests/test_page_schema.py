@@ -169,3 +169,18 @@ def test_the_checker_names_the_key_path(short, change, path):
     change(broken)
     with pytest.raises(PageDataError, match=path):
         check_page_data(broken)
+
+
+def test_an_exported_page_keeps_the_contract_and_marks_its_sinks(run_cli, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text(f"{TEXT}\nA dog barked at the cat.\n", encoding="utf-8")
+    r = run_cli("export", str(texts), "--formats", "html", "--out", str(tmp_path / "out"), "--model", TINY)
+    assert r.exit_code == 0, r.stderr
+    pages = sorted((tmp_path / "out").glob("*.html"))
+    assert len(pages) == 2
+    for path in pages:
+        data = _blob(path.read_text(encoding="utf-8"))
+        check_page_data(data)
+        assert "kind" not in data["initial"]  # export's page opens on its first kind
+    # The sinks the export's page marks (views/page_parts.page_sinks, its builder's marker) are there.
+    assert any(head["sinks"] for layer in data["kinds"]["self"]["pyramids"] for head in layer)
