@@ -46,14 +46,13 @@ Contract (tests and scripts rely on it):
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
-import socket
 import sys
 import warnings
 from typing import Any
 
 from ..errors import AttnvizError, AttnvizWarning, ServeError, UsageError, in_request_terms
+from .process import listen
 
 MAX_TEXT_BYTES = 2 * 1024 * 1024
 """Bytes of text (all fields together) one request may send: a document of 128k tokens and more."""
@@ -136,7 +135,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
     from ..api import page_view
     from ..render.html import page_html
     from ..views.live_tiles import LiveTiles
-    from .cache import ByteCache, size_of
+    from .cache import ByteCache, KeptLayers, size_of, trim_heap
     from .guard import Guard, allowed_names
     from .turns import Cancelled, Ticket, Turns
 
@@ -198,7 +197,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         value)``, or ``(False, reply)``: the :class:`_Reply` to send. Nothing is raised past here, so an
         exception (and its traceback, whose frames hold the page worked on) ends with this call: no
         thread pool, future or log keeps it, and no reference cycle through it keeps a page alive.
-        ``trim``: then give the memory the work freed back to the system (:func:`_trim_heap`)."""
+        ``trim``: then give the memory the work freed back to the system (:func:`attnviz.serve.cache.trim_heap`)."""
         try:
             with turns.turn(ticket), warnings.catch_warnings():
                 warnings.simplefilter("ignore", AttnvizWarning)  # (a short text's statistics: the page says little)
@@ -216,7 +215,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
             sys.stderr.write(f"attnviz: error: internal error ({type(exc).__name__}: {first}); report it\n")
             outcome = False, _Reply(500, f"internal error ({type(exc).__name__}); the server's log has a line on it")
         if trim:
-            _trim_heap()
+            trim_heap()
         return outcome
 
     async def run(work: Any, request: Request, trim: bool = False) -> tuple[bool, Any]:
@@ -241,7 +240,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
 
     def tiled_page(values: dict[str, Any], checkpoint: Any, *, home: bool = False) -> Any:
         """The page of a text; kept in the cache with its layers for /api/tile where they fit."""
-        layers = _KeptLayers(cache.limit)
+        layers = KeptLayers(cache.limit)
         built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
                           truncate=values["truncate"], hold=hold, layers_out=layers, checkpoint=checkpoint)
         if "self" in built.kinds and not can.cross and not layers.over:
@@ -366,28 +365,6 @@ async def _watch_disconnect(receive: Any, gone: Any) -> None:
     gone()
 
 
-def _trim_heap() -> None:
-    """Give the heap's free memory back to the system (glibc's ``malloc_trim``; elsewhere nothing). A page's
-    weights are freed when it is answered, but the C heap of the worker thread that built it keeps the pages
-    (each worker thread its own arena): without this, 120 MiniLM pages left the server 1 GB over what it
-    kept, with it about 60 MB."""
-    global _LIBC
-    if _LIBC is None:
-        import ctypes
-        import ctypes.util
-
-        try:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC: Any = None
-
-
 def _whole_number(value: str, digits: int = len(str(MAX_TILE_NUMBER))) -> int | None:
     """``"12"`` → 12; None for anything but 1 to ``digits`` ASCII digits (``"²"``, ``"١"``, ``"-1"``, ``" 1"``)."""
     if not (value.isascii() and value.isdigit()) or len(value) > digits:
@@ -402,27 +379,6 @@ def _out_of_range(live: Any, numbers: dict[str, int]) -> _Reply | None:
     except AttnvizError as exc:
         return _Reply(422, in_request_terms(exc.template))
     return None
-
-
-class _KeptLayers(list):  # type: ignore[type-arg]
-    """A page's layers kept while it is built (``layers_out``) while their bytes stay within ``limit``:
-    past it the server could not keep them, so it holds none (the page then gets no tiles on request)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit, self.bytes, self.over = limit, 0, False
-
-    def append(self, layer: Any) -> None:
-        if self.over:
-            return
-        from .cache import size_of
-
-        self.bytes += size_of(layer)
-        if self.bytes > self.limit:
-            self.over = True
-            self.clear()
-            return
-        super().append(layer)
 
 
 def _is_unicode(text: str) -> bool:
@@ -459,41 +415,16 @@ class _Reply(Exception):
         return JSONResponse({"error": self.message}, status_code=self.status, headers=headers)
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host``:``port`` and listening (``port`` 0: any free one), or a
-    :class:`ServeError` saying why not, before anything is printed or served."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise ServeError(f"cannot listen on {host!r}: it is not an address of this machine ({exc})") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "::" takes IPv4 too
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        reason = {errno.EADDRINUSE: "the port is in use (choose another, or 0 for any free one)",
-                  errno.EACCES: "permission denied (ports below 1024 need root)",
-                  errno.EADDRNOTAVAIL: "the address is not this machine's"}.get(exc.errno, exc.strerror or str(exc))
-        raise ServeError(f"cannot listen on {host}:{port}: {reason}") from None
-    return sock
-
-
 def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str = "viridis",
-          allowed_hosts: tuple[str, ...] = (), cache_size: int = CACHE_SIZE, on_ready: Any = None) -> None:
+          allowed_hosts: tuple[str, ...] = (), cache_size: int | None = None, on_ready: Any = None) -> None:
     """Serve ``source`` until Ctrl-C (uvicorn stops cleanly on SIGINT and SIGTERM). ``on_ready(host,
     port)`` is called once the socket listens, with the real port (``port=0`` picks a free one);
-    ``cache_size``: the bytes kept between requests at most."""
+    ``cache_size``: the bytes kept between requests at most (default :data:`attnviz.serve.CACHE_SIZE`)."""
     import uvicorn
 
     sock = listen(host, port)
     config = uvicorn.Config(create_app(source, cmap=cmap, host=host, allowed_hosts=allowed_hosts,
-                                       cache_size=cache_size),
+                                       cache_size=CACHE_SIZE if cache_size is None else cache_size),
                             log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     if on_ready is not None:
