@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY
+from test_pyramid import _causal_weights  # the pyramid tests' causal softmax of random scores
 
 from attnviz import api
 from attnviz.render.html import render_html
@@ -60,17 +61,9 @@ def test_the_written_page_carries_the_same_data(source, tmp_path):
     assert data["kinds"] == json.loads(json.dumps(page.data()["kinds"]))
 
 
-def _causal_softmax(heads: int, n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    scores = rng.normal(size=(heads, n, n)) * 3
-    scores[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] = -np.inf
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    return (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
-
-
 def test_a_long_pooled_page_keeps_the_contract():
     n = 700  # over LEAVES_ALWAYS: pooled levels, the finest left out by the budget, each query's strongest keys
-    weights = _causal_softmax(2, n, 1)
+    weights = _causal_weights(2, n, 1)
     weights[:, :, 0] += 1.0  # a sink on the first key, for the marker to find
     weights /= weights.sum(-1, keepdims=True)
     builder = PageBuilder("long", "synthetic", cells=weights.size, layers=2, budget=1, sinks=page_sinks)
