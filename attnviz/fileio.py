@@ -39,7 +39,7 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def atomic_write(path: Path, write: Callable[[str], None]) -> Path:
+def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
     """Call ``write(tmp_path)``, then rename the temporary file onto ``path``.
 
     The file gets the usual permissions (0666 less the umask). An ``OSError`` becomes a

@@ -24,7 +24,7 @@ def read_texts(source: str | Path, *, field: str = "text", column: str = "text",
     from .limits import texts_file_limit
 
     source = "-" if str(source) == "-" else source  # a Path("-") too: standard input, as everywhere
-    name = "stdin" if source == "-" else source
+    name = "stdin" if source == "-" else str(source)
     source = source if source == "-" else example_file(source)
     limit = texts_file_limit()
     raw = read_stdin(limit, "a file of texts") if source == "-" else read_bounded(Path(source), limit, "file of texts")
@@ -56,8 +56,8 @@ def corpus_kind(field: str | None, column: str | None, input_format: str | None)
     """How a file of texts is read, the same for ``export``, ``atlas`` and ``heads --file``: ``input_format``
     when given (not ``auto``); else ``--field`` means JSONL and ``--column`` CSV (or Parquet, by extension);
     else by extension (``auto``)."""
-    if input_format not in (None, "auto"):
-        return input_format  # type: ignore[return-value]
+    if input_format is not None and input_format != "auto":
+        return input_format
     if field is not None:
         return "jsonl"
     return "csv" if column is not None else "auto"

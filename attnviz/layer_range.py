@@ -20,16 +20,19 @@ def check_layers(wanted: Iterable[int], *, owner: str, count: int | None = None,
     decoder of t5``, a file); ``option`` is the argument's name in the message (``layer`` or ``layers``).
     None asked for at all is an error too."""
     numbers = sorted(set(wanted))
-    if count is None and held is None:
+    if held is not None:
+        there = set(held)
+    elif count is not None:
+        there = set(range(count))
+    else:
         raise ValueError("check_layers needs the layer count or the layers held")
-    there = set(range(count)) if held is None else set(held)
-    bad = [n for n in numbers if n not in there] or ([] if numbers else ["(none)"])
+    bad: list[int | str] = [n for n in numbers if n not in there] or ([] if numbers else ["(none)"])
     if bad:
         first = bad[0]
         if held is not None:
             where = f"{owner} holds layers {spans(sorted(held))}"
         else:
-            where = f"{owner} has layers 0 to {count - 1}" if count else f"{owner} has no layers"  # type: ignore[operator]
+            where = f"{owner} has layers 0 to {count - 1}" if count else f"{owner} has no layers"
         if isinstance(first, int) and first < 0:
             where += " (layers are numbered from 0)"
         raise UsageError(f"[[{option}={first}]] is out of range; {where}")

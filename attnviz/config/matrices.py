@@ -121,7 +121,9 @@ def _parse_layer(model: dict[str, Any], inp: Any, weights: Any, source: str) -> 
     check_memory(6 * 8 * n_heads * len(x) * keys, f"{source}: attention over {len(x):,} × {keys:,} tokens "
                  f"in {n_heads} heads")
     return MatrixConfig(name=name, x=x, n_heads=n_heads, tokens=tokens, causal=causal, context=context,
-                        context_tokens=context_tokens, padding=padding, **mats, **biases)
+                        context_tokens=context_tokens, padding=padding, w_q=mats["w_q"], w_k=mats["w_k"],
+                        w_v=mats["w_v"], w_o=mats.get("w_o"), b_q=biases.get("b_q"), b_k=biases.get("b_k"),
+                        b_v=biases.get("b_v"), b_o=biases.get("b_o"))
 
 
 def _check_rows(mats: dict[str, Matrix], d_x: int, d_context: int | None, source: str) -> None:
@@ -139,7 +141,7 @@ def _check_rows(mats: dict[str, Matrix], d_x: int, d_context: int | None, source
 
 
 def _biases(weights: dict[str, Any], d_qk: int, d_v: int, d_out: int | None, source: str) -> dict[str, tuple[float, ...]]:
-    biases = {}
+    biases: dict[str, tuple[float, ...]] = {}
     for key, width in (("b_q", d_qk), ("b_k", d_qk), ("b_v", d_v), ("b_o", d_out)):
         if key in weights:
             if width is None:
@@ -179,14 +181,14 @@ def _parse_reference(table: Any, source: str) -> Reference:
         raise ConfigError(f"{source}: [reference] must be a table")
     check_keys(table, _REFERENCE_KEYS, source, "[reference]")
     mats = {k: _matrix(table[k], f"[reference] {k}", source) for k in ("q", "k", "v", "output") if k in table}
-    per_head = {}
+    per_head: dict[str, tuple[Matrix, ...]] = {}
     for key in ("weights", "scores"):
         matrices = table.get(key, [])
         if not isinstance(matrices, list):
             raise ConfigError(f"{source}: [reference] {key} must be a list of matrices, one per head from head 0")
         per_head[key] = tuple(_matrix(m, f"[reference] {key}[{h}]", source) for h, m in enumerate(matrices))
     scale = typed(table, "scale", float, source, "[reference]") if "scale" in table else None
-    words = {}
+    words: dict[str, str | None] = {}
     for key, allowed in (("mask_true_means", _MASK_MEANINGS), ("q_from", _Q_SOURCES)):
         if key in table and table[key] not in allowed:
             raise ConfigError(f"{source}: [reference] {key} = {table[key]!r}; use one of "
@@ -197,9 +199,14 @@ def _parse_reference(table: Any, source: str) -> Reference:
         scale=scale,
         x_shape=_x_shape(table["x_shape"], source) if "x_shape" in table else None,
         softmax=_softmax_claim(table["softmax"], source) if "softmax" in table else None,
-        **per_head,
-        **words,
-        **mats,
+        weights=per_head["weights"],
+        scores=per_head["scores"],
+        mask_true_means=words["mask_true_means"],
+        q_from=words["q_from"],
+        q=mats.get("q"),
+        k=mats.get("k"),
+        v=mats.get("v"),
+        output=mats.get("output"),
     )
 
 
@@ -233,7 +240,8 @@ def _softmax_claim(table: Any, source: str) -> SoftmaxClaim:
         values["sum"] = typed(table, "sum", float, source, where)
         if not math.isfinite(values["sum"]):
             raise ConfigError(f"{source}: {where} sum = {values['sum']} must be a finite number")
-    return SoftmaxClaim(**values, **lists)
+    return SoftmaxClaim(head=values.get("head", 0), row=values.get("row", 0), sum=values.get("sum"),
+                        scores=lists.get("scores"), exp=lists.get("exp"), weights=lists.get("weights"))
 
 
 def _check_reference(cfg: MatrixConfig, ref: Reference, source: str) -> None:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..fileio import atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 DPI = 150
 MAX_TICKS = 64  # labels per axis; beyond, every n-th label is drawn
 # The same figure gives the same bytes: no creation dates, fixed SVG ids, glyphs as paths.
 _STABLE_METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
-STABLE_RC = {"svg.fonttype": "path", "svg.hashsalt": "attnviz"}
+STABLE_RC: dict[RcKeyType, Any] = {"svg.fonttype": "path", "svg.hashsalt": "attnviz"}
 
 
 def save_figure(fig, path: Path) -> None:

@@ -16,13 +16,19 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .figure_style import DPI, MAX_TICKS, STABLE_RC, save_figure
 from .grid_layout import TICK_PAD, TextSizes, grid_layout, grid_shape
 from .view import HeatmapView
+
+if TYPE_CHECKING:
+    from matplotlib.collections import PathCollection
+    from matplotlib.image import AxesImage
+    from matplotlib.text import Text
+    from matplotlib.typing import RcKeyType
 
 _MARK_COLOUR = "#e8175d"  # attention-sink markers
 _TICK_PAD_POINTS = TICK_PAD * 72
@@ -54,7 +60,7 @@ def colorbar_sample(vmin: float, vmax: float) -> str:
     matplotlib's AutoLocator and ScalarFormatter pick them), with every digit written 0."""
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
-    ticks = MaxNLocator(nbins=9, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax)
+    ticks = np.asarray(MaxNLocator(nbins=9, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax))
     span = vmax - vmin
     ticks = ticks[(ticks >= vmin - 1e-9 * span) & (ticks <= vmax + 1e-9 * span)]
     formatter = ScalarFormatter()
@@ -72,7 +78,7 @@ class LabelledFigure:
         from matplotlib.colors import Normalize
 
         self.key = key
-        self.rc = {"font.family": list(key.families), **STABLE_RC}
+        self.rc: dict[RcKeyType, Any] = {"font.family": list(key.families), **STABLE_RC}
         n_panels = key.shape[0]
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -82,7 +88,11 @@ class LabelledFigure:
             FigureCanvasAgg(fig)  # measures the texts (the file is drawn by the backend of its format)
             layout = grid_layout(key.size, n_panels, key.columns, _measure(fig, key))
             self.figure, self.norm, self.cmap = fig, Normalize(0.0, 1.0), colormaps[key.cmap]
-            self.images, self.marks, self.titles, self.cells, self.rects = [], [], [], [], []
+            self.images: list[AxesImage] = []
+            self.marks: list[PathCollection] = []
+            self.titles: list[Text] = []
+            self.cells: list[list[Text]] = []  # per panel, its cells' value labels (none without --values)
+            self.rects: list[tuple[float, float, float, float]] = []
             # One Axes over the whole figure, in figure fractions, holds every panel: 72 Axes (one per
             # head of MiniLM) cost 2 s to create, their ticks and spines unused.
             self.canvas_axes = ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))

@@ -42,7 +42,7 @@ def encode_png(rgba: np.ndarray, *, dpi: float, text: Mapping[str, str | None] |
     for key, value in (text or {}).items():
         if value is not None:
             chunks.append(_chunk(b"tEXt", key.encode("latin-1") + b"\0" + value.encode("latin-1", "replace")))
-    chunks.append(_chunk(b"IDAT", zlib.compress(filtered, _LEVEL)))  # the array's buffer, not a copy of it
+    chunks.append(_chunk(b"IDAT", zlib.compress(filtered.data, _LEVEL)))  # the array's buffer, not a copy of it
     chunks.append(_chunk(b"IEND", b""))
     return _SIGNATURE + b"".join(chunks)
 

@@ -261,7 +261,7 @@ def colorbar_ticks(vmin: float, vmax: float, length_pt: float) -> tuple[list[flo
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
     nbins = int(min(9, max(2, length_pt // 30)))  # a label about every 30 points, as matplotlib spaces them
-    values = MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax)
+    values = np.asarray(MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax))
     span = vmax - vmin
     values = values[(values >= vmin - 1e-9 * span) & (values <= vmax + 1e-9 * span)]
     formatter = ScalarFormatter()

@@ -99,7 +99,7 @@ def head_stats_table(rows: list[dict[str, object]], stats: list[str], *, title: 
     for name in stats:
         table.add_column(header(name), justify="right", no_wrap=True, min_width=len(header(name)))
     table.add_column("labels", min_width=label_column_width(rows), overflow="fold")
-    in_order = [(r["layer"], r["head"]) for r in rows] == sorted((r["layer"], r["head"]) for r in rows)  # type: ignore[type-var]
+    in_order = [(r["layer"], r["head"]) for r in rows] == sorted((r["layer"], r["head"]) for r in rows)
     for i, row in enumerate(rows):
         # In model order, a blank line after each layer's last head.
         last_of_layer = in_order and i + 1 < len(rows) and rows[i + 1]["layer"] != row["layer"]

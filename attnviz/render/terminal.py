@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Set
 from dataclasses import replace
 from typing import Literal
 
@@ -230,7 +231,7 @@ def _fit_label(label: str, width: int, *, left: bool = False) -> str:
     return label + pad if left else pad + label
 
 
-def _column_header(labels: list[str], cell_w: int, breaks: set[int] = frozenset()) -> list[Text]:
+def _column_header(labels: list[str], cell_w: int, breaks: Set[int] = frozenset()) -> list[Text]:
     """Labels written downwards, one character per line, bottom-aligned to touch the grid."""
     columns = []
     for label in labels:

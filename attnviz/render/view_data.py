@@ -38,7 +38,7 @@ def view_meta(view: Any) -> dict[str, Any]:
 def write_view_npz(view: Any, path: str | os.PathLike[str], **_: Any) -> Path:
     """Write ``view``'s panels and labels to an ``.npz`` (``numpy.load`` reads it)."""
     path = check_output_path(path)
-    arrays = {
+    arrays: dict[str, Any] = {  # names of the .npz members, for savez_compressed's **kwds
         "panels": np.asarray(view.panels, dtype=np.float64),
         "row_labels": np.array(view.row_labels, dtype=str),
         "col_labels": np.array(view.col_labels, dtype=str),

@@ -29,6 +29,6 @@ def listen(host: str, port: int) -> socket.socket:
         sock.close()
         reason = {errno.EADDRINUSE: "the port is in use (choose another, or 0 for any free one)",
                   errno.EACCES: "permission denied (ports below 1024 need root)",
-                  errno.EADDRNOTAVAIL: "the address is not this machine's"}.get(exc.errno, exc.strerror or str(exc))
+                  errno.EADDRNOTAVAIL: "the address is not this machine's"}.get(exc.errno or 0, exc.strerror or str(exc))
         raise ServeError(f"cannot listen on {host}:{port}: {reason}") from None
     return sock

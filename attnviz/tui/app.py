@@ -8,13 +8,14 @@ error is a message in the app, never a crash. ``q`` or Ctrl-C leaves the termina
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import Static, Tab, Tabs
 from textual.worker import get_current_worker
 
@@ -35,7 +36,7 @@ class AttnvizTUI(App[None]):
     #message { height: auto; max-height: 3; color: $warning; padding: 0 1; }
     #keys { height: auto; padding: 0 1; background: $boost; }
     """
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("left", "layer(-1)", "layer −"), Binding("right", "layer(1)", "layer +"),
         Binding("up", "head(-1)", "head −"), Binding("down", "head(1)", "head +"),
         Binding("tab", "next_view", "view", priority=True), Binding("shift+tab", "previous_view", show=False,
@@ -113,8 +114,9 @@ class AttnvizTUI(App[None]):
             self.idle_timer.stop()
         if self.explorer is None or not self.explorer.shown or self.explorer.long:
             return
-        text = self.explorer.text
-        self.idle_timer = self.set_timer(0.4, lambda: None if self.busy or self.explorer.text != text  # type: ignore[union-attr]
+        explorer = self.explorer  # the app's explorer, once loaded, stays the same object
+        text = explorer.text
+        self.idle_timer = self.set_timer(0.4, lambda: None if self.busy or explorer.text != text
                                          else self._idle(text))
 
     def _idle(self, text: str | None) -> None:
@@ -130,8 +132,10 @@ class AttnvizTUI(App[None]):
         import copy
 
         explorer = self.explorer
-        for name in explorer.views():  # type: ignore[union-attr]
-            if name in ("explain", explorer.view) or self.busy or explorer.text != text:  # type: ignore[union-attr]
+        if explorer is None:  # only a loaded explorer's text is drawn ahead
+            return
+        for name in explorer.views():
+            if name in ("explain", explorer.view) or self.busy or explorer.text != text:
                 continue
             frozen = copy.copy(explorer)  # shares the result and the cache; its selection stays as it is now
             frozen.view = name
@@ -175,7 +179,7 @@ class AttnvizTUI(App[None]):
                 if explorer.long and not explorer.drawn(width, self.colour):
                     pane.update(Text("computing this view through the model…", style="dim"))
                     self.drawn.pop("view", None)
-                    self._draw_later(width)
+                    self._draw_later(explorer, width)
                     return
                 ready = self.ahead.get(key)  # drawn before, or ahead while the user looked at another view
                 if ready is None:
@@ -188,13 +192,12 @@ class AttnvizTUI(App[None]):
             self.drawn.pop("view", None)
 
     @work(thread=True, exclusive=True, group="draw")
-    def _draw_later(self, width: int) -> None:
+    def _draw_later(self, explorer: Explorer, width: int) -> None:
         """A long text's view, computed through the model off the UI thread; shown when done (if still wanted).
 
         A newer draw cancels this one (the group is exclusive), but a thread cannot be stopped: once cancelled,
         it leaves the screen alone (its error, its spinner), which is the newer draw's."""
         worker = get_current_worker()
-        explorer = self.explorer
 
         def tell(callback: Any, *args: Any) -> None:
             if not worker.is_cancelled:
@@ -202,7 +205,7 @@ class AttnvizTUI(App[None]):
 
         tell(self._drawing, True)
         try:
-            explorer.draw(width, self.colour)  # type: ignore[union-attr]
+            explorer.draw(width, self.colour)
         except Exception as exc:
             tell(self._draw_failed, exc)
         else:
@@ -240,16 +243,21 @@ class AttnvizTUI(App[None]):
     # --- actions -----------------------------------------------------------------------------------------
 
     def _has_result(self) -> bool:
+        return self._with_result() is not None
+
+    def _with_result(self) -> Explorer | None:
+        """The explorer when it holds a result to act on; else None, and the status line says why."""
         if self.busy or self.explorer is None or not self.explorer.shown:
             self.say("computing…" if self.busy else "no text yet: press t to type one")
-            return False
-        return True
+            return None
+        return self.explorer
 
-    def _apply(self, change: Any) -> None:
-        if not self._has_result():
+    def _apply(self, change: Callable[[Explorer], object]) -> None:
+        explorer = self._with_result()
+        if explorer is None:
             return
         try:
-            change()
+            change(explorer)
         except Exception as exc:
             self.say(_said(exc))
             return
@@ -258,40 +266,41 @@ class AttnvizTUI(App[None]):
         self._when_idle()
 
     def action_layer(self, delta: int) -> None:
-        self._apply(lambda: self.explorer.move_layer(delta))  # type: ignore[union-attr]
+        self._apply(lambda explorer: explorer.move_layer(delta))
 
     def action_head(self, delta: int) -> None:
-        self._apply(lambda: self.explorer.move_head(delta))  # type: ignore[union-attr]
+        self._apply(lambda explorer: explorer.move_head(delta))
 
     def action_select(self) -> None:
-        self._apply(lambda: self.explorer.select_here())  # type: ignore[union-attr]
+        self._apply(lambda explorer: explorer.select_here())
 
     def action_token(self, delta: int) -> None:
-        self._apply(lambda: self.explorer.move_token(delta))  # type: ignore[union-attr]
+        self._apply(lambda explorer: explorer.move_token(delta))
 
     def action_zoom(self, delta: int) -> None:
-        self._apply(lambda: self.explorer.zoom_in() if delta > 0 else self.explorer.zoom_out())  # type: ignore[union-attr]
+        self._apply(lambda explorer: explorer.zoom_in() if delta > 0 else explorer.zoom_out())
 
     def action_step(self, delta: int) -> None:
-        def move() -> None:
-            self.explorer.step = max(0, self.explorer.step + delta)  # type: ignore[union-attr]
+        def move(explorer: Explorer) -> None:
+            explorer.step = max(0, explorer.step + delta)
         self._apply(move)
 
     def _show(self, name: str) -> None:
-        def switch() -> None:
-            if name not in self.explorer.views():  # type: ignore[union-attr]
+        def switch(explorer: Explorer) -> None:
+            if name not in explorer.views():
                 raise _NotHere(f"this result has no {TITLES[name].split(' ', 1)[1]} view")
-            self.explorer.view = name  # type: ignore[union-attr]
+            explorer.view = name
         self._apply(switch)
 
     def action_view(self, number: int) -> None:
         self._show(list(TITLES)[number - 1])
 
     def action_next_view(self, step: int = 1) -> None:
-        if not self._has_result():
+        explorer = self._with_result()
+        if explorer is None:
             return
-        views = self.explorer.views()  # type: ignore[union-attr]
-        self._show(views[(views.index(self.explorer.view) + step) % len(views)])  # type: ignore[union-attr]
+        views = explorer.views()
+        self._show(views[(views.index(explorer.view) + step) % len(views)])
 
     def action_previous_view(self) -> None:
         self.action_next_view(-1)
@@ -311,11 +320,11 @@ class AttnvizTUI(App[None]):
         if self.explorer.view == "heads":  # a column's name in the table's header: sort by it
             if 0 <= line < len(pane.lines):
                 text = pane.lines[line].text
-                self._apply(lambda: self.explorer.sort_at(text, offset.x + int(pane.scroll_offset.x)))  # type: ignore[union-attr]
+                self._apply(lambda explorer: explorer.sort_at(text, offset.x + int(pane.scroll_offset.x)))
             return
         token = self.explorer.token_at(line, pane.size.width, self.drawn.get("view", ()))
         if token is not None:
-            self._apply(lambda: self.explorer.select(token))  # type: ignore[union-attr]
+            self._apply(lambda explorer: explorer.select(token))
 
     @on(Tabs.TabActivated)
     def tab_clicked(self, event: Tabs.TabActivated) -> None:
@@ -326,7 +335,7 @@ class AttnvizTUI(App[None]):
     def action_sort(self) -> None:
         if self.explorer is not None and self.explorer.view != "heads":
             self._show("heads")
-        self._apply(lambda: self.explorer.next_sort())  # type: ignore[union-attr]
+        self._apply(lambda explorer: explorer.next_sort())
 
     def action_find(self) -> None:
         if not self._has_result():
@@ -335,13 +344,14 @@ class AttnvizTUI(App[None]):
         def found(answer: str | None) -> None:
             if answer:
                 self.last_find = answer
-                self._apply(lambda: self.explorer.find(answer))  # type: ignore[union-attr]
+                self._apply(lambda explorer: explorer.find(answer))
         self.push_screen(Ask("find a token (Enter selects the next one whose text contains it):", self.last_find or ""),
                          found)
 
     def action_find_next(self) -> None:
-        if self.last_find:
-            self._apply(lambda: self.explorer.find(self.last_find))  # type: ignore[union-attr, arg-type]
+        last = self.last_find
+        if last:
+            self._apply(lambda explorer: explorer.find(last))
 
     def action_type_text(self) -> None:
         if self.busy or self.explorer is None:
@@ -367,14 +377,17 @@ class AttnvizTUI(App[None]):
     @work(thread=True, exclusive=True, group="model")
     def _compute(self, text: str) -> None:
         try:
-            self.explorer.compute(text)  # type: ignore[union-attr]
+            if self.explorer is None:
+                raise RuntimeError("the model is not loaded yet")
+            self.explorer.compute(text)
         except Exception as exc:  # shown in the app, never a crash
             self.call_from_thread(self.went_wrong, exc)
             return
         self.call_from_thread(self.computed)
 
     def action_save(self) -> None:
-        if not self._has_result():
+        explorer = self._with_result()
+        if explorer is None:
             return
 
         def chosen(answer: str | None) -> None:
@@ -386,7 +399,7 @@ class AttnvizTUI(App[None]):
                 self.say(exc.for_cli() if isinstance(exc, AttnvizError) else f"cannot write {answer}: {exc}")
                 return
             self.say(f"wrote {written}")
-        default = f"layer{self.explorer.layer_number}_head{self.explorer.head}.png"  # type: ignore[union-attr]
+        default = f"layer{explorer.layer_number}_head{explorer.head}.png"
         self.push_screen(Ask("save as (.png, .svg, .pdf: this head; .html: the page; .npz: the result):", default),
                          chosen)
 
@@ -394,7 +407,7 @@ class AttnvizTUI(App[None]):
         """Write the current text's view to ``path``, by its extension, as the commands write them."""
         from .saving import save_view
 
-        return save_view(self.explorer, path)  # type: ignore[arg-type]
+        return save_view(self.explorer, path)
 
     def action_help(self) -> None:
         self.push_screen(Help())

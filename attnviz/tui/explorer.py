@@ -273,7 +273,8 @@ class Explorer:
 
         shown = pool_to_fit(terminal_safe(view), sink.width, 2, grid=False)
         legend = next((i for i, item in enumerate(sink.items) if str(item).startswith("scale ")), None)
-        rows, row_items = int(shown.panels.shape[1]), {}
+        rows = int(shown.panels.shape[1])
+        row_items: dict[int, int] = {}  # printed item's index -> its row's first token
         key = ("rows", *self.draw_key(sink.width, not sink.no_color))
         self.cache[key] = (row_items, sink.items)  # (with the drawing's state: a copy drawing ahead keeps it too)
         if legend is None:
@@ -313,7 +314,7 @@ class Explorer:
             return
         kinds = {"self": self.result.attentions, "decoder": self.result.decoder_attentions}
         matrix = kinds.get(self.kind, self.result.attentions)
-        if matrix is None or self.token >= matrix.shape[-1]:  # type: ignore[operator]
+        if matrix is None or self.token >= matrix.shape[-1]:
             return
         weights = matrix[self.layer, self.head].float()
         tokens = self.result.tokens if self.kind != "decoder" else (self.result.target_tokens or [])

@@ -9,7 +9,7 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.screen import ModalScreen
@@ -61,7 +61,7 @@ def keys_line(width: int) -> str:
 class Ask(ModalScreen[str | None]):
     """One line of input (a token to find, a new text, a file name); Escape cancels."""
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
     DEFAULT_CSS = """
     Ask { align: center middle; }
     Ask > Vertical { width: 80%; max-width: 100; height: auto; border: round $accent; padding: 0 1; }
@@ -85,7 +85,7 @@ class Ask(ModalScreen[str | None]):
 
 
 class Help(ModalScreen[None]):
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "close", "close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "close", "close")]
     DEFAULT_CSS = """
     Help { align: center middle; }
     Help > Static { width: auto; max-width: 100%; height: auto; border: round $accent; padding: 0 1; }
