@@ -64,6 +64,14 @@ class AttentionOutput(NamedTuple):
     rows: AttentionRows | None = None  # the weights as blocks of rows on demand (need_weights="rows")
 
 
+def built(part: Tensor | None, what: str = "attention weights") -> Tensor:
+    """A part of an :class:`AttentionOutput` the call asked for (``weights``, ``scores``, …), which is never
+    None then; an error naming it, should a change of the call leave it out."""
+    if part is None:
+        raise RuntimeError(f"the layer's {what} were not built")
+    return part
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with per-head weights, for self- and cross-attention.
 
@@ -179,6 +187,7 @@ class MultiHeadAttention(nn.Module):
             if not keep_scores:
                 scores = None
         else:
+            assert isinstance(mask, Tensor)  # no mask, or a RowMask, took the first branch
             allowed = combine_masks(mask, causal_mask(q.shape[-2], k.shape[-2], device=q.device) if causal else None)
             heads = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
             scores = weights = None

@@ -167,7 +167,7 @@ class AttentionResult:
         chosen = [self.metadata.get("layers", list(range(held)))[la] for la in layers]
         return replace(
             self,
-            attentions=self.attentions if self.cross_only else pick(self.attentions),  # cross-only: no layer to pick
+            attentions=self.attentions if self.cross_only else self.attentions.index_select(0, idx),  # cross-only: no layer to pick
             cross_attentions=pick(self.cross_attentions),
             decoder_attentions=pick(self.decoder_attentions),
             scores=pick(self.scores),

@@ -191,7 +191,7 @@ def _finite(results: list[AttentionResult]) -> list[AttentionResult]:
             tensor = getattr(result, name)
             for position in range(0 if tensor is None else tensor.shape[0]):
                 where = numbers[position] if name == "attentions" and position < len(numbers) else position
-                check_finite(tensor[position], where if name == "attentions" else f"{where} ({name})",  # type: ignore[index]
+                check_finite(tensor[position], where if name == "attentions" else f"{where} ({name})",
                              result.model_name)
     return results
 

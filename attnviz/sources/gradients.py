@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..attention import built
 from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .gradient_targets import (
@@ -147,7 +148,7 @@ def _native_run(source: NativeSource, info: TokenInfo, *, grad: bool) -> tuple[l
         except StopIteration as stop:
             return weights, stop.value
         if grad:
-            weights.append(out.weights)
+            weights.append(built(out.weights))
         del out
 
 

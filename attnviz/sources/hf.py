@@ -23,7 +23,7 @@ import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -38,6 +38,16 @@ from .tokens import TokenInfo, unknown_token_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from .contracts import ExplainInputs
+
+
+class _LoadArguments(TypedDict):
+    """How the model was loaded: a task's model (``masked-lm``, ``causal-lm``) loads the same way."""
+
+    ref: str
+    revision: str | None
+    trust_remote_code: bool
+    device_map: str | None
+    local_files_only: bool
 
 
 def _load(
@@ -121,7 +131,7 @@ class HFSource(ModelSource):
         )
         if device_map is None:
             self.model.to(device)
-        self._reload = {"ref": ref, "revision": revision, "trust_remote_code": trust_remote_code,
+        self._reload: _LoadArguments = {"ref": ref, "revision": revision, "trust_remote_code": trust_remote_code,
                         "device_map": device_map, "local_files_only": local_files_only}
         self._task_models: dict[str, Any] = {}
         config = self.model.config
@@ -386,14 +396,14 @@ def check_seq2seq_memory(config: Any, source: int, target: int, name: str, *, cu
     from ..errors import ResourceError
     from ..limits import MEMORY_ENV, human, memory_budget
 
-    heads = int(getattr(config, "num_heads", None) or getattr(config, "encoder_attention_heads", 1))
-    enc = int(getattr(config, "num_layers", None) or getattr(config, "encoder_layers", 1))
+    heads = int(getattr(config, "num_heads", 0) or getattr(config, "encoder_attention_heads", 1))
+    enc = int(getattr(config, "num_layers", 0) or getattr(config, "encoder_layers", 1))
     dec = int(getattr(config, "num_decoder_layers", None) or getattr(config, "decoder_layers", None) or enc)
     needed = 3 * 4 * heads * (enc * source * source + dec * (target * target + target * source))
     budget = memory_budget()
     if needed > budget:
-        cut = ", or pass [[truncate=True]]" if cut else ""
+        or_cut = ", or pass [[truncate=True]]" if cut else ""
         raise ResourceError(f"the attention of a {source:,}-token text and a {target:,}-token [[target]] on {name} "
                             f"({enc} + {dec} layers × {heads} heads) needs about {human(needed)}, more than the "
-                            f"{human(budget)} this machine has; shorten the text or [[target]]{cut} (or set "
+                            f"{human(budget)} this machine has; shorten the text or [[target]]{or_cut} (or set "
                             f"{MEMORY_ENV} to try anyway)")

@@ -24,13 +24,16 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from ..attention.described import FunctionMask, TensorMask
 from ..attention.rows import AttentionRows, RowMask, rows_per_block
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformers import PreTrainedModel
 
 NAME = "attnviz"
 Mode = Literal["none", "whole", "rows"]
@@ -118,7 +121,7 @@ def register() -> None:
     AttentionMaskInterface.register(NAME, mask)
 
 
-def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str, encoder_decoder: bool) -> str | None:
+def switch_to_fused(model: PreTrainedModel, inputs: dict[str, Tensor], *, family: str, encoder_decoder: bool) -> str | None:
     """Switch ``model`` (loaded with eager attention) to attnviz's attention function if its weights equal
     eager attention's on ``inputs`` (a short padded batch) in every layer (to 1e-4 in float32, 5e-2 in half
     precision); None when switched, else
@@ -131,7 +134,7 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
     runs = [(inputs, False), (alone, False), (inputs, True)]
     with torch.no_grad():
         references = [_all_attentions(model, batch, encoder_decoder) for batch, _ in runs]
-        model.set_attn_implementation(NAME)  # type: ignore[operator]  (a family outside the registry ignores it)
+        model.set_attn_implementation(NAME)  # a family outside the registry ignores it
         reason = None
         for (batch, described), reference in zip(runs, references, strict=True):
             reason = _compare(model, batch, reference, family=family, encoder_decoder=encoder_decoder,
@@ -139,7 +142,7 @@ def switch_to_fused(model: nn.Module, inputs: dict[str, Tensor], *, family: str,
             if reason is not None:
                 break
     if reason is not None:
-        model.set_attn_implementation("eager")  # type: ignore[operator]
+        model.set_attn_implementation("eager")
         _fused.discard(model)
     else:
         _fused.add(model)
@@ -234,8 +237,10 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_o
         return None
     if allow_is_bidirectional_skip and _ignore_bidirectional_mask_sdpa(padding, kv_length, local_size):
         return None
-    return FunctionMask(batch_size, q_length, kv_length, int(q_offset), int(kv_offset), function, padding, device,
-                        use_vmap)
+    # transformers types a mask function (batch, head, q, kv) -> bool; FunctionMask calls it on index tensors
+    return FunctionMask(batch_size, q_length, kv_length, int(q_offset), int(kv_offset),
+                        function,  # type: ignore[arg-type]  # transformers' stub: mask functions return bool
+                        padding, device, use_vmap)
 
 
 def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,

@@ -210,7 +210,7 @@ def _specs(model: nn.Module) -> list[tuple[Any, int, str | None, str | None]]:
     """``_can_record_outputs["attentions"]`` as ``(class, index, layer_name, class_name)``: a class
     alone or a class name (index 1, transformers' default for attentions), or an ``OutputRecorder``."""
     declared = (getattr(model, "_can_record_outputs", None) or {}).get("attentions")
-    specs = []
+    specs: list[tuple[Any, int, str | None, str | None]] = []
     for spec in declared if isinstance(declared, list) else [declared] if declared is not None else []:
         if isinstance(spec, type):
             specs.append((spec, 1, None, None))

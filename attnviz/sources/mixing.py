@@ -33,7 +33,7 @@ from ..errors import InputError, UsageError
 from .contracts import MixingParts
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..attention import AttentionOutput
+    from ..attention import AttentionOutput, MultiHeadAttention
     from ..result import AttentionResult
     from .base import Source
     from .own import ConfigSource
@@ -65,8 +65,11 @@ def mixing_parts(source: Source, text: str | None, *, layers: list[int] | None =
         raise InputError("no text given; pass the text to inspect")
     wanted = None if layers is None else source.check_layers(layers)
     if source.engine == "config":
+        from .own import ConfigSource
+
+        assert isinstance(source, ConfigSource)  # the one source of the config engine
         result = source.extract(text, truncate=truncate, layers=wanted)
-        return result, _config_parts(source, text, wanted, truncate)  # type: ignore[arg-type]
+        return result, _config_parts(source, text, wanted, truncate)
     stream = source.stream_batch([text], truncate=truncate, layers=wanted)
     return stream.results[0], _native_parts(source, stream)
 
@@ -158,7 +161,7 @@ def _config_parts(source: ConfigSource, text: str, wanted: list[int] | None, tru
     streams: list[Tensor] = []
     captured = model(torch.tensor([ids]), causal=source.causal, streams=streams)  # [(LN(x), out)] per block
     for number in range(len(captured)) if wanted is None else wanted:
-        block = model.blocks[number]
+        block = model.layers[number]
         yield _parts(number, captured[number][1], block.attn, streams[number], None)
 
 
@@ -166,20 +169,24 @@ def _config_parts(source: ConfigSource, text: str, wanted: list[int] | None, tru
 
 
 @torch.no_grad()
-def _parts(number: int, out: AttentionOutput, attn: nn.Module, residual: Tensor, post: nn.Module | None) -> MixingParts:
+def _parts(number: int, out: AttentionOutput, attn: MultiHeadAttention, residual: Tensor,
+           post: nn.LayerNorm | None) -> MixingParts:
     """One layer's :class:`MixingParts` (batch of one) from the attention module's output ``out``,
     the module, the residual stream ``[1, T, d]`` and, post-LN, the LayerNorm after the sum."""
     if out.weights is None:  # pragma: no cover - a layer run through the fused kernel
         raise RuntimeError(f"layer {number}'s attention weights were not built")
+    o_proj = attn.o_proj
+    if o_proj is None:  # pragma: no cover - every model's layer projects its heads out; only a matrices config may not
+        raise RuntimeError(f"layer {number}'s attention has no output projection")
     dtype = torch.float64 if out.values.dtype == torch.float64 else torch.float32
     values = out.values[0].to(dtype)  # (H, T, d_head): b_V included; shared ones repeated under GQA
     heads, _t, d_head = values.shape
-    w_o = attn.o_proj.weight.to(dtype)  # (d, H·d_head) as nn.Linear stores it
+    w_o = o_proj.weight.to(dtype)  # (d, H·d_head) as nn.Linear stores it
     w_o = w_o.reshape(w_o.shape[0], heads, d_head).permute(1, 2, 0)  # (H, d_head, d)
     transformed = torch.bmm(values, w_o)  # (H, T, d): f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h
     summed = residual + out.output  # (1, T, d), as the family computes it
     output = summed if post is None else post(summed)
-    bias = attn.o_proj.bias
+    bias = o_proj.bias
     return MixingParts(
         layer=number,
         attentions=out.weights[0].to(dtype),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..attention import AttentionOutput, head_value_norms
+from ..attention import AttentionOutput, built, head_value_norms
 from ..config import MatrixConfig, ModelConfig, TransformerConfig
 from ..errors import InputError, UsageError
 from ..result import AttentionResult
@@ -32,6 +32,7 @@ class ConfigSource(Source):
         self.cfg = cfg
         self.name = cfg.name
         self.causal = cfg.causal if causal is None else causal
+        self.network: OwnTransformer | None  # None for a matrices config (one layer, its matrices given)
         self.seq2seq_network: OwnSeq2Seq | None = None  # an encoder-decoder (decoder_layers >= 1): see own_seq2seq
         if isinstance(cfg, TransformerConfig) and cfg.decoder_layers:
             if self.causal:
@@ -45,7 +46,8 @@ class ConfigSource(Source):
             self.network = OwnTransformer(cfg).eval() if isinstance(cfg, TransformerConfig) else None
         self.capabilities = Capabilities(details=True, value_norms=True, fixed_input=self.network is None,
                                          cross=self.seq2seq_network is not None,
-                                         generation=self.network is not None and self.causal and bool(cfg.vocab))
+                                         generation=self.network is not None and self.causal
+                                         and isinstance(cfg, TransformerConfig) and bool(cfg.vocab))
         if self._cross_matrices:  # one cross-attention layer: no self-attention, so no norms of it
             if self.causal:
                 raise UsageError(f"{self.name} is cross-attention (the queries of x over its context), which is "
@@ -59,7 +61,7 @@ class ConfigSource(Source):
 
     @property
     def n_layers(self) -> int:
-        return 1 if self.network is None else self.cfg.n_layers
+        return 1 if self.network is None else self.network.cfg.n_layers
 
     def describe(self) -> str:
         return f"engine config ({type(self.cfg).__name__}), model {self.name}"
@@ -114,18 +116,18 @@ class ConfigSource(Source):
             o_weights = [inputs.attention.o_proj]
         else:
             outs = [out for _, out in self.network(torch.tensor([ids]), causal=self.causal)]
-            o_weights = [block.attn.o_proj for block in self.network.blocks]
+            o_weights = [block.attn.o_proj for block in self.network.layers]
         norms = [head_value_norms(o.values, None if w is None else w.weight) for o, w in zip(outs, o_weights, strict=True)]
         result = AttentionResult(
             tokens=tokens,
             token_ids=ids,
-            attentions=torch.stack([o.weights[0] for o in outs]),  # (L, H, T, T)
+            attentions=torch.stack([built(o.weights)[0] for o in outs]),  # (L, H, T, T)
             causal=self.causal,
             model_name=self.name,
-            scores=torch.stack([o.scores[0] for o in outs]) if details else None,
+            scores=torch.stack([built(o.scores, "scores")[0] for o in outs]) if details else None,
             values=torch.stack([o.values[0] for o in outs]) if details else None,
-            queries=torch.stack([o.queries[0] for o in outs]) if details else None,
-            keys=torch.stack([o.keys[0] for o in outs]) if details else None,
+            queries=torch.stack([built(o.queries, "queries")[0] for o in outs]) if details else None,
+            keys=torch.stack([built(o.keys, "keys")[0] for o in outs]) if details else None,
             value_norms=torch.stack([n[0] for n in norms]).detach(),
             attention_mask=_key_mask(self.cfg),  # a matrices config's padded keys stay, weighted 0
             metadata={"engine": "config", "config_type": type(self.cfg).__name__},
@@ -145,7 +147,9 @@ class ConfigSource(Source):
             raise UsageError(f"{self.name} has no language-model head to generate with: a config model generates "
                              "when it is causal and lists its words (causal = true and vocab = [...] in [model], "
                              "as in sample_configs/causal.toml)")
-        cfg: TransformerConfig = self.cfg  # type: ignore[assignment]
+        network = self.network
+        assert network is not None  # a config that generates is a transformer's
+        cfg = network.cfg
         tokens, ids = self.tokenize(prompt)
         if len(ids) + max_new_tokens > cfg.max_positions:
             raise InputError(f"the prompt ({len(ids)} tokens) and [[max_new_tokens={max_new_tokens}]] pass the "
@@ -155,9 +159,9 @@ class ConfigSource(Source):
 
         def step(new: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
             ids_new = torch.tensor([[int(words[i]) for i in new]]) if cache.length else torch.tensor([new])
-            outs = self.network(ids_new, causal=True, cache=cache)  # type: ignore[misc]
-            return (self.network.next_token_logits(cache.hidden[0, -1], words),  # type: ignore[union-attr, index]
-                    torch.stack([out.weights[0] for _, out in outs]))
+            outs = network(ids_new, causal=True, cache=cache)
+            return (network.next_token_logits(built(cache.hidden, "hidden states")[0, -1], words),
+                    torch.stack([built(out.weights)[0] for _, out in outs]))
 
         eos = [cfg.vocab.index(cfg.eos)] if cfg.eos is not None else []
         # The prompt goes in as word ids; every later step feeds back a vocabulary index.
@@ -175,29 +179,33 @@ class ConfigSource(Source):
         from ..layer_range import check_layer
 
         tokens, ids = self.tokenize(text)
-        if self.network is None:
+        cfg = self.cfg
+        if isinstance(cfg, MatrixConfig):  # no network: the one layer of its matrices
             check_layer(layer, owner=self.name, count=1)
-            cfg: MatrixConfig = self.cfg  # type: ignore[assignment]
             x = torch.tensor(cfg.x, dtype=torch.float64)
             context = None if cfg.context is None else torch.tensor(cfg.context, dtype=torch.float64)
             return ExplainInputs(x, matrix_attention(cfg), tokens, self.causal, self.name, cfg.reference,
                                  context=context,
                                  context_tokens=None if cfg.context_tokens is None else list(cfg.context_tokens),
                                  padding=None if cfg.padding is None else list(cfg.padding))
-        check_layer(layer, owner=self.name, count=self.cfg.n_layers)
+        network = self.network
+        assert network is not None  # a transformer config's
+        check_layer(layer, owner=self.name, count=cfg.n_layers)
         streams: list[torch.Tensor] = []
-        captured = self.network(torch.tensor([ids]), causal=self.causal, streams=streams)
+        captured = network(torch.tensor([ids]), causal=self.causal, streams=streams)
         x = captured[layer][0][0]
-        return ExplainInputs(x, self.network.blocks[layer].attn, tokens, self.causal, f"{self.name}, layer {layer}",
+        return ExplainInputs(x, network.layers[layer].attn, tokens, self.causal, f"{self.name}, layer {layer}",
                              positions=self._positions(ids, layer, streams[layer][0]))
 
     def _positions(self, ids: list[int], layer: int, summed: torch.Tensor) -> PositionSteps:
         """How layer ``layer``'s X was made: for layer 0 the embedding rows plus the positional encoding."""
         if layer:
             return PositionSteps(None, None, summed, "residual", layer=layer)
-        embedding = self.network.embed.weight[torch.tensor(ids)].detach()  # type: ignore[union-attr]
-        kind = self.cfg.positions  # type: ignore[union-attr]
-        position = sinusoidal_positions(len(ids), self.cfg.d_model) if kind == "sinusoidal" else None  # type: ignore[union-attr]
+        network = self.network
+        assert network is not None  # only a transformer config's layers have positions
+        embedding = network.embed.weight[torch.tensor(ids)].detach()
+        kind = network.cfg.positions
+        position = sinusoidal_positions(len(ids), network.cfg.d_model) if kind == "sinusoidal" else None
         return PositionSteps(embedding, position, summed, kind)
 
 
@@ -231,7 +239,8 @@ def _cross_result(name: str, inputs: ExplainInputs, out: AttentionOutput, option
     ``[1, H, T, S]``, queries ``[1, H, T, d_k]``, keys ``[1, H, S, d_k]`` and values ``[1, H, S, d_v]``
     are the cross layer's. ``options.layers`` was checked to be layer 0, the only one."""
     tokens = list(inputs.context_tokens or [])
-    n, heads = len(tokens), out.weights.shape[1]  # type: ignore[union-attr]
+    weights = built(out.weights)
+    n, heads = len(tokens), weights.shape[1]
 
     def kept(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None or not options.details else t[0][None].detach()
@@ -242,7 +251,7 @@ def _cross_result(name: str, inputs: ExplainInputs, out: AttentionOutput, option
         attention_mask=[0 if p else 1 for p in inputs.padding] if inputs.padding is not None else [],
         causal=False,
         model_name=name,
-        cross_attentions=out.weights[0][None].detach(),  # type: ignore[index]
+        cross_attentions=weights[0][None].detach(),
         target_tokens=list(inputs.tokens),
         target_special=[False] * len(inputs.tokens),
         scores=kept(out.scores), values=kept(out.values), queries=kept(out.queries), keys=kept(out.keys),

@@ -7,12 +7,15 @@ computes, with no framework in between.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from ..attention import AttentionOutput, MultiHeadAttention, combine_masks, decoding_mask, padding_mask
 from ..config import MatrixConfig, TransformerConfig
+from ..config.types import Matrix
 from .decoding import KVCache
 
 
@@ -66,6 +69,11 @@ class OwnTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self._init_weights()
 
+    @property
+    def layers(self) -> Sequence[Block]:
+        """``blocks``, typed: torch's ``nn.ModuleList`` is not generic, its items are plain Modules to mypy."""
+        return cast("Sequence[Block]", self.blocks)
+
     def _init_weights(self) -> None:
         seeded_init(self, self.cfg)
 
@@ -94,7 +102,7 @@ class OwnTransformer(nn.Module):
         future = decoding_mask(start, t, device=ids.device) if causal else None
         mask = combine_masks(None if attention_mask is None else padding_mask(attention_mask), future)
         captured = []
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.layers):
             if streams is not None:
                 streams.append(x)
             h = block.ln_attn(x)
@@ -137,7 +145,7 @@ def matrix_attention(cfg: MatrixConfig) -> MultiHeadAttention:
         bias=has_bias,
         out_proj=cfg.w_o is not None,
     ).double()
-    pairs = [(mha.q_proj, cfg.w_q, cfg.b_q), (mha.k_proj, cfg.w_k, cfg.b_k), (mha.v_proj, cfg.w_v, cfg.b_v)]
+    pairs: list[tuple[nn.Linear, Matrix | None, tuple[float, ...] | None]] = [(mha.q_proj, cfg.w_q, cfg.b_q), (mha.k_proj, cfg.w_k, cfg.b_k), (mha.v_proj, cfg.w_v, cfg.b_v)]
     if mha.o_proj is not None:
         pairs.append((mha.o_proj, cfg.w_o, cfg.b_o))
     with torch.no_grad():

@@ -23,7 +23,8 @@ Parameters come from one generator in the order of ``named_parameters()`` (:func
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -72,6 +73,11 @@ class OwnSeq2Seq(nn.Module):
         self.decoder = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.decoder_layers))
         seeded_init(self, cfg)  # the whole model from one generator; the encoder's draws come first
 
+    @property
+    def decoder_layers(self) -> Sequence[DecoderBlock]:
+        """``decoder``, typed: torch's ``nn.ModuleList`` is not generic, its items are plain Modules to mypy."""
+        return cast("Sequence[DecoderBlock]", self.decoder)
+
     def embed(self, ids: Tensor) -> Tensor:
         """``[B, T]`` ids → ``[B, T, d]``: the shared embedding, plus sinusoidal positions from 0."""
         x = self.encoder.embed(ids)
@@ -85,7 +91,7 @@ class OwnSeq2Seq(nn.Module):
         (the last block's output through ``ln_enc``). The same computation as ``self.encoder(src)``."""
         x = self.embed(src)
         outs = []
-        for block in self.encoder.blocks:
+        for block in self.encoder.layers:
             out = block.attn(block.ln_attn(x))
             outs.append(out)
             x = x + out.output
@@ -98,7 +104,7 @@ class OwnSeq2Seq(nn.Module):
         encoder, memory = self.encode(src)
         x = self.embed(tgt)
         decoder, cross = [], []
-        for block in self.decoder:
+        for block in self.decoder_layers:
             own = block.attn(block.ln_attn(x), causal=True)
             x = x + own.output
             over = block.cross_attn(block.ln_cross(x), memory)  # queries from the decoder, keys/values from memory
@@ -138,7 +144,7 @@ def extract_seq2seq(source: ConfigSource, model: OwnSeq2Seq, text: str | None, o
     def stack(outs: list[AttentionOutput], part: str) -> Tensor:
         return torch.stack([getattr(o, part)[0] for o in outs])
 
-    o_projs = [block.attn.o_proj for block in model.encoder.blocks]
+    o_projs = [block.attn.o_proj for block in model.encoder.layers]
     norms = [head_value_norms(o.values, None if w is None else w.weight)[0] for o, w in zip(enc, o_projs, strict=True)]
     result = AttentionResult(
         tokens=tokens,

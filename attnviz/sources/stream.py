@@ -213,7 +213,7 @@ class LayerStream:
                 for b, r in enumerate(results):
                     n = r.attentions.shape[-1]
                     padded[b, :, :n, :n] = r.attentions[position]
-                    if norms is not None:
+                    if norms is not None and r.value_norms is not None:  # every text's, or no norms at all
                         norms[b, :, :n] = r.value_norms[position]
                 yield LayerOut(layer=layer, weights=padded, value_norms=norms)
 
@@ -254,20 +254,31 @@ def collect(stream: LayerStream, *, float16: bool = False) -> list[AttentionResu
     for position, parts in stream:
         _store(parts, position, count, dtype, stores, extras)
         del parts  # drop this layer before the stream computes the next
+    def stacked(kept: list[Tensor]) -> Tensor | None:
+        return torch.stack(kept) if kept else None
+
     return [
-        replace(result, attentions=store,
-                **{name: torch.stack(kept) if kept else None for name, kept in extra.items()})
+        replace(result, attentions=_stored(store), scores=stacked(extra["scores"]), values=stacked(extra["values"]),
+                value_norms=stacked(extra["value_norms"]), queries=stacked(extra["queries"]),
+                keys=stacked(extra["keys"]))
         for result, store, extra in zip(stream.results, stores, extras, strict=True)
     ]
+
+
+def _stored(store: Tensor | None) -> Tensor:
+    if store is None:  # a stream has one layer at least (check_layers refuses none), so every text has storage
+        raise ValueError("a layer stream stored no layer")
+    return store
 
 
 def _store(parts: list[ItemLayer], position: int, count: int, dtype: torch.dtype, stores: list[Tensor | None],
            extras: list[dict[str, list[Tensor]]]) -> None:
     """Copy one layer into each text's storage (a function, so no loop variable outlives the layer)."""
     for b, part in enumerate(parts):
-        if stores[b] is None:
-            stores[b] = torch.empty((count, *part.attentions.shape), dtype=dtype)
-        stores[b][position] = part.attentions  # cast on the way in
+        store = stores[b]
+        if store is None:
+            store = stores[b] = torch.empty((count, *part.attentions.shape), dtype=dtype)
+        store[position] = part.attentions  # cast on the way in
         for name, kept in extras[b].items():
             value = getattr(part, name)
             if value is not None:

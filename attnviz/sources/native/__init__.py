@@ -92,7 +92,7 @@ def native_unsupported(folder: Path, config: dict[str, Any] | None = None) -> st
         return "the folder has no .safetensors weights"
     if not (folder / "tokenizer.json").is_file():
         return "the folder has no tokenizer.json"
-    return FAMILIES[kind].unsupported(config)
+    return FAMILIES[str(kind)].unsupported(config)
 
 
 @contextmanager
@@ -159,7 +159,7 @@ class NativeSource(ModelSource):
     def rows_for(self, batch: int, tokens: int) -> bool:
         """Whether a batch this size hands each layer over as row blocks: its ``[B, H, T, T]`` float32
         weights would pass :data:`attnviz.sources.stream.ROWS_FROM_BYTES`."""
-        return batch * self.model.layers[0]["attn"].n_heads * tokens**2 * 4 > stream.ROWS_FROM_BYTES
+        return batch * self.model.attention(0).n_heads * tokens**2 * 4 > stream.ROWS_FROM_BYTES
 
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
         """What ``attnviz explain`` walks through: the input of ``layer``'s attention for ``text``,

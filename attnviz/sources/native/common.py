@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Generator
-from typing import Any, ClassVar
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...attention import AttentionOutput
+from ...attention import AttentionOutput, MultiHeadAttention
 from ..decoding import KVCache
 from ..engine import Capture
 from .weights import take
@@ -26,7 +26,7 @@ def _gelu_new(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu,
     "gelu_new": _gelu_new,
     "gelu_pytorch_tanh": _gelu_tanh,
@@ -122,9 +122,17 @@ class NativeModel:
         """Why the native engine cannot run this family's ``config`` (a variant it does not implement), or None."""
         return None
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    vocab_rows: int  # the input embedding's rows (a family sets it from its checkpoint)
+
+    def __init__(self, config: dict[str, Any], weights: Mapping[str, Tensor] | None = None) -> None:
+        """A family's ``__init__`` takes the checkpoint's ``weights`` too (read lazily), and builds its layers."""
         self.config = config
-        self.layers: list[nn.Module] = []
+        self.layers: list[nn.ModuleDict] = []  # each layer's modules by name ("attn", its norms, its MLP's)
+
+    def attention(self, layer: int) -> MultiHeadAttention:
+        """Layer ``layer``'s attention, attnviz's own in every family (``nn.ModuleDict`` is not generic: its
+        items are plain Modules to mypy)."""
+        return cast(MultiHeadAttention, self.layers[layer]["attn"])
 
     def attend(self, i: int, attn: nn.Module, x: Tensor, capture: Capture, **kwargs: Any) -> AttentionOutput:
         """Run layer ``i``'s attention, building its weights only if ``capture`` wants that layer
@@ -185,5 +193,5 @@ class NativeModel:
 
     def o_weight(self, layer: int) -> Tensor | None:
         """W_O of ``layer`` as nn.Linear stores it, for norm-based attention."""
-        attn = self.layers[layer]["attn"]
+        attn = self.attention(layer)
         return None if attn.o_proj is None else attn.o_proj.weight

@@ -51,6 +51,7 @@ class GPT2(NativeModel):
             for j, proj in enumerate((attn.q_proj, attn.k_proj, attn.v_proj)):
                 set_parameter(proj, "weight", c_attn_w[:, j * d : (j + 1) * d].T, p + "attn.c_attn.weight")
                 set_parameter(proj, "bias", c_attn_b[j * d : (j + 1) * d], p + "attn.c_attn.bias")
+            assert attn.o_proj is not None  # MultiHeadAttention's default: out_proj=True
             load_linear(attn.o_proj, weights, p + "attn.c_proj", transpose=True)
             self.layers.append(nn.ModuleDict({
                 "ln_1": load_layer_norm(weights, p + "ln_1", d, eps),
