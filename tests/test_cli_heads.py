@@ -175,7 +175,7 @@ def test_compare_heads_image(run_cli, tmp_path):
 
 
 def test_compare_heads_pairs_match_the_distance_matrix(run_cli):
-    r = run_cli("compare-heads", TEXT, "--layer", "2", "--top", "1", "--width", "120")
+    r = run_cli("compare-heads", TEXT, "--layer", "2", "--top-pairs", "1", "--width", "120")
     assert r.exit_code == 0, r.stderr
     dist = metrics.head_distance(attnviz.extract(TEXT).attentions[2:3]).numpy()
     iu = np.triu_indices(12, 1)

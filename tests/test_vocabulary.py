@@ -352,6 +352,10 @@ def test_text_dash_and_text_file_dash_read_standard_input(run_cli, command):
      ["export", "{texts}", "--out", "{out}", "--head", "1", "--formats", "png", "--layer", "0"]),
     (["heatmap", "the cat sat", "-q", "cat"], ["heatmap", "the cat sat", "--query", "cat"]),
     (["explain", "the cat", "--json"], ["explain", "the cat", "--format", "json"]),
+    (["compare-heads", "the cat sat", "--layer", "0", "--top", "1", "--width", "100"],
+     ["compare-heads", "the cat sat", "--layer", "0", "--top-pairs", "1", "--width", "100"]),
+    (["generate", "the cat", "-n", "3", "--top", "1", "--model", "sample_configs/causal.toml"],
+     ["generate", "the cat", "-n", "3", "--top-attended", "1", "--model", "sample_configs/causal.toml"]),
 ])
 def test_an_old_spelling_works_for_one_release_with_a_note(run_cli, tmp_path, old, new):
     from conftest import TINY
@@ -361,7 +365,7 @@ def test_an_old_spelling_works_for_one_release_with_a_note(run_cli, tmp_path, ol
     outputs = []
     for i, argv in enumerate((old, new)):
         argv = [a.format(texts=texts, out=tmp_path / f"o{i}") for a in argv]
-        done = run_cli(*argv, "--model", TINY)
+        done = run_cli(*argv, *([] if "--model" in argv else ["--model", TINY]))
         assert done.exit_code == 0, done.stderr
         outputs.append((done.stdout.replace(str(tmp_path / f"o{i}"), "OUT"), done.stderr))
         if i == 1:

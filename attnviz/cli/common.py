@@ -74,12 +74,26 @@ def echo_json(value: object) -> None:
     typer.echo(json_text(value, indent=1))
 
 
-def renamed(new_value: Any, old_value: Any, old: str, new: str) -> Any:
+def given(parameter: str) -> bool:
+    """Whether the option of the current command's ``parameter`` was given (on the command line or in the
+    environment), not left at its default. False outside a command run (a test calling the function)."""
+    try:  # typer from 0.24 carries its own copy of click, with its own current context
+        from typer._click.globals import get_current_context  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from click import get_current_context
+
+    context = get_current_context(silent=True)
+    source = None if context is None else context.get_parameter_source(parameter)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def renamed(new_value: Any, old_value: Any, old: str, new: str, *, parameter: str | None = None) -> Any:
     """An option's value under its new name, or under the old one, which still works for one release with a
-    one-line note on stderr (``--vs`` is ``--similar-to`` where it names the similarity text)."""
+    one-line note on stderr (``--vs`` is ``--similar-to`` where it names the similarity text). ``parameter``:
+    the new option's parameter name where it has a default of its own (whether it was given is then asked)."""
     if old_value is None or old_value is False:
         return new_value
-    if new_value is not None and new_value is not False:
+    if given(parameter) if parameter is not None else (new_value is not None and new_value is not False):
         from ..errors import UsageError
 
         raise UsageError(f"give {new} (the new name of {old}), not both")
@@ -150,7 +164,7 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
                     elif debug:
                         sys.stderr.write(f"warning ({w.category.__name__}): {one_line(str(w.message))}\n")
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 ENVIRONMENT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
@@ -198,7 +212,7 @@ def stdout_console(width: int | None = None):
     from ..render.safe import escaped_segments
 
     class SafeConsole(Console):
-        def render(self, renderable, options=None):  # type: ignore[override]
+        def render(self, renderable, options=None):
             yield from escaped_segments(super().render(renderable, options))
 
     settings = {"highlight": False, "soft_wrap": False, "markup": False, "emoji": False}

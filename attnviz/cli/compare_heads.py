@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, stdout_console, wrote
+from .common import cli_command, renamed, stdout_console, wrote
 from .options import (
     Cmap,
     CmapOpt,
@@ -44,7 +44,8 @@ def compare_heads(
     target: str | None = Target,
     vs: str | None = typer.Option(None, "--vs", help="A second text: how does each head change between the two?", show_default=False),
     vs_model: str | None = typer.Option(None, "--vs-model", help="A second model of the same shape, on the same text.", show_default=False),
-    top: int = typer.Option(5, "--top", min=1, help="How many most similar / most different pairs to list."),
+    top_pairs: int = typer.Option(5, "--top-pairs", min=1, help="How many most similar / most different pairs to list."),
+    old_top: int | None = typer.Option(None, "--top", min=1, hidden=True),  # --top: the first N rows (heads, atlas)
     all_rows: bool = typer.Option(False, "--all-rows", help="Long inputs: sum head distances over every query row, however long it takes (default: evenly spaced rows past a fixed budget, said in the output)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf) or a page (.html).", show_default=False),
     cmap: Cmap = CmapOpt,
@@ -59,6 +60,7 @@ def compare_heads(
 
     Example: attnviz compare-heads --layer 2 --out heads.png
     """
+    top = renamed(top_pairs, old_top, "--top", "--top-pairs", parameter="top_pairs")
     if vs is not None and vs_model is not None:
         raise UsageError("give --vs or --vs-model, not both")
     layers_choice = parse_layer(layer)

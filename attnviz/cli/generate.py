@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, show_view, stdout_console, wrote
+from .common import cli_command, renamed, show_view, stdout_console, wrote
 from .options import (
     GENERATING_MODEL,
     Cmap,
@@ -42,7 +42,9 @@ def generate(
     stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--no-stop-at-eos", help="Stop at the model's end-of-sequence token."),
     layer: str = typer.Option("all", "--layer", "-l", help="A layer number (from 0), or 'all': every layer (their mean)."),
     head: str = typer.Option("mean", "--head", help="A head number, or 'mean' of the heads."),
-    top: int = typer.Option(3, "--top", min=1, help="How many attended tokens to list per generated token."),
+    top_attended: int = typer.Option(3, "--top-attended", min=1, help="How many attended tokens to list per generated "
+                                     "token (the most attended first)."),
+    old_top: int | None = typer.Option(None, "--top", min=1, hidden=True),  # --top: the first N rows (heads, atlas)
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the result: .npz (every row), or the generated rows as .png, .svg, .pdf, or the page as .html.", show_default=False),
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
@@ -55,6 +57,7 @@ def generate(
 
     Example: attnviz generate "The cat sat on the" --model gpt2 --max-new-tokens 10
     """
+    top = renamed(top_attended, old_top, "--top", "--top-attended", parameter="top_attended")
     chosen_layer = parse_layer(layer)
     head_choice = parse_index_or_word(head, "--head", "head", ("mean",))
     from ..render.registry import FORMATS, figure_suffixes, or_list, page_format
@@ -79,7 +82,7 @@ def generate(
     from ..generation import generate as run
 
     result = run(prompt, options.model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
-                 top_k=top_k, top_p=top_p, seed=0 if seed is None and sample else seed, stop_at_eos=stop_at_eos, engine=options.engine,  # type: ignore[arg-type]
+                 top_k=top_k, top_p=top_p, seed=0 if seed is None and sample else seed, stop_at_eos=stop_at_eos, engine=options.engine,
                  revision=options.revision, device=options.device, trust_remote_code=options.trust_remote_code,
                  dtype=options.dtype)
     console = stdout_console(width)

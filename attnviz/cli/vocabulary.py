@@ -40,7 +40,7 @@ MEANINGS = {
     "--width": "the terminal width to fit",
     "--out": "the file (or folder) to write; its kind from its extension",
     "--format": "what is printed on stdout: a table, or json, csv (parquet: tables written with --out)",
-    "--top": "show only the first N (heads, pairs, or attended tokens)",
+    "--top": "show only the first N heads (heads: after --sort; atlas: of each ranking)",
     "--seed": "the seed of what is random, so a run can be repeated",
     "--sort": "the order of the rows",
     "--column": "CSV or Parquet: the column holding the texts",
@@ -58,7 +58,6 @@ MEANINGS = {
 SHARED_DEFAULTS_DIFFER = {
     "--head": "the head a command shows by default: one (0) where it draws one head, every head in the heads "
               "table, their mean in generate",
-    "--top": "each command's own list: 5 pairs of heads in compare-heads, 3 attended tokens per token in generate",
     "--out": "view always writes a page (attnviz.html); the others print to the terminal without --out",
     "--layer": "explain walks through one layer (0)",
 }
