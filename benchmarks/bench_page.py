@@ -1,5 +1,5 @@
 """The interactive page of a 500-token text on the default model (6 layers x 12 heads): its size and
-its first paint, as `attnviz view TEXT --out page.html` writes it and chromium opens it.
+its first paint, as `attnviz view TEXT --page page.html` writes it and chromium opens it.
 
 Baselines measured in the same run: the size of the same weights embedded as JSON floats (as
 bertviz embeds them), and the time to open the page of a one-sentence text (what the first paint
@@ -49,8 +49,8 @@ def main() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         long_page, short_page = Path(tmp) / "long.html", Path(tmp) / "short.html"
-        write = time_command([PY, "-m", "attnviz", "view", text, "--out", str(long_page)], args.runs, env)
-        time_command([PY, "-m", "attnviz", "view", "The cat sat on the mat.", "--out", str(short_page)], 1, env)
+        write = time_command([PY, "-m", "attnviz", "view", text, "--page", str(long_page)], args.runs, env)
+        time_command([PY, "-m", "attnviz", "view", "The cat sat on the mat.", "--page", str(short_page)], 1, env)
         picture = time_command([PY, "-m", "attnviz", "heatmap", text, "--layer", "0", "--out", str(Path(tmp) / "x.png")],
                                args.runs, env)
         result = attnviz.extract(text)
@@ -60,7 +60,7 @@ def main() -> None:
         print(f"   attnviz view page           {size / 1e6:8.2f} MB")
         print(f"   the weights as JSON floats  {floats / 1e6:8.2f} MB (as bertviz embeds them)")
         print(f"   ratio (ours / JSON floats): {size / floats:.3f}x   budget: < 12 MB")
-        report("writing the page (a fresh process)", "attnviz view --out page.html", write,
+        report("writing the page (a fresh process)", "attnviz view --page page.html", write,
                "attnviz heatmap --layer 0 --out x.png", picture, goal="about 1x")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])

@@ -77,7 +77,7 @@ def main() -> None:
         text.write_text(words + "\n", encoding="utf-8")
         page = Path(tmp) / "page.html"
         ours = measure(int(args.limit_gib * 2**30), [sys.executable, "-m", "attnviz", "view", "--text-file", str(text),
-                                                     "--model", str(folder), "--out", str(page)], env)
+                                                     "--model", str(folder), "--page", str(page)], env)
         size = page.stat().st_size if page.exists() else 0
         browser = open_in_chromium(page) if size and not args.skip_browser else None
         base, base_size = None, 0
@@ -88,7 +88,7 @@ def main() -> None:
             try:
                 old = Path(tmp) / "before.html"
                 base = measure(20 * 2**30, [sys.executable, "-m", "attnviz", "view", words, "--model", str(folder),
-                                            "--out", str(old)], {**env, "PYTHONPATH": str(tree)})
+                                            "--out", str(old)], {**env, "PYTHONPATH": str(tree)})  # its name then
                 base_size = old.stat().st_size if old.exists() else 0
             finally:
                 subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False)

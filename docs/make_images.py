@@ -38,7 +38,7 @@ def main() -> None:
     attnviz("heatmap", TEXT, "--layer", "0", "--head", "all", "--out", str(HERE / "heatmap.png"))
     with tempfile.TemporaryDirectory() as folder:
         page = Path(folder) / "page.html"
-        attnviz("view", TEXT, "--layer", "0", "--head", "5", "--out", str(page))
+        attnviz("view", TEXT, "--layer", "0", "--head", "5", "--page", str(page))
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
             tab = browser.new_page(viewport={"width": 900, "height": 420})

@@ -230,7 +230,7 @@ def test_cli_errors(run_cli):
 @pytest.mark.filterwarnings("ignore:a text of 3 token")
 def test_page_of_an_encoder_decoder_config(tmp_path, run_cli):
     out = tmp_path / "page.html"
-    r = run_cli("view", "我 爱 猫", "--model", ED, "--target", "I love cats", "--kind", "cross", "--out", str(out))
+    r = run_cli("view", "我 爱 猫", "--model", ED, "--target", "I love cats", "--kind", "cross", "--page", str(out))
     assert r.exit_code == 0 and out.exists(), r.stderr
     html = out.read_text(encoding="utf-8")
     assert "猫" in html and "cats" in html

@@ -111,7 +111,7 @@ def test_norm_view_refuses_with_the_reason(run_cli):
 
 
 def test_decoder_kind_of_the_page_names_what_it_has(run_cli, tmp_path):
-    err = one_line_error(run_cli("view", "--model", CROSS, "--kind", "decoder", "--out", str(tmp_path / "p.html")))
+    err = one_line_error(run_cli("view", "--model", CROSS, "--kind", "decoder", "--page", str(tmp_path / "p.html")))
     assert "no decoder self-attention" in err and "--kind cross" in err and "encoder-decoder" not in err
 
 
@@ -121,7 +121,7 @@ def test_decoder_kind_of_the_page_names_what_it_has(run_cli, tmp_path):
 @pytest.mark.parametrize("kind", [[], ["--kind", "cross"]])
 def test_view_of_the_config_opens_on_cross_attention(run_cli, tmp_path, result, kind):
     out = tmp_path / "p.html"
-    r = run_cli("view", "--model", CROSS, "--out", str(out), *kind)
+    r = run_cli("view", "--model", CROSS, "--page", str(out), *kind)
     assert r.exit_code == 0 and r.stdout.strip() == f"wrote {out}", r.stderr
     data = page_data(out)
     check_cross_page(data, result.cross_attentions)
@@ -175,12 +175,12 @@ def test_saved_result_refuses_what_reads_self_attention(run_cli, saved, command)
 
 def test_saved_result_view_and_show(run_cli, saved, result, tmp_path):
     out = tmp_path / "s.html"
-    r = run_cli("view", "--model", saved, "--out", str(out))
+    r = run_cli("view", "--model", saved, "--page", str(out))
     assert r.exit_code == 0, r.stderr
     data = page_data(out)
     check_cross_page(data, result.cross_attentions)
     assert data["qk"] is None  # saved without details: no q and k to show
-    err = one_line_error(run_cli("view", "--model", saved, "--show", "table", "--out", str(tmp_path / "t.html")))
+    err = one_line_error(run_cli("view", "--model", saved, "--show", "table", "--page", str(tmp_path / "t.html")))
     assert "heads table" in err and "no self-attention" in err
     loaded = AttentionResult.load(saved)
     shown = attnviz.show(loaded)

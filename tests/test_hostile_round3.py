@@ -123,7 +123,7 @@ def test_a_comment_opener_in_a_label_keeps_the_page_valid(run_cli, tmp_path):
 
     out = tmp_path / "p.html"
     text = "<!-- a </script> b & c \u2028 d"
-    r = run_cli("view", text, "--model", TINY, "--out", str(out))
+    r = run_cli("view", text, "--model", TINY, "--page", str(out))
     assert r.exit_code == 0, r.stderr
     page = out.read_text(encoding="utf-8")
     payload = re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', page, re.S).group(1)
@@ -182,7 +182,7 @@ def test_saved_results_are_checked_as_untrusted_input(run_cli, tmp_path):
     for case, arrays in cases.items():
         path = _saved(tmp_path, f"{case}.npz", **arrays)
         for argv in (["rollout", "--model", str(path)], ["heads", "--model", str(path), "--format", "json"],
-                     ["view", "--model", str(path), "--out", str(tmp_path / "v.html")]):
+                     ["view", "--model", str(path), "--page", str(tmp_path / "v.html")]):
             r = run_cli(*argv)
             assert r.exit_code == 1 and r.stderr.startswith("attnviz: error:") and r.stderr.count("\n") == 1, (case, argv, r.stderr)
             assert "internal error" not in r.stderr, (case, r.stderr)

@@ -21,7 +21,7 @@ def unsafe(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("args", [
-    ("view", "The cat sat.", "--out", f"{EVIL}.html"),
+    ("view", "The cat sat.", "--page", f"{EVIL}.html"),
     ("heatmap", "The cat sat.", "--out", f"{EVIL}.html"),
     ("compare-heads", "The cat sat.", "--out", f"{EVIL}.html"),
     ("heatmap", "The cat sat.", "--model", f"./{EVIL}"),
@@ -181,7 +181,7 @@ def test_an_encoder_decoder_is_refused_before_its_attention_outgrows_memory(run_
     text.write_text(long, encoding="utf-8")
     done = run_cli("heads", "hi", "--target", long[:20_000], "--model", tiny_hf["t5"])
     assert done.exit_code == 1 and "--target on" in done.stderr and "internal" not in done.stderr, done.stderr
-    done = run_cli("view", "--text-file", str(text), "--target", "hi", "--model", tiny_hf["t5"], "--out",
+    done = run_cli("view", "--text-file", str(text), "--target", "hi", "--model", tiny_hf["t5"], "--page",
                    str(tmp_path / "v.html"))
     assert done.exit_code == 1 and "more than the 64.0 MiB" in done.stderr, done.stderr
 

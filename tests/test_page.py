@@ -49,13 +49,13 @@ def test_the_page_holds_every_head_of_every_layer(minilm):
 
 
 def test_view_command_and_html_everywhere(run_cli, tmp_path):
-    r = run_cli("view", TEXT, "--out", str(tmp_path / "p.html"), "--layer", "2", "--head", "3")
+    r = run_cli("view", TEXT, "--page", str(tmp_path / "p.html"), "--layer", "2", "--head", "3")
     assert r.exit_code == 0, r.stderr
     data = _data(tmp_path / "p.html")
     assert data["kinds"]["self"]["layers"] == [2] and data["initial"]["head"] == 3
-    r = run_cli("view", TEXT, "--out", str(tmp_path / "p.png"))
+    r = run_cli("view", TEXT, "--page", str(tmp_path / "p.png"))
     assert r.exit_code == 2 and "must end in .html" in r.stderr
-    r = run_cli("view", TEXT, "--out", str(tmp_path / "q.html"), "--head", "12")
+    r = run_cli("view", TEXT, "--page", str(tmp_path / "q.html"), "--head", "12")
     assert r.exit_code == 2 and "--head 12 is out of range" in r.stderr
     r = run_cli("heatmap", TEXT, "--layer", "1", "--head", "4", "--out", str(tmp_path / "h.html"))
     assert r.exit_code == 0 and _data(tmp_path / "h.html")["initial"]["view"] == "matrix", r.stderr

@@ -97,8 +97,8 @@ def test_text_file_reads_one_text(run_cli, tmp_path):
     assert r.exit_code == 2 and "give TEXT or --text-file" in r.stderr
     (tmp_path / "bad.txt").write_bytes(b"\xff\xfe\x00caf\xe9")
     # a file whose content cannot be used is an input error (1), as every file of texts is; a bad value is 2
-    r = run_cli("view", "--text-file", str(tmp_path / "bad.txt"), "--out", str(tmp_path / "p.html"))
+    r = run_cli("view", "--text-file", str(tmp_path / "bad.txt"), "--page", str(tmp_path / "p.html"))
     assert r.exit_code == 1 and "is not UTF-8 text" in r.stderr
     (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
-    r = run_cli("view", "--text-file", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "p.html"))
+    r = run_cli("view", "--text-file", str(tmp_path / "empty.txt"), "--page", str(tmp_path / "p.html"))
     assert r.exit_code == 1 and "is empty" in r.stderr

@@ -147,7 +147,7 @@ def _page(path: Path) -> dict:
 def test_view(run_cli, case, tmp_path):
     name, path, result = case
     out = tmp_path / "p.html"
-    assert ok(run_cli("view", "--model", path, "--out", str(out))).strip() == f"wrote {out}"
+    assert ok(run_cli("view", "--model", path, "--page", str(out))).strip() == f"wrote {out}"
     page = _page(out)
     assert page["kinds"]["self"]["rows"] == result.tokens and page["kinds"]["self"]["layers"] == [0, 1]
     assert len(page["stats"]["rows"]) == result.n_layers * result.n_heads
@@ -160,7 +160,7 @@ def test_view(run_cli, case, tmp_path):
         assert page["initial"]["query"] == start
     if name == "extracted":  # everything but the title (the text there, "the config's input" here)
         text = tmp_path / "text.html"
-        ok(run_cli("view", TEXT, "--model", TINY, "--out", str(text)))
+        ok(run_cli("view", TEXT, "--model", TINY, "--page", str(text)))
         on_text = _page(text)
         assert page["qk"] and {k: v for k, v in page.items() if k != "title"} == \
             {k: v for k, v in on_text.items() if k != "title"}
@@ -201,7 +201,7 @@ def test_encoder_decoder_kinds(run_cli, tmp_path):
         (["heatmap", "--engine", "native"], "--engine native is for running a model; "),
         (["heads", "--device", "cuda"], "--device cuda is for running a model; "),
         (["rollout", "--revision", "main"], "--revision is for running a model; "),
-        (["view", "--out", "p.html", "--causal"], "--causal is for running a model; "),
+        (["view", "--page", "p.html", "--causal"], "--causal is for running a model; "),
         (["heatmap", "--no-causal"], "--no-causal is for running a model; "),
         (["heatmap", "--pair", "It was tired."], "--pair: "),
         (["compare-heads", "--target", "le chat"], "--target: "),

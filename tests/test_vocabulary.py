@@ -273,7 +273,8 @@ def test_an_unknown_out_format_is_a_bad_option_value(run_cli, command):
     from conftest import TINY
 
     causal = TINY.replace("tiny.toml", "causal.toml")
-    args = [command, "the cat sat", "--model", causal if command == "generate" else TINY, "--out", "x.gif"]
+    page = "--page" if command == "view" else "--out"  # view's page file, attnviz.html unless given
+    args = [command, "the cat sat", "--model", causal if command == "generate" else TINY, page, "x.gif"]
     r = run_cli(*args)
     assert r.exit_code == 2 and "x.gif" in r.stderr and r.stderr.count("\n") == 1, (command, r.exit_code, r.stderr)
 
@@ -356,6 +357,7 @@ def test_text_dash_and_text_file_dash_read_standard_input(run_cli, command):
      ["compare-heads", "the cat sat", "--layer", "0", "--top-pairs", "1", "--width", "100"]),
     (["generate", "the cat", "-n", "3", "--top", "1", "--model", "sample_configs/causal.toml"],
      ["generate", "the cat", "-n", "3", "--top-attended", "1", "--model", "sample_configs/causal.toml"]),
+    (["view", "the cat sat", "--out", "{out}.html"], ["view", "the cat sat", "--page", "{out}.html"]),
 ])
 def test_an_old_spelling_works_for_one_release_with_a_note(run_cli, tmp_path, old, new):
     from conftest import TINY

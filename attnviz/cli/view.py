@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, wrote
+from .common import cli_command, renamed, wrote
 from .options import (
     Cmap,
     CmapOpt,
@@ -49,15 +49,16 @@ def _view_names(incomplete: str) -> list[str]:
 SHOW_HELP = _show_help()
 
 
-@cli_command(flags={"view": "--show"})
+@cli_command(flags={"view": "--show", "out": "--page"})
 @model_command()
 def view(
     options: ModelOptions,
     text: str | None = typer.Argument(
         None, metavar="TEXT", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
-    out: Path = typer.Option(Path("attnviz.html"), "--out", "-o", help="The page to write (.html); attnviz.html in "
-                             "this folder unless given (--open shows it in the browser)."),
+    page_file: Path = typer.Option(Path("attnviz.html"), "--page", help="The page to write (.html), in this folder "
+                                   "unless a path says where (--open shows it in the browser)."),
+    old_out: Path | None = typer.Option(None, "--out", "-o", hidden=True),  # --out: write a file instead of printing
     layer: str = Layer,
     head: str = typer.Option("0", "--head", help="The head shown first (a number from 0)."),
     kind: KindChoice = Kind,
@@ -77,10 +78,11 @@ def view(
     layer x head; click one), each head's matrix with a tooltip, and the sortable head statistics.
     One file, no network: open it anywhere.
 
-    Example: attnviz view "The cat sat on the mat." --out cat.html
+    Example: attnviz view "The cat sat on the mat." --page cat.html
     """
+    out = renamed(page_file, old_out, "--out", "--page", parameter="page_file")
     if Path(out).suffix.lower() != ".html":
-        raise UsageError(f"--out {out} must end in .html; the page is one HTML file")
+        raise UsageError(f"--page {out} must end in .html; the page is one HTML file")
     from ..render.page_views import check_view
 
     check_view(first)

@@ -38,7 +38,8 @@ MEANINGS = {
     "--truncate": "cut a text longer than the model's maximum instead of failing",
     "--cmap": "the colormap of pictures",
     "--width": "the terminal width to fit",
-    "--out": "the file (or folder) to write; its kind from its extension",
+    "--out": "the file (or folder) to write, its kind from its extension; without it the command prints (export: "
+             "required)",
     "--format": "what is printed on stdout: a table, or json, csv (parquet: tables written with --out)",
     "--top": "show only the first N heads (heads: after --sort; atlas: of each ranking)",
     "--seed": "the seed of what is random, so a run can be repeated",
@@ -58,7 +59,6 @@ MEANINGS = {
 SHARED_DEFAULTS_DIFFER = {
     "--head": "the head a command shows by default: one (0) where it draws one head, every head in the heads "
               "table, their mean in generate",
-    "--out": "view always writes a page (attnviz.html); the others print to the terminal without --out",
     "--layer": "explain walks through one layer (0)",
 }
 """Names whose defaults differ between commands, each with the reason; the table shows each command's."""
