@@ -1,0 +1,115 @@
+"""Needle in a haystack, and the heads that retrieve: a depth × length grid of greedy answers on a causal
+model, each head scored as Wu et al. (2024) and HeadKV (Fu et al. 2024) define it (:mod:`.scores`).
+
+Each cell's prompt (:mod:`.haystack`) runs once with no attention weights; then the answer is decoded
+greedily one token at a time on the key/value cache (:mod:`attnviz.sources.stepping`), and each step's
+row of attention, ``[layers, heads, T]``, is scored and dropped: memory O(T) per step, never O(T²).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from ..errors import UsageError
+from ..sources.stepping import Codec, Stepper
+from .haystack import NEEDLE, QUESTION, Prompt, PromptBuilder
+from .result import NeedleResult, NeedleRun
+from .scores import RETRIEVED_FROM, RunScores, rouge1_recall
+
+__all__ = ["DEPTHS", "NEEDLE", "QUESTION", "NeedleResult", "NeedleRun", "grid_lengths", "needle", "run_cell"]
+
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+MAX_DEFAULT_LENGTH = 4096  # the default grid's longest prompt: a laptop's afternoon, not its week
+MAX_NEW_TOKENS = 32
+
+
+def grid_lengths(max_positions: int | None, max_new_tokens: int, count: int = 3) -> list[int]:
+    """The default lengths: ``count`` evenly spaced up to the model's positions less the answer's (at most
+    :data:`MAX_DEFAULT_LENGTH`)."""
+    top = MAX_DEFAULT_LENGTH if max_positions is None else min(MAX_DEFAULT_LENGTH, max_positions - max_new_tokens)
+    return sorted({max(1, round(top * (n + 1) / count)) for n in range(count)})
+
+
+def run_cell(stepper: Stepper, codec: Codec, prompt: Prompt, *, needle: str, max_new_tokens: int) -> NeedleRun:
+    """One run: the prompt, then a greedy answer scored step by step (see the module's docs)."""
+    began = time.perf_counter()
+    stepper.prefill(prompt.ids[:-1])
+    scores = RunScores(stepper.n_layers, stepper.n_heads, prompt.ids, prompt.start, prompt.end)
+    fed, answer = prompt.ids[-1], []
+    for _ in range(max_new_tokens):
+        logits, rows = stepper.step(fed)
+        token = int(logits.argmax())
+        scores.add(rows, token)
+        answer.append(token)
+        if token in codec.eos or (_ends_line(codec, token) and codec.decode(answer[:-1]).strip()):
+            break
+        scores.extend_ids(token)
+        fed = token
+    text = codec.decode([t for t in answer if t not in codec.eos]).strip()
+    recall = rouge1_recall(needle, text)
+    return NeedleRun(
+        length=len(prompt.ids), depth=prompt.depth, needle_start=prompt.start, needle_end=prompt.end, answer=text,
+        answer_tokens=[codec.label(t) for t in answer], answer_ids=answer, recall=recall,
+        retrieved=recall >= RETRIEVED_FROM, retrieval=scores.retrieval.tolist(), reasoning=scores.reasoning.tolist(),
+        seconds=time.perf_counter() - began)
+
+
+def _ends_line(codec: Codec, token: int) -> bool:
+    return "\n" in codec.decode([token])
+
+
+def check_grid(lengths: Sequence[int], depths: Sequence[float], max_positions: int | None, max_new_tokens: int,
+               fixed: int) -> None:
+    """Refuse a grid the model cannot run, naming the value, before any run."""
+    if not lengths or not depths:
+        raise UsageError("the grid is empty; give at least one length and one depth")
+    for depth in depths:
+        if not 0.0 <= depth <= 1.0:
+            raise UsageError(f"[[depths]]: {depth:g} is not a fraction from 0 to 1")
+    if not 1 <= max_new_tokens <= 4096:
+        raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and 4096")
+    for length in lengths:
+        if length <= fixed:
+            raise UsageError(f"[[lengths]]: {length} tokens cannot hold the needle, the question and the template "
+                             f"({fixed} tokens); give lengths above {fixed}")
+        if max_positions is not None and length + max_new_tokens > max_positions:
+            raise UsageError(f"[[lengths]]: {length} tokens and an answer of up to {max_new_tokens} pass the "
+                             f"{max_positions} positions the model takes; give lengths up to "
+                             f"{max_positions - max_new_tokens}")
+
+
+def needle(model: str | None, *, haystack: str | None = None, needle: str = NEEDLE, question: str = QUESTION,
+           lengths: Sequence[int] | None = None, depths: Sequence[float] = DEPTHS,
+           max_new_tokens: int = MAX_NEW_TOKENS, seed: int = 0, engine: str = "auto", revision: str | None = None,
+           device: str = "cpu", trust_remote_code: bool = False, dtype: str | None = None,
+           haystack_name: str | None = None,
+           progress: Callable[[int, int, NeedleRun | None], None] | None = None) -> NeedleResult:
+    """Run the depth × length grid on ``model`` (a causal model's folder or hub id) and score every head.
+
+    ``haystack``: the text to hide the needle in (default: attnviz's own seeded prose, ``seed``); ``lengths``:
+    prompt lengths in tokens (default :func:`grid_lengths`); ``depths``: where the needle goes, 0 (first) to 1
+    (last). ``progress(done, total, run)`` is called before the first run and after each."""
+    from ..generation.stepping import load_stepper
+
+    stepper, codec = load_stepper(model, engine=engine, revision=revision, device=device,
+                                  trust_remote_code=trust_remote_code, dtype=dtype)
+    builder = PromptBuilder(codec, haystack=haystack, needle=needle, question=question, seed=seed)
+    chosen = sorted(set(lengths)) if lengths else grid_lengths(stepper.max_positions, max_new_tokens)
+    chosen_depths = sorted(set(float(d) for d in depths))
+    check_grid(chosen, chosen_depths, stepper.max_positions, max_new_tokens, builder.fixed)
+    result = NeedleResult(model_name=stepper.name, engine=stepper.engine, n_layers=stepper.n_layers,
+                          n_heads=stepper.n_heads, needle=builder.needle_text, question=builder.question,
+                          haystack=haystack_name or (f"attnviz prose (seed {seed})" if haystack is None else "given"),
+                          lengths=chosen, depths=chosen_depths, max_new_tokens=max_new_tokens)
+    total = len(chosen) * len(chosen_depths)
+    if progress is not None:
+        progress(0, total, None)
+    for length in chosen:
+        for depth in chosen_depths:
+            run = run_cell(stepper, codec, builder.build(length, depth), needle=builder.needle_text,
+                           max_new_tokens=max_new_tokens)
+            result.runs.append(run)
+            if progress is not None:
+                progress(len(result.runs), total, run)
+    return result
