@@ -161,7 +161,7 @@ def test_help_and_argument_errors_do_not_import_heavy_libraries():
         "for args in (['--help'], ['heatmap', '--help'], ['explain', '--help'], ['heatmap', 'x', '--layer', 'z'],\n"
         "             ['--show-completion', 'bash'], ['heatmap', 'x', '--head', 'foo'], ['heatmap', 'x', '--layer', '-1'],\n"
         "             ['heatmap', 'x', '--model', 'missing.toml'], ['heatmap', 'x', '--out', 'x.jpg'],\n"
-        "             ['explain', '--layer', '-2']):\n"
+        "             ['explain', '--walk-layer', '-2']):\n"
         "    r.invoke(app, args)\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'matplotlib', 'numpy') if m in sys.modules)\n"
         "print(','.join(heavy))\n"

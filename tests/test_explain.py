@@ -115,9 +115,9 @@ def test_causal_walkthrough_masks_the_future(run_cli):
 def test_explain_errors(run_cli):
     r = run_cli("explain", "some text", "--model", SEED)
     assert r.exit_code == 2 and "fixed input X" in r.stderr
-    r = run_cli("explain", "a b", "--model", TINY, "--layer", "7")
+    r = run_cli("explain", "a b", "--model", TINY, "--walk-layer", "7")
     assert r.exit_code == 2 and "layers 0 to 1" in r.stderr
-    r = run_cli("explain", "a b", "--model", TINY, "--layer", "-1")
+    r = run_cli("explain", "a b", "--model", TINY, "--walk-layer", "-1")
     assert r.exit_code == 2 and "negative" in r.stderr
 
 

@@ -104,7 +104,7 @@ def test_causal_flag_turns_the_reference_check_off(run_cli):
 def test_head_keeps_one_head_in_view(run_cli):
     walk = attnviz.api.explain(None, SEED, head=1)
     assert walk.shown_heads == [1] and len(walk.heads) == 2  # both computed: the concatenation needs them
-    data = json.loads(run_cli("explain", "--head", "1", "--format", "json").stdout)
+    data = json.loads(run_cli("explain", "--only-head", "1", "--format", "json").stdout)
     assert [h["head"] for h in data["heads"]] == [1]
     with pytest.raises(UsageError, match="heads 0 to 1"):
         attnviz.api.explain(None, SEED, head=2)

@@ -358,6 +358,8 @@ def test_text_dash_and_text_file_dash_read_standard_input(run_cli, command):
     (["generate", "the cat", "-n", "3", "--top", "1", "--model", "sample_configs/causal.toml"],
      ["generate", "the cat", "-n", "3", "--top-attended", "1", "--model", "sample_configs/causal.toml"]),
     (["view", "the cat sat", "--out", "{out}.html"], ["view", "the cat sat", "--page", "{out}.html"]),
+    (["explain", "the cat", "--layer", "1"], ["explain", "the cat", "--walk-layer", "1"]),
+    (["explain", "the cat", "--head", "2"], ["explain", "the cat", "--only-head", "2"]),
 ])
 def test_an_old_spelling_works_for_one_release_with_a_note(run_cli, tmp_path, old, new):
     from conftest import TINY

@@ -20,7 +20,7 @@ class Lang(str, Enum):
     zh = "zh"
 
 
-@cli_command
+@cli_command(flags={"layer": "--walk-layer", "head": "--only-head"})
 def explain(
     text: str | None = typer.Argument(
         None, metavar="TEXT", show_default=False,
@@ -33,9 +33,12 @@ def explain(
              "sample_configs/tiny.toml), or a model folder/hub id the native engine runs (BERT, GPT-2, LLaMA "
              "family). Default: the seed example without TEXT, MiniLM with TEXT.",
     ),
-    layer: int = typer.Option(0, "--layer", "-l", help="Which layer's attention to walk through."),
-    head: int | None = typer.Option(None, "--head", help="Show only this head (every head is still computed).",
-                                    show_default=False),
+    walk_layer: int = typer.Option(0, "--walk-layer", help="The one layer whose attention is walked through, step by "
+                                   "step."),
+    only_head: int | None = typer.Option(None, "--only-head", help="Show only this head (every head is still computed); "
+                                         "without it, every head.", show_default=False),
+    old_layer: int | None = typer.Option(None, "--layer", "-l", hidden=True),  # --layer: a layer or all, default all
+    old_head: int | None = typer.Option(None, "--head", hidden=True),  # --head: the head drawn, default 0
     scale: str = typer.Option(
         "sqrt-dk", "--scale",
         help="What to scale the scores by: sqrt-dk (1/√d_k, the rule), sqrt-len (1/√ number of keys, as seed 002 "
@@ -53,8 +56,10 @@ def explain(
     """Walk through one attention computation: X, W_Q/W_K/W_V, Q/K/V, heads, QKᵀ, scaling, mask, softmax, ·V, concat, W_O.
 
     Examples: attnviz explain · attnviz explain --lang zh · attnviz explain --model sample_configs/cross_attention.toml
-    · attnviz explain "The cat sat" --layer 2 --head 5
+    · attnviz explain "The cat sat" --walk-layer 2 --only-head 5
     """
+    layer = renamed(walk_layer, old_layer, "--layer", "--walk-layer", parameter="walk_layer")
+    head = renamed(only_head, old_head, "--head", "--only-head")
     as_json = renamed(fmt is ExplainFormat.json, old_json, "--json", "--format json")
     if errata:
         from ..api import errata as tutorial_errata

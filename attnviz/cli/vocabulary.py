@@ -59,7 +59,6 @@ MEANINGS = {
 SHARED_DEFAULTS_DIFFER = {
     "--head": "the head a command shows by default: one (0) where it draws one head, every head in the heads "
               "table, their mean in generate",
-    "--layer": "explain walks through one layer (0)",
 }
 """Names whose defaults differ between commands, each with the reason; the table shows each command's."""
 
