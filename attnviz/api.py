@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .explain import Walkthrough
     from .explain.errata import Erratum
     from .notebook import PageDisplay
-    from .render.view import HeatmapView
+    from .render.view import HeadChoice, HeatmapView, Kind
     from .result import AttentionResult
     from .sources.base import Source
 
@@ -86,7 +86,7 @@ def extract(
     """
     source = load_source(model, engine=engine, causal=causal, revision=revision, device=device,
                          device_map=device_map, trust_remote_code=trust_remote_code, dtype=dtype)
-    kwargs = {"float16": True} if float16 else {}
+    kwargs: dict[str, Any] = {"float16": True} if float16 else {}  # ExtractOptions' fields, changed
     return source.extract(text, pair=pair, target=target, truncate=truncate, details=details, layers=layers, **kwargs)
 
 
@@ -111,7 +111,7 @@ def extract_batch(
     return source.extract_batch(texts, pairs=pairs, truncate=truncate, details=details, layers=layers)
 
 
-def head_table_of_texts(source: Any, texts: Sequence[str], *, truncate: bool = False, batch_size: int = 16,
+def head_table_of_texts(source: Any, texts: Sequence[str | None], *, truncate: bool = False, batch_size: int = 16,
                         pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
                         target: str | None = None, layer: int | None = None) -> HeadTable:
     """The head table (:mod:`attnviz.analysis.heads`) of ``texts`` run through a loaded ``source``, averaged over them.
@@ -145,7 +145,7 @@ def _add_layer(builder: Any, results: list[AttentionResult], position: int, part
         builder.add_layer(results[number], position, part, text=first + number)
 
 
-def compare_heads_of_text(source: Any, text: str, *, layer: int | None = None, truncate: bool = False,
+def compare_heads_of_text(source: Any, text: str | None, *, layer: int | None = None, truncate: bool = False,
                           all_rows: bool = False, pair: str | None = None, reading: Reading = Reading(),
                           kind: str = "self", target: str | None = None) -> HeadsOverview:
     """Every head of ``layer`` (default: every layer) on ``text``, for comparing them
@@ -207,8 +207,8 @@ def attention_view(
     text: str | None,
     *,
     layer: int | None = None,
-    head: int | str = 0,
-    kind: str = "self",
+    head: HeadChoice = 0,
+    kind: Kind = "self",
     pair: str | None = None,
     target: str | None = None,
     reading: Reading = Reading(),
@@ -260,7 +260,7 @@ def attention_view(
     result = reading.apply(result)
     if layer is None:
         return head_across_layers_view(result, head=head, kind=kind, vmax=vmax, cmap=cmap)
-    return heatmap_view(result, layer=layer, head=head, kind=kind, vmax=vmax, cmap=cmap)  # type: ignore[arg-type]
+    return heatmap_view(result, layer=layer, head=head, kind=kind, vmax=vmax, cmap=cmap)
 
 
 def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncate: bool, *, always: bool) -> bool:
@@ -327,7 +327,7 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
                        col_axis="keys (attended to)")
 
 
-def heads_of(source: Source, texts: Sequence[str] | None = None, *, probe: str | None = None, truncate: bool = False,
+def heads_of(source: Source, texts: Sequence[str | None] | None = None, *, probe: str | None = None, truncate: bool = False,
              batch_size: int = 16, pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
              target: str | None = None, layer: int | None = None) -> HeadTable:
     """What ``attnviz heads`` shows: every statistic of every head, averaged over ``texts``, or on
@@ -427,8 +427,10 @@ def show(what: AttentionResult | str, *, model: str | None = None, head: int = 0
     such as ``pair=`` or ``target=``), for display in a notebook (the last expression of a cell)."""
     from .notebook import HEIGHT, result_display
 
-    text = isinstance(what, str)
-    result = extract(what, model=model, **extract_options) if text else what
-    title = " ".join(what.split())[:60] if text else None  # type: ignore[union-attr]
+    if isinstance(what, str):
+        result = extract(what, model=model, **extract_options)
+        title: str | None = " ".join(what.split())[:60]
+    else:
+        result, title = what, None
     return result_display(result, head=head, kind=kind, stats=stats, view=view, title=title, cmap=cmap,
                           height=HEIGHT if height is None else height)

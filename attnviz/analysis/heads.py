@@ -16,6 +16,10 @@ from torch import Tensor
 from . import AttentionResult
 from .statistics import SINK_THRESHOLD, STATISTICS, labels
 
+HeadRow = dict[str, Any]
+"""One head's row of a table: ``layer``, ``head`` (ints), each statistic (a float), ``labels`` (strings), maybe
+``sinks`` and columns a command adds (importance, ablation): JSON-like values, read by key."""
+
 MIN_TOKENS = 4  # fewer tokens than this say little about a head; the commands warn
 
 
@@ -65,7 +69,7 @@ class HeadTable:
         n_layers, n_heads = self.shape
         return [[name for name, flags in earned if flags[i]] for i in range(n_layers * n_heads)]
 
-    def rows(self) -> list[dict[str, object]]:
+    def rows(self) -> list[HeadRow]:
         """One dict per head: ``layer``, ``head``, every statistic, and ``labels``."""
         n_layers, n_heads = self.shape
         numbers = self.layers or list(range(n_layers))
@@ -74,7 +78,7 @@ class HeadTable:
         out = []
         for layer in range(n_layers):
             for head in range(n_heads):
-                row: dict[str, object] = {"layer": numbers[layer], "head": head}
+                row: HeadRow = {"layer": numbers[layer], "head": head}
                 row.update({name: round(v[layer][head], 6) for name, v in values.items()})
                 row["labels"] = labels[layer * n_heads + head]
                 if self.sinks is not None:
@@ -83,7 +87,7 @@ class HeadTable:
         return out
 
     def select(self, *, layer: int | None = None, head: int | None = None, sort: str | None = None,
-               top: int | None = None) -> list[dict[str, object]]:
+               top: int | None = None) -> list[HeadRow]:
         """The :meth:`rows` of one ``layer`` and/or ``head`` (None: every one), sorted by a statistic
         (largest first) or by ``"layer"``/``"head"``, the first ``top`` of them (what ``heads`` prints)."""
         from ..errors import UsageError
@@ -99,10 +103,10 @@ class HeadTable:
         rows = [row for row in self.rows()
                 if (layer is None or row["layer"] == layer) and (head is None or row["head"] == head)]
         if sort is not None:
-            rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))  # type: ignore[arg-type,return-value]
+            rows.sort(key=lambda row: row[sort], reverse=sort not in ("layer", "head"))
         return rows[:top] if top else rows
 
-    def document(self, rows: list[dict[str, object]] | None = None, **what: object) -> dict[str, object]:
+    def document(self, rows: list[HeadRow] | None = None, **what: object) -> dict[str, object]:
         """The JSON document of ``heads --format json``: model, ``what`` was read (text, file, probe),
         how many texts, the tokens of a single text, and ``rows`` (default: every head)."""
         return {"model": self.model_name, **what, "n_texts": self.n_texts, "sink_rate": round(self.sink_rate, 6),
@@ -110,7 +114,7 @@ class HeadTable:
                 "heads": self.rows() if rows is None else rows}
 
 
-def rows_csv(rows: list[dict[str, object]]) -> str:
+def rows_csv(rows: list[HeadRow]) -> str:
     """Head rows as CSV: ``layer``, ``head``, every statistic (then any added column: importance, ablation), and
     the labels joined by ``;``."""
     import csv
@@ -124,8 +128,8 @@ def rows_csv(rows: list[dict[str, object]]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([*names, "labels", *(["sinks"] if sinks else [])])
     for row in rows:
-        extra = [";".join(map(str, row.get("sinks", [])))] if sinks else []  # type: ignore[call-overload]
-        writer.writerow([row[c] for c in names] + [";".join(row["labels"])] + extra)  # type: ignore[arg-type]
+        extra = [";".join(map(str, row.get("sinks", [])))] if sinks else []
+        writer.writerow([row[c] for c in names] + [";".join(row["labels"])] + extra)
     return buffer.getvalue()
 
 
@@ -152,11 +156,13 @@ class HeadTableBuilder:
         (:mod:`attnviz.analysis.row_statistics`), so a long input's layer is never needed whole."""
         from .row_statistics import LayerRowStatistics, blocks_of
 
-        whole = isinstance(attentions, Tensor)
-        layer = LayerRowStatistics(n=len(result.tokens), n_heads=attentions.shape[0] if whole else attentions.n_heads,
+        n_heads = attentions.shape[0] if isinstance(attentions, Tensor) else attentions.n_heads
+        layer = LayerRowStatistics(n=len(result.tokens), n_heads=n_heads,
                                    token_ids=token_ids(result), tokens=result.tokens, sep=sep_keys(result),
                                    causal=result.causal)
-        for first, block in blocks_of(attentions, causal_trim=result.causal) if whole else attentions.row_blocks():
+        blocks = (blocks_of(attentions, causal_trim=result.causal) if isinstance(attentions, Tensor)
+                  else attentions.row_blocks())
+        for first, block in blocks:
             layer.add(first, block.cpu())  # reduced on the CPU (a no-op there), whatever device computed it
         sums = self._sums.setdefault(position, {})
         for name, value in layer.statistics().items():

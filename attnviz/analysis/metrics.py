@@ -352,6 +352,7 @@ def head_distance(attn: Tensor | Sequence[Tensor]) -> Tensor:
         layers, heads, q, k = a.shape
         dist = _pairwise_js(a.reshape(layers * heads, q, k))
         total = dist if total is None else total + dist
+    assert total is not None  # items is not empty
     return total
 
 

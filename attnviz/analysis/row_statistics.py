@@ -158,12 +158,13 @@ class LayerRowStatistics:
 
     def _value(self, statistic: Statistic) -> Tensor:
         total = self._sums.get(statistic.name)
-        if statistic.per == "row":
-            return total / self.n  # type: ignore[operator]
-        if statistic.per == "mass":
-            return torch.where(self.mass > 0, total / self.mass.clamp_min(torch.finfo(torch.float64).tiny),  # type: ignore[operator]
+        if statistic.per == "row" or statistic.per == "mass":
+            summed = self._sums[statistic.name]  # a statistic read per row or per mass sums its rows
+            if statistic.per == "row":
+                return summed / self.n
+            return torch.where(self.mass > 0, summed / self.mass.clamp_min(torch.finfo(torch.float64).tiny),
                                torch.zeros_like(self.mass))
-        return statistic.per(self, total)  # type: ignore[operator]
+        return statistic.per(self, total)
 
     def sink_importance(self) -> Tensor:
         """α_k ``[heads, n]`` float64 (Gu et al. 2024), as :func:`attnviz.analysis.metrics.sink_importance`: column k's

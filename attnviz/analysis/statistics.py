@@ -117,7 +117,7 @@ def statistic_named(name: str) -> str | None:
 
 def labels() -> dict[str, tuple[str, float]]:
     """label → (statistic, threshold): a head gets the label when statistic ≥ threshold."""
-    return {s.label: (s.name, s.threshold) for s in STATISTICS.values()  # type: ignore[misc]
+    return {s.label: (s.name, s.threshold) for s in STATISTICS.values()
             if s.label is not None}
 
 

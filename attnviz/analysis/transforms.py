@@ -98,8 +98,9 @@ def drop_special(result: AttentionResult, *, renormalize: bool = False) -> Atten
         return result
 
     def pick(t: torch.Tensor | None, rows: list[int] | None, cols: list[int]) -> torch.Tensor | None:
-        if t is None:
-            return None
+        return None if t is None else pick_from(t, rows, cols)
+
+    def pick_from(t: torch.Tensor, rows: list[int] | None, cols: list[int]) -> torch.Tensor:
         t = t.index_select(3, torch.tensor(cols))
         if rows is not None:
             t = t.index_select(2, torch.tensor(rows))
@@ -107,7 +108,7 @@ def drop_special(result: AttentionResult, *, renormalize: bool = False) -> Atten
             t = t / t.sum(-1, keepdim=True).clamp_min(torch.finfo(t.dtype).tiny)
         return t
 
-    out = _subset(result, keep, pick(result.attentions, keep, keep))
+    out = _subset(result, keep, pick_from(result.attentions, keep, keep))
     if target_keep is None:
         return out
     return replace(

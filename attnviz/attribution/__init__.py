@@ -28,11 +28,12 @@ __all__ = ["METHODS", "attribution_view", "check_method_options", "flow_of_text"
            "rollout_of_text", "rollout_view"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..render.view import HeatmapView
+    from ..analysis.weights import HeadFusion
+    from ..render.view import HeadChoice, HeatmapView
     from ..sources.base import Source
 
 
-def check_method_options(method: str, *, fusion: str | None = None, head: int | str | None = None,
+def check_method_options(method: str, *, fusion: HeadFusion | None = None, head: HeadChoice | None = None,
                          target_token: str | None = None, vs: str | None = None, force: bool = False,
                          kind: str = "self", target: str | None = None, reading: Reading = Reading(),
                          pair: str | None = None) -> None:
@@ -43,10 +44,10 @@ def check_method_options(method: str, *, fusion: str | None = None, head: int | 
 
 
 def attribution_view(source: Source, text: str | None, *, method: str = "rollout", layer: int | None = None,
-                     head: int | str | None = None, fusion: str | None = None, target_token: str | None = None,
+                     head: HeadChoice | None = None, fusion: HeadFusion | None = None, target_token: str | None = None,
                      vs: str | None = None, force: bool = False, truncate: bool = False, cmap: str | None = None,
                      pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
-                     target: str | None = None, notice: Callable[[str], None] | None = None) -> HeatmapView:
+                     target: str | None = None, notice: Callable[[str], object] | None = None) -> HeatmapView:
     """What ``attnviz rollout --method METHOD`` draws (see :data:`attnviz.attribution.methods.METHODS`).
 
     ``layer``: for rollout, flow and grad-rollout the last layer chained (default: the model's last);

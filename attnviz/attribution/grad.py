@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..render.view import HeatmapView
+    from ..render.view import HeadChoice, HeatmapView
     from ..sources.base import Source
 
 
-def gradient_view(source: Source, text: str | None, *, method: str, layer: int | str | None, head: int | str = "mean",
+def gradient_view(source: Source, text: str | None, *, method: str, layer: int | str | None, head: HeadChoice = "mean",
                   target_token: str | None = None, vs: str | None = None, truncate: bool = False,
                   cmap: str | None = None) -> HeatmapView:
     """``grad-rollout``: Chefer, Gur & Wolf's relevance ``R`` through ``layer`` (default: the last);

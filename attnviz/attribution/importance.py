@@ -160,7 +160,8 @@ def _mean_outputs(model: Any, encoded: list[tuple[dict[str, Tensor], Tensor]], l
             batch = torch.stack(seen.sums)  # [layers, heads, d_head]
             sums = batch if sums is None else sums + batch
             count += seen.count
-    return sums / max(count, 1.0)  # type: ignore[operator]
+    assert sums is not None  # encoded holds a batch at least (head_importance refuses no texts)
+    return sums / max(count, 1.0)
 
 
 def check_importance(source: Any, vs: str | None) -> str:

@@ -26,7 +26,8 @@ from ..errors import UsageError
 from ..records import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..render.view import HeatmapView
+    from ..analysis.weights import HeadFusion
+    from ..render.view import HeadChoice, HeatmapView
 
 @dataclass(frozen=True)
 class Request:
@@ -34,8 +35,8 @@ class Request:
     chained (None: the model's last); otherwise one layer, or None for a panel per layer."""
 
     layer: int | None = None
-    head: int | str | None = None  # a head, "all" or "mean" (None: the method's default)
-    fusion: str | None = None  # mean, max or min (None: mean)
+    head: HeadChoice | None = None  # a head, "all" or "mean" (None: the method's default)
+    fusion: HeadFusion | None = None  # mean, max or min (None: mean)
     target_token: str | None = None
     vs: str | None = None
     force: bool = False
@@ -45,7 +46,7 @@ class Request:
     reading: Reading = field(default_factory=Reading)
     kind: str = "self"
     target: str | None = None
-    notice: Callable[[str], None] | None = None
+    notice: Callable[[str], object] | None = None
 
     def given(self, option: str) -> bool:
         """Whether ``option`` (a name of :data:`OPTIONS`) was asked for (not left at its default)."""

@@ -120,7 +120,7 @@ def layer_mixing(parts: MixingParts, *, chunk_rows: int | None = None) -> LayerM
     post = None if parts.post_norm is None else _post_scale(total, x, f, parts.bias_o, parts.post_norm)
     levels: tuple[MixingLevel, ...] = LEVELS if post is not None else LEVELS[:2]
     norms = _norms(a, f, x, post, levels, chunk_rows)
-    ratios = {level: _ratio(total, own, x, post if level == "layernorm" else None, level) for level in levels}
+    ratios: dict[str, Tensor] = {level: _ratio(total, own, x, post if level == "layernorm" else None, level) for level in levels}
     return LayerMixing(parts.layer, norms["attention"], norms["residual"], norms.get("layernorm"), ratios)
 
 
@@ -267,7 +267,7 @@ def _norms(a: Tensor, f: Tensor, x: Tensor | None, post: PostScale | None, level
     ``[rows, T, d]``; the quadratic forms are summed in float64, so cancellation between heads costs
     no precision worth speaking of."""
     t = a.shape[-1]
-    out = {level: torch.zeros(t, t, dtype=torch.float64, device=a.device) for level in levels}
+    out: dict[str, Tensor] = {level: torch.zeros(t, t, dtype=torch.float64, device=a.device) for level in levels}
     plain = [level for level in levels if level != "layernorm"]
     if plain:
         gram, extra = _gram(a, f, x if "residual" in plain else None, None)
@@ -283,9 +283,10 @@ def _norms(a: Tensor, f: Tensor, x: Tensor | None, post: PostScale | None, level
             raise ValueError("the layernorm level needs the residual and the LayerNorm")
         weight, _bias, scale = post
         gram, extra = _gram(a, f, x, weight)
+        assert extra is not None  # _gram's diagonal term, given x
         for r0, sq in _quadratic(a, gram, chunk_rows):
             rows, width = sq.shape
-            _add_diagonal(sq, extra, r0)  # type: ignore[arg-type]
+            _add_diagonal(sq, extra, r0)
             out["layernorm"][r0 : r0 + rows, :width] = sq.clamp_min(0).sqrt() * scale[r0 : r0 + rows, None].double()
     return out
 

@@ -13,7 +13,8 @@ from ..errors import UsageError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ..render.view import HeatmapView
+    from ..analysis.weights import HeadFusion
+    from ..render.view import HeadChoice, HeatmapView
     from ..result import AttentionResult
     from ..sources.base import Source
 
@@ -22,7 +23,7 @@ FLOW_NOTICE_SECONDS = 2.0
 
 
 
-def fused_rows(part: Any, head_fusion: str) -> torch.Tensor:
+def fused_rows(part: Any, head_fusion: HeadFusion) -> torch.Tensor:
     """One layer's heads fused (:func:`attnviz.attribution.rollout.fuse_heads`) into ``[q, k]`` float64, from its
     blocks of query rows (:meth:`attnviz.sources.stream.ItemLayer.row_blocks`): never the whole ``[H, q, k]``."""
     import torch
@@ -32,12 +33,12 @@ def fused_rows(part: Any, head_fusion: str) -> torch.Tensor:
     n = part.n_tokens
     fused = torch.zeros(n, n, dtype=torch.float64)
     for first, block in part.row_blocks():
-        fused[first : first + block.shape[1], : block.shape[2]] = fuse_heads(block, head_fusion)  # type: ignore[arg-type]
+        fused[first : first + block.shape[1], : block.shape[2]] = fuse_heads(block, head_fusion)
     return fused
 
 
 def _read_layers(source: Any, text: str | None, *, layer: int | None, truncate: bool, pair: str | None,
-                 reading: Reading, kind: str, target: str | None, purpose: str, head_fusion: str | None = None,
+                 reading: Reading, kind: str, target: str | None, purpose: str, head_fusion: HeadFusion | None = None,
                  ) -> tuple[Iterator[torch.Tensor], list[AttentionResult], list[int]]:
     """Each layer's ``[heads, q, k]`` from 0 through ``layer`` as the engine computes it, read as
     ``reading`` says; the header result (tokens as read) is filled in as layers arrive. With
@@ -65,7 +66,7 @@ def _read_layers(source: Any, text: str | None, *, layer: int | None, truncate: 
     return layers(), header, list(reader.layers)
 
 
-def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: str = "mean",
+def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: HeadFusion = "mean",
                     truncate: bool = False, pair: str | None = None, reading: Reading = Reading(),
                     kind: str = "self", target: str | None = None) -> tuple[torch.Tensor, AttentionResult]:
     """Attention rollout (:func:`attnviz.attribution.rollout.rollout`) of ``text`` through ``layer`` (default: the
@@ -79,14 +80,14 @@ def rollout_of_text(source: Any, text: str | None, *, layer: int | None = None, 
 
     layers, header, numbers = _read_layers(source, text, layer=layer, truncate=truncate, pair=pair, reading=reading,
                                            kind=kind, target=target, purpose="rollout", head_fusion=head_fusion)
-    last = deque(rollout_steps(layers, head_fusion=head_fusion), maxlen=1)  # type: ignore[arg-type]
+    last = deque(rollout_steps(layers, head_fusion=head_fusion), maxlen=1)
     return last[0], replace(header[0], metadata={**header[0].metadata, "rolled_through": numbers})
 
 
-def flow_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: str = "mean",
+def flow_of_text(source: Any, text: str | None, *, layer: int | None = None, head_fusion: HeadFusion = "mean",
                  truncate: bool = False, pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
                  target: str | None = None, force: bool = False,
-                 notice: Callable[[str], None] | None = None) -> tuple[torch.Tensor, AttentionResult]:
+                 notice: Callable[[str], object] | None = None) -> tuple[torch.Tensor, AttentionResult]:
     """Attention flow (:func:`attnviz.attribution.flow.attention_flow`) of ``text`` to ``layer`` (default: the
     last), ``[q, k]`` float64, and the result describing the tokens (``metadata["rolled_through"]``).
     Each layer's heads are fused as it is computed; the max-flow problems are solved once the
@@ -111,7 +112,7 @@ def flow_of_text(source: Any, text: str | None, *, layer: int | None = None, hea
     return flow, replace(header[0], metadata={**header[0].metadata, "rolled_through": numbers})
 
 
-def rollout_view(source: Source, text: str | None, *, layer: int | None = None, fusion: str = "mean",
+def rollout_view(source: Source, text: str | None, *, layer: int | None = None, fusion: HeadFusion = "mean",
                  truncate: bool = False, cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading(),
                  kind: str = "self", target: str | None = None) -> HeatmapView:
     """What ``attnviz rollout`` draws: attention rollout (Abnar & Zuidema 2020) through ``layer``
@@ -121,10 +122,10 @@ def rollout_view(source: Source, text: str | None, *, layer: int | None = None, 
     return _through_view(rolled, result, f"attention rollout ({fusion} of heads)", "rollout", cmap, kind)
 
 
-def flow_view(source: Source, text: str | None, *, layer: int | None = None, fusion: str = "mean",
+def flow_view(source: Source, text: str | None, *, layer: int | None = None, fusion: HeadFusion = "mean",
               truncate: bool = False, cmap: str = "viridis", pair: str | None = None, reading: Reading = Reading(),
               kind: str = "self", target: str | None = None, force: bool = False,
-              notice: Callable[[str], None] | None = None) -> HeatmapView:
+              notice: Callable[[str], object] | None = None) -> HeatmapView:
     """What ``attnviz rollout --method flow`` draws: attention flow (Abnar & Zuidema 2020) to ``layer``."""
     flow, result = flow_of_text(source, text, layer=layer, head_fusion=fusion, truncate=truncate, pair=pair,
                                 reading=reading, kind=kind, target=target, force=force, notice=notice)
@@ -142,21 +143,23 @@ def _through_view(matrix: Any, result: AttentionResult, what: str, short: str, c
                        col_axis="input tokens", value_name="share of the input token")
 
 
-def norm_view(source: Source, text: str | None, *, layer: int | None = None, head: int | str = "mean",
+def norm_view(source: Source, text: str | None, *, layer: int | None = None, head: HeadChoice = "mean",
               truncate: bool = False, cmap: str = "viridis", pair: str | None = None,
               reading: Reading = Reading()) -> HeatmapView:
     """Norm-based attention ‖α_ij f(x_j)‖ (Kobayashi et al. 2020) of one layer or every layer
     (None, the default): a head, ``"all"`` or ``"mean"``. Needs each head's value vectors
     (native engine, config models)."""
     from ..analysis.metrics import norm_attention
+    from ..attention import built
     from ..render.view import every_layer_panels, matrix_view, select_panels
+    from ..sources.saved import SavedSource
 
     if not source.capabilities.self_attention:  # one cross-attention layer: no token-over-token weights to scale
         from ..analysis.transforms import no_self_attention
 
         raise UsageError(no_self_attention(source.name, "self", "norm-based attention ‖α f(x)‖",
                                            explain=source.engine == "config"))
-    if not source.capabilities.value_norms and source.engine == "saved":
+    if not source.capabilities.value_norms and isinstance(source, SavedSource):
         raise UsageError(f"norm-based attention needs each head's value vectors; {source.path} was saved without "
                          "them. Save a result of the native engine or a .toml config model")
     if not source.capabilities.value_norms:
@@ -169,13 +172,13 @@ def norm_view(source: Source, text: str | None, *, layer: int | None = None, hea
     every_layer = layer is None
     # Only the layer shown is built (or every layer, as each is computed).
     result = source.extract(text, truncate=truncate, layers=None if layer is None else [layer], pair=pair)
-    tensor = norm_attention(result.attentions, result.value_norms)
+    tensor = norm_attention(result.attentions, built(result.value_norms, "value norms"))  # value_norms: checked above
     if every_layer:
         layers = result.metadata.get("layers") or list(range(result.n_layers))
-        panels, titles, what, columns = every_layer_panels(tensor, layers, head, result.model_name)  # type: ignore[arg-type]
+        panels, titles, what, columns = every_layer_panels(tensor, layers, head, result.model_name)
         where = "every layer"
     else:
-        panels, titles, what = select_panels(tensor, 0, head, result.model_name)  # type: ignore[arg-type]
+        panels, titles, what = select_panels(tensor, 0, head, result.model_name)
         columns, where = None, f"layer {layer}"
     return matrix_view(panels, result.tokens, result.tokens, cmap=cmap, panel_titles=titles, columns=columns,
                        title=f"{result.model_name} · norm-based attention ‖α f(x)‖ · {where} · {what}",

@@ -6,9 +6,14 @@ its body, so ``attnviz --help``, completion and argument errors stay fast.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import typer
 
-from . import atlas, compare_heads, explain, export, generate, heads, heatmap, rollout, serve, tui, view
+if TYPE_CHECKING:  # pragma: no cover
+    from click import ClickException
+
+from . import atlas, compare_heads, explain, export, generate, heads, heatmap, needle, rollout, serve, tui, view
 
 app = typer.Typer(
     name="attnviz",
@@ -29,6 +34,7 @@ app.command("serve")(serve.serve)
 app.command("tui")(tui.tui)
 app.command("atlas")(atlas.atlas)
 app.command("generate")(generate.generate)
+app.command("needle")(needle.needle)
 
 
 def _print_version(value: bool) -> None:
@@ -69,7 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     from . import common
     from .common import fail
 
-    click_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    # typer from 0.24 carries its own copy of click: its ClickException, found by name, is click's to mypy
+    click_error = cast("type[ClickException]",
+                       next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"))
     try:
         code = app(args=argv, prog_name="attnviz", standalone_mode=False)
     except click_error as exc:

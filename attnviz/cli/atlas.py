@@ -7,7 +7,7 @@ import warnings
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import typer
 
@@ -23,6 +23,9 @@ from .options import (
     Width,
     model_command,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
 
 
 class AtlasFormat(str, Enum):
@@ -252,16 +255,18 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, texts_as: TextsA
 
 
 def _importance_changes(options: ModelOptions, vs_model: str, texts: list[str],
-                        importance: tuple[Ablate | None, str | None], truncate: bool) -> dict[str, object]:
+                        importance: tuple[Ablate | None, str | None], truncate: bool) -> dict[str, Tensor]:
     """Each text's head importance (and ablation) in the other model minus in --model, scaled per layer as the
     heads table scales each (so the change of a head's mean is the change of its normalised importance)."""
     from ..attribution.importance import head_importance
 
     ablate, vs = importance
-    found = [head_importance(importance_source(o, vs), texts, ablate=None if ablate is None else ablate.value,  # type: ignore[arg-type]
+    found = [head_importance(importance_source(o, vs), texts, ablate=None if ablate is None else ablate.value,
                              vs=vs, truncate=truncate) for o in (options, replace(options, model=vs_model))]
-    changes: dict[str, object] = {"importance": found[1].scaled_per_text() - found[0].scaled_per_text()}
+    changes = {"importance": found[1].scaled_per_text() - found[0].scaled_per_text()}
     if ablate is not None:
-        changes["ablation"] = found[1].ablation_per_text - found[0].ablation_per_text  # type: ignore[operator]
+        after, before = found[1].ablation_per_text, found[0].ablation_per_text
+        assert after is not None and before is not None  # kept with ablate
+        changes["ablation"] = after - before
     return changes
 

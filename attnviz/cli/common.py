@@ -77,12 +77,13 @@ def echo_json(value: object) -> None:
 def given(parameter: str) -> bool:
     """Whether the option of the current command's ``parameter`` was given (on the command line or in the
     environment), not left at its default. False outside a command run (a test calling the function)."""
-    try:  # typer from 0.24 carries its own copy of click, with its own current context
-        from typer._click.globals import get_current_context  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from click import get_current_context
+    import importlib
 
-    context = get_current_context(silent=True)
+    try:  # typer from 0.24 carries its own copy of click, with its own current context
+        click_globals = importlib.import_module("typer._click.globals")
+    except ImportError:
+        click_globals = importlib.import_module("click")
+    context = click_globals.get_current_context(silent=True)
     source = None if context is None else context.get_parameter_source(parameter)
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
@@ -215,10 +216,12 @@ def stdout_console(width: int | None = None):
         def render(self, renderable, options=None):
             yield from escaped_segments(super().render(renderable, options))
 
-    settings = {"highlight": False, "soft_wrap": False, "markup": False, "emoji": False}
-    console = SafeConsole(width=width, **settings)
+    def console_of(width: int | None) -> Console:
+        return SafeConsole(width=width, highlight=False, soft_wrap=False, markup=False, emoji=False)
+
+    console = console_of(width)
     if console.width < MIN_WIDTH:
-        console = SafeConsole(width=MIN_WIDTH, **settings)
+        console = console_of(MIN_WIDTH)
     return console
 
 
@@ -235,4 +238,4 @@ def show_view(view, out, *, values: bool, fit: str, width: int | None) -> None:
     else:
         from ..render.terminal import render_terminal
 
-        render_terminal(view, stdout_console(width), values=values, fit=fit)
+        render_terminal(view, stdout_console(width), values=values, fit="page" if fit == "page" else "downsample")

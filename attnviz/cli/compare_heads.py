@@ -92,6 +92,7 @@ def compare_heads(
             overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
                                  for n in overview.notes]
         if page:  # the interactive page of the text, with the head distances in a tab of their own
+            assert out is not None  # page: an .html --out
             from ..api import compare_heads_page
             from ..render.html import render_html
 

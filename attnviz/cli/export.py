@@ -84,7 +84,7 @@ def export(
 
     layers = renamed(layers, old_layers, "--layers", "--layer")  # every command says --layer/--head
     heads = renamed(heads, old_heads, "--heads", "--head")
-    engine, device, dtype, cmap = (None if v is None else v.value for v in (engine, device, dtype, cmap))  # type: ignore[assignment]
+    engine, device, dtype, cmap = (None if v is None else v.value for v in (engine, device, dtype, cmap))
     console = stdout_console()
     export_options = {
         "model": model, "layers": layers, "heads": heads, "grid": grid, "formats": formats, "batch_size": batch_size,
@@ -126,8 +126,7 @@ def export(
         sys.stderr.write(f"attnviz: removed {len(summary.removed)} files of an earlier export with other settings "
                          f"or texts, which this run does not make: {shown}\n")
     if summary.failed:
-        words = FLAGS
-        first = "; ".join(f"item {i}: {in_cli_terms(msg, words)}" for i, msg in summary.failed[:3])
+        first = "; ".join(f"item {i}: {in_cli_terms(msg, FLAGS)}" for i, msg in summary.failed[:3])
         more = f" (and {len(summary.failed) - 3} more)" if len(summary.failed) > 3 else ""
         sys.stderr.write(
             f"attnviz: error: {len(summary.failed)} of {summary.items} items failed ({done}); see {summary.manifest}: "

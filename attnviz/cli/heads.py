@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -36,6 +36,9 @@ from .options import (
     text_or_example,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analysis.heads import HeadRow
+
 BATCH = 16
 EXACTLY_ONE = "give exactly one of TEXT, --file FILE or --probe induction"
 
@@ -56,7 +59,7 @@ class Probe(str, Enum):
     induction = "induction"
 
 
-@cli_command(flags={"vs": "--similar-to"})
+@cli_command(flags={"vs": "--similar-to", "head": "--only-head"})
 @model_command()
 def heads(
     options: ModelOptions,
@@ -77,7 +80,9 @@ def heads(
     layer: str = Layer,
     kind: KindChoice = Kind,
     target: str | None = Target,
-    head: str = typer.Option("all", "--head", help="A head number, or 'all': the rows of that head in each layer shown."),
+    only_head: int | None = typer.Option(None, "--only-head", help="Show only this head's rows (a number from 0), in "
+                                         "each layer shown; without it, every head's.", show_default=False),
+    old_head: str | None = typer.Option(None, "--head", hidden=True),  # --head: the head a command draws, default 0
     pair: str | None = Pair,
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
@@ -99,6 +104,9 @@ def heads(
     """
 
     vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
+    head = renamed(only_head, None if old_head is None else parse_index_or_word(old_head, "--head", "head", ("all",)),
+                   "--head", "--only-head")
+    head = None if head == "all" else head
     text = text_from_file(text, text_file)
     sort = _sort_column(sort, importance=importance, ablate=ablate is not None)
     chosen = _chosen_columns(columns, importance=importance, ablate=ablate is not None)
@@ -116,7 +124,7 @@ def heads(
             raise UsageError("--out is the folder of --format parquet; the other formats print to stdout")
         refuse_options(text=text, probe=probe, out=out, given={
             "--sort": sort is not None, "--top": top is not None, "--columns": columns is not None,
-            "--head": head != "all", "--pair": pair is not None, "--target": target is not None,
+            "--only-head": head is not None, "--pair": pair is not None, "--target": target is not None,
             "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": options.device_map is not None})
         assert file is not None and out is not None  # checked above
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
@@ -147,7 +155,6 @@ def heads(
     from ..api import heads_of
 
     one_layer = parse_layer(layer)
-    head_choice = parse_index_or_word(head, "--head", "head", ("all",))
     # Padded batches of modest size, each layer's statistics taken as it is computed: memory stays flat.
     # One --layer is the only layer computed.
     table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
@@ -157,12 +164,13 @@ def heads(
     if importance:
         from ..attribution.importance import head_importance
 
-        found = head_importance(source, texts if texts is not None else [text], ablate=None if ablate is None
-                                else ablate.value, vs=vs, truncate=truncate)  # type: ignore[arg-type]
+        # (no text only for a fixed-input source: a matrices config or a saved result, which have no fused engine)
+        found = head_importance(source, texts if texts is not None else [] if text is None else [text],
+                                ablate=None if ablate is None else ablate.value, vs=vs, truncate=truncate)
         table.stats.update(found.columns())
         if chosen is not None:
             chosen += [c for c in found.columns() if c not in chosen]
-    rows = table.select(layer=one_layer, head=None if head_choice == "all" else int(head_choice), sort=sort, top=top)
+    rows = table.select(layer=one_layer, head=head, sort=sort, top=top)
     if fmt is Format.json:
 
         what: dict[str, object] = ({"probe": probe.value} if probe is not None else
@@ -180,7 +188,7 @@ def heads(
         title = f"{table.model_name} · " + ("the induction probe" if probe else
                                              f"{table.n_texts} texts (averaged)" if texts else "one text")
         shown = [{**row, "labels": [f"sink@{','.join(map(str, row['sinks']))}" if label == "sink" and row.get("sinks")
-                                    else label for label in row["labels"]]} for row in rows]  # type: ignore[attr-defined]
+                                    else label for label in row["labels"]]} for row in rows]
         extra = {} if found is None else {
             "importance": "Michel et al. 2019: mean |dL/d gate| over the texts, normalised per layer (l2)",
             **({"ablation": f"mean loss change with the head's output set to {found.ablate}"} if found.ablate else {})}
@@ -217,7 +225,7 @@ def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None
     from ..inputs import read_corpus
 
     texts = read_corpus(file, field=field, column=column, input_format=input_format)
-    found = head_importance(source, texts, ablate=None if ablate is None else ablate.value, vs=vs,  # type: ignore[arg-type]
+    found = head_importance(source, texts, ablate=None if ablate is None else ablate.value, vs=vs,
                             truncate=truncate)
     path = found.write_parquet(out / "importance.parquet")
     if not quiet:
@@ -274,7 +282,7 @@ def _chosen_columns(columns: str | None, *, importance: bool = False, ablate: bo
     return chosen
 
 
-def print_table(rows: list[dict[str, object]], *, title: str, width: int | None, sort: str | None,
+def print_table(rows: list[HeadRow], *, title: str, width: int | None, sort: str | None,
                 chosen: list[str] | None, extra: dict[str, str] | None = None) -> None:
     """The table at the console's width, a legend of its columns, what was left out and how to see it,
     and the label rules."""

@@ -5,11 +5,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..render.view import HeadChoice
+    from ..render.view import Kind as ViewKind
 
 MODEL_HELP = (
     "Model: a Hugging Face folder, a hub id (e.g. gpt2), a .toml config such as sample_configs/tiny.toml, or a "
@@ -114,9 +118,13 @@ Out = typer.Option(
 )
 
 
-def kind_name(kind: KindChoice) -> str:
+def kind_name(kind: KindChoice) -> ViewKind:
     """The API's name for a --kind choice (the encoder's attention is ``self``)."""
-    return "self" if kind is KindChoice.encoder else kind.value
+    return _KIND_NAMES[kind]
+
+
+_KIND_NAMES: dict[KindChoice, ViewKind] = {KindChoice.encoder: "self", KindChoice.decoder: "decoder",
+                                       KindChoice.cross: "cross"}
 
 
 def reading(hide_special: bool, renormalize: bool, words: bool) -> Any:
@@ -147,9 +155,10 @@ def parse_layer(value: str, option: str = "--layer") -> int | None:
     return None if layer == "all" else int(layer)
 
 
-def parse_head(value: str) -> int | str:
+def parse_head(value: str) -> HeadChoice:
     """``"3"`` → 3, ``"all"`` / ``"mean"`` as they are."""
-    return parse_index_or_word(value, "--head", "head", ("all", "mean"))
+    head = parse_index_or_word(value, "--head", "head", ("all", "mean"))
+    return head if isinstance(head, int) else "all" if head == "all" else "mean"
 
 
 EXAMPLE = "The quick brown fox jumps over the lazy dog because it was tired of running."

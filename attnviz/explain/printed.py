@@ -58,8 +58,9 @@ class _Printer:
         label = max(len(r) for r in self.rows + self.keys)
         self.cols = max(2, min(_MAX_COLS, (console.width - label - 8) // 10))  # a wide matrix shown in part
 
-    def table(self, *args: Any, **kwargs: Any) -> Table:
-        return matrix_table(*args, max_cols=self.cols, **kwargs)
+    def table(self, title: str, m: Any, row_labels: Sequence[str] | None = None,
+              col_labels: Sequence[str] | None = None, extra: dict[str, Any] | None = None) -> Table:
+        return matrix_table(title, m, row_labels, col_labels, extra, max_cols=self.cols)
 
     def say(self, key: str, **params: Any) -> str:
         return say(key, self.lang, **params)

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..render.view import Kind
 
 RESULT_BYTES = 1 << 30
 """A text's weights (layers × heads × tokens², float32) kept whole up to this; past it the views are computed
@@ -54,7 +57,7 @@ class Explorer:
     source: Any
     pair: str | None = None  # a second sentence (BERT-style pairs)
     target: str | None = None  # the decoder's input (T5, BART)
-    kind: str = "self"  # which attention of an encoder-decoder: self (the encoder's), decoder or cross
+    kind: Kind = "self"  # which attention of an encoder-decoder: self (the encoder's), decoder or cross
     reading: Any = None  # hide special tokens, renormalise, words (a Reading; None: as computed)
     text: str | None = None
     result: Any = None  # the AttentionResult of ``text``
@@ -351,7 +354,7 @@ class Explorer:
         from ..report import comparison_report
 
         source, text, options = self.inputs()
-        overview = compare_heads_of_text(source, text, layer=self.layer_number, kind=self.kind,  # type: ignore[arg-type]
+        overview = compare_heads_of_text(source, text, layer=self.layer_number, kind=self.kind,
                                          **options)
         comparison_report(overview, console=sink, out=None, top=5, cmap="viridis")  # type: ignore[arg-type]
 
@@ -434,7 +437,7 @@ class Explorer:
             from ..api import heads_of
 
             source, text, options = self.inputs()
-            table = heads_of(source, [text], kind=self.kind, **options)  # type: ignore[list-item]
+            table = heads_of(source, [text], kind=self.kind, **options)
             self.cache[key] = (table, list(table.stats))
         table, stats = self.cache[key]
         rows = table.select(sort=self.sort) if self.sort else table.select()

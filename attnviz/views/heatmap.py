@@ -114,8 +114,8 @@ def with_sinks(view: HeatmapView, *, causal: bool, importance: Any = None, label
     if not groups:
         return replace(view, marks=marks)
     items = []
-    for keys, titles in sorted(groups.items(), key=lambda g: -len(g[1]))[:4]:
-        where = ", ".join(f"{labels[k]} ({k})" for k in keys[:4]) + (" …" if len(keys) > 4 else "")
+    for shared, titles in sorted(groups.items(), key=lambda g: -len(g[1]))[:4]:
+        where = ", ".join(f"{labels[k]} ({k})" for k in shared[:4]) + (" …" if len(shared) > 4 else "")
         who = ", ".join(titles[:6]) + (f" and {len(titles) - 6} more" if len(titles) > 6 else "")
         items.append(f"{where} in {who}")
     if len(groups) > 4:

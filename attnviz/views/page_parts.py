@@ -53,8 +53,8 @@ def page_of_result(result: AttentionResult, *, head: int | str = 0, kind: str = 
     for name, tensor, rows, cols in (("decoder", result.decoder_attentions, result.target_tokens, result.target_tokens),
                                      ("cross", result.cross_attentions, result.target_tokens, result.tokens)):
         for position in range(0 if tensor is None else tensor.shape[0]):
-            collector.builder.add_layer(  # type: ignore[union-attr]
-                layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,  # type: ignore[index]
+            collector.builder.add_layer(
+                layers[position] if position < len(layers) else position, tensor[position], rows=rows, cols=cols,
                 kind=name, causal=name == "decoder", row_special=result.target_special,
                 col_special=result.target_special if name == "decoder" else result.special)
     page = collector.finish(head=head, kind=kind, view=view)
@@ -167,7 +167,7 @@ class PageCollector:
         if self.stats:
             rows = self.table.table().rows()
             for row in rows:
-                row["layer"] = self.layers[int(row["layer"])]  # type: ignore[call-overload]
+                row["layer"] = self.layers[int(row["layer"])]
             stats_data = stats_table(rows)
         first = {"kind": kind, "layer": 0, "head": head if isinstance(head, int) else 0, "view": view}
         return self.builder.finish(stats=stats_data, initial=first, qk=self.qk or None)
