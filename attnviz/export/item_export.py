@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..fileio import atomic_write
@@ -13,6 +13,10 @@ from ..labels import head_name
 from ..result import AttentionResult
 from .items import Item
 from .settings import ExportSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..render.view import HeadChoice
+    from ..result.writer import ResultWriter
 
 Outcome = tuple[list[str], dict[str, Any], list[tuple[Any, Path]]]
 
@@ -31,7 +35,7 @@ class ItemExport:
         self.stats = HeadTableBuilder()
         self.layers: list[int] = []
         self.images: list[tuple[Any, Path]] = []
-        self.npz = None
+        self.npz: ResultWriter | None = None
         # Streamed to disk as the layers come; read another way, once the first layer gives its tokens.
         self.streams_npz = "npz" in settings.formats and not header.attentions.numel() and header.cross_attentions is None
         if self.streams_npz and self.reading.plain:
@@ -84,14 +88,15 @@ class ItemExport:
 
         one = replace(self.shown, attentions=attentions[None], cross_attentions=None, decoder_attentions=None,
                       scores=None, values=None, value_norms=None, queries=None, keys=None, metadata={**self.header.metadata, "layers": [layer]})
-        drawn: list[int | str] = (["all"] if self.settings.grid else []) + list(self.settings.heads or [])
+        drawn: list[HeadChoice] = ["all"] if self.settings.grid else []
+        drawn += self.settings.heads or ()
         for head in drawn:
             view = heatmap_view(one, layer=layer, head=head, cmap=self.settings.cmap)
             n = max(view.panels.shape[1:])
             if self.settings.style == "figure" and n > FIGURE_CELLS:
                 # The figure pools to this size anyway; pooled here, a long input's views stay small in the queue.
                 view = max_pool(view, -(-n // FIGURE_CELLS))
-            name = f"L{layer}" if head == "all" else head_name(layer, head)
+            name = head_name(layer, head) if isinstance(head, int) else f"L{layer}"  # "all": the layer's grid
             for fmt in self.settings.image_formats:
                 self.images.append((view, self.out_dir / f"{self.item.stem}.{name}.{fmt}"))
 

@@ -60,7 +60,7 @@ def read_entries(path: Path, *, strict: bool = False) -> dict[int, dict[str, Any
         if problem is None and strict and entry["index"] in entries and entries[entry["index"]]["hash"] != entry["hash"]:
             problem = f"item {entry['index']} appears twice with different texts"
         if problem is None:
-            entries[int(entry["index"])] = entry  # type: ignore[index]
+            entries[int(entry["index"])] = entry
         elif strict:
             raise InputError(f"{path} line {number} is not an entry attnviz wrote ({problem}); refusing to merge it")
     return entries

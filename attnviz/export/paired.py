@@ -78,11 +78,11 @@ def exports_diff(folder: str | Path, other: str | Path, *, bootstrap: int = 1000
 def _same_reading(folder: Path, other: Path) -> None:
     """Refuse two exports whose statistics were read differently (special tokens hidden, say): their
     differences would be the reading's, not the models'. Exports from before it was recorded pass."""
-    readings = [_reading(folder), _reading(other)]
-    if None in readings or readings[0] == readings[1]:
+    first, second = _reading(folder), _reading(other)
+    if first is None or second is None or first == second:
         return
-    names = sorted(k for k in {**readings[0], **readings[1]} if readings[0].get(k) != readings[1].get(k))  # type: ignore[union-attr]
-    said = ", ".join(f"{k}: {readings[0].get(k)} and {readings[1].get(k)}" for k in names)  # type: ignore[union-attr]
+    names = sorted(k for k in {**first, **second} if first.get(k) != second.get(k))
+    said = ", ".join(f"{k}: {first.get(k)} and {second.get(k)}" for k in names)
     raise UsageError(f"the two exports read their statistics differently ({said}); a diff of them would show the "
                      "reading, not the models: export both with the same options")
 

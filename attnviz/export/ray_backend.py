@@ -69,8 +69,8 @@ class ExportActor:
 def _original(exc: BaseException) -> BaseException:
     """The exception an actor raised, out of Ray's wrappers (``RayTaskError.cause``)."""
     seen = 0
-    while getattr(exc, "cause", None) is not None and seen < 5:
-        exc, seen = exc.cause, seen + 1  # type: ignore[assignment]
+    while (cause := getattr(exc, "cause", None)) is not None and seen < 5:
+        exc, seen = cause, seen + 1
     return exc
 
 
@@ -176,7 +176,8 @@ class _Described:
 def _schedule(ray: Any, actors: list[Any], queue: deque[list[Item]], out_dir: Path, journal: Journal, summary: Any,
               on_item: Any, record_parts: Any, fail: Any) -> None:
     """Hand each block to the next free actor and settle blocks as they come back, in any order."""
-    idle, running = list(actors), {}
+    idle = list(actors)
+    running: dict[Any, tuple[Any, list[Item]]] = {}  # a Ray object ref -> the actor and the block it runs
     while queue or running:
         while idle and queue:
             actor, batch = idle.pop(), queue.popleft()

@@ -30,8 +30,8 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
     from ..sources.decoding import check_generation_memory
 
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
-    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 1)
-    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", 1)
+    layers = getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 1)
+    heads = getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 1)
     check_generation_memory(int(layers), int(heads), encoded["input_ids"].shape[1] + max_new_tokens)
     eos = model.generation_config.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
@@ -117,8 +117,9 @@ def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remo
                  getattr(torch, dtype or "float32")}
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref, **kwargs)
-        model, info = auto.from_pretrained(ref, attn_implementation="eager", output_loading_info=True, **precision,
-                                           **kwargs)
+        # transformers types from_pretrained as returning the model, also with output_loading_info=True (a pair)
+        model, info = auto.from_pretrained(  # type: ignore[misc]  # transformers' stub: no (model, info) overload
+            ref, attn_implementation="eager", output_loading_info=True, **precision, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelNotFoundError(f"{name} cannot generate: it is not {what} transformers can load ({first})") from None

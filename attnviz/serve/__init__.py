@@ -232,6 +232,8 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
                     return await run_in_threadpool(locked, work, ticket, trim)
                 finally:
                     group.cancel_scope.cancel()
+            # (a task group swallows only its own scope's cancellation, which comes after the return above)
+            raise AssertionError("the task group ended without the work's outcome")
         except BaseException:  # the server stops while the work runs: the work stops too
             turns.cancel(ticket)
             raise

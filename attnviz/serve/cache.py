@@ -19,7 +19,7 @@ import types
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -166,7 +166,8 @@ def size_of(value: Any) -> int:
 
 _ARRAY_OBJECT = sys.getsizeof(np.zeros(0))
 _NOT_FOLLOWED: tuple[type, ...] = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType,
-                                   type, torch.nn.Module, torch.device, torch.dtype, Callable,  # type: ignore[arg-type]
+                                   type, torch.nn.Module, torch.device, torch.dtype,
+                                   cast(type, Callable),  # an ABC at runtime (isinstance works), a special form to mypy
                                    ByteCache)  # (a page refers to the cache it is kept in: not its bytes)
 
 
@@ -192,7 +193,7 @@ def trim_heap() -> None:
 _LIBC: Any = None
 
 
-class KeptLayers(list):  # type: ignore[type-arg]
+class KeptLayers(list):
     """A page's layers kept while it is built (``layers_out``) while their bytes stay within ``limit``:
     past it the server could not keep them, so it holds none (the page then gets no tiles on request)."""
 

@@ -69,6 +69,8 @@ class Guard:
     """ASGI middleware: 421 for a host name the server was not started for, 403 for a request to the
     API from another site. Everything else passes to ``app`` untouched."""
 
+    state: Any  # the app's state (turns, cache), set by whoever builds the guard, for whoever holds it
+
     def __init__(self, app: Any, names: frozenset[str]) -> None:
         self.app, self.names = app, names
 
