@@ -25,7 +25,7 @@ from .options import (
 )
 
 
-@cli_command
+@cli_command(flags={"head": "--only-head"})
 @model_command(without=('device_map', 'causal'), model=GenerateModel)
 def generate(
     options: ModelOptions,
@@ -41,7 +41,9 @@ def generate(
                                     show_default=False),
     stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--no-stop-at-eos", help="Stop at the model's end-of-sequence token."),
     layer: str = typer.Option("all", "--layer", "-l", help="A layer number (from 0), or 'all': every layer (their mean)."),
-    head: str = typer.Option("mean", "--head", help="A head number, or 'mean' of the heads."),
+    only_head: int | None = typer.Option(None, "--only-head", help="Show only this head's attention (a number from 0); "
+                                         "without it, the mean of every head.", show_default=False),
+    old_head: str | None = typer.Option(None, "--head", hidden=True),  # --head: the head a command draws, default 0
     top_attended: int = typer.Option(3, "--top-attended", min=1, help="How many attended tokens to list per generated "
                                      "token (the most attended first)."),
     old_top: int | None = typer.Option(None, "--top", min=1, hidden=True),  # --top: the first N rows (heads, atlas)
@@ -59,7 +61,9 @@ def generate(
     """
     top = renamed(top_attended, old_top, "--top", "--top-attended", parameter="top_attended")
     chosen_layer = parse_layer(layer)
-    head_choice = parse_index_or_word(head, "--head", "head", ("mean",))
+    chosen_head = renamed(only_head, None if old_head is None else parse_index_or_word(old_head, "--head", "head",
+                                                                                        ("mean",)), "--head", "--only-head")
+    chosen_head = None if chosen_head == "mean" else chosen_head
     from ..render.registry import FORMATS, figure_suffixes, or_list, page_format
 
     # --out: the result (.npz), or a view format of the registry: a figure of the generated rows, or the page
@@ -94,7 +98,6 @@ def generate(
                "fused": "transformers generate, attnviz's attention function"}.get(result.metadata.get("engine", ""), "?")
         sys.stderr.write(f"attnviz: engine {result.metadata.get('engine')} ({how}) on {options.device}, "
                          f"model {result.model_name}\n")
-    chosen_head = None if head_choice == "mean" else int(head_choice)
     summary = generation_summary(result, layer=chosen_layer, head=chosen_head, top=top)
     _print_summary(summary, console)
     if out is not None and suffix == FORMATS["npz"].suffix:

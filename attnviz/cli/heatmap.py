@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, renamed, show_view, wrote
+from .common import cli_command, given, renamed, show_view, wrote
 from .options import (
     Cmap,
     CmapOpt,
@@ -43,8 +43,8 @@ def heatmap(
         None, metavar="TEXT", help="Input text. Leave out for configs with a fixed input.", show_default=False
     ),
     layer: str = Layer,
-    head: str | None = typer.Option(None, "--head", help="Head to show: a number from 0 (default 0), 'all' for a grid, or "
-                                    "'mean'. With --query: the heads to list (default all).", show_default=False),
+    head: str = typer.Option("0", "--head", help="Head to show: a number from 0, 'all' for a grid, or 'mean'. With "
+                             "--query: the heads to list, every head unless --head is given."),
     query: str | None = typer.Option(None, "--query", help="One token (or its index): what it attends to in every "
                                      "layer and head at once, a row per head.", show_default=False),
     old_query: str | None = typer.Option(None, "-q", hidden=True),  # -q is --quiet everywhere
@@ -74,7 +74,7 @@ def heatmap(
     Example: attnviz heatmap "The cat sat on the mat." --layer 2 --head all
     """
     query = renamed(query, old_query, "-q", "--query")
-    head_choice = parse_head(head or ("all" if query is not None else "0"))
+    head_choice = parse_head("all" if query is not None and not given("head") else head)
     layer_choice = parse_layer(layer)
     if query is not None and head_choice == "mean":
         raise UsageError("--query lists heads one by one; give --head N or leave --head out (every head)")

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import UsageError
 from ..labels import safe_text
-from .common import cli_command, renamed, show_view
+from .common import cli_command, given, renamed, show_view
 from .options import (
     CMAP_HELP,
     Cmap,
@@ -73,7 +73,7 @@ def rollout(
     fusion: Fusion | None = typer.Option(None, "--fusion", help="rollout, flow: how a layer's heads are combined (default mean).", show_default=False),
     norm: bool = typer.Option(False, "--norm", help="Same as --method norm: norm-based attention ‖α f(x)‖ (Kobayashi et al. 2020)."),
     layer: str = Layer,
-    head: str | None = typer.Option(None, "--head", help="norm, attn-grad: a head number (default 0, as in heatmap), 'all' or 'mean'.", show_default=False),
+    head: str | None = typer.Option("0", "--head", help="norm, attn-grad: a head number, 'all' or 'mean' (the other methods combine every head)."),
     target_token: str | None = typer.Option(None, "--target-token", help="grad-rollout, attn-grad: the token whose logit is y (a decoder's next token, or a [MASK]'s filler; default: the predicted one).", show_default=False),
     vs: str | None = typer.Option(None, "--similar-to", help="grad-rollout, attn-grad on a sentence encoder (the default MiniLM): y is the cosine similarity of TEXT's mean-pooled embedding with this text's.", show_default=False),
     old_vs: str | None = typer.Option(None, "--vs", hidden=True),
@@ -103,8 +103,8 @@ def rollout(
     if norm and method not in ("rollout", "norm"):
         raise UsageError(f"--norm is --method norm; it cannot go with --method {method}")
     chosen_method = "norm" if norm else method
-    if head is None and "head" in method_named(chosen_method).options:  # one head by default, as heatmap shows
-        head = "0"
+    if not given("head") and "head" not in method_named(chosen_method).options:  # the default goes to those it fits
+        head = None
     chosen = parse_layer(layer)
     if out is not None:
         from ..render.output import check_output_path

@@ -1,10 +1,12 @@
 """The options of every command, read from the Typer app: one row per option name, with its meaning, its
 choices, its default and the commands that take it. docs/commands.md holds this table as generated
 (``python -m attnviz.cli.vocabulary`` prints it), and ``tests/test_vocabulary.py`` fails when the app and
-the table part, or when one name has two choice sets or two defaults.
+the table part, or when one name has two choice sets or two defaults: an option that shows something else by
+default has a name of its own (``view --page``, ``explain --walk-layer``, ``compare-heads --top-pairs``).
 
-A default of ``None`` is "not given": the command decides from its input (export: from ``--config``, else
-:class:`attnviz.export.settings.ExportSettings`'s own default, which the table shows).
+A default of ``None`` is "not given": no file, no filter, no limit (export: from ``--config``, else
+:class:`attnviz.export.settings.ExportSettings`'s own default, which the table shows), never a value the
+command puts in its place.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ MEANINGS = {
     "--verbose": "say which engine ran, on which device",
     "--text-file": "read the one text from a file (- reads standard input)",
     "--layer": "which layer: a number from 0, 'all' (export: a list such as 0,2,4-6)",
-    "--head": "which head: a number from 0, 'all', or 'mean' where heads are combined (export: a list)",
+    "--head": "the head drawn: a number from 0, 'all', or 'mean' of the heads (export: a list of heads drawn one "
+              "by one)",
+    "--only-head": "show only this head (a number from 0); every head without it (generate: their mean)",
     "--pair": "a second sentence: a sentence pair, its boundary marked",
     "--target": "encoder-decoder models: the decoder's input text",
     "--kind": "encoder-decoder models: which attention (encoder, decoder or cross)",
@@ -56,11 +60,6 @@ MEANINGS = {
     "--force": "run even past the estimated cost limit",
     "--quiet": "print no progress",
 }
-SHARED_DEFAULTS_DIFFER = {
-    "--head": "the head a command shows by default: one (0) where it draws one head, every head in the heads "
-              "table, their mean in generate",
-}
-"""Names whose defaults differ between commands, each with the reason; the table shows each command's."""
 
 
 @dataclass
@@ -93,7 +92,7 @@ def rows(app: Any) -> dict[str, Row]:
     """Every visible option of every command of ``app``, by long name."""
     import typer.main
 
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    commands = typer.main.get_command(app).commands
     found: dict[str, Row] = {}
     for command_name in sorted(commands):
         for param in commands[command_name].params:
