@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shutil
 
+import copy_circuit as cc
 import pytest
 import torch
 
-import copy_circuit as cc
 from attnviz.errors import AttnvizError
 from attnviz.needle import needle
 from attnviz.needle.result import NeedleResult, NeedleRun

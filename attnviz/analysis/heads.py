@@ -46,6 +46,8 @@ class HeadTable:
     tokens: list[str] | None = None  # the token labels, when the table is of one text
     sinks: dict[tuple[int, int], list[int]] | None = None  # (layer, head) → sink positions, for one text
     layers: list[int] | None = None  # the model's number of each layer (None: 0, 1, …), as a saved result keeps them
+    # Labels of columns added from outside the statistics (a needle run's retrieval score): label → (column, threshold).
+    extra_labels: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     @property
     def sink_rate(self) -> float:
@@ -58,14 +60,17 @@ class HeadTable:
         first = next(iter(self.stats.values()))
         return int(first.shape[0]), int(first.shape[1])
 
+    def _label_rules(self) -> dict[str, tuple[str, float]]:
+        return {**labels(), **self.extra_labels}
+
     def labels(self, layer: int, head: int) -> list[str]:
-        return [name for name, (stat, threshold) in labels().items()
+        return [name for name, (stat, threshold) in self._label_rules().items()
                 if stat in self.stats and float(self.stats[stat][layer, head]) >= threshold]
 
     def all_labels(self) -> list[list[str]]:
         """:meth:`labels` of every head, layer by layer (each threshold tested once for all heads)."""
         earned = [(name, (self.stats[stat] >= threshold).flatten().tolist()) for name, (stat, threshold)
-                  in labels().items() if stat in self.stats]
+                  in self._label_rules().items() if stat in self.stats]
         n_layers, n_heads = self.shape
         return [[name for name, flags in earned if flags[i]] for i in range(n_layers * n_heads)]
 

@@ -60,7 +60,7 @@ def plain_message(exc: Exception) -> str:
     magma, coolwarm``."""
     import re
 
-    text = exc.format_message()  # type: ignore[attr-defined]
+    text = exc.format_message()
     text = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", text)
     text = text.replace("Value error, ", "")
     text = re.sub(r"is not one of ((?:'[^']*'(?:, )?)+)\.?$",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, echo_json, renamed, say, stdout_console
+from .common import cli_command, echo_json, note, renamed, say, stdout_console
 from .options import (
     Column,
     Field,
@@ -97,6 +97,10 @@ def heads(
                                   "head): the loss is 1 − the cosine similarity of each text's embedding with this "
                                   "text's.", show_default=False),
     old_vs: str | None = typer.Option(None, "--vs", hidden=True),
+    retrieval: Path | None = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its "
+                                          "heads table as .csv or .parquet): add each head's retrieval_score and "
+                                          "reasoning_score as columns, and the label retrieval (score ≥ 0.1).",
+                                          show_default=False),
 ) -> None:
     """One row per head: entropy, self/previous/next-token, first token/[SEP]/punctuation, distance, induction, labels.
 
@@ -108,8 +112,14 @@ def heads(
                    "--head", "--only-head")
     head = None if head == "all" else head
     text = text_from_file(text, text_file)
-    sort = _sort_column(sort, importance=importance, ablate=ablate is not None)
-    chosen = _chosen_columns(columns, importance=importance, ablate=ablate is not None)
+    found_retrieval = None
+    if retrieval is not None:
+        from ..needle.tables import read_retrieval
+
+        found_retrieval = read_retrieval(retrieval)  # a damaged file fails before the model runs
+    sort = _sort_column(sort, importance=importance, ablate=ablate is not None, retrieval=retrieval is not None)
+    chosen = _chosen_columns(columns, importance=importance, ablate=ablate is not None,
+                             retrieval=retrieval is not None)
     if (ablate is not None or vs is not None) and not importance:
         raise UsageError(f"{'--ablate' if ablate is not None else '--similar-to'} goes with --importance")
     if importance and probe is not None:
@@ -125,7 +135,8 @@ def heads(
         refuse_options(text=text, probe=probe, out=out, given={
             "--sort": sort is not None, "--top": top is not None, "--columns": columns is not None,
             "--only-head": head is not None, "--pair": pair is not None, "--target": target is not None,
-            "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": options.device_map is not None})
+            "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": options.device_map is not None,
+            "--retrieval": retrieval is not None})
         assert file is not None and out is not None  # checked above
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
                                     reading=reading(hide_special, renormalize, words), batch_size=BATCH, field=field,
@@ -170,6 +181,16 @@ def heads(
         table.stats.update(found.columns())
         if chosen is not None:
             chosen += [c for c in found.columns() if c not in chosen]
+    if found_retrieval is not None:
+        from ..needle.tables import COLUMNS as RETRIEVAL_COLUMNS
+
+        n_layers, n_heads = table.shape
+        table.stats.update(found_retrieval.for_layers(table.layers or list(range(n_layers)), n_heads, table.model_name))
+        table.extra_labels.update(found_retrieval.labels())
+        if chosen is not None:
+            chosen += [c for c in RETRIEVAL_COLUMNS if c not in chosen]
+        if found_retrieval.model_name not in (None, table.model_name):
+            note(f"the retrieval scores were measured on {found_retrieval.model_name}; this table is {table.model_name}'s")
     rows = table.select(layer=one_layer, head=head, sort=sort, top=top)
     if fmt is Format.json:
 
@@ -192,7 +213,11 @@ def heads(
         extra = {} if found is None else {
             "importance": "Michel et al. 2019: mean |dL/d gate| over the texts, normalised per layer (l2)",
             **({"ablation": f"mean loss change with the head's output set to {found.ablate}"} if found.ablate else {})}
-        print_table(shown, title=title, width=width, sort=sort, chosen=chosen, extra=extra)
+        if found_retrieval is not None:
+            extra |= {"retrieval_score": f"Wu et al. 2024: copies from the needle (from {retrieval})",
+                      "reasoning_score": "HeadKV (Fu et al. 2024): attention on the needle while answering"}
+        print_table(shown, title=title, width=width, sort=sort, chosen=chosen, extra=extra,
+                    label_rules=table.extra_labels)
         if found is not None:
             stdout_console(width).print(f"importance: the loss is {found.objective}; its mean over the {found.n_texts} "
                                         f"text(s) is {found.loss:.4f}", style="dim")
@@ -232,12 +257,17 @@ def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None
         say(f"{path}: each text's importance{' and ablation' if ablate else ''} per head ({found.objective})")
 
 
-def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = False) -> str | None:
+def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = False,
+                 retrieval: bool = False) -> str | None:
     """The statistic ``--sort`` names (full or short name), ``layer``, ``head``, ``importance`` or ``ablation``
     (with ``--importance`` and ``--ablate``), or None."""
     from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
 
     if sort is None or sort in ("layer", "head"):
+        return sort
+    if sort in ("retrieval_score", "reasoning_score"):
+        if not retrieval:
+            raise UsageError(f"--sort {sort} needs --retrieval RUN.json (a needle run)")
         return sort
     if sort in ("importance", "ablation"):
         if not importance or (sort == "ablation" and not ablate):
@@ -251,7 +281,8 @@ def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = F
     return found
 
 
-def _chosen_columns(columns: str | None, *, importance: bool = False, ablate: bool = False) -> list[str] | None:
+def _chosen_columns(columns: str | None, *, importance: bool = False, ablate: bool = False,
+                    retrieval: bool = False) -> list[str] | None:
     """The statistics ``--columns`` names, in its order (full or short names, or ``all``; ``importance`` and
     ``ablation`` with ``--importance`` and ``--ablate``); None if not given."""
     from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
@@ -263,6 +294,12 @@ def _chosen_columns(columns: str | None, *, importance: bool = False, ablate: bo
         return list(STATISTICS)
     chosen: list[str] = []
     for name in names:
+        if name in ("retrieval_score", "reasoning_score"):
+            if not retrieval:
+                raise UsageError(f"--columns {name} needs --retrieval RUN.json (a needle run)")
+            if name not in chosen:
+                chosen.append(name)
+            continue
         if name in ("importance", "ablation"):
             if not importance or (name == "ablation" and not ablate):
                 raise UsageError(f"--columns {name} needs --importance{' and --ablate' if name == 'ablation' else ''}")
@@ -283,7 +320,8 @@ def _chosen_columns(columns: str | None, *, importance: bool = False, ablate: bo
 
 
 def print_table(rows: list[HeadRow], *, title: str, width: int | None, sort: str | None,
-                chosen: list[str] | None, extra: dict[str, str] | None = None) -> None:
+                chosen: list[str] | None, extra: dict[str, str] | None = None,
+                label_rules: dict[str, tuple[str, float]] | None = None) -> None:
     """The table at the console's width, a legend of its columns, what was left out and how to see it,
     and the label rules."""
     from ..analysis.statistics import STATISTICS, column_order, labels, priority_order, short_name
@@ -311,7 +349,8 @@ def print_table(rows: list[HeadRow], *, title: str, width: int | None, sort: str
         them = "them" if len(layout.left_out) > 1 else "it"
         console.print(f"left out at {console.width} columns: {', '.join(_both(s) for s in layout.left_out)}; "
                       f"show {them} with --columns {missing} (or a wider --width, or --format csv/json)", style="dim")
-    console.print("labels: " + "; ".join(f"{name} = {short_name(stat)} ≥ {thr}" for name, (stat, thr) in labels().items()),
+    rules = {**labels(), **(label_rules or {})}
+    console.print("labels: " + "; ".join(f"{name} = {short_name(stat)} ≥ {thr}" for name, (stat, thr) in rules.items()),
                   style="dim")
 
 

@@ -1,0 +1,212 @@
+"""``attnviz needle``: can a causal model find a fact hidden in a long prompt, and which heads do the finding."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import UsageError
+from .common import cli_command, echo_json, note, stdout_console, wrote
+from .options import Column, Field, InputFormat, ModelOptions, Width, model_command
+
+NEEDLE_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf")
+NEEDLE_TEXT = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
+QUESTION_TEXT = "What is the best thing to do in San Francisco?"
+
+class NeedleFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+NeedleModel = typer.Option(..., "--model", "-m", show_default=False,
+                           help="A causal language model: a Hugging Face folder or a hub id such as gpt2 or "
+                                "Qwen/Qwen2.5-0.5B-Instruct (a needle run needs one trained: no default).")
+
+
+@cli_command
+@model_command(without=("device_map", "causal"), model=NeedleModel)
+def needle(
+    options: ModelOptions,
+    haystack: Path | None = typer.Option(None, "--haystack", help="The text to hide the needle in: a .txt file whole, or "
+                                         "any file of texts attnviz reads (JSONL, CSV, Parquet: the texts joined), "
+                                         "repeated as needed. Default: attnviz's own seeded prose (offline).",
+                                         show_default=False),
+    field: str | None = Field,
+    column: str | None = Column,
+    input_format: str | None = InputFormat,
+    needle_text: str = typer.Option(NEEDLE_TEXT, "--needle", help="The sentence to hide."),
+    question: str = typer.Option(QUESTION_TEXT, "--question", help="The question whose answer is the needle."),
+    lengths: str = typer.Option("auto", "--lengths", help="Prompt lengths in tokens, e.g. 1000,2000,4000; auto: three "
+                                "up to the model's positions less the answer's, at most 4,096."),
+    depths: str = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Where the needle goes, as fractions of the "
+                               "haystack: 0 first, 1 last (moved back to a sentence's end)."),
+    max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, max=4096,
+                                       help="How many tokens to generate at most (the answer stops earlier at a "
+                                            "new line or the end-of-sequence token)."),
+    seed: int = typer.Option(0, "--seed", help="The seed of what is random, so a run can be repeated: here, "
+                             "attnviz's own haystack prose."),
+    top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads of the ranking.",
+                                   show_default=False),
+    fmt: NeedleFormat = typer.Option(NeedleFormat.table, "--format", help="What is printed on stdout: the tables, or "
+                                     "json (the whole result), csv (the heads ranked; parquet: write it with --out)."),
+    out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
+                                   ".json (the whole result: every run, answer and score; heads --retrieval reads "
+                                   "it), .csv or .parquet (the heads ranked), .png, .svg, .pdf (the grid and the "
+                                   "heads' scores).", show_default=False),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
+    width: int | None = Width,
+) -> None:
+    """Hide a sentence (the needle) at several depths of prompts of several lengths, let the model answer the
+    question greedily, and score every head by how it retrieved: Wu et al.'s retrieval score (its strongest key
+    inside the needle holds the token it generates) and HeadKV's retrieval-reasoning score. Each answer step
+    computes only its own row of attention, so prompts of 32,768 tokens fit in memory.
+
+    Example: attnviz needle --model Qwen/Qwen2.5-0.5B-Instruct --lengths 1000,4000,16000 --out run.json --out grid.png
+    """
+    chosen_lengths = parse_lengths(lengths)
+    chosen_depths = parse_depths(depths)
+    outputs = [check_needle_output(path) for path in out]
+    text = None
+    if haystack is not None:
+        from ..needle.haystack import read_haystack
+
+        text = read_haystack(haystack, field=field, column=column, input_format=input_format)
+    elif field is not None or column is not None or input_format is not None:
+        raise UsageError("[[field]], [[column]] and [[input_format]] say how to read [[haystack]]; give a haystack file")
+    from ..needle import needle as run_needle
+    from ..render.progress import export_progress
+
+    console = stdout_console(width)
+    from rich.console import Console
+
+    progress_console = Console(stderr=True)
+    with export_progress(progress_console, enabled=not quiet and fmt is NeedleFormat.table) as (start, advance):
+        def progress(done: int, total: int, _run: Any) -> None:
+            if done == 0:
+                start(total, 0)
+            else:
+                advance()
+
+        result = run_needle(options.model, haystack=text, needle=needle_text, question=question,
+                            lengths=chosen_lengths, depths=chosen_depths, max_new_tokens=max_new_tokens, seed=seed,
+                            engine=options.engine, revision=options.revision, device=options.device,
+                            trust_remote_code=options.trust_remote_code, dtype=options.dtype,
+                            haystack_name=None if haystack is None else str(haystack), progress=progress)
+    if options.verbose:
+        note(f"{result.model_name}: {result.engine} engine, on {options.device}")
+    for path in outputs:
+        write_needle_output(result, path)
+        wrote(path) if fmt is NeedleFormat.table else note(f"wrote {path}")  # stdout holds the document
+    ranked = result.heads()[:top] if top else result.heads()
+    if fmt is NeedleFormat.json:
+        echo_json(result.to_dict())
+        return
+    if fmt is NeedleFormat.csv:
+        typer.echo(heads_csv(ranked), nl=False)
+        return
+    from ..render.needle import heads_table, runs_table, success_table, titled
+
+    counted = len(result.counted)
+    console.print(titled(f"{result.model_name}: recall of the needle (%), needle depth × prompt length (tokens)",
+                         success_table(result.success(), result.lengths, result.depths)))
+    console.print()
+    console.print(titled("answers", runs_table([vars(run) for run in result.runs], width=console.width)))
+    console.print()
+    console.print(titled(f"heads by retrieval score, over the {counted} of {len(result.runs)} runs that retrieved "
+                         "(≥ 0.1: a retrieval head)", heads_table(ranked)))
+    if counted == 0:
+        note("no run retrieved the needle (ROUGE-1 recall ≥ 0.5), so every head scores 0; try shorter lengths, "
+             "an instruction-tuned model or more --max-new-tokens")
+
+
+def parse_lengths(text: str) -> list[int] | None:
+    """``auto`` (None) or a comma-separated list of token counts."""
+    if text.strip().lower() == "auto":
+        return None
+    values = []
+    for part in text.split(","):
+        part = part.strip().lower().replace("_", "")
+        scale = 1024 if part.endswith("k") else 1
+        try:
+            value = int(part[:-1] if scale > 1 else part) * scale
+        except ValueError:
+            raise UsageError(f"[[lengths]]: {part!r} is not a whole number of tokens; give e.g. 1000,2000,4000 "
+                             "(or 1k,2k,4k) or auto") from None
+        if value < 1:
+            raise UsageError(f"[[lengths]]: {value} is not a positive number of tokens")
+        values.append(value)
+    return values
+
+
+def parse_depths(text: str) -> list[float]:
+    """A comma-separated list of fractions from 0 to 1."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part.strip())
+        except ValueError:
+            raise UsageError(f"[[depths]]: {part.strip()!r} is not a number; give fractions such as 0,0.5,1") from None
+        if not 0.0 <= value <= 1.0:
+            hint = f" ({value / 100:g}, not {value:g})" if 1 < value <= 100 else ""
+            raise UsageError(f"[[depths]]: {value:g} is not a fraction from 0 to 1{hint}")
+        values.append(value)
+    return values
+
+
+def check_needle_output(path: Path) -> Path:
+    """An output the command can write, checked before the model runs."""
+    from ..fileio import check_writable
+
+    if path.suffix.lower() not in NEEDLE_OUTPUTS:
+        from ..errors import UnknownFormatError
+
+        raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
+                                 f"{', '.join(NEEDLE_OUTPUTS)}")
+    if path.suffix.lower() == ".parquet":
+        from ..export.table import pyarrow
+
+        pyarrow()
+    return check_writable(path)
+
+
+HEAD_COLUMNS = ("rank", "layer", "head", "name", "retrieval_score", "reasoning_score", "retrieval")
+
+
+def heads_csv(rows: list[dict[str, Any]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(HEAD_COLUMNS)
+    for row in rows:
+        writer.writerow([row[c] for c in HEAD_COLUMNS])
+    return buffer.getvalue()
+
+
+def write_needle_output(result: Any, path: Path) -> None:
+    """Write ``result`` to ``path`` in the kind its extension names."""
+    from ..fileio import atomic_write
+
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        result.save(path)
+    elif suffix == ".csv":
+        text = heads_csv(result.heads())
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    elif suffix == ".parquet":
+        from ..export.table import pyarrow
+
+        pa = pyarrow()
+        rows = result.heads()
+        table = pa.table({c: [row[c] for row in rows] for c in HEAD_COLUMNS})
+        atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
+    else:
+        from ..render.needle import needle_figure
+
+        needle_figure(result.success(), result.lengths, result.depths, result.retrieval_scores(),
+                      title=f"{result.model_name}: needle in a haystack ({result.engine})", path=path)
