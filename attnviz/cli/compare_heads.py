@@ -44,7 +44,7 @@ def compare_heads(
     target: str | None = Target,
     vs: str | None = typer.Option(None, "--vs", help="A second text: how does each head change between the two?", show_default=False),
     vs_model: str | None = typer.Option(None, "--vs-model", help="A second model of the same shape, on the same text.", show_default=False),
-    top_pairs: int = typer.Option(5, "--top-pairs", min=1, help="How many most similar / most different pairs to list."),
+    top_pairs: int = typer.Option(5, "--top-pairs", min=1, help="How many most similar / most different pairs to list (with --vs or --vs-model: how many of the heads that change most)."),
     old_top: int | None = typer.Option(None, "--top", min=1, hidden=True),  # --top: the first N rows (heads, atlas)
     all_rows: bool = typer.Option(False, "--all-rows", help="Long inputs: sum head distances over every query row, however long it takes (default: evenly spaced rows past a fixed budget, said in the output)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf) or a page (.html).", show_default=False),
