@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 Record = TypeVar("Record")
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+Named = TypeVar("Named", bound=_Named)  # what register takes: a record with a name (a registry may hold classes)
 
 
 class Registry(dict[str, Record], Generic[Record]):
@@ -63,9 +71,9 @@ class Registry(dict[str, Record], Generic[Record]):
         self._read()
         return super().items()
 
-    def register(self, record: Record) -> Record:
+    def register(self: Registry[Named], record: Named) -> Named:
         """Add ``record``; its name must be new."""
-        name = record.name  # type: ignore[attr-defined]
+        name = record.name
         if name in self:
             raise ValueError(f"a {self.what} named {name!r} is already registered")
         if self._check is not None:
@@ -85,11 +93,11 @@ class Registry(dict[str, Record], Generic[Record]):
         self.pop(name, None)
 
     @contextmanager
-    def registered(self, record: Record) -> Iterator[Record]:
+    def registered(self: Registry[Named], record: Named) -> Iterator[Named]:
         """``record`` registered for the ``with`` block only (tests, notebooks trying one out)."""
         self.register(record)
         try:
             yield record
         finally:
-            self.unregister(record.name)  # type: ignore[attr-defined]
+            self.unregister(record.name)
 

@@ -8,19 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from rich.console import Console
 from rich.text import Text
 
 from .analysis.compare import Comparison, HeadsOverview, comparison
 from .render.tables import pairs_table, ranking_table
-from .render.terminal import render_terminal, render_thumbnails
+from .render.terminal import Screen, render_terminal, render_thumbnails
 from .render.view import matrix_view
 
 
 def comparison_report(
     overview: HeadsOverview,
     *,
-    console: Console,
+    console: Screen,
     out: Path | None,
     top: int,
     cmap: str,
@@ -54,7 +53,7 @@ def render_comparison_image(comparison: Comparison, path: str | Path, *, cmap: s
                              matrix_title="; ".join([comparison.matrix_title, *comparison.notes]), path=path, cmap=cmap)
 
 
-def render_comparison_terminal(comparison: Comparison, console: Console, *, cmap: str = "viridis") -> None:
+def render_comparison_terminal(comparison: Comparison, console: Screen, *, cmap: str = "viridis") -> None:
     """Small multiples of the heads (of both runs, against another), the matrix, and the pairs or ranking."""
     overview, layers = comparison.overview, comparison.overview.layers
     for run, label in ((overview, "on the text"), (comparison.other, f"on {comparison.other_name}")):
@@ -73,7 +72,7 @@ def render_comparison_terminal(comparison: Comparison, console: Console, *, cmap
     render_terminal(view, console)
 
 
-def render_comparison_lists(comparison: Comparison, console: Console) -> None:
+def render_comparison_lists(comparison: Comparison, console: Screen) -> None:
     """The most similar and most different pairs, or the heads that change most."""
     if comparison.pairs is not None:
         # Clark et al. 2019's head distance: the Jensen–Shannon divergence of each query row, summed over the

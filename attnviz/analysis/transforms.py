@@ -7,6 +7,7 @@ either transform (they have no word-level or renormalised meaning), so they are 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal, TypeVar
 
 import torch
 
@@ -39,7 +40,10 @@ def kind_tensor(result: AttentionResult, kind: str) -> tuple[torch.Tensor, list[
     return tensor, list(result.target_tokens), list(cols)
 
 
-def resolved_kind(result: AttentionResult, kind: str) -> str:
+KindName = TypeVar("KindName", bound=str)
+
+
+def resolved_kind(result: AttentionResult, kind: KindName) -> KindName | Literal["cross"]:
     """The kind :func:`kind_tensor` shows for ``kind``: ``cross`` for the default (``self``/``encoder``) of a
     cross-only result (:attr:`AttentionResult.cross_only`), else ``kind`` itself."""
     return "cross" if kind in ("self", "encoder") and result.cross_only else kind

@@ -198,9 +198,10 @@ class AttentionRows:
             out.masked_fill_(~mask, float("-inf"))
         return out
 
-    def _sinks(self, heads: slice | None) -> Tensor:
+    def _sinks(self, sinks: Tensor, heads: slice | None) -> Tensor:
+        """``sinks`` (``self.sinks``, where there are some) of the ``heads`` chosen, in float32."""
         chosen = self._heads(heads)
-        return self.sinks.float()[chosen.start : chosen.stop : chosen.step]  # type: ignore[union-attr]
+        return sinks.float()[chosen.start : chosen.stop : chosen.step]
 
     def block(self, item: int, first: int, stop: int, n: int | None = None, heads: slice | None = None) -> Tensor:
         """Weights of text ``item``'s query rows ``first … stop − 1`` over its first ``n`` keys
@@ -213,7 +214,7 @@ class AttentionRows:
             logits = self._logits(item, first, stop, 0, width, None, mask)
             lse = torch.logsumexp(logits, dim=-1)
             if self.sinks is not None:
-                lse = torch.logaddexp(lse, self._sinks(None)[:, None])
+                lse = torch.logaddexp(lse, self._sinks(self.sinks, None)[:, None])
             values, known = self.memo.setdefault((item, n), (torch.zeros(self.n_heads, n), torch.zeros(n, dtype=torch.bool)))
             values[:, first:stop], known[first:stop] = lse.cpu(), True
             seen = torch.isfinite(lse)[..., None]
@@ -227,7 +228,7 @@ class AttentionRows:
         if self.sinks is None:
             seen = torch.isfinite(logits).any(-1, keepdim=True)
             return torch.where(seen, torch.softmax(logits, dim=-1), 0.0)
-        sink = self._sinks(heads)[:, None, None]  # a logit in every row's softmax that takes no key
+        sink = self._sinks(self.sinks, heads)[:, None, None]  # a logit in every row's softmax that takes no key
         top = torch.maximum(logits.amax(-1, keepdim=True), sink)
         exp = torch.exp(logits - top)
         return exp / (exp.sum(-1, keepdim=True) + torch.exp(sink - top))
@@ -255,7 +256,7 @@ class AttentionRows:
             end = min(stop, start + step)
             out.append(torch.logsumexp(self.scores(item, start, end, 0, self._width(start, end, n), heads), dim=-1))
         lse = torch.cat(out, dim=-1)
-        return lse if self.sinks is None else torch.logaddexp(lse, self._sinks(heads)[:, None])
+        return lse if self.sinks is None else torch.logaddexp(lse, self._sinks(self.sinks, heads)[:, None])
 
     def columns(self, item: int, first: int, stop: int, c0: int, c1: int, normalisers: Tensor,
                 heads: slice | None = None) -> Tensor:

@@ -50,7 +50,9 @@ def gradient_view(source: Source, text: str | None, *, method: str, layer: int |
                                                            result.model_name)
         where = "every layer"
     else:
-        panels, titles, what = select_panels(tensor, int(layer), head, result.model_name)  # type: ignore[arg-type]
+        if layer is None:  # as int(None) would: attribution_view says "all" for the method's default
+            raise TypeError("gradient_view's layer is a layer number or 'all' for attn-grad")
+        panels, titles, what = select_panels(tensor, int(layer), head, result.model_name)
         columns, where = None, f"layer {layer}"
     return matrix_view(panels, result.tokens, result.tokens, cmap=cmap or "coolwarm", panel_titles=titles,
                        columns=columns, signed=True, notes=[note],

@@ -203,7 +203,8 @@ def _objective(source: Any, vs: str | None, truncate: bool) -> tuple[Any, str, C
         if mask_id is None:
             raise UsageError(f"{source.name}'s tokenizer has no mask token, so no masked-token loss")
         return model, objective, _masked_loss(mask_id, source.special_ids())
-    return model, objective, _similarity_loss(source, vs, truncate)  # type: ignore[arg-type]
+    assert vs is not None  # the similarity objective is the one left: vs was given
+    return model, objective, _similarity_loss(source, vs, truncate)
 
 
 def _next_token_loss(model: Any, inputs: dict[str, Tensor], mask: Tensor) -> Tensor:

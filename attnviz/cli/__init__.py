@@ -54,7 +54,7 @@ def _root(
     """attnviz: attention heatmaps, head summaries and step-by-step explanations."""
 
 
-def plain_message(exc: Exception) -> str:
+def plain_message(exc: ClickException) -> str:
     """click's message without the machinery showing through: ``Invalid value for '--cmap': Value error,
     'foo' is not one of 'viridis', 'magma', 'coolwarm'.`` → ``--cmap: 'foo' is not one of viridis,
     magma, coolwarm``."""

@@ -11,6 +11,8 @@ from ..labels import head_name
 from .common import stdout_console
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import JustifyMethod
+
     from ..analysis.checkpoint_diff import CheckpointDiff
     from ..export.atlas_data import AtlasData
 
@@ -48,12 +50,12 @@ def print_diff(diff: CheckpointDiff, top: int | None, width: int | None) -> None
     texts = f"{diff.n_texts} text{'s' if diff.n_texts != 1 else ''}"
     table = Table(title=Text(f"{diff.model} → {diff.other} · {texts} · heads in order of change", style="bold"),
                   title_justify="left", show_edge=False, pad_edge=False)
-    columns = [("#", "right"), ("L", "right"), ("H", "right")]
+    columns: list[tuple[str, JustifyMethod]] = [("#", "right"), ("L", "right"), ("H", "right")]
     if diff.by_distance:
         columns.append(("JS divergence [95%]", "left"))
     columns.append(("the statistic that changed most [95%], d_z, p, q", "left"))
     for name, justify in columns:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify)
     for rank, head in enumerate(diff.heads[:top] if top else diff.heads, 1):
         cells = [str(rank), str(head.layer), str(head.head)]
         d = head.distance

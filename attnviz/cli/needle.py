@@ -57,6 +57,13 @@ def needle(
                                    ".json (the whole result: every run, answer and score; heads --retrieval reads "
                                    "it), .csv or .parquet (the heads ranked), .png, .svg, .pdf (the grid and the "
                                    "heads' scores).", show_default=False),
+    backend: str = typer.Option("local", "--backend", help="local (this machine, one model) or ray (the grid's cells "
+                                "on --jobs Ray actors, one model each; needs attnviz[ray]); the same results."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="With --backend ray: how many actors (models) answer "
+                             "cells at once."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="With --backend ray: an existing cluster "
+                                           "(auto, or the head's host:port); default: a local cluster with this "
+                                           "machine's CPUs.", show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
     width: int | None = Width,
 ) -> None:
@@ -67,6 +74,10 @@ def needle(
 
     Example: attnviz needle --model Qwen/Qwen2.5-0.5B-Instruct --lengths 1000,4000,16000 --out run.json --out grid.png
     """
+    if backend not in ("local", "ray"):
+        raise UsageError(f"[[backend={backend}]] is unknown; use local or ray")
+    if backend == "local" and ray_address is not None:
+        raise UsageError("[[ray_address]] goes with [[backend=ray]]")
     chosen_lengths = parse_lengths(lengths)
     chosen_depths = parse_depths(depths)
     outputs = [check_needle_output(path) for path in out]
@@ -95,7 +106,8 @@ def needle(
                             lengths=chosen_lengths, depths=chosen_depths, max_new_tokens=max_new_tokens, seed=seed,
                             engine=options.engine, revision=options.revision, device=options.device,
                             trust_remote_code=options.trust_remote_code, dtype=options.dtype,
-                            haystack_name=None if haystack is None else str(haystack), progress=progress)
+                            haystack_name=None if haystack is None else str(haystack), backend=backend, jobs=jobs,
+                            ray_address=ray_address, progress=progress)
     if options.verbose:
         note(f"{result.model_name}: {result.engine} engine, on {options.device}")
     for path in outputs:

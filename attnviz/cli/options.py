@@ -14,6 +14,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:  # pragma: no cover
     from ..render.view import HeadChoice
     from ..render.view import Kind as ViewKind
+    from ..sources.resolve import Engine
 
 MODEL_HELP = (
     "Model: a Hugging Face folder, a hub id (e.g. gpt2), a .toml config such as sample_configs/tiny.toml, or a "
@@ -194,7 +195,7 @@ class ModelOptions:
     ``--revision``, ``--device``, ``--device-map``, ``--trust-remote-code``, ``--verbose``), parsed once."""
 
     model: str | None
-    engine: str = "auto"
+    engine: Engine = "auto"
     causal: bool | None = None
     revision: str | None = None
     device: str = "cpu"
@@ -207,7 +208,7 @@ class ModelOptions:
         """The source, through :func:`attnviz.api.load`; with ``verbose``, say on stderr which engine runs it."""
         from ..api import load
 
-        source = load(self.model, engine=self.engine, causal=self.causal, revision=self.revision,  # type: ignore[arg-type]
+        source = load(self.model, engine=self.engine, causal=self.causal, revision=self.revision,
                       device=self.device, device_map=self.device_map, trust_remote_code=self.trust_remote_code,
                       dtype=self.dtype)
         if self.verbose:
@@ -262,7 +263,7 @@ def model_command(*, without: tuple[str, ...] = (), model: Any = Model) -> Any:
         arguments = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
         first = [p for p in added if p.name == "model"]  # --model first after the arguments, as users look for it
         rest = [p for p in own if p not in arguments]
-        wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functools' _Wrapped has no __signature__
             [*arguments, *first, *rest, *(p for p in added if p.name != "model")])
         wrapper.__annotations__ = {**{p.name: func.__annotations__.get(p.name) for p in own},
                                    **{name: kind for name, (kind, _) in taken.items()}}

@@ -92,7 +92,9 @@ def rows(app: Any) -> dict[str, Row]:
     """Every visible option of every command of ``app``, by long name."""
     import typer.main
 
-    commands = typer.main.get_command(app).commands
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)  # an app of several commands
+    commands = group.commands
     found: dict[str, Row] = {}
     for command_name in sorted(commands):
         for param in commands[command_name].params:
@@ -112,7 +114,7 @@ def rows(app: Any) -> dict[str, Row]:
                 default = _export_default(names[0])
             row.defaults[command_name] = _shown(default)
             if not row.meaning:
-                row.meaning = MEANINGS.get(names[0]) or _first_sentence(param.help or "")
+                row.meaning = MEANINGS.get(names[0]) or _first_sentence(getattr(param, "help", None) or "")  # an Option's
     return found
 
 

@@ -67,8 +67,9 @@ def parse_matrices(model: dict[str, Any], inp: Any, weights: Any, reference: Any
     absent) ``[reference]`` tables."""
     cfg = _parse_layer(model, inp, weights, source)
     if reference is not None:
-        cfg = replace(cfg, reference=_parse_reference(reference, source))
-        _check_reference(cfg, cfg.reference, source)  # type: ignore[arg-type]
+        parsed = _parse_reference(reference, source)
+        cfg = replace(cfg, reference=parsed)
+        _check_reference(cfg, parsed, source)
     return cfg
 
 

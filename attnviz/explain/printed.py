@@ -6,15 +6,17 @@ renderers below draw what they are given and know no method's types (docs/develo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.columns import Columns
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from . import Walkthrough, format_number, row_label
 from .text import difference_text, say
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..render.terminal import Screen
 
 _MAX_ROWS = 12
 _MAX_COLS = 8
@@ -51,7 +53,7 @@ def _cell(v: Any) -> str:
 
 
 class _Printer:
-    def __init__(self, walk: Walkthrough, console: Console, lang: str) -> None:
+    def __init__(self, walk: Walkthrough, console: Screen, lang: str) -> None:
         self.walk, self.console, self.lang = walk, console, lang
         self.rows = [row_label(i, t) for i, t in enumerate(walk.tokens)]
         self.keys = [row_label(j, t, "c" if walk.cross else "x") for j, t in enumerate(walk.key_tokens)]
@@ -78,7 +80,7 @@ class _Printer:
         self.console.print(Columns(list(tables)) if len(tables) > 1 else tables[0])
 
 
-def render_walkthrough(walk: Walkthrough, console: Console, lang: str = "en") -> None:
+def render_walkthrough(walk: Walkthrough, console: Screen, lang: str = "en") -> None:
     """Print every step of ``walk``: inputs, projections, heads, scaling, mask, softmax, output."""
     p = _Printer(walk, console, lang)
     p.line(p.say("title", title=walk.title), "bold")
@@ -196,7 +198,7 @@ def _reference(p: _Printer) -> None:
         p.line(p.say("ref.agrees", source=walk.reference_source), "green")
 
 
-def render_errata(items: Sequence[Any], console: Console, lang: str = "en") -> None:
+def render_errata(items: Sequence[Any], console: Screen, lang: str = "en") -> None:
     """The tutorials' errors (:func:`attnviz.explain.errata.errata`), each with the numbers computed for it."""
     console.print(Text(say("errata.header", lang), style="bold"))
     for item in items:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ class AtlasData:
 def document(data: AtlasData, top: int | None = None) -> dict[str, object]:
     """The atlas's numbers as JSON: per head, every statistic's mean, histogram and max-activating texts, and
     how often it earns each label; ``top``: only the heads with the highest mean of some statistic."""
-    heads = []
+    heads: list[dict[str, Any]] = []  # JSON objects, one per head
     for i, layer in enumerate(data.layers):
         for head in range(data.n_heads):
             heads.append({
@@ -58,7 +59,7 @@ def document(data: AtlasData, top: int | None = None) -> dict[str, object]:
                 "top_texts": {s: [int(t) for t in data.top_texts[s][i, head]] for s in data.stats},
             })
     chosen = heads if top is None else _top_heads(heads, data.stats, top)
-    cited = {t for head in chosen for texts in head["top_texts"].values() for t in texts}  # type: ignore[attr-defined]
+    cited = {t for head in chosen for texts in head["top_texts"].values() for t in texts}
     return {"model": data.model, "n_texts": data.n_texts, "statistics": data.stats,
             "bins": {s: [round(float(e), 6) for e in data.edges[s]] for s in data.stats},
             # only the texts a head cites (a corpus of 10^5 texts would not fit a page)
@@ -66,10 +67,10 @@ def document(data: AtlasData, top: int | None = None) -> dict[str, object]:
             "heads": chosen}
 
 
-def _top_heads(heads: list[dict[str, object]], stats: list[str], top: int) -> list[dict[str, object]]:
+def _top_heads(heads: list[dict[str, Any]], stats: list[str], top: int) -> list[dict[str, Any]]:
     keep = set()
     for s in stats:
-        for head in sorted(heads, key=lambda h: -h["means"][s])[:top]:  # type: ignore[index]
+        for head in sorted(heads, key=lambda h: -h["means"][s])[:top]:
             keep.add((head["layer"], head["head"]))
     return [h for h in heads if (h["layer"], h["head"]) in keep]
 
@@ -197,7 +198,7 @@ def diff_document(diff: object, texts: dict[int, str], *, bins: int = BINS, top:
         values = diff.per_text[name].numpy()
         edges[name], counts[name] = histograms(values, bins)
         tops[name] = top_indices(values if name == DISTANCE else np.abs(values), indices, top)
-    heads = []
+    heads: list[dict[str, Any]] = []  # JSON objects, one per head
     for head in diff.heads:
         i = position[head.layer]
         changes = {**({DISTANCE: head.distance.document()} if head.distance is not None else {}),
@@ -206,7 +207,7 @@ def diff_document(diff: object, texts: dict[int, str], *, bins: int = BINS, top:
                       "strongest": {"statistic": head.strongest, "d_z": round(head.effect, 4)},
                       "histograms": {m: counts[m][i, head.head].tolist() for m in measures},
                       "top_texts": {m: [int(t) for t in tops[m][i, head.head]] for m in measures}})
-    cited = {t for head in heads for texts_ in head["top_texts"].values() for t in texts_}  # type: ignore[attr-defined]
+    cited = {t for head in heads for texts_ in head["top_texts"].values() for t in texts_}
     return {"kind": "diff", "model": diff.model, "other": diff.other, "n_texts": diff.n_texts,
             "ranked_by": diff.ranked_by, "note": diff.note, "measures": measures,
             "bootstrap": diff.bootstrap, "permutations": diff.permutations,

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 from ..errors import InputError
 from ..interrupts import on_stop
@@ -63,10 +64,10 @@ def folder_lock(out_dir: Path, run: str) -> Iterator[None]:
 
 
 @contextmanager
-def _guard(out_dir: Path, fcntl: object) -> Iterator[None]:
+def _guard(out_dir: Path, fcntl: ModuleType) -> Iterator[None]:
     fd = os.open(out_dir, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # type: ignore[attr-defined]
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
@@ -82,12 +83,12 @@ def _open(path: Path) -> int:
         raise InputError(f"cannot lock {path.parent} for the export: {exc.strerror}") from None
 
 
-def _claim_stale(other: Path, out_dir: Path, fcntl: object) -> None:
+def _claim_stale(other: Path, out_dir: Path, fcntl: ModuleType) -> None:
     """Remove another run's writer file if no process holds it; refuse if one does."""
     fd = _open(other)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[attr-defined]
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise InputError(f"another attnviz export, with other settings or another input, is writing to "
                              f"[[out={out_dir}]]; wait for it to finish, or give this one its own folder") from None

@@ -37,7 +37,7 @@ class ExportActor:
 
         torch.set_num_threads(max(1, threads))
         self.settings, self.out_dir = settings, Path(out_dir)
-        self.source = load_source(settings.model, engine=settings.engine, revision=settings.revision,  # type: ignore[arg-type]
+        self.source = load_source(settings.model, engine=settings.engine, revision=settings.revision,
                                   device=settings.device, trust_remote_code=settings.trust_remote_code,
                                   causal=settings.causal, dtype=settings.dtype)
 

@@ -88,7 +88,7 @@ def _export(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, jou
             summary: ExportSummary, on_item: Any, on_source: Any = None) -> None:
     from ..sources.resolve import load_source
 
-    source = load_source(settings.model, engine=settings.engine, revision=settings.revision,  # type: ignore[arg-type]
+    source = load_source(settings.model, engine=settings.engine, revision=settings.revision,
                          device=settings.device, trust_remote_code=settings.trust_remote_code, causal=settings.causal,
                          dtype=settings.dtype)
     if on_source is not None:

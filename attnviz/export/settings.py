@@ -6,9 +6,12 @@ import os
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..sources.resolve import Engine
 
 if sys.version_info >= (3, 11):
     pass
@@ -22,7 +25,7 @@ class ExportSettings:
     """Everything an export run needs besides INPUT and --out. ``sample_configs/batch.toml`` documents each."""
 
     model: str | None = None
-    engine: str = "auto"
+    engine: Engine = "auto"
     revision: str | None = None
     device: str = "cpu"
     dtype: str | None = None  # the model's precision on the transformers engines (None: float32 on the CPU)

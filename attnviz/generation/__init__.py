@@ -22,11 +22,14 @@ seed gives the same tokens, on every engine: they sample as transformers does).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from ..sources.sampling import MAX_NEW_TOKENS, Sampling
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..sources.resolve import Engine
 
 __all__ = ["MAX_NEW_TOKENS", "Sampling", "generate", "generated_summary"]
 
@@ -34,7 +37,7 @@ __all__ = ["MAX_NEW_TOKENS", "Sampling", "generate", "generated_summary"]
 
 def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20, sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             stop_at_eos: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
+             stop_at_eos: bool = True, engine: Engine = "auto", revision: str | None = None, device: str = "cpu",
              trust_remote_code: bool = False, dtype: str | None = None) -> AttentionResult:
     """Continue ``prompt`` with a causal language model (a folder, a hub id such as ``gpt2``, or a
     causal config model with a vocabulary) and return every token's attention at the step that
@@ -61,20 +64,22 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     if not prompt or not prompt.strip():
         raise UsageError("the prompt is empty; give the text to continue")
     if model is not None and model.lower().endswith(".toml"):
+        from ..sources.own import ConfigSource
         from ..sources.resolve import load_source
 
-        source = load_source(model, engine=engine, revision=revision, device=device)  # type: ignore[arg-type]
-        return source.generate(prompt, max_new_tokens=max_new_tokens, sampling=sampling,  # type: ignore[attr-defined]
+        source = load_source(model, engine=engine, revision=revision, device=device)
+        assert isinstance(source, ConfigSource)  # a .toml model's source
+        return source.generate(prompt, max_new_tokens=max_new_tokens, sampling=sampling,
                                stop_at_eos=stop_at_eos)
     place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(place.hub_id, revision)  # type: ignore[arg-type]
+    folder = place.folder if place.folder is not None else fetch_config(place.ref, revision)
     config = read_config(folder)
     if model is None or config.get("model_type") in ("bert", "roberta", "distilbert"):
         raise UsageError(f"{place.name} is not a causal language model ({config.get('model_type')}); give one such as "
                          "gpt2, a LLaMA-family folder, or sample_configs/causal.toml")
     if revision is not None and place.hub_id is None:
         raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
-    ref = str(place.folder) if place.folder is not None else place.hub_id
+    ref = place.ref
     options: dict[str, Any] = {"name": place.name, "max_new_tokens": max_new_tokens, "sampling": sampling,
                                "stop_at_eos": stop_at_eos}
     hf_options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code, "device": device,
@@ -86,15 +91,15 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
                                      "run on transformers; use [[engine=hf]] or auto")
         from .seq2seq import generate_seq2seq_hf
 
-        return generate_seq2seq_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
+        return generate_seq2seq_hf(ref, prompt, **options, **hf_options)
     if engine in ("auto", "native") and dtype in (None, "float32"):
         native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
             del options["name"]
-            return native.generate(prompt, **options)  # type: ignore[attr-defined]
+            return native.generate(prompt, **options)
     from .hf import generate_hf
 
-    return generate_hf(ref, prompt, **options, **hf_options)  # type: ignore[arg-type]
+    return generate_hf(ref, prompt, **options, **hf_options)
 
 
 def generated_summary(result: AttentionResult, *, layer: int | None = None, head: int | None = None,
@@ -119,7 +124,9 @@ def generated_summary(result: AttentionResult, *, layer: int | None = None, head
     else:
         queries, keys, causal, tensor = result.tokens, result.tokens, True, result.attentions
         start = int(result.metadata.get("prompt_length", 0))
-    attn = tensor.double()  # type: ignore[union-attr]
+    from ..attention import built
+
+    attn = built(tensor, "decoder or cross attentions").double()  # an encoder-decoder result has both
     n_layers, n_heads = attn.shape[:2]
     if layer is not None:
         from ..layer_range import check_layer

@@ -8,8 +8,8 @@ row of attention, ``[layers, heads, T]``, is scored and dropped: memory O(T) per
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import UsageError
 from ..sources.stepping import Codec, Stepper
@@ -33,7 +33,6 @@ def grid_lengths(max_positions: int | None, max_new_tokens: int, count: int = 3)
 
 def run_cell(stepper: Stepper, codec: Codec, prompt: Prompt, *, needle: str, max_new_tokens: int) -> NeedleRun:
     """One run: the prompt, then a greedy answer scored step by step (see the module's docs)."""
-    began = time.perf_counter()
     stepper.prefill(prompt.ids[:-1])
     scores = RunScores(stepper.n_layers, stepper.n_heads, prompt.ids, prompt.start, prompt.end)
     fed, answer = prompt.ids[-1], []
@@ -51,8 +50,7 @@ def run_cell(stepper: Stepper, codec: Codec, prompt: Prompt, *, needle: str, max
     return NeedleRun(
         length=len(prompt.ids), depth=prompt.depth, needle_start=prompt.start, needle_end=prompt.end, answer=text,
         answer_tokens=[codec.label(t) for t in answer], answer_ids=answer, recall=recall,
-        retrieved=recall >= RETRIEVED_FROM, retrieval=scores.retrieval.tolist(), reasoning=scores.reasoning.tolist(),
-        seconds=time.perf_counter() - began)
+        retrieved=recall >= RETRIEVED_FROM, retrieval=scores.retrieval.tolist(), reasoning=scores.reasoning.tolist())
 
 
 def _ends_line(codec: Codec, token: int) -> bool:
@@ -83,33 +81,59 @@ def needle(model: str | None, *, haystack: str | None = None, needle: str = NEED
            lengths: Sequence[int] | None = None, depths: Sequence[float] = DEPTHS,
            max_new_tokens: int = MAX_NEW_TOKENS, seed: int = 0, engine: str = "auto", revision: str | None = None,
            device: str = "cpu", trust_remote_code: bool = False, dtype: str | None = None,
-           haystack_name: str | None = None,
+           haystack_name: str | None = None, backend: str = "local", jobs: int = 2, ray_address: str | None = None,
            progress: Callable[[int, int, NeedleRun | None], None] | None = None) -> NeedleResult:
     """Run the depth × length grid on ``model`` (a causal model's folder or hub id) and score every head.
 
     ``haystack``: the text to hide the needle in (default: attnviz's own seeded prose, ``seed``); ``lengths``:
     prompt lengths in tokens (default :func:`grid_lengths`); ``depths``: where the needle goes, 0 (first) to 1
-    (last). ``progress(done, total, run)`` is called before the first run and after each."""
-    from ..generation.stepping import load_stepper
+    (last). ``backend="ray"``: the cells on a Ray cluster, ``jobs`` actors with a model each (a local cluster,
+    or the one at ``ray_address``); the runs are the same as a local grid's. ``progress(done, total, run)`` is
+    called before the first run and after each."""
+    from ..generation.stepping import load_codec, load_stepper
 
-    stepper, codec = load_stepper(model, engine=engine, revision=revision, device=device,
-                                  trust_remote_code=trust_remote_code, dtype=dtype)
+    if backend not in ("local", "ray"):
+        raise UsageError(f"[[backend={backend}]] is unknown; use local or ray")
+    if jobs < 1:
+        raise UsageError(f"[[jobs={jobs}]] must be at least 1")
+    load: dict[str, Any] = {"engine": engine, "revision": revision, "device": device, "trust_remote_code": trust_remote_code,
+            "dtype": dtype}
+    if backend == "ray":
+        codec, facts = load_codec(model, **load)  # the actors load the model; the driver plans and checks
+        stepper = None
+    else:
+        stepper, codec = load_stepper(model, **load)
     builder = PromptBuilder(codec, haystack=haystack, needle=needle, question=question, seed=seed)
-    chosen = sorted(set(lengths)) if lengths else grid_lengths(stepper.max_positions, max_new_tokens)
+    max_positions = stepper.max_positions if stepper is not None else facts.max_positions
+    chosen = sorted(set(lengths)) if lengths else grid_lengths(max_positions, max_new_tokens)
     chosen_depths = sorted(set(float(d) for d in depths))
-    check_grid(chosen, chosen_depths, stepper.max_positions, max_new_tokens, builder.fixed)
-    result = NeedleResult(model_name=stepper.name, engine=stepper.engine, n_layers=stepper.n_layers,
-                          n_heads=stepper.n_heads, needle=builder.needle_text, question=builder.question,
-                          haystack=haystack_name or (f"attnviz prose (seed {seed})" if haystack is None else "given"),
-                          lengths=chosen, depths=chosen_depths, max_new_tokens=max_new_tokens)
-    total = len(chosen) * len(chosen_depths)
+    check_grid(chosen, chosen_depths, max_positions, max_new_tokens, builder.fixed)
+    cells = [(length, depth) for length in chosen for depth in chosen_depths]
+    total = len(cells)
     if progress is not None:
         progress(0, total, None)
-    for length in chosen:
-        for depth in chosen_depths:
-            run = run_cell(stepper, codec, builder.build(length, depth), needle=builder.needle_text,
-                           max_new_tokens=max_new_tokens)
-            result.runs.append(run)
-            if progress is not None:
-                progress(len(result.runs), total, run)
-    return result
+    finished: list[NeedleRun] = []
+
+    def done(run: NeedleRun) -> None:
+        finished.append(run)
+        if progress is not None:
+            progress(len(finished), total, run)
+
+    if stepper is None:
+        from .ray_cells import run_on_ray
+
+        spec = {"model": model, "load": load, "haystack": haystack, "needle": needle, "question": question,
+                "seed": seed, "max_new_tokens": max_new_tokens}
+        runs, name, engine_used = run_on_ray(spec, cells, jobs=jobs, address=ray_address, done=done)
+        n_layers, n_heads = facts.n_layers, facts.n_heads
+    else:
+        runs = []
+        for length, depth in cells:
+            runs.append(run_cell(stepper, codec, builder.build(length, depth), needle=builder.needle_text,
+                                 max_new_tokens=max_new_tokens))
+            done(runs[-1])
+        name, engine_used, n_layers, n_heads = stepper.name, stepper.engine, stepper.n_layers, stepper.n_heads
+    return NeedleResult(model_name=name, engine=engine_used, n_layers=n_layers, n_heads=n_heads,
+                        needle=builder.needle_text, question=builder.question,
+                        haystack=haystack_name or (f"attnviz prose (seed {seed})" if haystack is None else "given"),
+                        lengths=chosen, depths=chosen_depths, max_new_tokens=max_new_tokens, runs=runs)

@@ -31,7 +31,6 @@ class NeedleRun:
     retrieved: bool
     retrieval: list[list[float]]
     reasoning: list[list[float]]
-    seconds: float = 0.0
 
 
 @dataclass

@@ -93,7 +93,7 @@ def _from_rows(rows: list[dict[str, object]], path: Path) -> RetrievalColumns:
     if missing:
         raise InputError(f"{path} has no column {missing[0]}; write it with attnviz's needle command")
     try:
-        cells = [(int(str(r["layer"])), int(str(r["head"])), *(float(str(r[c])) for c in COLUMNS)) for r in rows]
+        cells = [(int(str(r["layer"])), int(str(r["head"])), [float(str(r[c])) for c in COLUMNS]) for r in rows]
     except (TypeError, ValueError):
         raise InputError(f"{path}: a layer, head or score is not a number") from None
     n_layers = max(c[0] for c in cells) + 1
@@ -101,7 +101,7 @@ def _from_rows(rows: list[dict[str, object]], path: Path) -> RetrievalColumns:
     if min(min(c[0], c[1]) for c in cells) < 0 or len(cells) != n_layers * n_heads or n_layers * n_heads > 1 << 20:
         raise InputError(f"{path}: the rows are not every head of {n_layers} layers × {n_heads} heads once")
     columns = {name: torch.full((n_layers, n_heads), math.nan, dtype=torch.float64) for name in COLUMNS}
-    for layer, head, *scores in cells:
+    for layer, head, scores in cells:
         for name, value in zip(COLUMNS, scores, strict=True):
             if not math.isfinite(value) or value < 0:
                 raise InputError(f"{path}: {name} of L{layer}H{head} is {value}, not a finite number ≥ 0")

@@ -103,7 +103,7 @@ def _rescan_fonts() -> bool:
     if {entry.fname for entry in fresh.ttflist} == before:
         return False
     vars(manager).update(vars(fresh))
-    manager._findfont_cached.cache_clear()  # type: ignore[attr-defined]
+    manager._findfont_cached.cache_clear()  # type: ignore[attr-defined]  # matplotlib's stub omits this private lru_cache
     try:
         from pathlib import Path
 

@@ -65,7 +65,8 @@ def colorbar_sample(vmin: float, vmax: float) -> str:
     ticks = ticks[(ticks >= vmin - 1e-9 * span) & (ticks <= vmax + 1e-9 * span)]
     formatter = ScalarFormatter()
     formatter.create_dummy_axis()
-    formatter.axis.set_view_interval(vmin, vmax)  # type: ignore[union-attr]
+    assert formatter.axis is not None  # the dummy axis just made
+    formatter.axis.set_view_interval(vmin, vmax)
     labels = formatter.format_ticks(list(ticks)) or ["0"]
     return re.sub(r"\d", "0", max(labels, key=len))
 

@@ -266,7 +266,8 @@ def colorbar_ticks(vmin: float, vmax: float, length_pt: float) -> tuple[list[flo
     values = values[(values >= vmin - 1e-9 * span) & (values <= vmax + 1e-9 * span)]
     formatter = ScalarFormatter()
     formatter.create_dummy_axis()
-    formatter.axis.set_view_interval(vmin, vmax)  # type: ignore[union-attr]
+    assert formatter.axis is not None  # the dummy axis just made
+    formatter.axis.set_view_interval(vmin, vmax)
     labels = formatter.format_ticks(list(values))
     return [float(v) for v in values], labels, formatter.get_offset()
 

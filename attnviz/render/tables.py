@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from ..labels import safe_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..analysis.heads import HeadRow
 
 GAP = 2  # cells between two columns (a blank divider and one cell of padding)
 ZERO = 0.0005  # below this a value prints as 0.000
@@ -33,29 +37,29 @@ class HeadColumns:
     all_zero: list[str]  # 0.000 in every row (e.g. ``next`` in a causal model): left out, and said so
 
 
-def _labels_text(row: dict[str, object]) -> Text:
-    return Text(", ".join(safe_text(label) for label in row["labels"]))  # type: ignore[attr-defined]
+def _labels_text(row: HeadRow) -> Text:
+    return Text(", ".join(safe_text(label) for label in row["labels"]))
 
 
 def _title(title: str) -> Text:
     return Text(safe_text(title), style="table.title")
 
 
-def _widths(rows: Sequence[dict[str, object]], stats: Sequence[str], header: Callable[[str], str]) -> tuple[int, dict[str, int]]:
+def _widths(rows: Sequence[HeadRow], stats: Sequence[str], header: Callable[[str], str]) -> tuple[int, dict[str, int]]:
     """The fixed part of the table (L, H and labels columns with their gaps), and each statistic's column."""
     layer = max([1, *(len(str(r["layer"])) for r in rows)])
     head = max([1, *(len(str(r["head"])) for r in rows)])
     labels = label_column_width(rows)
     fixed = layer + GAP + head + GAP + labels
-    return fixed, {s: max([len(header(s)), *(len(format_value(float(r[s]))) for r in rows)]) + GAP for s in stats}  # type: ignore[arg-type]
+    return fixed, {s: max([len(header(s)), *(len(format_value(float(r[s]))) for r in rows)]) + GAP for s in stats}
 
 
-def label_column_width(rows: Sequence[dict[str, object]]) -> int:
+def label_column_width(rows: Sequence[HeadRow]) -> int:
     """Wide enough for the longest label and its comma: labels wrap between them, never inside one."""
-    return max([len("labels"), *(len(safe_text(label)) + 1 for r in rows for label in r["labels"])])  # type: ignore[attr-defined]
+    return max([len("labels"), *(len(safe_text(label)) + 1 for r in rows for label in r["labels"])])
 
 
-def choose_columns(rows: Sequence[dict[str, object]], stats: Sequence[str], width: int, *,
+def choose_columns(rows: Sequence[HeadRow], stats: Sequence[str], width: int, *,
                    header: Callable[[str], str] = str, keep_first: str | None = None,
                    chosen: bool = False, priority: Sequence[str] = ()) -> HeadColumns:
     """The statistics of ``stats`` that fit ``width`` cells, in the order given.
@@ -67,7 +71,7 @@ def choose_columns(rows: Sequence[dict[str, object]], stats: Sequence[str], widt
     name keep their places instead: they give way from the end, and none for being 0.
     """
     all_zero = [] if chosen else [s for s in stats if s != keep_first and rows
-                                  and all(abs(float(r[s])) < ZERO for r in rows)]  # type: ignore[arg-type]
+                                  and all(abs(float(r[s])) < ZERO for r in rows)]
     candidates = [s for s in stats if s not in all_zero]
     fixed, cost = _widths(rows, candidates, header)
     ranked = list(candidates) if chosen else [s for s in priority if s in candidates] + [s for s in candidates if s not in priority]
@@ -85,7 +89,7 @@ def choose_columns(rows: Sequence[dict[str, object]], stats: Sequence[str], widt
                        all_zero=all_zero)
 
 
-def head_stats_table(rows: list[dict[str, object]], stats: list[str], *, title: str,
+def head_stats_table(rows: list[HeadRow], stats: list[str], *, title: str,
                      header: Callable[[str], str] = str) -> Table:
     """One row per head, a column per statistic (3 decimals, headed ``header(name)``), labels last.
 
@@ -103,7 +107,7 @@ def head_stats_table(rows: list[dict[str, object]], stats: list[str], *, title: 
     for i, row in enumerate(rows):
         # In model order, a blank line after each layer's last head.
         last_of_layer = in_order and i + 1 < len(rows) and rows[i + 1]["layer"] != row["layer"]
-        table.add_row(str(row["layer"]), str(row["head"]), *(format_value(float(row[name])) for name in stats),  # type: ignore[arg-type]
+        table.add_row(str(row["layer"]), str(row["head"]), *(format_value(float(row[name])) for name in stats),
                       _labels_text(row), end_section=last_of_layer)
     return table
 

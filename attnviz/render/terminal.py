@@ -16,16 +16,32 @@ import math
 import unicodedata
 from collections.abc import Set
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from rich.cells import cell_len
-from rich.console import Console
 from rich.text import Text
 
 from ..labels import JOINERS, safe_text
 from .colors import SHADES, SIGNED_SHADES, ColorScale
 from .view import HeatmapView, max_pool
+
+
+class Screen(Protocol):
+    """What the terminal renderers print to: a rich ``Console``, or the terminal app's ``Sink``, which keeps the
+    lines it is given."""
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def no_color(self) -> bool: ...
+
+    @property
+    def color_system(self) -> str | None: ...
+
+    def print(self, *objects: Any, no_wrap: bool | None = None, crop: bool = True) -> None: ...
+
 
 Fit = Literal["downsample", "page"]
 _LABEL_MAX = 14  # row label width, in cells
@@ -33,7 +49,7 @@ _HEADER_MAX = 8  # column label height, in lines
 _GAP = 2  # between panels of a grid
 
 
-def render_terminal(view: HeatmapView, console: Console, *, values: bool = False, fit: Fit = "downsample") -> None:
+def render_terminal(view: HeatmapView, console: Screen, *, values: bool = False, fit: Fit = "downsample") -> None:
     """Print ``view`` to ``console``: one heatmap, or a grid when it has several panels.
 
     A grid (several heads) is always max-pooled until one panel fits; ``fit="page"`` applies to
@@ -98,7 +114,7 @@ def _pooled_here(view: HeatmapView) -> HeatmapView:
     return replace(view, notes=[note.removesuffix(", cell by cell") for note in view.notes])
 
 
-def _single(view: HeatmapView, console: Console, label_w: int, cell_w: int, colour: bool, values: bool, cols: range) -> None:
+def _single(view: HeatmapView, console: Screen, label_w: int, cell_w: int, colour: bool, values: bool, cols: range) -> None:
     """One heatmap; a pair's boundary (``--pair``) is drawn as a rule between rows and a bar between columns."""
     matrix = view.panels[0]
     breaks = {j - cols.start for j in view.col_breaks if cols.start < j < cols.stop}
@@ -114,7 +130,7 @@ def _single(view: HeatmapView, console: Console, label_w: int, cell_w: int, colo
         console.print(row, no_wrap=True, crop=False)
 
 
-def _grid(view: HeatmapView, console: Console, label_w: int, cell_w: int, colour: bool, values: bool) -> None:
+def _grid(view: HeatmapView, console: Screen, label_w: int, cell_w: int, colour: bool, values: bool) -> None:
     n_panels, n_rows, n_keys = view.panels.shape
     breaks = {j for j in view.col_breaks if 0 < j < n_keys}  # a pair's boundary (--pair), as in one panel
     panel_w = n_keys * cell_w + len(breaks) + _GAP
@@ -199,7 +215,7 @@ def _format_value(w: float, cell_w: int) -> str:
     return body.rjust(cell_w - 1)[: cell_w - 1] + " "
 
 
-def print_notes(notes: list[str], console: Console) -> None:
+def print_notes(notes: list[str], console: Screen) -> None:
     """Each note on its line; one too wide for the terminal is broken between its items ("a: x; y"
     → "a:", "  x", "  y"), never inside one, as a plain wrap would."""
     for note in notes:
@@ -311,7 +327,7 @@ def legend_number(value: float) -> str:
     return f"{value:.2f}" if value == 0 or 0.01 <= abs(value) < 1e5 else f"{value:.3g}"
 
 
-def render_thumbnails(view: HeatmapView, console: Console, *, layers: list[int], size: int = 8) -> None:
+def render_thumbnails(view: HeatmapView, console: Screen, *, layers: list[int], size: int = 8) -> None:
     """Small multiples: one thumbnail per head, one character per cell, a row of thumbnails per layer.
 
     ``view.panels`` holds every head of ``layers``, layer by layer. Each thumbnail is max-pooled

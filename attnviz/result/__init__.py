@@ -122,7 +122,8 @@ class AttentionResult:
     @property
     def layers_held(self) -> int:
         """How many layers the result holds: ``n_layers``, or a cross-only result's cross-attention layers."""
-        return self.cross_attentions.shape[0] if self.cross_only else self.n_layers  # type: ignore[union-attr]
+        cross = self.cross_attentions
+        return cross.shape[0] if cross is not None and self.cross_only else self.n_layers
 
     @property
     def unknown(self) -> list[bool]:

@@ -115,7 +115,7 @@ class Source(ABC):
         self.check(opts, pairs=[pair])
         if text is None and not self.capabilities.fixed_input:
             raise InputError("no text given; pass the text to inspect")
-        return _finite(self._extract_batch([text], [pair], opts))[0]  # type: ignore[list-item]
+        return _finite(self._extract_batch([text], [pair], opts))[0]
 
     def extract_batch(self, texts: Sequence[str], options: ExtractOptions | None = None, *,
                       pairs: Sequence[str | None] | None = None, **changes: Any) -> list[AttentionResult]:
@@ -139,7 +139,7 @@ class Source(ABC):
     # --- what a source implements --------------------------------------------------------------
 
     @abstractmethod
-    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
+    def _extract_batch(self, texts: Sequence[str | None], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         """Results for ``texts`` (already checked against the capabilities)."""
 
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:

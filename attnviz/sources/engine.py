@@ -7,7 +7,7 @@ equal those of the item run by itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -19,6 +19,13 @@ from .base import Capabilities, ExtractOptions, Source
 from .stream import Capture, LayerOut, LayerStream, collect
 from .tokens import TokenInfo, encode, label_from_piece, unknown_token_id
 
+
+def given_texts(texts: Sequence[str | None]) -> list[str]:
+    """``texts`` as a model reads them: a text each (no text, None, is a fixed-input source's, and
+    :meth:`Source.extract` refuses it for a model before it gets here)."""
+    if any(text is None for text in texts):
+        raise InputError("no text given; pass the text to inspect")
+    return [text for text in texts if text is not None]
 
 class ModelSource(Source):
     """An engine on a tokenizer: subclasses set ``engine`` and implement ``forward_layers`` and ``n_layers``."""
@@ -61,12 +68,12 @@ class ModelSource(Source):
         return encode(self.tokenizer, text, pair, max_length=self.max_positions, truncate=truncate,
                       model_name=self.name, special_ids=frozenset(self.special_ids()), what=what)
 
-    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
+    def _extract_batch(self, texts: Sequence[str | None], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         """One padded forward pass; each layer stored per text as it is computed (in float16 with
         ``options.float16``). With ``options.layers`` only those layers' matrices are built (the
         native engine runs the others through a fused kernel and stops after the last one asked
         for); each result then lists them in ``metadata["layers"]``."""
-        return collect(self._stream_batch(texts, pairs, options), float16=options.float16)
+        return collect(self._stream_batch(given_texts(texts), pairs, options), float16=options.float16)
 
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
         infos = [self.encode(t, p, truncate=options.truncate) for t, p in zip(texts, pairs, strict=True)]

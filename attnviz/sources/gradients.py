@@ -177,7 +177,8 @@ def _native(source: NativeSource, text: str | None, target_token: str | None, vs
             y = cosine(mean_pooled(hidden[0]), mean_pooled(other[0]).detach())
             target = describe_similarity(vs or "")
         else:
-            y, target = _logit(head(hidden[0, plan.position]), plan, source.tokenizer)  # type: ignore[misc]
+            assert head is not None  # a token's logit is planned only where a head reads it (mlm, or next's)
+            y, target = _logit(head(hidden[0, plan.position]), plan, source.tokenizer)
     return _finish(_result(source, info), weights, y, target)
 
 

@@ -20,7 +20,7 @@ cross-attention over the source.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -31,7 +31,7 @@ from torch import Tensor
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions
-from .engine import Capture, LayerOut, ModelSource
+from .engine import Capture, LayerOut, ModelSource, given_texts
 from .hf_layers import LayerPlan, plan_layers, stream_layers
 from .stream import ROWS_ASKED_FROM_TOKENS, ROWS_FROM_BYTES, LayerStream
 from .tokens import TokenInfo, unknown_token_id
@@ -172,8 +172,12 @@ class HFSource(ModelSource):
         return is_fused(self.model)
 
     @property
-    def engine(self) -> str:  # type: ignore[override]
+    def engine(self) -> str:
         return "fused" if self.fused else "hf"
+
+    @engine.setter
+    def engine(self, value: str) -> None:  # Source.engine is an attribute; here it follows the model
+        raise AttributeError("an HFSource's engine follows its model: fused where switched to attnviz's attention")
 
     def describe(self) -> str:
         from ..errors import in_api_terms
@@ -297,9 +301,10 @@ class HFSource(ModelSource):
         if not self.fused:
             return stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,
                                  whole=lambda: self._whole_layers(ids, mask, types, capture))
-        return self._fused_layers(ids, mask, types, capture)
+        return self._fused_layers(self._plan, ids, mask, types, capture)
 
-    def _fused_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
+    def _fused_layers(self, plan: LayerPlan, ids: Tensor, mask: Tensor, types: Tensor,
+                      capture: Capture) -> Iterator[LayerOut]:
         """Each layer as row blocks on demand (the queries and keys), made whole where the consumer wants
         the whole weights (short inputs): only the layers wanted, never a ``[T, T]`` mask for long ones."""
         from .hf_attention import weights_mode
@@ -311,7 +316,7 @@ class HFSource(ModelSource):
         # Past ROWS_ASKED_FROM_TOKENS a layer goes on as row blocks whoever reads it: statistics and pictures reduce
         # it a block at a time, and a consumer that needs every number builds it from the same blocks.
         as_rows = tokens > ROWS_ASKED_FROM_TOKENS or batch * heads * tokens**2 * 4 > ROWS_FROM_BYTES
-        for out in stream_layers(self.model, self._plan, self._inputs(ids, mask, types), capture,  # type: ignore[arg-type]
+        for out in stream_layers(self.model, plan, self._inputs(ids, mask, types), capture,
                                  whole=lambda: self._whole_layers(ids, mask, types, capture),
                                  around=lambda: weights_mode("rows")):
             if out.rows is not None and capture.queries_keys:
@@ -339,13 +344,13 @@ class HFSource(ModelSource):
                 yield LayerOut(layer=i, weights=weights)
             del weights
 
-    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
+    def _extract_batch(self, texts: Sequence[str | None], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         """One padded forward pass; encoder-decoder models run one text at a time (results are the same)."""
         if not self.encoder_decoder:
             return super()._extract_batch(texts, pairs, options)
         layers = None if options.layers is None else self.check_layers(options.layers)
         return [self._seq2seq(self.encode(text, pair, truncate=options.truncate), options.target, options.truncate)
-                .narrowed(layers, float16=options.float16) for text, pair in zip(texts, pairs, strict=True)]
+                .narrowed(layers, float16=options.float16) for text, pair in zip(given_texts(texts), pairs, strict=True)]
 
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
         if not self.encoder_decoder:

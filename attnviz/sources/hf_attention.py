@@ -89,7 +89,8 @@ class HeadGates:
     def apply(self, output: Tensor) -> Tensor:
         layer, self.layer = self.layer, self.layer + 1
         if self.collect:
-            real = self.mask[:, : output.shape[1], None, None].to(output.dtype)  # type: ignore[index]
+            assert self.mask is not None  # collecting sums over the real tokens, which the mask says
+            real = self.mask[:, : output.shape[1], None, None].to(output.dtype)
             self.sums.append((output * real).sum(dim=(0, 1)).detach())
             self.count = float(real.sum())
             return output

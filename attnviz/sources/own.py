@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -89,7 +90,7 @@ class ConfigSource(Source):
             )
         return tokens, [word_id(t, self.cfg.vocab_size) for t in tokens]
 
-    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
+    def _extract_batch(self, texts: Sequence[str | None], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         """Each text alone (config models are small). Every layer is computed; ``options.layers``
         keeps only those; ``options.details`` adds the pre-softmax scores and the value vectors."""
         return [self._one(text, options) for text in texts]

@@ -17,13 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
 from ..errors import ModelNotFoundError, UsageError
 from .hub import fetch_config, fetch_native_files, hub_reachable, looks_like_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Source
+    from .native import NativeSource
 
 Engine = Literal["auto", "native", "fused", "hf"]
 ENGINES = ("auto", "native", "fused", "hf")
@@ -91,15 +92,15 @@ def load_source(
         raise UsageError(f"[[dtype]] is for models transformers runs; {model} is "
                          f"{'a saved result' if is_saved_result(model) else 'a config model'}, computed in float32")
     if is_saved_result(model):
-        return _saved_source(model, engine=engine, causal=causal, revision=revision, device=device,  # type: ignore[arg-type]
+        return _saved_source(model, engine=engine, causal=causal, revision=revision, device=device,
                              device_map=device_map, trust_remote_code=trust_remote_code)
     check_run_options(engine, device)
     is_config = model is not None and Path(model).suffix.lower() == ".toml"
     if revision is not None and (is_config or model is None or Path(model).expanduser().exists()):
         where = "the embedded default" if model is None else model
         raise UsageError(f"[[revision]] applies to hub ids; {where} is not one (it is used as it is)")
-    if is_config:
-        return _config_source(model, engine=engine, device=device, device_map=device_map, causal=causal)  # type: ignore[arg-type]
+    if is_config and model is not None:
+        return _config_source(model, engine=engine, device=device, device_map=device_map, causal=causal)
     if causal is not None:
         raise UsageError("[[causal]] applies to .toml config models; a trained model's masking is its own")
     place = locate(model)
@@ -131,6 +132,15 @@ class ModelPlace:
     name: str
     hub_id: str | None
 
+    @property
+    def ref(self) -> str:
+        """What transformers loads: the folder, else the hub id (a place has one of the two)."""
+        if self.folder is not None:
+            return str(self.folder)
+        if self.hub_id is None:
+            raise ValueError(f"{self.name}: a model place has a folder or a hub id")
+        return self.hub_id
+
 
 def locate(model: str | None) -> ModelPlace:
     """What a ``--model`` value that is not a config names: the embedded default, a folder, or a hub id."""
@@ -152,7 +162,7 @@ def locate(model: str | None) -> ModelPlace:
     return ModelPlace(None, model, model)
 
 
-def is_saved_result(model: str | None) -> bool:
+def is_saved_result(model: str | None) -> TypeGuard[str]:
     """Whether a ``--model`` value names a saved result (``*.npz``) rather than a model."""
     return model is not None and Path(model).suffix.lower() == ".npz"
 
@@ -203,10 +213,10 @@ def _config_source(model: str, *, engine: str, device: str, device_map: str | No
     return ConfigSource(config, causal=causal)
 
 
-def native_source(place: ModelPlace, *, engine: str, revision: str | None, device: str) -> Source | None:
+def native_source(place: ModelPlace, *, engine: str, revision: str | None, device: str) -> NativeSource | None:
     """The native engine's source where it can run the model; None to fall back to transformers
     (an error instead when ``engine`` is ``native``)."""
-    folder = place.folder if place.hub_id is None else _hub_native_folder(place.hub_id, revision, engine)  # type: ignore[arg-type]
+    folder = place.folder if place.hub_id is None else _hub_native_folder(place.hub_id, revision, engine)
     if folder is None:
         return None
     from .native import NativeSource, native_unsupported
@@ -232,12 +242,12 @@ def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_m
         local_only = not hub_reachable()
     from .hf import HFSource
 
-    return HFSource(str(place.folder) if place.folder is not None else place.hub_id,  # type: ignore[arg-type]
+    return HFSource(place.ref,
                     name=place.name, device=device, revision=revision, trust_remote_code=trust_remote_code,
                     device_map=device_map, local_files_only=local_only, attention=attention, why=why, dtype=dtype)
 
 
-def _hub_native_folder(repo_id: str, revision: str | None, engine: Engine) -> Path | None:
+def _hub_native_folder(repo_id: str, revision: str | None, engine: str) -> Path | None:
     """For a hub id: the snapshot folder with what the native engine needs, or None."""
     from .files import read_config
     from .native import FAMILIES, native_unsupported

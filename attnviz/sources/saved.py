@@ -69,7 +69,7 @@ class SavedSource(Source):
 
         return check_layers(layers, owner=str(self.path), held=self.layer_numbers)
 
-    def _extract_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
+    def _extract_batch(self, texts: Sequence[str | None], pairs: list[str | None], options: ExtractOptions) -> list[AttentionResult]:
         return [self._one(text, options) for text in texts]
 
     def _one(self, text: str | None, options: ExtractOptions) -> AttentionResult:

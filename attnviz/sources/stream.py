@@ -102,17 +102,23 @@ class ItemLayer:
 
     @property
     def n_tokens(self) -> int:
-        return int(self._attentions.shape[-1]) if self._rows is None else self._rows[2]  # type: ignore[union-attr]
+        return int(self.attentions.shape[-1]) if self._rows is None else self._rows[2]
 
     @property
     def n_heads(self) -> int:
-        return int(self._attentions.shape[0]) if self._rows is None else self._rows[0].n_heads  # type: ignore[union-attr]
+        return int(self.attentions.shape[0]) if self._rows is None else self._rows[0].n_heads
+
+    def _made(self) -> tuple[AttentionRows, int, int]:
+        """``made_from``, for weights not held whole (a layer holds its weights whole, or what makes them)."""
+        if self._rows is None:
+            raise ValueError("this layer holds its weights whole")
+        return self._rows
 
     @property
     def attentions(self) -> Tensor:
         """``[H, n, n]``, built whole from the row blocks the first time it is asked for."""
         if self._attentions is None:
-            rows, item, n = self._rows  # type: ignore[misc]
+            rows, item, n = self._made()
             self._attentions = rows.dense(item, n)  # on the CPU, as a consumer stores it
             if self._check is not None:
                 self._check(self._attentions)
@@ -127,7 +133,7 @@ class ItemLayer:
             return self._attentions[:, first:stop, low:high].cpu()
         from ..attention.rows import rows_per_block
 
-        source, item, n = self._rows  # type: ignore[misc]
+        source, item, n = self._made()
         out = torch.zeros(self.n_heads, stop - first, high - low)
         step = rows_per_block(self.n_heads, n)
         for start in range(first, stop, step):
@@ -152,7 +158,7 @@ class ItemLayer:
                                           causal_trim=True):
                 yield first, block.cpu()
             return
-        source, item, n = self._rows  # type: ignore[misc]
+        source, item, n = self._made()
         for first, block in source.blocks(item, n, rows):
             if self._check is not None:
                 self._check(block)

@@ -218,7 +218,8 @@ class Explorer:
         if not self.shown:
             return "no text yet: press t to type one"
         token = "" if self.token is None else f" · token {self.token} {self.tokens[self.token]!r}"
-        zoom = "" if self.region() is None else f" · tokens {self.region()[0]}–{self.region()[1] - 1}"  # type: ignore[index]
+        region = self.region()
+        zoom = "" if region is None else f" · tokens {region[0]}–{region[1] - 1}"
         long = " (long: views computed as asked)" if self.long else ""
         return (f"{self.model_name} · {self.n_tokens} tokens{long} · layer {self.layer_number} of {self.n_layers} · "
                 f"head {self.head} of {self.n_heads}{token}{zoom}")
@@ -264,10 +265,10 @@ class Explorer:
         source, text, options = self.inputs()
         view = attention_view(source, text, layer=self.layer_number, head=self.head, kind=self.kind,
                               rows=region, cols=region, **options)
-        render_terminal(view, sink)  # type: ignore[arg-type]
+        render_terminal(view, sink)
         self._remember_rows(view, sink)
         if self.token is not None:
-            self._row_and_column(sink)
+            self._row_and_column(sink, self.token)
 
     def _remember_rows(self, view: Any, sink: Sink) -> None:
         """Which printed item is which row's line, so a click on it selects that row's (first) token: the rows
@@ -308,22 +309,22 @@ class Explorer:
             at += height
         return None
 
-    def _row_and_column(self, sink: Sink) -> None:
+    def _row_and_column(self, sink: Sink, token: int) -> None:
         """The selected token's row (what it attends to most) and column (who attends to it most) in this head."""
         import torch
 
         if self.result is None:
-            sink.print(Text(f"token {self.token} {self.tokens[self.token]!r}: see view 4 for its row in every head"))  # type: ignore[index]
+            sink.print(Text(f"token {token} {self.tokens[token]!r}: see view 4 for its row in every head"))
             return
         kinds = {"self": self.result.attentions, "decoder": self.result.decoder_attentions}
         matrix = kinds.get(self.kind, self.result.attentions)
-        if matrix is None or self.token >= matrix.shape[-1]:
+        if matrix is None or token >= matrix.shape[-1]:
             return
         weights = matrix[self.layer, self.head].float()
         tokens = self.result.tokens if self.kind != "decoder" else (self.result.target_tokens or [])
-        label = tokens[self.token]  # type: ignore[index]
-        for name, values in ((f"{label!r} (token {self.token}) attends to", weights[self.token]),
-                             (f"{label!r} is attended to by", weights[:, self.token])):
+        label = tokens[token]
+        for name, values in ((f"{label!r} (token {token}) attends to", weights[token]),
+                             (f"{label!r} is attended to by", weights[:, token])):
             top = torch.topk(values, min(5, values.numel()))
             shown = ", ".join(f"{tokens[int(i)]} ({int(i)}) {float(v):.2f}" for v, i in zip(top.values, top.indices,
                                                                                            strict=True))
@@ -336,7 +337,7 @@ class Explorer:
         numbers = list((self.result.metadata.get("layers") if self.result is not None else None) or range(self.n_layers))
         source, text, options = self.inputs()
         view = attention_view(source, text, layer=None, head="all", kind=self.kind, **options)
-        render_thumbnails(view, sink, layers=numbers, size=8)  # type: ignore[arg-type]
+        render_thumbnails(view, sink, layers=numbers, size=8)
 
     def _token(self, sink: Sink) -> None:
         from ..api import query_view
@@ -345,7 +346,7 @@ class Explorer:
         token = 0 if self.token is None else self.token
         source, text, options = self.inputs()
         view = query_view(source, text, token, layer=None, kind=self.kind, **options)  # every layer and head
-        render_terminal(view, sink)  # type: ignore[arg-type]
+        render_terminal(view, sink)
         if self.token is None:
             sink.print(Text("the first token; select another with [ ] or find one with /", style="dim"))
 
@@ -356,7 +357,7 @@ class Explorer:
         source, text, options = self.inputs()
         overview = compare_heads_of_text(source, text, layer=self.layer_number, kind=self.kind,
                                          **options)
-        comparison_report(overview, console=sink, out=None, top=5, cmap="viridis")  # type: ignore[arg-type]
+        comparison_report(overview, console=sink, out=None, top=5, cmap="viridis")
 
     def _steps(self, sink: Sink) -> None:
         from ..api import generation_summary
@@ -388,7 +389,7 @@ class Explorer:
             raise UsageError("explain walks through one layer of a model attnviz runs itself (the native engine or a "
                              "config model); this one cannot")
         walk = walkthrough(inputs_of(self.text, self.layer_number), head=self.head)
-        render_walkthrough(walk, sink)  # type: ignore[arg-type]
+        render_walkthrough(walk, sink)
 
     def _heads_text(self, sink: Sink) -> None:
         """The ``heads`` command's table at the pane's width (its columns, legend and labels), sorted by ``sort``."""

@@ -80,8 +80,10 @@ def generation_view(result: AttentionResult, *, layer: int | None = None, head: 
     from ..render.view import matrix_view
 
     seq2seq = _seq2seq(result)
+    from ..attention import built
+
     tensor = result.cross_attentions if seq2seq else result.attentions  # [layers, heads, rows, keys]
-    attn = tensor.double()  # type: ignore[union-attr]
+    attn = built(tensor, "cross attentions").double()  # an encoder-decoder result's (_seq2seq says it has them)
     if layer is not None:
         check_layer(layer, owner=result.model_name, count=attn.shape[0])
         attn = attn[layer : layer + 1]

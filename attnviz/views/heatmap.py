@@ -38,7 +38,7 @@ def heatmap_view(
     )
 
     tensor, rows, cols = kind_tensor(result, kind)
-    kind = resolved_kind(result, kind)  # type: ignore[assignment]
+    kind = resolved_kind(result, kind)
     captured = result.metadata.get("layers")
     if captured is not None and kind in ("self", "encoder", "decoder", "cross"):
         if layer not in captured:
@@ -74,7 +74,7 @@ def head_across_layers_view(
     )
 
     tensor, rows, cols = kind_tensor(result, kind)
-    kind = resolved_kind(result, kind)  # type: ignore[assignment]  # cross-only: cross, in the title too
+    kind = resolved_kind(result, kind)  # cross-only: cross, in the title too
     layers = result.metadata.get("layers") or list(range(tensor.shape[0]))
     panels, titles, what, columns = every_layer_panels(tensor, layers, head, result.model_name)
     where = "" if kind in ("self", "encoder") else f" · {kind}"

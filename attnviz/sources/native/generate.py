@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...attention import built
 from ...errors import AttnvizError, InputError
 from ...result import AttentionResult
 from ..decoding import KVCache, decode, sampling_metadata
@@ -65,7 +66,7 @@ def generate_native(source: NativeSource, prompt: str, *, max_new_tokens: int, s
         new = torch.tensor([ids], device=device)
         mask = torch.ones(1, cache.length + len(ids), dtype=torch.long, device=device)
         weights = [out.weights[0].float().cpu() for out in model.run(new, mask, None, model.n_layers, capture, cache)]
-        logits = norm(cache.hidden[0, -1]) @ head.T  # type: ignore[index]
+        logits = norm(built(cache.hidden, "hidden states")[0, -1]) @ head.T
         return logits.float().cpu(), torch.stack(weights)
 
     done = decode(step, info.ids, max_new_tokens=max_new_tokens, sampling=sampling,
