@@ -26,7 +26,7 @@ PARTS = {
     "render": ("attnviz.render",),
     "data": ("attnviz.result", "attnviz.inputs"),
     "core": ("attnviz.errors", "attnviz.layer_range", "attnviz.limits", "attnviz.quiet", "attnviz.fileio",
-             "attnviz.labels", "attnviz.interrupts", "attnviz.plugins", "attnviz.records", "attnviz.spans", "attnviz.threads"),
+             "attnviz.labels", "attnviz.interrupts", "attnviz.plugins", "attnviz.cluster", "attnviz.records", "attnviz.spans", "attnviz.threads"),
 }
 ORDER = tuple(PARTS)
 

@@ -253,3 +253,14 @@ def test_a_grid_the_model_cannot_run_is_refused_before_any_run(circuit):
         needle(circuit, lengths=[10], depths=[0.5])
     with pytest.raises(AttnvizError, match="fraction"):
         needle(circuit, lengths=[300], depths=[1.5])
+
+
+@pytest.mark.slow
+def test_ray_and_local_give_identical_json(circuit, ray_cluster):
+    kwargs = {"haystack": cc.haystack(), "needle": cc.NEEDLE, "question": cc.QUESTION, "lengths": [300],
+              "depths": [0.0, 0.5, 1.0], "max_new_tokens": 16}
+    local = needle(circuit, **kwargs)
+    seen: list[int] = []
+    on_ray = needle(circuit, backend="ray", jobs=2, progress=lambda done, total, run: seen.append(done), **kwargs)
+    assert on_ray.to_dict() == local.to_dict()
+    assert seen == list(range(4)) and all(run.retrieved for run in on_ray.runs)

@@ -1,0 +1,89 @@
+"""A needle grid's cells on a Ray cluster: one model per actor, each cell sent to the next free actor.
+
+Cells are independent (each its own prompt, prefill and answer), so the grid spreads as export's blocks do
+(:mod:`attnviz.export.ray_backend`): a local cluster with this machine's CPUs, started and shut down here,
+or the cluster at ``address``. Each actor builds the prompts with the same builder and runs the same
+:func:`attnviz.needle.run_cell`, so every run equals a local one; the driver puts them back in grid order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..cluster import original_error, ray_module, start_ray
+from ..errors import AttnvizError, UsageError
+from .result import NeedleRun
+
+
+class NeedleActor:
+    """One model, loaded once, answering cells (made a Ray actor by :func:`run_on_ray`)."""
+
+    def __init__(self, spec: dict[str, Any], threads: int) -> None:
+        import torch
+
+        from ..generation.stepping import load_stepper
+        from .haystack import PromptBuilder
+
+        torch.set_num_threads(max(1, threads))
+        self.spec = spec
+        self.stepper, self.codec = load_stepper(spec["model"], **spec["load"])
+        self.builder = PromptBuilder(self.codec, haystack=spec["haystack"], needle=spec["needle"],
+                                     question=spec["question"], seed=spec["seed"])
+
+    def ready(self) -> tuple[str, str]:
+        """The model's name and the engine that runs it here."""
+        return self.stepper.name, self.stepper.engine
+
+    def run(self, length: int, depth: float) -> NeedleRun:
+        from . import run_cell
+
+        return run_cell(self.stepper, self.codec, self.builder.build(length, depth), needle=self.builder.needle_text,
+                        max_new_tokens=self.spec["max_new_tokens"])
+
+
+def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: int, address: str | None,
+               done: Callable[[NeedleRun], None]) -> tuple[list[NeedleRun], str, str]:
+    """Every cell's run, in the order of ``cells``, the model's name and its engine; ``done(run)`` as each
+    comes back (in any order)."""
+    ray = ray_module()
+    started = start_ray(ray, address)
+    try:
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        count = max(1, min(jobs, len(cells), cpus))
+        threads = max(1, cpus // count) if not address else 1
+        remote = ray.remote(num_cpus=min(threads, cpus))(NeedleActor)
+        actors = [remote.remote(spec, threads) for _ in range(count)]
+        try:
+            name, engine = ray.get([actor.ready.remote() for actor in actors])[0]
+        except Exception as exc:  # the model did not load in an actor: the same error as a local run
+            cause = original_error(exc)
+            if isinstance(cause, AttnvizError):
+                raise cause from None
+            raise UsageError(f"the Ray actors could not start: {type(cause).__name__}: {cause}") from None
+        queue = deque(enumerate(cells))
+        idle = list(actors)
+        running: dict[Any, tuple[Any, int]] = {}  # a Ray object ref -> the actor and the cell's index
+        runs: list[NeedleRun | None] = [None] * len(cells)
+        while queue or running:
+            while idle and queue:
+                actor, (index, (length, depth)) = idle.pop(), queue.popleft()
+                running[actor.run.remote(length, depth)] = (actor, index)
+            ready, _ = ray.wait(list(running), num_returns=1)
+            actor, index = running.pop(ready[0])
+            try:
+                run = ray.get(ready[0])
+            except Exception as exc:
+                cause = original_error(exc)
+                if isinstance(cause, AttnvizError):
+                    raise cause from None
+                raise AttnvizError(f"a Ray actor failed on the cell of length {cells[index][0]} and depth "
+                                   f"{cells[index][1]:g} ({type(cause).__name__}: {cause})") from None
+            idle.append(actor)
+            runs[index] = run
+            done(run)
+        return [run for run in runs if run is not None], str(name), str(engine)
+    finally:
+        if started:
+            ray.shutdown()
