@@ -121,3 +121,18 @@ def test_heads_retrieval_of_another_model_is_refused(run_cli, written):
     assert result.exit_code == 1 and "same model" in result.stderr
     result = run_cli("heads", "the cat sat", "--sort", "retrieval_score")
     assert result.exit_code == 2 and "--retrieval" in result.stderr
+
+
+def test_the_atlas_reads_the_retrieval_scores(run_cli, circuit, written, tmp_path):
+    _, paths = written
+    texts = tmp_path / "texts.txt"
+    texts.write_text("h1 h2 . Answer: n1 n2 h3 .\nh4 h5 h6 . h7 h8 .\n", encoding="utf-8")
+    result = run_cli("atlas", str(texts), "--model", circuit[0], "--retrieval", str(paths["json"]), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert {"retrieval_score", "reasoning_score"} <= set(document["statistics"])
+    heads = {(h["layer"], h["head"]): h for h in document["heads"]}
+    assert heads[cc.RETRIEVAL_HEAD]["means"]["retrieval_score"] == pytest.approx(15 / 16, abs=1e-6)
+    assert heads[cc.RETRIEVAL_HEAD]["labels"]["retrieval"] == 1.0
+    assert all("retrieval" not in h["labels"] for key, h in heads.items() if key != cc.RETRIEVAL_HEAD)
+    assert sum(heads[cc.RETRIEVAL_HEAD]["histograms"]["retrieval_score"]) == 2  # one bar: every text, one value

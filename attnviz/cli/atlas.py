@@ -7,7 +7,7 @@ import warnings
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
 
@@ -19,6 +19,7 @@ from .options import (
     Field,
     InputFormat,
     ModelOptions,
+    Retrieval,
     Truncate,
     Width,
     model_command,
@@ -73,6 +74,7 @@ def atlas(
     vs: str | None = typer.Option(None, "--similar-to", help="With --importance on a sentence encoder: the text "
                                   "whose similarity is the loss.", show_default=False),
     old_vs: str | None = typer.Option(None, "--vs", hidden=True),
+    retrieval: Path | None = Retrieval,
     per_text: Path | None = typer.Option(None, "--per-text", help="With --vs-model: also write every text's change "
                                          "per head (the JS divergence and each statistic) to this .parquet file, one "
                                          "row per text × layer × head.", show_default=False),
@@ -127,10 +129,17 @@ def atlas(
     if importance and _folder_of(texts).is_dir():
         raise UsageError("--importance runs the model on a file of texts; an export folder brings its own "
                          "importance.parquet (attnviz heads --importance --format parquet)")
+    found_retrieval = None
+    if retrieval is not None:
+        if vs_model is not None:
+            raise UsageError("--retrieval adds one model's retrieval scores; it does not go with --vs-model")
+        from ..needle.tables import read_retrieval
+
+        found_retrieval = read_retrieval(retrieval)  # a damaged file fails before the model runs
     if vs_model is None:
         _corpus(texts, options, texts_as=texts_as, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
                 embed_tokens=embed_tokens, seed=seed,
-                importance=(ablate, vs) if importance else None)
+                importance=(ablate, vs) if importance else None, retrieval=found_retrieval)
     else:
         _diff(texts, vs_model, options, texts_as=texts_as, fmt=fmt, top=top, width=width, truncate=truncate, out=out,
               bootstrap=bootstrap, permutations=permutations, seed=seed,
@@ -144,8 +153,9 @@ def _folder_of(path: Path) -> Path:
 
 def _corpus(texts: Path, options: ModelOptions, *, texts_as: TextsAs, fmt: AtlasFormat, top: int | None,
             width: int | None, truncate: bool, out: Path | None, embed_tokens: int, seed: int,
-            importance: tuple[Ablate | None, str | None] | None = None) -> None:
-    """The corpus's atlas: from an export folder as it is, or from a file of texts exported first."""
+            importance: tuple[Ablate | None, str | None] | None = None, retrieval: Any = None) -> None:
+    """The corpus's atlas: from an export folder as it is, or from a file of texts exported first; with
+    ``retrieval`` (:class:`attnviz.needle.tables.RetrievalColumns`), a needle run's scores as statistics."""
     from ..export.atlas_data import atlas_data, document
     from ..fileio import scratch_folder
 
@@ -167,6 +177,12 @@ def _corpus(texts: Path, options: ModelOptions, *, texts_as: TextsAs, fmt: Atlas
                                    input_format=texts_as.input_format, ablate=importance[0],
                                    vs=importance[1], truncate=truncate, quiet=True)
             data = atlas_data(folder)
+    if retrieval is not None:
+        from ..export.atlas_data import add_head_columns
+
+        name = data.model or options.model or "the model"
+        add_head_columns(data, {k: v.numpy() for k, v in retrieval.for_layers(data.layers, data.n_heads, name).items()},
+                         retrieval.labels())
     if out is not None:
         from ..export.atlas_attach import attach_attention, attach_embedding
         from ..render.atlas_page import render_atlas

@@ -22,6 +22,7 @@ from .options import (
     ModelOptions,
     Pair,
     Renormalize,
+    Retrieval,
     Target,
     TextFile,
     Truncate,
@@ -97,10 +98,7 @@ def heads(
                                   "head): the loss is 1 − the cosine similarity of each text's embedding with this "
                                   "text's.", show_default=False),
     old_vs: str | None = typer.Option(None, "--vs", hidden=True),
-    retrieval: Path | None = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its "
-                                          "heads table as .csv or .parquet): add each head's retrieval_score and "
-                                          "reasoning_score as columns, and the label retrieval (score ≥ 0.1).",
-                                          show_default=False),
+    retrieval: Path | None = Retrieval,
 ) -> None:
     """One row per head: entropy, self/previous/next-token, first token/[SEP]/punctuation, distance, induction, labels.
 

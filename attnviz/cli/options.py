@@ -114,6 +114,9 @@ Renormalize = typer.Option(False, "--renormalize", help=RENORMALIZE_HELP)
 Words = typer.Option(False, "--words", help=WORDS_HELP)
 CmapOpt = typer.Option(Cmap.viridis, "--cmap", help=CMAP_HELP)
 Width = typer.Option(None, "--width", min=20, help="Terminal width to fit (default: the terminal's).")
+Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its heads table as "
+                         ".csv or .parquet): add each head's retrieval_score and reasoning_score, and the label "
+                         "retrieval (score ≥ 0.1).", show_default=False)
 Out = typer.Option(
     None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).", show_default=False,
 )

@@ -44,6 +44,25 @@ class AtlasData:
     texts: dict[int, str] = field(default_factory=dict)  # text_index → text, where texts.parquet has them
 
 
+def add_head_columns(data: AtlasData, columns: dict[str, np.ndarray], labels: dict[str, tuple[str, float]]) -> None:
+    """Add statistics measured once per head, not per text (a needle run's retrieval scores, ``[layers, heads]``
+    over ``data.layers``): every text gets the head's value, so a histogram is one bar and no text shows it more
+    than another (no max-activating texts); ``labels`` (label → (column, threshold)) fire on all texts or none."""
+    for name, values in columns.items():
+        values = np.asarray(values, dtype=np.float64)
+        if name not in data.stats:
+            data.stats.append(name)
+        data.means[name] = values
+        edges = np.linspace(0.0, max(float(values.max()), 1e-9), BINS + 1)
+        bins = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, BINS - 1)
+        counts = np.zeros((*values.shape, BINS))
+        np.put_along_axis(counts, bins[..., None], float(data.n_texts), axis=-1)
+        data.edges[name], data.counts[name] = edges, counts
+        data.top_texts[name] = np.zeros((*values.shape, 0), dtype=np.int64)
+    for label, (column, threshold) in labels.items():
+        data.label_rates[label] = (data.means[column] >= threshold).astype(np.float64)
+
+
 def document(data: AtlasData, top: int | None = None) -> dict[str, object]:
     """The atlas's numbers as JSON: per head, every statistic's mean, histogram and max-activating texts, and
     how often it earns each label; ``top``: only the heads with the highest mean of some statistic."""
