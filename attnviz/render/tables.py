@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rich import box
 from rich.table import Table
@@ -16,8 +16,9 @@ from rich.text import Text
 
 from ..labels import safe_text
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..analysis.heads import HeadRow
+HeadRow = dict[str, Any]
+"""A head's row, as :meth:`attnviz.analysis.heads.HeadTable.rows` gives it (its ``HeadRow``; render does not
+import analysis): ``layer``, ``head``, each statistic, ``labels``, and any columns a command added."""
 
 GAP = 2  # cells between two columns (a blank divider and one cell of padding)
 ZERO = 0.0005  # below this a value prints as 0.000
