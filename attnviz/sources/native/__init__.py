@@ -103,11 +103,11 @@ def skip_init() -> Iterator[None]:
     saved = {cls: cls.reset_parameters for cls in (nn.Linear, nn.LayerNorm, nn.Embedding)}
     try:
         for cls in saved:
-            cls.reset_parameters = lambda self: None  # type: ignore[method-assign]  # patching torch's classes
+            cls.reset_parameters = lambda self: None  # type: ignore[method-assign]  # torch's stubs: a method of its classes
         yield
     finally:
         for cls, method in saved.items():
-            cls.reset_parameters = method  # type: ignore[method-assign]  # torch's own method, put back
+            cls.reset_parameters = method  # type: ignore[method-assign]  # torch's stubs: its own method, put back
 
 
 class NativeSource(ModelSource):
