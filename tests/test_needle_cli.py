@@ -9,6 +9,8 @@ import json
 import copy_circuit as cc
 import pytest
 
+from attnviz.errors import UsageError
+
 
 @pytest.fixture(scope="module")
 def circuit(tmp_path_factory):
@@ -32,7 +34,7 @@ def written(circuit, tmp_path_factory):
     from attnviz.cli import app
 
     out = tmp_path_factory.mktemp("needle_out")
-    paths = {kind: out / f"run.{kind}" for kind in ("json", "png", "csv", "parquet", "svg")}
+    paths = {kind: out / f"run.{kind}" for kind in ("json", "png", "csv", "parquet", "svg", "html")}
     result = CliRunner().invoke(app, _args(circuit, *[x for p in paths.values() for x in ("--out", str(p))]))
     assert result.exit_code == 0, result.stderr
     return result, paths
@@ -136,3 +138,48 @@ def test_the_atlas_reads_the_retrieval_scores(run_cli, circuit, written, tmp_pat
     assert heads[cc.RETRIEVAL_HEAD]["labels"]["retrieval"] == 1.0
     assert all("retrieval" not in h["labels"] for key, h in heads.items() if key != cc.RETRIEVAL_HEAD)
     assert sum(heads[cc.RETRIEVAL_HEAD]["histograms"]["retrieval_score"]) == 2  # one bar: every text, one value
+
+
+def test_the_page_data_keeps_its_contract_and_its_numbers(circuit):
+    from attnviz.needle import needle
+    from attnviz.needle.page import check_document, page_document
+
+    result = needle(circuit[0], haystack=cc.haystack(), needle=cc.NEEDLE, question=cc.QUESTION, lengths=[60, 900],
+                    depths=[0.5], max_new_tokens=16, pictures=True)
+    document = page_document(result)
+    check_document(document)
+    assert document["shown"][:2] == ["mean", "L1H0"]
+    long = document["runs"][1]
+    assert long["prompt"] == 900 and long["width"] == 2 and long["bins"] == 450  # 900 tokens max-pooled in pairs
+    # The induction head's strongest key while generating n2 is the needle's n2, with weight ≈ 1, named.
+    start, _ = long["needle"]
+    position, weight = long["top"]["L1H0"][1][0]
+    assert position == start + 2 and weight > 0.99 and long["labels"][str(position)] == "n2"
+    with pytest.raises(UsageError, match="page"):
+        from attnviz.needle.result import NeedleResult
+
+        page_document(NeedleResult.from_dict(result.to_dict()))  # read back from JSON: no pictures
+
+
+@pytest.mark.slow
+def test_the_page_opens_offline_and_a_click_opens_a_run(written, browser):
+    from conftest import open_offline
+
+    _, paths = written
+    requests, errors = [], []
+    page = open_offline(browser, paths["html"], requests, errors, ready="body[data-drawn]")
+    try:
+        first = page.evaluate("document.body.dataset.drawn")
+        assert first.startswith("0:L1H0:0")  # the first run that retrieved, on the best head
+        page.click('td[data-run="4"]')
+        page.wait_for_function("document.body.dataset.drawn.startsWith('4:')")
+        page.click(".answer button:nth-of-type(3)")
+        page.wait_for_function("document.body.dataset.drawn === '4:L1H0:2'")
+        assert "n3" in page.inner_text("#onetoken") and "in the needle" in page.inner_text("#onetoken")
+        size = page.evaluate("[document.getElementById('matrix').width, document.getElementById('matrix').height]")
+        assert size[0] > 100 and size[1] >= 16 * 6
+        page.select_option("#headpick", "mean")
+        page.wait_for_function("document.body.dataset.drawn === '4:mean:2'")
+        assert errors == [] and requests == [paths["html"].as_uri()]
+    finally:
+        page.close()

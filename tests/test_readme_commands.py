@@ -168,7 +168,8 @@ def _id(step: Step) -> str:
 
 
 def _hub_models(root: Path) -> dict[str, Path]:
-    """Tiny random models to stand in for the hub's gpt2 and t5-small (positions enough for the induction probe)."""
+    """Tiny random models to stand in for the hub's gpt2 and t5-small (gpt2's 1,024 positions, as the real one's:
+enough for the induction probe and the README's needle grid)."""
     import torch
     from tiny_models import _byte_bpe, _save, build_t5
     from transformers import GPT2Config, GPT2Model
@@ -176,7 +177,7 @@ def _hub_models(root: Path) -> dict[str, Path]:
     torch.manual_seed(11)
     tok = _byte_bpe()
     end = tok.token_to_id("<|endoftext|>")
-    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=128,
+    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=1024,
                      bos_token_id=end, eos_token_id=end)
     gpt2 = _save(root / "gpt2", GPT2Model(cfg), tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                  unk_token="<|endoftext|>")

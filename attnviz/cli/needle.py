@@ -12,7 +12,7 @@ from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console, wrote
 from .options import Column, Field, InputFormat, ModelOptions, Width, model_command
 
-NEEDLE_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf")
+NEEDLE_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
 NEEDLE_TEXT = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
 QUESTION_TEXT = "What is the best thing to do in San Francisco?"
 
@@ -56,7 +56,7 @@ def needle(
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
                                    ".json (the whole result: every run, answer and score; heads --retrieval reads "
                                    "it), .csv or .parquet (the heads ranked), .png, .svg, .pdf (the grid and the "
-                                   "heads' scores).", show_default=False),
+                                   "heads' scores), .html (the page: click a cell for that run's answer attention).", show_default=False),
     backend: str = typer.Option("local", "--backend", help="local (this machine, one model) or ray (the grid's cells "
                                 "on --jobs Ray actors, one model each; needs attnviz[ray]); the same results."),
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="With --backend ray: how many actors (models) answer "
@@ -107,7 +107,8 @@ def needle(
                             engine=options.engine, revision=options.revision, device=options.device,
                             trust_remote_code=options.trust_remote_code, dtype=options.dtype,
                             haystack_name=None if haystack is None else str(haystack), backend=backend, jobs=jobs,
-                            ray_address=ray_address, progress=progress)
+                            ray_address=ray_address, pictures=any(p.suffix.lower() == ".html" for p in outputs),
+                            progress=progress)
     if options.verbose:
         note(f"{result.model_name}: {result.engine} engine, on {options.device}")
     for path in outputs:
@@ -217,6 +218,11 @@ def write_needle_output(result: Any, path: Path) -> None:
         rows = result.heads()
         table = pa.table({c: [row[c] for row in rows] for c in HEAD_COLUMNS})
         atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
+    elif suffix == ".html":
+        from ..needle.page import page_document
+        from ..render.needle_page import render_needle_page
+
+        render_needle_page(page_document(result), path)
     else:
         from ..render.needle import needle_figure
 

@@ -139,6 +139,7 @@ def _first_sentence(text: str) -> str:
 def markdown(found: dict[str, Row]) -> str:
     """The table as docs/commands.md holds it."""
     lines = ["| option | meaning | choices | default | commands |", "|---|---|---|---|---|"]
+    every = sorted({c for row in found.values() for c in row.commands})
     for name in sorted(found, key=lambda n: (-len(found[n].commands), n)):
         row = found[name]
         options = ", ".join(f"`{o}`" for o in [name, *sorted(row.short)])
@@ -148,7 +149,9 @@ def markdown(found: dict[str, Row]) -> str:
             default = next(iter(values)) or "—"
         else:
             default = "; ".join(f"{c}: {d or '—'}" for c, d in row.defaults.items())
-        listed = "all eleven" if len(row.commands) == 11 else ", ".join(row.commands)
+        missing = [c for c in every if c not in row.commands]
+        listed = ("every command" if not missing else f"every command but {', '.join(missing)}"
+                  if len(missing) <= 2 else ", ".join(row.commands))
         meaning = row.meaning.replace("|", "\\|")
         lines.append(f"| {options} | {meaning} | {choices} | {default.replace('|', '/')} | {listed} |")
     return "\n".join(lines)

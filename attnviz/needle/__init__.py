@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from ..sources.stepping import Codec, Stepper
-from .haystack import NEEDLE, QUESTION, Prompt, PromptBuilder
+from .cells import check_grid, run_cell
+from .haystack import NEEDLE, QUESTION, PromptBuilder
+from .picture import RunPicture
 from .result import NeedleResult, NeedleRun
-from .scores import RETRIEVED_FROM, RunScores, rouge1_recall
 
 __all__ = ["DEPTHS", "NEEDLE", "QUESTION", "NeedleResult", "NeedleRun", "grid_lengths", "needle", "run_cell"]
 
@@ -31,63 +31,17 @@ def grid_lengths(max_positions: int | None, max_new_tokens: int, count: int = 3)
     return sorted({max(1, round(top * (n + 1) / count)) for n in range(count)})
 
 
-def run_cell(stepper: Stepper, codec: Codec, prompt: Prompt, *, needle: str, max_new_tokens: int) -> NeedleRun:
-    """One run: the prompt, then a greedy answer scored step by step (see the module's docs)."""
-    stepper.prefill(prompt.ids[:-1])
-    scores = RunScores(stepper.n_layers, stepper.n_heads, prompt.ids, prompt.start, prompt.end)
-    fed, answer = prompt.ids[-1], []
-    for _ in range(max_new_tokens):
-        logits, rows = stepper.step(fed)
-        token = int(logits.argmax())
-        scores.add(rows, token)
-        answer.append(token)
-        if token in codec.eos or (_ends_line(codec, token) and codec.decode(answer[:-1]).strip()):
-            break
-        scores.extend_ids(token)
-        fed = token
-    text = codec.decode([t for t in answer if t not in codec.eos]).strip()
-    recall = rouge1_recall(needle, text)
-    return NeedleRun(
-        length=len(prompt.ids), depth=prompt.depth, needle_start=prompt.start, needle_end=prompt.end, answer=text,
-        answer_tokens=[codec.label(t) for t in answer], answer_ids=answer, recall=recall,
-        retrieved=recall >= RETRIEVED_FROM, retrieval=scores.retrieval.tolist(), reasoning=scores.reasoning.tolist())
-
-
-def _ends_line(codec: Codec, token: int) -> bool:
-    return "\n" in codec.decode([token])
-
-
-def check_grid(lengths: Sequence[int], depths: Sequence[float], max_positions: int | None, max_new_tokens: int,
-               fixed: int) -> None:
-    """Refuse a grid the model cannot run, naming the value, before any run."""
-    if not lengths or not depths:
-        raise UsageError("the grid is empty; give at least one length and one depth")
-    for depth in depths:
-        if not 0.0 <= depth <= 1.0:
-            raise UsageError(f"[[depths]]: {depth:g} is not a fraction from 0 to 1")
-    if not 1 <= max_new_tokens <= 4096:
-        raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and 4096")
-    for length in lengths:
-        if length <= fixed:
-            raise UsageError(f"[[lengths]]: {length} tokens cannot hold the needle, the question and the template "
-                             f"({fixed} tokens); give lengths above {fixed}")
-        if max_positions is not None and length + max_new_tokens > max_positions:
-            raise UsageError(f"[[lengths]]: {length} tokens and an answer of up to {max_new_tokens} pass the "
-                             f"{max_positions} positions the model takes; give lengths up to "
-                             f"{max_positions - max_new_tokens}")
-
-
 def needle(model: str | None, *, haystack: str | None = None, needle: str = NEEDLE, question: str = QUESTION,
            lengths: Sequence[int] | None = None, depths: Sequence[float] = DEPTHS,
            max_new_tokens: int = MAX_NEW_TOKENS, seed: int = 0, engine: str = "auto", revision: str | None = None,
            device: str = "cpu", trust_remote_code: bool = False, dtype: str | None = None,
            haystack_name: str | None = None, backend: str = "local", jobs: int = 2, ray_address: str | None = None,
-           progress: Callable[[int, int, NeedleRun | None], None] | None = None) -> NeedleResult:
+           pictures: bool = False, progress: Callable[[int, int, NeedleRun | None], None] | None = None) -> NeedleResult:
     """Run the depth × length grid on ``model`` (a causal model's folder or hub id) and score every head.
 
     ``haystack``: the text to hide the needle in (default: attnviz's own seeded prose, ``seed``); ``lengths``:
     prompt lengths in tokens (default :func:`grid_lengths`); ``depths``: where the needle goes, 0 (first) to 1
-    (last). ``backend="ray"``: the cells on a Ray cluster, ``jobs`` actors with a model each (a local cluster,
+    (last). ``pictures``: keep what the page draws of each run (``result.pictures``). ``backend="ray"``: the cells on a Ray cluster, ``jobs`` actors with a model each (a local cluster,
     or the one at ``ray_address``); the runs are the same as a local grid's. ``progress(done, total, run)`` is
     called before the first run and after each."""
     from ..generation.stepping import load_codec, load_stepper
@@ -113,9 +67,11 @@ def needle(model: str | None, *, haystack: str | None = None, needle: str = NEED
     if progress is not None:
         progress(0, total, None)
     finished: list[NeedleRun] = []
+    kept: list[RunPicture | None] = []
 
-    def done(run: NeedleRun) -> None:
+    def done(run: NeedleRun, picture: RunPicture | None = None) -> None:
         finished.append(run)
+        kept.append(picture)
         if progress is not None:
             progress(len(finished), total, run)
 
@@ -123,17 +79,22 @@ def needle(model: str | None, *, haystack: str | None = None, needle: str = NEED
         from .ray_cells import run_on_ray
 
         spec = {"model": model, "load": load, "haystack": haystack, "needle": needle, "question": question,
-                "seed": seed, "max_new_tokens": max_new_tokens}
-        runs, name, engine_used = run_on_ray(spec, cells, jobs=jobs, address=ray_address, done=done)
+                "seed": seed, "max_new_tokens": max_new_tokens, "pictures": pictures}
+        runs, shown, name, engine_used = run_on_ray(spec, cells, jobs=jobs, address=ray_address, done=done)
         n_layers, n_heads = facts.n_layers, facts.n_heads
     else:
-        runs = []
+        runs, shown = [], []
         for length, depth in cells:
-            runs.append(run_cell(stepper, codec, builder.build(length, depth), needle=builder.needle_text,
-                                 max_new_tokens=max_new_tokens))
-            done(runs[-1])
+            prompt = builder.build(length, depth)
+            picture = RunPicture(len(prompt.ids), prompt.start, prompt.end) if pictures else None
+            runs.append(run_cell(stepper, codec, prompt, needle=builder.needle_text, max_new_tokens=max_new_tokens,
+                                 picture=picture))
+            shown.append(picture)
+            done(runs[-1], picture)
         name, engine_used, n_layers, n_heads = stepper.name, stepper.engine, stepper.n_layers, stepper.n_heads
-    return NeedleResult(model_name=name, engine=engine_used, n_layers=n_layers, n_heads=n_heads,
-                        needle=builder.needle_text, question=builder.question,
-                        haystack=haystack_name or (f"attnviz prose (seed {seed})" if haystack is None else "given"),
-                        lengths=chosen, depths=chosen_depths, max_new_tokens=max_new_tokens, runs=runs)
+    result = NeedleResult(model_name=name, engine=engine_used, n_layers=n_layers, n_heads=n_heads,
+                          needle=builder.needle_text, question=builder.question,
+                          haystack=haystack_name or (f"attnviz prose (seed {seed})" if haystack is None else "given"),
+                          lengths=chosen, depths=chosen_depths, max_new_tokens=max_new_tokens, runs=runs)
+    result.pictures = [p for p in shown if p is not None]
+    return result

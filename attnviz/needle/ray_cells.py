@@ -14,6 +14,7 @@ from typing import Any
 
 from ..cluster import original_error, ray_module, start_ray
 from ..errors import AttnvizError, UsageError
+from .picture import RunPicture
 from .result import NeedleRun
 
 
@@ -36,17 +37,21 @@ class NeedleActor:
         """The model's name and the engine that runs it here."""
         return self.stepper.name, self.stepper.engine
 
-    def run(self, length: int, depth: float) -> NeedleRun:
-        from . import run_cell
+    def run(self, length: int, depth: float) -> tuple[NeedleRun, RunPicture | None]:
+        from .cells import run_cell
 
-        return run_cell(self.stepper, self.codec, self.builder.build(length, depth), needle=self.builder.needle_text,
-                        max_new_tokens=self.spec["max_new_tokens"])
+        prompt = self.builder.build(length, depth)
+        picture = RunPicture(len(prompt.ids), prompt.start, prompt.end) if self.spec["pictures"] else None
+        run = run_cell(self.stepper, self.codec, prompt, needle=self.builder.needle_text,
+                       max_new_tokens=self.spec["max_new_tokens"], picture=picture)
+        return run, picture
 
 
 def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: int, address: str | None,
-               done: Callable[[NeedleRun], None]) -> tuple[list[NeedleRun], str, str]:
-    """Every cell's run, in the order of ``cells``, the model's name and its engine; ``done(run)`` as each
-    comes back (in any order)."""
+               done: Callable[[NeedleRun, RunPicture | None], None],
+               ) -> tuple[list[NeedleRun], list[RunPicture | None], str, str]:
+    """Every cell's run and picture, in the order of ``cells``, the model's name and its engine;
+    ``done(run, picture)`` as each comes back (in any order)."""
     ray = ray_module()
     started = start_ray(ray, address)
     try:
@@ -66,6 +71,7 @@ def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: in
         idle = list(actors)
         running: dict[Any, tuple[Any, int]] = {}  # a Ray object ref -> the actor and the cell's index
         runs: list[NeedleRun | None] = [None] * len(cells)
+        pictures: list[RunPicture | None] = [None] * len(cells)
         while queue or running:
             while idle and queue:
                 actor, (index, (length, depth)) = idle.pop(), queue.popleft()
@@ -73,7 +79,7 @@ def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: in
             ready, _ = ray.wait(list(running), num_returns=1)
             actor, index = running.pop(ready[0])
             try:
-                run = ray.get(ready[0])
+                run, picture = ray.get(ready[0])
             except Exception as exc:
                 cause = original_error(exc)
                 if isinstance(cause, AttnvizError):
@@ -81,9 +87,9 @@ def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: in
                 raise AttnvizError(f"a Ray actor failed on the cell of length {cells[index][0]} and depth "
                                    f"{cells[index][1]:g} ({type(cause).__name__}: {cause})") from None
             idle.append(actor)
-            runs[index] = run
-            done(run)
-        return [run for run in runs if run is not None], str(name), str(engine)
+            runs[index], pictures[index] = run, picture
+            done(run, picture)
+        return [run for run in runs if run is not None], pictures, str(name), str(engine)
     finally:
         if started:
             ray.shutdown()

@@ -48,6 +48,9 @@ class NeedleResult:
     depths: list[float]
     max_new_tokens: int
     runs: list[NeedleRun] = field(default_factory=list)
+    # What the page draws of each run (:class:`attnviz.needle.picture.RunPicture`, in the order of ``runs``),
+    # kept by a run asked for it; never saved (a loaded result has none).
+    pictures: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def run_at(self, length: int, depth: float) -> NeedleRun:
         for run in self.runs:
@@ -97,6 +100,7 @@ class NeedleResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["pictures"]
         data["schema"] = SCHEMA
         data["heads"] = self.heads()
         data["retrieved_runs"] = len(self.counted)
@@ -116,7 +120,7 @@ class NeedleResult:
                              "with attnviz's needle command, saving its JSON")
         try:
             runs = [NeedleRun(**run) for run in data["runs"]]
-            names = [f for f in cls.__dataclass_fields__ if f != "runs"]
+            names = [f for f in cls.__dataclass_fields__ if f not in ("runs", "pictures")]
             result = cls(**{name: data[name] for name in names}, runs=runs)
         except (KeyError, TypeError) as exc:
             raise InputError(f"{where} is damaged: {type(exc).__name__} {exc}") from None

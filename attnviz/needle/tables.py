@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
+from ..labels import head_name
 from .scores import RETRIEVAL_HEAD_FROM
 
 COLUMNS = ("retrieval_score", "reasoning_score")
@@ -104,7 +105,7 @@ def _from_rows(rows: list[dict[str, object]], path: Path) -> RetrievalColumns:
     for layer, head, scores in cells:
         for name, value in zip(COLUMNS, scores, strict=True):
             if not math.isfinite(value) or value < 0:
-                raise InputError(f"{path}: {name} of L{layer}H{head} is {value}, not a finite number ≥ 0")
+                raise InputError(f"{path}: {name} of {head_name(layer, head)} is {value}, not a finite number ≥ 0")
             columns[name][layer, head] = value
     if any(bool(t.isnan().any()) for t in columns.values()):
         raise InputError(f"{path}: a head appears twice and another not at all")
