@@ -94,6 +94,7 @@ def test_attn_grad_page_reads_back_the_signed_numbers(minilm, tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--method", "flow", "--head", "2"), "--head applies to norm and attn-grad"),
+    (("--method", "flow", "--head", "0"), "--head applies to norm and attn-grad"),  # head 0 is given too (0 == False)
     (("--method", "flow", "--similar-to", "x"), "--target-token and --similar-to choose the output y"),
     (("--method", "mixing", "--force"), "--force lets attention flow run past"),
     (("--method", "mixing", "--fusion", "max"), "--fusion belongs to rollout and flow"),

@@ -264,3 +264,22 @@ def test_ray_and_local_give_identical_json(circuit, ray_cluster):
     on_ray = needle(circuit, backend="ray", jobs=2, progress=lambda done, total, run: seen.append(done), **kwargs)
     assert on_ray.to_dict() == local.to_dict()
     assert seen == list(range(4)) and all(run.retrieved for run in on_ray.runs)
+
+
+def test_the_question_goes_in_the_models_chat_template_where_it_has_one(lm):
+    from transformers import AutoTokenizer
+
+    from attnviz.needle.haystack import NEEDLE, QUESTION, PromptBuilder
+    from attnviz.sources.stepping import codec_from_tokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(lm["llama"])
+    plain = codec_from_tokenizer(tokenizer, [])
+    assert plain.chat is None
+    tokenizer.chat_template = ("{% for m in messages %}[USER] {{ m['content'] }} [END]{% endfor %}"
+                               "{% if add_generation_prompt %} [BOT]{% endif %}")
+    codec = codec_from_tokenizer(tokenizer, [])
+    assert codec.chat == ("[USER] ", " [END] [BOT]")
+    prompt = PromptBuilder(codec, haystack=None, needle=NEEDLE, question=QUESTION).build(400, 0.5)
+    text = codec.decode(prompt.ids)
+    assert len(prompt.ids) == 400 and text.startswith("[USER]") and text.endswith("[BOT]")
+    assert QUESTION in text and text.index(QUESTION) > text.index(codec.decode(prompt.needle))

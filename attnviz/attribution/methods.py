@@ -82,7 +82,10 @@ class Option:
             raise ValueError(f"option {self.name!r} is not a field of Request; give it a given(request) function")
 
     def is_given(self, request: Request) -> bool:
-        return self.given(request) if self.given is not None else getattr(request, self.name) not in (None, False)
+        if self.given is not None:
+            return self.given(request)
+        value = getattr(request, self.name)
+        return value is not None and value is not False  # `in (None, False)` would take head 0 for False (0 == False)
 
 
 OPTIONS: Registry[Option] = Registry("method option")
