@@ -1,0 +1,343 @@
+"""KV-cache eviction policies scored head by head, and what each would lose (issue 44).
+
+Every policy scores the prefix keys of one **KV head** and keeps its top ``budget``; a GQA group's query
+heads (query head h belongs to KV head ``h // (H // Hkv)``) are averaged first, so all heads of a group
+share one kept set, as in a real cache. The definitions follow NVIDIA kvpress 0.5.x (``kvpress/presses/``)
+and the papers it cites; each function says which. Ties are broken deterministically: forced keys (sinks,
+observation window, last token) score above every other key, the most recent of them first, and among
+equal scores the earlier key wins (a stable sort).
+
+Attention is read as an :class:`AttentionRows` source, one block of query rows at a time
+(``[H, rows, keys]``): :class:`QKRows` computes rows from queries and keys (memory O(rows × keys), never
+``[H, T, T]``), :class:`DenseRows` serves small dense weights (tests). What a policy loses is measured on
+the **future queries** (the question or the continuation; rows ``[H, F, T + F]`` over the prefix keys and
+their own): :func:`recall` is their attention mass on kept prefix keys plus their own keys (always kept,
+they are the new tokens); :func:`output_error` is ``‖o − o_kept‖ / ‖o‖`` with ``o_kept`` the softmax over the
+kept keys only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+POLICIES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
+N_SINK = 4  # kvpress StreamingLLMPress.n_sink
+WINDOW = 64  # kvpress SnapKVPress.window_size
+KERNEL = 5  # kvpress SnapKVPress.kernel_size (avg_pool1d, padding kernel // 2, stride 1)
+BETA = 20  # kvpress PyramidKVPress.beta
+BLOCK_FLOATS = 1 << 24  # floats of one block of rows (64 MiB in float32)
+
+
+# -- budgets -------------------------------------------------------------------------------------------
+
+
+def parse_budget(text: str) -> int | float:
+    """``"256"`` → 256 keys, ``"0.25"`` or ``"25%"`` → the fraction 0.25 (checked by :func:`resolve_budget`)."""
+    text = text.strip()
+    if text.endswith("%"):
+        return float(text[:-1]) / 100
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def resolve_budget(budget: int | float, n_keys: int) -> int:
+    """Keys kept per head: an int ``≥ 1`` (at most ``n_keys``) or a fraction ``0 < f ≤ 1`` of the keys,
+    ``floor(f · n_keys)`` as kvpress's ``int(k_len * (1 - compression_ratio))``, at least 1.
+    A float with an integral value above 1 (``64.0``) counts keys."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or n_keys < 1:
+        raise ValueError(f"budget {budget!r} is not a number of keys or a fraction (keys: {n_keys})")
+    if isinstance(budget, float):
+        if not math.isfinite(budget) or budget <= 0 or (budget > 1 and not budget.is_integer()):
+            raise ValueError(f"budget {budget!r}: a fraction is in (0, 1], a count a whole number ≥ 1")
+        if budget <= 1:
+            return max(1, math.floor(budget * n_keys + 1e-9))
+        budget = int(budget)
+    if budget < 1:
+        raise ValueError(f"budget {budget!r}: keep at least one key")
+    return min(budget, n_keys)
+
+
+def pyramid_budgets(budget: int, n_layers: int, n_keys: int, window: int = WINDOW, beta: int = BETA) -> list[int]:
+    """PyramidKV's per-layer budgets (Cai et al. 2024, arXiv 2406.02069; KVCache-Factory's ``pyramidkv_utils``
+    and kvpress ``PyramidKVPress.get_layer_budget``): an arithmetic sequence falling linearly from ``high``
+    at layer 0 to ``low`` at the last layer with mean ``budget`` (the same total as a uniform budget).
+    ``low = budget / beta`` raised to ``min(window, budget)`` (the window is always kept), ``high = 2·budget
+    − low``; a ``high`` above ``n_keys`` is capped there with ``low`` raised to keep the mean. kvpress
+    instead falls back to the uniform budget whenever ``budget / beta < window`` (every budget under 1,280
+    with its defaults), which would make PyramidKV SnapKV at any budget a short prompt allows."""
+    if beta < 1 or n_layers < 1 or not 1 <= budget <= n_keys:
+        raise ValueError(f"beta {beta} and layers {n_layers} must be ≥ 1, budget {budget} in 1 … {n_keys}")
+    if n_layers == 1:
+        return [budget]
+    low = max(budget / beta, min(window, budget))
+    high = 2 * budget - low
+    if high > n_keys:
+        high, low = n_keys, 2 * budget - n_keys
+    step = (high - low) / (n_layers - 1)
+    return [min(n_keys, max(1, round(high - layer * step))) for layer in range(n_layers)]
+
+
+# -- attention rows ----------------------------------------------------------------------------------------
+
+
+class AttentionRows(Protocol):
+    """Attention probabilities of ``n_rows`` query rows over ``n_keys`` keys, served in blocks. Row ``r``
+    sits at absolute position ``offset + r`` (keys at ``0 … n_keys − 1``); when ``causal`` it sees the
+    keys up to its position, the rest are 0."""
+
+    n_heads: int
+    n_rows: int
+    n_keys: int
+    offset: int
+    causal: bool
+    q: Tensor | None  # [H, n_rows, d] where known (block-sparse pooling needs them)
+    k: Tensor | None  # [Hkv, n_keys, d]
+
+    def block(self, start: int, stop: int) -> Tensor:
+        """``[H, stop − start, n_keys]`` float32 or float64 probabilities of rows ``start … stop − 1``."""
+        ...
+
+
+class DenseRows:
+    """Rows of given dense weights ``[H, n_rows, n_keys]`` (tests, short inputs); ``q``/``k`` optional."""
+
+    def __init__(self, weights: Tensor, *, offset: int | None = None, causal: bool = True,
+                 q: Tensor | None = None, k: Tensor | None = None) -> None:
+        if weights.dim() != 3:
+            raise ValueError(f"weights are [heads, rows, keys], got {tuple(weights.shape)}")
+        self.weights = weights if weights.dtype == torch.float64 else weights.float()
+        self.n_heads, self.n_rows, self.n_keys = weights.shape
+        self.offset = self.n_keys - self.n_rows if offset is None else offset
+        self.causal, self.q, self.k = causal, q, k
+
+    def block(self, start: int, stop: int) -> Tensor:
+        return self.weights[:, start:stop]
+
+
+class QKRows:
+    """Rows computed on demand from queries ``q [H, n_rows, d]`` and keys ``k [Hkv, n_keys, d]`` (after
+    RoPE): ``softmax(scale · q kᵀ)`` with query head h reading KV head ``h // (H // Hkv)``, causal by
+    default (row r at position ``offset + r``, ``offset`` defaulting to ``n_keys − n_rows``). float64
+    inputs stay float64, others are computed in float32."""
+
+    def __init__(self, q: Tensor, k: Tensor, *, scale: float | None = None, causal: bool = True,
+                 offset: int | None = None) -> None:
+        if q.dim() != 3 or k.dim() != 3 or q.shape[2] != k.shape[2] or q.shape[0] % k.shape[0]:
+            raise ValueError(f"q [H, T, d] and k [Hkv, T, d] with Hkv dividing H, got {tuple(q.shape)}, {tuple(k.shape)}")
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        self.q, self.k = q.to(dtype), k.to(dtype)
+        self.n_heads, self.n_rows, d = q.shape
+        self.n_keys = k.shape[1]
+        self.scale = d**-0.5 if scale is None else scale
+        self.offset = self.n_keys - self.n_rows if offset is None else offset
+        self.causal = causal
+
+    def block(self, start: int, stop: int) -> Tensor:
+        h, g = self.n_heads, self.n_heads // self.k.shape[0]
+        q = self.q[:, start:stop].reshape(h // g, g * (stop - start), -1)
+        logits = (q @ self.k.transpose(1, 2)).view(h, stop - start, self.n_keys) * self.scale
+        if self.causal:
+            rows = torch.arange(start, stop, device=logits.device) + self.offset
+            future = torch.arange(self.n_keys, device=logits.device)[None, :] > rows[:, None]
+            logits = logits.masked_fill(future, float("-inf"))
+        return torch.softmax(logits, dim=-1)
+
+
+def row_blocks(rows: AttentionRows, start: int = 0, stop: int | None = None,
+               size: int | None = None) -> Iterator[tuple[int, Tensor]]:
+    """``(first row, block)`` for rows ``start … stop − 1``, ``size`` rows a block (by default as many as
+    fit :data:`BLOCK_FLOATS` floats)."""
+    stop = rows.n_rows if stop is None else stop
+    size = size or max(1, BLOCK_FLOATS // max(1, rows.n_heads * rows.n_keys))
+    for first in range(start, stop, size):
+        yield first, rows.block(first, min(stop, first + size))
+
+
+def group_mean(x: Tensor, n_kv_heads: int) -> Tensor:
+    """``[H, …]`` → ``[Hkv, …]``: the mean over each GQA group (query heads ``g·G … g·G + G − 1``)."""
+    if x.shape[0] % n_kv_heads:
+        raise ValueError(f"{x.shape[0]} query heads do not split into {n_kv_heads} KV heads")
+    return x.reshape(n_kv_heads, x.shape[0] // n_kv_heads, *x.shape[1:]).mean(1)
+
+
+def kv_head_of(head: int, n_heads: int, n_kv_heads: int) -> int:
+    """The KV head query head ``head`` reads (GQA: ``head // (H // Hkv)``)."""
+    return head // (n_heads // n_kv_heads)
+
+
+# -- policy scores ---------------------------------------------------------------------------------------------
+
+
+def _forced(scores: Tensor, first: int) -> Tensor:
+    """Keys ``first …`` of ``scores [Hkv, T]`` raised above every other key, the most recent highest
+    (kvpress pads them with ``max + 1``; the order among them only matters when the budget is smaller)."""
+    n = scores.shape[1] - first
+    top = scores[:, :first].max() if first > 0 else torch.zeros((), dtype=scores.dtype)
+    scores[:, first:] = top + 1 + torch.arange(n, dtype=scores.dtype) / max(n, 1)
+    return scores
+
+
+def streaming_scores(n_keys: int, n_kv_heads: int, n_sink: int = N_SINK) -> Tensor:
+    """StreamingLLM (Xiao et al. 2023, arXiv 2309.17453; kvpress ``StreamingLLMPress``): the first
+    ``n_sink`` keys, then the most recent. ``[Hkv, T]`` float64; the top ``b`` are the sinks and the last
+    ``b − n_sink`` keys (the first ``b`` sinks when ``b < n_sink``)."""
+    position = torch.arange(n_keys, dtype=torch.float64) / max(n_keys, 1)
+    scores = torch.where(torch.arange(n_keys) < n_sink, 2 - position, position)
+    return scores.expand(n_kv_heads, n_keys).clone()
+
+
+def h2o_scores(rows: AttentionRows, n_kv_heads: int) -> Tensor:
+    """H2O as kvpress ``ObservedAttentionPress`` (Zhang et al. 2023, arXiv 2306.14048): the attention each
+    key received, summed over the prefix's query rows and divided by the rows that could see it
+    (``T − j`` for key j in a causal prefix), averaged over the group. ``[Hkv, n_keys]`` float64."""
+    total = torch.zeros(rows.n_heads, rows.n_keys, dtype=torch.float64)
+    for _, block in row_blocks(rows):
+        total += block.sum(1, dtype=torch.float64)
+    if rows.causal:
+        keys = torch.arange(rows.n_keys)
+        seen = (rows.n_rows - (keys - rows.offset).clamp(min=0)).clamp(min=1)
+    else:
+        seen = torch.full((rows.n_keys,), rows.n_rows)
+    return group_mean(total / seen.to(torch.float64), n_kv_heads)
+
+
+def snapkv_scores(rows: AttentionRows, n_kv_heads: int, *, window: int = WINDOW, kernel: int = KERNEL,
+                  observation: AttentionRows | None = None) -> Tensor:
+    """SnapKV (Li et al. 2024, arXiv 2404.14469) as kvpress ``SnapKVPress``: the last ``window`` query rows'
+    attention on the keys before the window, averaged over those rows, smoothed with
+    ``avg_pool1d(kernel, padding=kernel // 2, stride=1)`` (zeros padded, counted) over the key axis,
+    averaged over the group; the window's own keys are always kept. With ``observation`` (e.g. the
+    question's rows ``[H, F, n_keys + F]``) those rows are the window and score every prefix key of
+    ``rows``, none forced. ``[Hkv, n_keys]`` float64."""
+    if kernel % 2 == 0:
+        raise ValueError(f"kernel {kernel} must be odd")
+    n = rows.n_keys
+    if observation is not None:
+        source, first, scored = observation, 0, n
+    else:
+        window = min(window, rows.n_rows, n)
+        source, first, scored = rows, rows.n_rows - window, n - window
+    total = torch.zeros(source.n_heads, scored, dtype=torch.float64)
+    for _, block in row_blocks(source, first):
+        total += block[..., :scored].sum(1, dtype=torch.float64)
+    mean = total / max(source.n_rows - first, 1)
+    pooled = F.avg_pool1d(mean[:, None], kernel, stride=1, padding=kernel // 2)[:, 0] if scored else mean
+    scores = torch.zeros(n_kv_heads, n, dtype=torch.float64)
+    scores[:, :scored] = group_mean(pooled, n_kv_heads)
+    return _forced(scores, scored)
+
+
+def tova_scores(rows: AttentionRows, n_kv_heads: int, *, across: Literal["group", "layer"] = "group") -> Tensor:
+    """TOVA (Oren et al. 2024, arXiv 2401.06104; kvpress ``TOVAPress``): the last query row's attention on
+    the keys before it, averaged over the group's heads (``across="layer"``: over all heads, as kvpress and
+    TOVA's cache do, one choice for every KV head); the last key always kept. ``[Hkv, n_keys]`` float64."""
+    last = rows.block(rows.n_rows - 1, rows.n_rows)[:, 0].to(torch.float64)
+    scores = torch.zeros(n_kv_heads, rows.n_keys, dtype=torch.float64)
+    scored = rows.n_keys - 1
+    mean = last[:, :scored].mean(0, keepdim=True).expand(n_kv_heads, -1) if across == "layer" else \
+        group_mean(last[:, :scored], n_kv_heads)
+    scores[:, :scored] = mean
+    return _forced(scores, scored)
+
+
+def oracle_scores(future: AttentionRows, n_kv_heads: int, n_prefix: int) -> Tensor:
+    """The upper bound: the future queries' own attention on each prefix key, averaged over them and over
+    the group. Its top ``b`` maximise :func:`recall` averaged over the group. ``[Hkv, n_prefix]``."""
+    total = torch.zeros(future.n_heads, n_prefix, dtype=torch.float64)
+    for _, block in row_blocks(future):
+        total += block[..., :n_prefix].sum(1, dtype=torch.float64)
+    return group_mean(total / max(future.n_rows, 1), n_kv_heads)
+
+
+def keep_top(scores: Tensor, budget: int | float) -> Tensor:
+    """``[Hkv, T]`` bool: each KV head's ``resolve_budget(budget, T)`` highest scores (stable: among equal
+    scores the earlier key)."""
+    n = resolve_budget(budget, scores.shape[1])
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :n]
+    return torch.zeros(scores.shape, dtype=torch.bool).scatter_(1, order, True)
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What :func:`policy_scores` reads for one layer: the prefix's rows, the future queries' rows (oracle,
+    and SnapKV's window when ``question_window``), and the policies' settings."""
+
+    rows: AttentionRows
+    n_kv_heads: int
+    future: AttentionRows | None = None
+    n_sink: int = N_SINK
+    window: int = WINDOW
+    kernel: int = KERNEL
+    question_window: bool = False
+
+
+def policy_scores(policy: str, inputs: PolicyInputs) -> Tensor:
+    """One layer's ``[Hkv, n_keys]`` scores under ``policy`` (one of :data:`POLICIES`; ``pyramidkv`` scores
+    as SnapKV, its budget comes from :func:`pyramid_budgets`). Score once, :func:`keep_top` per budget."""
+    rows, hkv = inputs.rows, inputs.n_kv_heads
+    if policy == "streaming":
+        return streaming_scores(rows.n_keys, hkv, inputs.n_sink)
+    if policy == "h2o":
+        return h2o_scores(rows, hkv)
+    if policy in ("snapkv", "pyramidkv"):
+        observation = inputs.future if inputs.question_window else None
+        if inputs.question_window and observation is None:
+            raise ValueError("a question window needs the future rows")
+        return snapkv_scores(rows, hkv, window=inputs.window, kernel=inputs.kernel, observation=observation)
+    if policy == "tova":
+        return tova_scores(rows, hkv)
+    if policy == "oracle":
+        if inputs.future is None:
+            raise ValueError("the oracle needs the future rows")
+        return oracle_scores(inputs.future, hkv, rows.n_keys)
+    raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+
+
+# -- what a kept set loses --------------------------------------------------------------------------------------
+
+
+def _kept_columns(keep: Tensor, future: AttentionRows) -> Tensor:
+    """``[H, T + F]`` bool: per query head, its KV head's kept prefix keys and every future key."""
+    n_prefix = keep.shape[1]
+    per_head = keep.repeat_interleave(future.n_heads // keep.shape[0], dim=0)
+    own = torch.ones(future.n_heads, future.n_keys - n_prefix, dtype=torch.bool)
+    return torch.cat([per_head, own], dim=1)
+
+
+def recall(future: AttentionRows, keep: Tensor) -> Tensor:
+    """``[H]`` float64: each query head's future attention mass on its KV head's kept prefix keys
+    (``keep [Hkv, T]``) plus on the future keys, averaged over the future rows. :func:`group_mean` gives
+    the KV head's recall."""
+    kept = _kept_columns(keep, future)
+    total = torch.zeros(future.n_heads, dtype=torch.float64)
+    for _, block in row_blocks(future):
+        total += (block * kept[:, None]).sum((1, 2), dtype=torch.float64)
+    return total / max(future.n_rows, 1)
+
+
+def output_error(future: AttentionRows, values: Tensor, keep: Tensor) -> Tensor:
+    """``[H]`` float64: ``‖o − o_kept‖ / ‖o‖`` over each query head's future rows (Frobenius over rows ×
+    dims), ``o = A v`` and ``o_kept = (A ⊙ M) v / Σ(A ⊙ M)``, the softmax over the kept keys M only.
+    ``values [Hkv, T + F, d]``."""
+    kept = _kept_columns(keep, future)
+    group = future.n_heads // values.shape[0]
+    v = values.to(torch.float64).repeat_interleave(group, dim=0)
+    diff = torch.zeros(future.n_heads, dtype=torch.float64)
+    norm = torch.zeros(future.n_heads, dtype=torch.float64)
+    for _, block in row_blocks(future):
+        a = block.to(torch.float64)
+        masked = a * kept[:, None]
+        o = a @ v
+        o_kept = (masked @ v) / masked.sum(-1, keepdim=True).clamp(min=1e-300)
+        diff += (o - o_kept).square().sum((1, 2))
+        norm += o.square().sum((1, 2))
+    return diff.sqrt() / norm.sqrt().clamp(min=1e-300)
