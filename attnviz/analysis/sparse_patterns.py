@@ -1,0 +1,265 @@
+"""Sparse prefill patterns per head (MInference) and the streaming/retrieval split (DuoAttention), issue 44.
+
+MInference (Jiang et al. 2024, arXiv 2407.02490; ``minference/modules/minference_forward.py``,
+``search_pattern``) scores three patterns per query head by their **recall**, the mean over query rows
+``i ≥ i0`` of ``Σ_j A_ij M_ij`` (causal rows; MInference takes ``i0 = 2500``, here the budget by default,
+the first row that cannot keep every key):
+
+- **A-shape** (``stream_llm``): the first ``sinks`` columns and a local band ``i − j < local``;
+- **vertical-slash**: the strongest columns and diagonals (offsets ``i − j``), estimated from the last
+  ``last_q = 64`` query rows (column sums and diagonal sums of their attention, the first 30 columns and
+  the 30 nearest diagonals always among them), then applied to every row;
+- **block-sparse**: per 64-query block row, the top-k 64×64 key blocks by the dot product of the blocks'
+  mean-pooled queries and keys (``ops/block_sparse_flash_attention._build_block_index``), causal at the
+  block level. A block's mean is over its tokens (MInference pads the last block with zeros).
+
+Each pattern gets the same **budget** ``b``, keys per query row: A-shape ``min(sinks, b // 2)`` sinks and
+``b − sinks`` local keys; vertical-slash ``v + s = b`` over a few splits (all columns to all diagonals), the best
+reported (as MInference searches several sizes); block-sparse ``max(1, b // 64)`` blocks. No row keeps more than ``b`` keys.
+The winner is the first of :data:`PATTERNS` within ``1e-6`` of the best recall (ties go to the simpler).
+
+DuoAttention (Xiao et al. 2024, arXiv 2410.10819; ``mit-han-lab/duo-attention``) serves a head with
+sinks + a recent window when that loses little: here a query head's **streaming mass** is its attention
+on the first 64 keys and the last 256 (``i − j < 256``), averaged over rows ``i ≥ 64 + 256`` (earlier rows
+lose nothing); a KV head is streaming when every query head of its group keeps at least ``threshold``
+(0.9) of its mass, otherwise retrieval ("full"), the unit DuoAttention gates.
+
+Masses are accumulated one block of rows at a time as sums by column, by diagonal and by 64×64 block,
+so a pattern's recall costs no ``[H, T, T]`` mask: ``mass(V ∪ S) = mass(V) + mass(S) − mass(V ∩ S)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .kv_policies import AttentionRows, resolve_budget, row_blocks
+
+PATTERNS = ("a_shape", "vertical_slash", "block_sparse")
+MINFERENCE_NAMES = {"a_shape": "stream_llm", "vertical_slash": "vertical_and_slash", "block_sparse": "block_sparse"}
+SINKS = 64  # A-shape sink columns (capped at half the budget)
+LAST_Q = 64  # MInference's last_q: rows that estimate vertical-slash
+FORCED = 30  # MInference: the first 30 columns and the 30 nearest diagonals are always chosen
+BLOCK = 64  # block-sparse block size (MInference's kernel: 64 × 64)
+VERTICAL_SHARES = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)  # vertical-slash splits tried: the columns' share of b
+DUO_SINK, DUO_RECENT, DUO_THRESHOLD = 64, 256, 0.9
+TIE = 1e-6
+
+
+def _top(scores: Tensor, count: int) -> Tensor:
+    """``[H, count]`` indices of each row's highest scores (stable: the earlier index among equals)."""
+    return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :count]
+
+
+def _diagonal_sums(block: Tensor, positions: Tensor) -> Tensor:
+    """``[H, N]``: for each offset ``o``, the block's sum of ``A[i, i − o]`` (only ``j ≤ i``)."""
+    h, r, n = block.shape
+    offsets = positions[:, None] - torch.arange(n)[None, :]
+    weights = block * (offsets >= 0)
+    index = offsets.clamp(min=0).expand(h, r, n).reshape(h, -1)
+    return torch.zeros(h, n, dtype=torch.float64).scatter_add_(1, index, weights.reshape(h, -1).double())
+
+
+def estimate_vertical_slash(rows: AttentionRows, n_vertical: int, n_slash: int, *, last_q: int = LAST_Q,
+                            forced: int = FORCED) -> tuple[Tensor, Tensor]:
+    """MInference's vertical-slash estimate: from the last ``last_q`` rows' attention, the ``n_vertical``
+    columns with the highest sums (the first ``forced`` always among them) and the ``n_slash`` diagonal
+    offsets with the highest sums (offsets ``0 … forced − 1`` always). ``(columns [H, n_vertical] long,
+    offsets [H, N] bool)``."""
+    first = max(0, rows.n_rows - last_q)
+    block = rows.block(first, rows.n_rows).double()
+    positions = torch.arange(first, rows.n_rows) + rows.offset
+    vertical = block.sum(1)
+    slash = _diagonal_sums(block, positions)
+    vertical[:, :forced] = math.inf
+    slash[:, :forced] = math.inf
+    n = rows.n_keys
+    offsets = torch.zeros(rows.n_heads, n, dtype=torch.bool)
+    offsets.scatter_(1, _top(slash, min(n_slash, n)), True)
+    return _top(vertical, min(n_vertical, n)), offsets
+
+
+def estimate_blocks(rows: AttentionRows, top_blocks: int, *, block: int = BLOCK) -> Tensor:
+    """MInference's block-sparse index: queries and keys mean-pooled over blocks of ``block`` positions,
+    ``pooled_q · pooled_k`` per query head (its KV head's keys), key blocks after the query block masked,
+    each block row's ``top_blocks`` best kept. ``[H, query blocks, key blocks]`` bool (query blocks by
+    absolute position). Needs ``rows.q`` and ``rows.k``."""
+    if rows.q is None or rows.k is None:
+        raise ValueError("block-sparse pooling needs the queries and keys (QKRows, or DenseRows with q and k)")
+    q, k = rows.q.double(), rows.k.double()
+    h, hkv = q.shape[0], k.shape[0]
+    qb = (torch.arange(rows.n_rows) + rows.offset) // block
+    nbq, nbk = int(qb[-1]) + 1, -(-rows.n_keys // block)
+    pooled_q = torch.zeros(h, nbq, q.shape[2], dtype=torch.float64).index_add_(1, qb, q)
+    pooled_q /= torch.bincount(qb, minlength=nbq).clamp(min=1)[None, :, None]
+    kb = torch.arange(rows.n_keys) // block
+    pooled_k = torch.zeros(hkv, nbk, k.shape[2], dtype=torch.float64).index_add_(1, kb, k)
+    pooled_k /= torch.bincount(kb, minlength=nbk)[None, :, None]
+    scores = pooled_q @ pooled_k.repeat_interleave(h // hkv, dim=0).transpose(1, 2)
+    causal = torch.arange(nbk)[None, :] <= torch.arange(nbq)[:, None]
+    scores = scores.masked_fill(~causal, -math.inf)
+    chosen = torch.zeros(h, nbq, nbk, dtype=torch.bool)
+    chosen.scatter_(2, torch.sort(scores, dim=2, descending=True, stable=True).indices[..., :top_blocks], True)
+    return chosen & causal
+
+
+@dataclass
+class _Sums:
+    """Σ over rows ``i ≥ first`` of a layer's attention: by column, by diagonal offset, by (query block,
+    key block), and the overlaps of the patterns' two parts (A-shape's sinks ∩ band, vertical ∩ slash)."""
+
+    n_heads: int
+    n_keys: int
+    first: int
+    a_shape: tuple[int, int]  # sinks, local
+    vertical_slash: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (columns, offsets)
+    block: int = 0  # 0: no block sums
+    n_query_blocks: int = 0
+
+    def __post_init__(self) -> None:
+        h, n = self.n_heads, self.n_keys
+        self.rows = 0
+        self.column = torch.zeros(h, n, dtype=torch.float64)
+        self.diagonal = torch.zeros(h, n, dtype=torch.float64)
+        self.a_overlap = torch.zeros(h, dtype=torch.float64)
+        self.vs_overlap = [torch.zeros(h, dtype=torch.float64) for _ in self.vertical_slash]
+        nbk = -(-n // self.block) if self.block else 0
+        self.blocks = torch.zeros(h, self.n_query_blocks, nbk, dtype=torch.float64)
+
+    def add(self, block: Tensor, positions: Tensor) -> None:
+        keep = positions >= self.first
+        if not keep.any():
+            return
+        a, positions = block[:, keep], positions[keep]
+        h, r, n = a.shape
+        self.rows += r
+        self.column += a.sum(1, dtype=torch.float64)
+        self.diagonal += _diagonal_sums(a, positions)
+        sinks, local = self.a_shape
+        j = torch.arange(min(sinks, n))
+        near = (positions[:, None] - j[None, :] < local) & (j[None, :] <= positions[:, None])
+        self.a_overlap += (a[..., : len(j)] * near).sum((1, 2), dtype=torch.float64)
+        for overlap, (columns, offsets) in zip(self.vs_overlap, self.vertical_slash, strict=True):
+            picked = a.gather(2, columns[:, None, :].expand(h, r, columns.shape[1]))
+            distance = positions[None, :, None] - columns[:, None, :]
+            on_slash = offsets.gather(1, distance.clamp(min=0).reshape(h, -1)).view_as(distance) & (distance >= 0)
+            overlap += (picked * on_slash).sum((1, 2), dtype=torch.float64)
+        if self.block:
+            pad = (-n) % self.block
+            by_block = F.pad(a, (0, pad)).view(h, r, -1, self.block).sum(-1, dtype=torch.float64)
+            self.blocks.index_add_(1, positions // self.block, by_block)
+
+    def a_shape_mass(self) -> Tensor:
+        sinks, local = self.a_shape
+        return self.column[:, :sinks].sum(1) + self.diagonal[:, :local].sum(1) - self.a_overlap
+
+    def vertical_slash_mass(self, index: int) -> Tensor:
+        columns, offsets = self.vertical_slash[index]
+        return (self.column.gather(1, columns).sum(1) + (self.diagonal * offsets).sum(1) - self.vs_overlap[index])
+
+    def mean(self, mass: Tensor) -> Tensor:
+        """Mass per row; 1 where no row is at or after ``first`` (nothing can be lost)."""
+        return mass / self.rows if self.rows else torch.ones_like(mass)
+
+
+@dataclass(frozen=True)
+class PatternSearch:
+    """One layer's search: per query head ``[H]`` tensors. ``recall`` per pattern (vertical-slash: the best
+    split, its sizes in ``vertical``/``slash``), ``winner`` per head, the A-shape's ``sinks``/``local``, the
+    blocks per row ``top_blocks``, every candidate tried as MInference's ``all_info`` rows
+    ``(pattern, v_size, s_size, recall [H])``, and DuoAttention's ``streaming_mass``."""
+
+    budget: int
+    first_query: int
+    recall: dict[str, Tensor]
+    winner: list[str]
+    vertical: Tensor
+    slash: Tensor
+    sinks: int
+    local: int
+    top_blocks: int
+    block: int
+    candidates: list[tuple[str, int, int, Tensor]]
+    streaming_mass: Tensor
+
+
+def search_patterns(rows: AttentionRows, budget: int | float, *, sinks: int = SINKS, last_q: int = LAST_Q,
+                    block: int = BLOCK, forced: int = FORCED, shares: Sequence[float] = VERTICAL_SHARES,
+                    first_query: int | None = None, duo_sink: int = DUO_SINK,
+                    duo_recent: int = DUO_RECENT) -> PatternSearch:
+    """MInference's per-head search at one ``budget`` (keys per row; an int or a fraction of the keys) over
+    a causal prefix's rows (``rows.offset == 0`` normally), and DuoAttention's streaming mass, in one pass
+    over the rows. ``first_query`` (default: the budget) is MInference's ``i0``."""
+    if not rows.causal:
+        raise ValueError("sparse prefill patterns are defined for causal attention")
+    n, h = rows.n_keys, rows.n_heads
+    b = resolve_budget(budget, n)
+    i0 = min(b, n - 1) if first_query is None else first_query
+    a_sinks = min(sinks, b // 2)
+    splits = sorted({(v, b - v) for v in (min(b, max(0, round(s * b))) for s in shares)})
+    vs = [estimate_vertical_slash(rows, v, s, last_q=last_q, forced=forced) for v, s in splits]
+    top_blocks = max(1, b // block)
+    n_query_blocks = (rows.offset + rows.n_rows - 1) // block + 1
+    sums = _Sums(h, n, i0, (a_sinks, b - a_sinks), vs, block, n_query_blocks)
+    duo = _Sums(h, n, duo_sink + duo_recent, (duo_sink, duo_recent))
+    for start, a in row_blocks(rows, min(max(0, i0 - rows.offset), max(0, duo.first - rows.offset), rows.n_rows)):
+        positions = torch.arange(start, start + a.shape[1]) + rows.offset
+        sums.add(a, positions)
+        duo.add(a, positions)
+    candidates = [("a_shape", a_sinks, b - a_sinks, sums.mean(sums.a_shape_mass()))]
+    candidates += [("vertical_slash", v, s, sums.mean(sums.vertical_slash_mass(i))) for i, (v, s) in enumerate(splits)]
+    chosen = estimate_blocks(rows, top_blocks, block=block)
+    candidates.append(("block_sparse", top_blocks, block, sums.mean((sums.blocks * chosen).sum((1, 2)))))
+    vs_recalls = torch.stack([c[3] for c in candidates if c[0] == "vertical_slash"])
+    best = vs_recalls.argmax(0)
+    recall = {"a_shape": candidates[0][3], "vertical_slash": vs_recalls.max(0).values,
+              "block_sparse": candidates[-1][3]}
+    table = torch.stack([recall[p] for p in PATTERNS])
+    top = table.max(0).values
+    winner = [PATTERNS[int((table[:, head] >= top[head] - TIE).nonzero()[0])] for head in range(h)]
+    return PatternSearch(
+        budget=b, first_query=i0, recall=recall, winner=winner,
+        vertical=torch.tensor([splits[int(i)][0] for i in best]), slash=torch.tensor([splits[int(i)][1] for i in best]),
+        sinks=a_sinks, local=b - a_sinks, top_blocks=top_blocks, block=block, candidates=candidates,
+        streaming_mass=duo.mean(duo.a_shape_mass()),
+    )
+
+
+def streaming_heads(streaming_mass: Tensor, n_kv_heads: int, threshold: float = DUO_THRESHOLD) -> Tensor:
+    """DuoAttention's split per KV head: ``[Hkv]`` bool, True for a retrieval ("full attention") head, i.e.
+    some query head of its group keeps less than ``threshold`` of its mass under sinks + recent window."""
+    group = streaming_mass.reshape(n_kv_heads, -1)
+    return group.min(1).values < threshold
+
+
+def minference_config(layers: Sequence[PatternSearch]) -> list[dict[str, list[object]]]:
+    """MInference's per-head config (its ``configs/*_best_pattern.json``): a list over layers of
+    ``{"head": [pattern, v_size, s_size, score]}`` with MInference's names (``stream_llm`` with ``n_init`` =
+    sinks and ``n_local``; ``vertical_and_slash`` with the column and diagonal counts; ``block_sparse`` with
+    the blocks per row and the block size, which MInference's kernel replaces by its own top-k) and the
+    recall as the score."""
+    config = []
+    for search in layers:
+        heads: dict[str, list[object]] = {}
+        for head, pattern in enumerate(search.winner):
+            if pattern == "a_shape":
+                sizes = [search.sinks, search.local]
+            elif pattern == "vertical_slash":
+                sizes = [int(search.vertical[head]), int(search.slash[head])]
+            else:
+                sizes = [search.top_blocks, search.block]
+            heads[str(head)] = [MINFERENCE_NAMES[pattern], *sizes, float(search.recall[pattern][head])]
+        config.append(heads)
+    return config
+
+
+def duo_attention_tsv(full_heads: Sequence[Tensor]) -> str:
+    """DuoAttention's ``full_attention_heads.tsv``: one line per layer, one tab-separated column per KV
+    head, 1 for a full-attention (retrieval) head and 0 for a streaming one, written as numpy's
+    ``savetxt`` does (``%.18e``); ``duo_attn.utils.load_attn_pattern`` reads it back with ``np.loadtxt``."""
+    return "".join("\t".join(f"{float(x):.18e}" for x in layer.tolist()) + "\n" for layer in full_heads)
