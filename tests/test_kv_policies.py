@@ -198,3 +198,25 @@ def test_pyramid_budgets() -> None:
         values = kv.pyramid_budgets(budget, layers, keys)
         assert abs(sum(values) / layers - budget) <= 0.5 and values == sorted(values, reverse=True)
         assert all(1 <= b <= keys for b in values)
+
+
+def test_planted_needle_kept_by_question_window_lost_by_streaming() -> None:
+    # Prefix tokens attend to themselves; the question's queries carry the needle key's feature (key 150):
+    # SnapKV with the question as its window keeps the needle, StreamingLLM at a small budget drops it.
+    t, f, d, needle = 400, 8, 32, 150
+    g = torch.Generator().manual_seed(5)
+    r = torch.nn.functional.normalize(torch.randn(t + f, d, generator=g, dtype=torch.float64), dim=-1)
+    q = torch.cat([12 * r, torch.zeros(t + f, 1, dtype=torch.float64)], 1)
+    q[t:, -1] = 20.0
+    k = torch.cat([r, torch.zeros(t + f, 1, dtype=torch.float64)], 1)
+    k[needle, -1] = 1.0
+    q, k = q.expand(2, t + f, d + 1).clone(), k[None]
+    inputs = PolicyInputs(QKRows(q[:, :t], k[:, :t], scale=1.0), 1, future=QKRows(q[:, t:], k, scale=1.0),
+                          question_window=True)
+    snap = kv.keep_top(kv.policy_scores("snapkv", inputs), 16)
+    stream = kv.keep_top(kv.policy_scores("streaming", inputs), 16)
+    assert snap[0, needle] and not stream[0, needle]
+    assert (kv.recall(inputs.future, snap) > 0.99).all() and (kv.recall(inputs.future, stream) < 0.05).all()
+    v = torch.randn(1, t + f, d, generator=g, dtype=torch.float64)
+    assert (kv.output_error(inputs.future, v, snap) < 0.01).all()
+    assert (kv.output_error(inputs.future, v, stream) > 0.5).all()

@@ -142,14 +142,19 @@ class QKRows:
         self.causal = causal
 
     def block(self, start: int, stop: int) -> Tensor:
-        h, g = self.n_heads, self.n_heads // self.k.shape[0]
-        q = self.q[:, start:stop].reshape(h // g, g * (stop - start), -1)
-        logits = (q @ self.k.transpose(1, 2)).view(h, stop - start, self.n_keys) * self.scale
+        h, g, r = self.n_heads, self.n_heads // self.k.shape[0], stop - start
+        # Causal rows see no key after the block's last row: those columns stay 0 and are not computed.
+        width = min(self.n_keys, self.offset + stop) if self.causal else self.n_keys
+        q = (self.q[:, start:stop] * self.scale).reshape(h // g, g * r, -1)
+        logits = (q @ self.k[:, :width].transpose(1, 2)).view(h, r, width)
         if self.causal:
             rows = torch.arange(start, stop, device=logits.device) + self.offset
-            future = torch.arange(self.n_keys, device=logits.device)[None, :] > rows[:, None]
-            logits = logits.masked_fill(future, float("-inf"))
-        return torch.softmax(logits, dim=-1)
+            logits.masked_fill_(torch.arange(width, device=logits.device)[None, :] > rows[:, None], float("-inf"))
+        if width == self.n_keys:
+            return torch.softmax(logits, dim=-1)
+        out = logits.new_zeros(h, r, self.n_keys)
+        out[..., :width] = torch.softmax(logits, dim=-1)
+        return out
 
 
 def row_blocks(rows: AttentionRows, start: int = 0, stop: int | None = None,

@@ -56,13 +56,25 @@ def _top(scores: Tensor, count: int) -> Tensor:
     return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :count]
 
 
-def _diagonal_sums(block: Tensor, positions: Tensor) -> Tensor:
-    """``[H, N]``: for each offset ``o``, the block's sum of ``A[i, i − o]`` (only ``j ≤ i``)."""
+def _diagonal_sums(block: Tensor, positions: Tensor, width: int | None = None) -> Tensor:
+    """``[H, width]`` float64: for each offset ``o < width`` (default: every key), the block's sum of
+    ``A[i, i − o]`` over its rows (consecutive positions; only ``j ≤ i``). All offsets: the rows padded and
+    skewed by one per row (a strided view, as MInference's ``sum_all_diagonal_matrix``) and summed; a narrow
+    band: gathered."""
     h, r, n = block.shape
-    offsets = positions[:, None] - torch.arange(n)[None, :]
-    weights = block * (offsets >= 0)
-    index = offsets.clamp(min=0).expand(h, r, n).reshape(h, -1)
-    return torch.zeros(h, n, dtype=torch.float64).scatter_add_(1, index, weights.reshape(h, -1).double())
+    if width is not None and width < n:
+        index = positions[:, None] - torch.arange(width)[None, :]
+        picked = block.gather(2, index.clamp(min=0).expand(h, r, width)) * (index >= 0)
+        return picked.sum(1).double()
+    # Row i (position p0 + i) shifted right by r − 1 − i: its offset o lands in column p0 + r − 1 − o.
+    padded = F.pad(block, (r, r))  # [h, r, n + 2r]: r zeros either side of each row
+    skewed = padded.as_strided((h, r, n + r), (r * (n + 2 * r), n + 2 * r + 1, 1), 1)
+    sums = skewed.sum(1)
+    p0 = int(positions[0])
+    offsets = torch.arange(min(n, p0 + r))
+    out = torch.zeros(h, n, dtype=torch.float64)
+    out[:, : len(offsets)] = sums[:, p0 + r - 1 - offsets]
+    return out
 
 
 def estimate_vertical_slash(rows: AttentionRows, n_vertical: int, n_slash: int, *, last_q: int = LAST_Q,
@@ -123,35 +135,39 @@ class _Sums:
 
     def __post_init__(self) -> None:
         h, n = self.n_heads, self.n_keys
+        sinks, local = self.a_shape
+        self.full = bool(self.vertical_slash or self.block)  # else only what the A-shape reads
         self.rows = 0
-        self.column = torch.zeros(h, n, dtype=torch.float64)
-        self.diagonal = torch.zeros(h, n, dtype=torch.float64)
+        self.column = torch.zeros(h, n if self.full else min(sinks, n), dtype=torch.float64)
+        self.diagonal = torch.zeros(h, n if self.full else min(local, n), dtype=torch.float64)
         self.a_overlap = torch.zeros(h, dtype=torch.float64)
         self.vs_overlap = [torch.zeros(h, dtype=torch.float64) for _ in self.vertical_slash]
         nbk = -(-n // self.block) if self.block else 0
         self.blocks = torch.zeros(h, self.n_query_blocks, nbk, dtype=torch.float64)
 
     def add(self, block: Tensor, positions: Tensor) -> None:
-        keep = positions >= self.first
-        if not keep.any():
+        """Add a block of rows ``[H, R, N]`` at consecutive ``positions``; rows before ``first`` are skipped."""
+        skip = int((positions < self.first).sum())
+        if skip == len(positions):
             return
-        a, positions = block[:, keep], positions[keep]
+        a, positions = block[:, skip:], positions[skip:]
         h, r, n = a.shape
         self.rows += r
-        self.column += a.sum(1, dtype=torch.float64)
-        self.diagonal += _diagonal_sums(a, positions)
+        width = self.column.shape[1]
+        self.column += a[..., :width].sum(1).double()
+        self.diagonal += _diagonal_sums(a, positions, None if self.full else self.diagonal.shape[1])
         sinks, local = self.a_shape
         j = torch.arange(min(sinks, n))
         near = (positions[:, None] - j[None, :] < local) & (j[None, :] <= positions[:, None])
-        self.a_overlap += (a[..., : len(j)] * near).sum((1, 2), dtype=torch.float64)
+        self.a_overlap += (a[..., : len(j)] * near).sum((1, 2)).double()
         for overlap, (columns, offsets) in zip(self.vs_overlap, self.vertical_slash, strict=True):
             picked = a.gather(2, columns[:, None, :].expand(h, r, columns.shape[1]))
             distance = positions[None, :, None] - columns[:, None, :]
             on_slash = offsets.gather(1, distance.clamp(min=0).reshape(h, -1)).view_as(distance) & (distance >= 0)
-            overlap += (picked * on_slash).sum((1, 2), dtype=torch.float64)
+            overlap += (picked * on_slash).sum((1, 2)).double()
         if self.block:
             pad = (-n) % self.block
-            by_block = F.pad(a, (0, pad)).view(h, r, -1, self.block).sum(-1, dtype=torch.float64)
+            by_block = (F.pad(a, (0, pad)) if pad else a).reshape(h, r, -1, self.block).sum(-1).double()
             self.blocks.index_add_(1, positions // self.block, by_block)
 
     def a_shape_mass(self) -> Tensor:
