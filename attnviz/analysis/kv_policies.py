@@ -283,6 +283,7 @@ class PolicyInputs:
     window: int = WINDOW
     kernel: int = KERNEL
     question_window: bool = False
+    tova_across: Literal["group", "layer"] = "group"
 
 
 def policy_scores(policy: str, inputs: PolicyInputs) -> Tensor:
@@ -299,7 +300,7 @@ def policy_scores(policy: str, inputs: PolicyInputs) -> Tensor:
             raise ValueError("a question window needs the future rows")
         return snapkv_scores(rows, hkv, window=inputs.window, kernel=inputs.kernel, observation=observation)
     if policy == "tova":
-        return tova_scores(rows, hkv)
+        return tova_scores(rows, hkv, across=inputs.tova_across)
     if policy == "oracle":
         if inputs.future is None:
             raise ValueError("the oracle needs the future rows")
