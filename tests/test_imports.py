@@ -20,7 +20,7 @@ PARTS = {
     "cli": ("attnviz.cli",),
     "apps": ("attnviz.serve", "attnviz.export", "attnviz.report", "attnviz.tui"),
     "api": ("attnviz", "attnviz.api", "attnviz.views", "attnviz.notebook"),
-    "methods": ("attnviz.attribution", "attnviz.explain", "attnviz.generation", "attnviz.needle"),
+    "methods": ("attnviz.attribution", "attnviz.explain", "attnviz.generation", "attnviz.needle", "attnviz.kv"),
     "sources": ("attnviz.sources", "attnviz.config"),
     "analysis": ("attnviz.analysis", "attnviz.attention"),
     "render": ("attnviz.render",),

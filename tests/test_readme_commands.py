@@ -355,7 +355,8 @@ def check_step(step: Step, argv: list[str], result) -> None:
         assert result.stdout.strip(), f"{step.line} printed nothing"
     if step.stdout is not None and _option(argv, "--format") == "csv":  # "> heads.csv": a CSV with a header
         rows = list(csv.DictReader(io.StringIO(Path(step.stdout).read_text(encoding="utf-8"))))
-        assert rows and {"layer", "head"} <= set(rows[0]), Path(step.stdout).read_text()[:300]
+        columns = set(rows[0]) if rows else set()  # a head's table, or kv's (one row per key/value head)
+        assert "layer" in columns and columns & {"head", "kv_head"}, Path(step.stdout).read_text()[:300]
     if "--json" in argv or _option(argv, "--format") == "json":
         doc = json.loads(result.stdout)
         if command == "explain":

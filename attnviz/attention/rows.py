@@ -139,6 +139,8 @@ class AttentionRows:
     softcap: float | None = None
     bias: Tensor | None = None
     sinks: Tensor | None = None
+    # The layer's value vectors ``[B, H_kv, Tk, d_v]``, where the engine that made these rows hands them on too.
+    values: Tensor | None = field(default=None, repr=False, compare=False)
     # Set to a dict to keep each row's normaliser as whole blocks are computed (a server keeping a layer:
     # a later tile over any rows needs only its own columns); ``{(item, n): (values [H, n], known [n])}``.
     memo: dict[tuple[int, int], tuple[Tensor, Tensor]] | None = field(default=None, repr=False, compare=False)

@@ -13,7 +13,7 @@ import typer
 if TYPE_CHECKING:  # pragma: no cover
     from click import ClickException
 
-from . import atlas, compare_heads, explain, export, generate, heads, heatmap, needle, rollout, serve, tui, view
+from . import atlas, compare_heads, explain, export, generate, heads, heatmap, kv, needle, rollout, serve, tui, view
 
 app = typer.Typer(
     name="attnviz",
@@ -35,6 +35,7 @@ app.command("tui")(tui.tui)
 app.command("atlas")(atlas.atlas)
 app.command("generate")(generate.generate)
 app.command("needle")(needle.needle)
+app.command("kv")(kv.kv)
 
 
 def _print_version(value: bool) -> None:

@@ -39,6 +39,9 @@ class ExtractOptions:
         queries_keys: also return each head's query and key vectors (after RoPE and q/k norms; under
             grouped-query attention a key head is repeated for each query head that reads it) as
             ``result.queries`` and ``result.keys``: the engines that see them (``Capabilities.queries_keys``).
+        values: also hand on each layer's value vectors (``ItemLayer.values``; the native engine repeats a key/value
+            head for each query head that reads it, the fused engine does not), where the engine sees them (as
+            ``queries_keys``): what a KV-cache policy's output error is computed from.
     """
 
     truncate: bool = False
@@ -48,6 +51,7 @@ class ExtractOptions:
     target: str | None = None
     rows: bool = False
     queries_keys: bool = False
+    values: bool = False
 
     @classmethod
     def build(cls, options: ExtractOptions | None = None, **changes: Any) -> ExtractOptions:
@@ -161,7 +165,7 @@ class Source(ABC):
         if options.details and not can.details:
             raise UsageError(f"[[details=True]]: the {self.engine} engine gives no pre-softmax scores or value vectors; "
                              "use the native engine or a config model")
-        if options.queries_keys and not can.queries_keys:
+        if (options.queries_keys or options.values) and not can.queries_keys:
             raise UsageError(f"[[queries_keys=True]]: {self.name} on the {self.engine} engine does not show its query and "
                              "key vectors; use the native or fused engine")
         if options.layers is not None:

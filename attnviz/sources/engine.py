@@ -78,10 +78,11 @@ class ModelSource(Source):
     def _stream_batch(self, texts: list[str], pairs: list[str | None], options: ExtractOptions) -> LayerStream:
         infos = [self.encode(t, p, truncate=options.truncate) for t, p in zip(texts, pairs, strict=True)]
         layers = None if options.layers is None else self.check_layers(options.layers)
-        return self.stream_infos(infos, layers, options.details, rows=options.rows, queries_keys=options.queries_keys)
+        return self.stream_infos(infos, layers, options.details, rows=options.rows, queries_keys=options.queries_keys,
+                                 values=options.values)
 
     def stream_infos(self, infos: list[TokenInfo], layers: list[int] | None, details: bool, *,
-                     rows: bool = False, queries_keys: bool = False) -> LayerStream:
+                     rows: bool = False, queries_keys: bool = False, values: bool = False) -> LayerStream:
         if self.vocab_rows is not None:
             top = max(max(info.ids) for info in infos)
             if top >= self.vocab_rows or min(min(info.ids) for info in infos) < 0:
@@ -90,7 +91,7 @@ class ModelSource(Source):
         ids, mask, types = padded(infos, self.pad_id)
         dev = torch.device(self.device)
         capture = Capture(None if layers is None else frozenset(layers), details, rows=rows and not details,
-                          queries_keys=queries_keys)
+                          queries_keys=queries_keys, values=values)
         kept = list(range(self.n_layers)) if layers is None else list(layers)
         unk = unknown_token_id(self.tokenizer)  # recorded, so result.unknown can say which tokens it replaced
         metadata = {"engine": self.engine, "family": self.family, "device": self.device,

@@ -319,13 +319,15 @@ class HFSource(ModelSource):
         for out in stream_layers(self.model, plan, self._inputs(ids, mask, types), capture,
                                  whole=lambda: self._whole_layers(ids, mask, types, capture),
                                  around=lambda: weights_mode("rows")):
+            if out.rows is not None and capture.values:
+                out.values = out.rows.values
             if out.rows is not None and capture.queries_keys:
                 groups = out.rows.n_heads // out.rows.keys.shape[1]
                 out.queries, out.keys = out.rows.queries, out.rows.keys.repeat_interleave(groups, dim=1)
             if out.rows is not None and not as_rows:
                 rows = out.rows
                 out = LayerOut(layer=out.layer, weights=torch.stack([rows.dense(b) for b in range(batch)]),
-                               queries=out.queries, keys=out.keys)
+                               queries=out.queries, keys=out.keys, values=out.values)
                 del rows
             yield out
 

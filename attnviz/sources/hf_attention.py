@@ -268,7 +268,7 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
         bias = attention_mask if bias is None else bias + attention_mask
     else:
         described = RowMask(t_q, t_k, start=0, device=query.device) if causal and t_q > 1 else None
-    rows = AttentionRows(query, key, described, scaling, softcap=softcap, bias=bias, sinks=s_aux)
+    rows = AttentionRows(query, key, described, scaling, softcap=softcap, bias=bias, sinks=s_aux, values=value)
     if softcap is not None or s_aux is not None:
         output = _exact_output(rows, value)
     elif isinstance(attention_mask, FunctionMask):

@@ -42,6 +42,7 @@ class Capture:
     grad: bool = False
     rows: bool = False
     queries_keys: bool = False  # hand on each layer's queries and keys (without the rest of ``details``)
+    values: bool = False  # hand on each layer's value vectors (without the rest of ``details``)
 
     def wants(self, layer: int) -> bool:
         return self.layers is None or layer in self.layers

@@ -193,7 +193,7 @@ class NativeSource(ModelSource):
                 yield LayerOut(
                     layer=i, weights=out.weights, rows=out.rows,
                     scores=out.scores if capture.details else None,
-                    values=out.values if capture.details else None,
+                    values=out.values if capture.details or capture.values else None,
                     queries=out.queries if capture.details or capture.queries_keys else None,
                     keys=out.keys if capture.details or capture.queries_keys else None,
                     value_norms=head_value_norms(out.values, self.model.o_weight(i)),

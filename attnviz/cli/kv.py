@@ -1,0 +1,198 @@
+"""``attnviz kv``: what a KV-cache policy would lose, head by head, on one's own prompt."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import UsageError
+from .common import cli_command, echo_json, note, stdout_console, wrote
+from .options import ModelOptions, TextFile, Truncate, Width, model_command, text_from_file
+
+KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf")
+POLICY_NAMES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
+
+
+class KVFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@cli_command
+@model_command(without=("device_map", "causal"))
+def kv(
+    options: ModelOptions,
+    text: str | None = typer.Argument(None, metavar="TEXT", help="The prompt whose cache a policy cuts (- reads "
+                                      "standard input).", show_default=False),
+    text_file: Path | None = TextFile,
+    policy: str = typer.Option("all", "--policy", help="The policies, comma-separated, or all: streaming (sinks + "
+                               "recent window), h2o (accumulated attention), snapkv (the last queries' attention, "
+                               "pooled), tova (the last query's), pyramidkv (SnapKV, budgets falling with depth), "
+                               "oracle (the future queries' own: the upper bound)."),
+    budget: str = typer.Option("0.25", "--budget", help="Keys kept per head: a number of keys, or a fraction of the "
+                               "prompt's (0.25 or 25%); several, comma-separated, sweep them."),
+    question: str | None = typer.Option(None, "--question", help="The future queries: this text, appended to the "
+                                        "prompt (as a question is).", show_default=False),
+    continue_tokens: int | None = typer.Option(None, "--continue", min=1, max=512, help="The future queries: the "
+                                               "model's own greedy continuation of this many tokens.",
+                                               show_default=False),
+    question_window: bool = typer.Option(False, "--question-window", help="SnapKV and PyramidKV observe the "
+                                         "question's queries, not the prompt's last ones (a pipeline that cuts the "
+                                         "cache once the question is known)."),
+    max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, max=512,
+                                       help="How many tokens to generate at most: the answer after --question, on "
+                                            "the full cache and on each cut one."),
+    end_to_end: bool = typer.Option(True, "--end-to-end/--no-end-to-end", help="Apply each cut to a real cache "
+                                    "and run the future on it: the KL divergence and whether the answer changes."),
+    top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (those that lose most).",
+                                   show_default=False),
+    fmt: KVFormat = typer.Option(KVFormat.table, "--format", help="What is printed on stdout: the tables, or json "
+                                 "(the whole result), csv (one row per policy × budget × layer × key/value head)."),
+    out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
+                                   ".json (the whole result), .csv or .parquet (one row per policy × budget × layer "
+                                   "× key/value head), .png, .svg, .pdf (recall and KL against the budget).",
+                                   show_default=False),
+    truncate: bool = Truncate,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
+    width: int | None = Width,
+) -> None:
+    """Score KV-cache policies on TEXT and show what each would lose, layer by layer and key/value head by key/value
+    head (grouped-query attention: one choice per key/value head, as in a real cache): the future queries'
+    attention mass on the kept keys (recall), the head's output error, the tokens dropped that the future needed,
+    and end to end, with the cut applied to a real cache, the KL divergence of the next-token distributions and
+    whether the greedy answer changes. The future is --question (appended) or --continue N (the model's own).
+
+    Example: attnviz kv --text-file report.txt --question "What was the revenue in 2023?" --budget 256,1024 --model Qwen/Qwen2.5-0.5B-Instruct
+    """
+    from ..analysis.kv_policies import parse_budget
+
+    text = text_from_file(text, text_file)
+    if text is None:
+        raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
+    policies = list(POLICY_NAMES) if policy.strip().lower() == "all" else [p.strip().lower() for p in policy.split(",")]
+    unknown = [p for p in policies if p not in POLICY_NAMES]
+    if unknown or not policies:
+        raise UsageError(f"--policy {unknown[0] if unknown else policy!r} is unknown; use all or some of "
+                         f"{', '.join(POLICY_NAMES)}")
+    try:
+        budgets = [parse_budget(b) for b in budget.split(",") if b.strip()]
+    except ValueError:
+        raise UsageError(f"--budget {budget!r}: give numbers of keys (256) or fractions (0.25, 25%)") from None
+    if not budgets or any(b <= 0 or (isinstance(b, float) and b > 1 and not b.is_integer()) for b in budgets):
+        raise UsageError(f"--budget {budget!r}: give numbers of keys (256) or fractions (0.25, 25%)")
+    if (question is None) == (continue_tokens is None):
+        raise UsageError("give the future queries: --question TEXT or --continue N")
+    outputs = [check_kv_output(path) for path in out]
+    from ..kv import kv as run_kv
+
+    def progress(what: str) -> None:
+        if not quiet and fmt is KVFormat.table:
+            note(what)
+
+    result = run_kv(options.model, text, policies=policies, budgets=budgets, question=question,
+                    continue_tokens=continue_tokens, answer_tokens=max_new_tokens, end_to_end=end_to_end,
+                    question_window=question_window, truncate=truncate,
+                    engine=options.engine, revision=options.revision, device=options.device,
+                    trust_remote_code=options.trust_remote_code, dtype=options.dtype, progress=progress)
+    if options.verbose:
+        note(f"{result.model_name}: {result.engine} engine, on {options.device}")
+    for path in outputs:
+        write_kv_output(result, path)
+        wrote(path) if fmt is KVFormat.table else note(f"wrote {path}")
+    rows = result.rows()
+    if fmt is KVFormat.json:
+        echo_json(result.to_dict())
+        return
+    if fmt is KVFormat.csv:
+        typer.echo(rows_csv(rows), nl=False)
+        return
+    from ..render.kv import heads_table, summary_table
+    from ..render.needle import titled
+
+    console = stdout_console(width)
+    future = "the question" if result.future_mode == "question" else "the continuation"
+    console.print(titled(f"{result.model_name}: {result.n_context:,} tokens cached, {len(result.future)} future tokens "
+                         f"({future}); {result.n_layers} layers × {result.n_kv_heads} key/value heads",
+                         summary_table([{**_summary(run)} for run in result.runs])))
+    if result.full_answer is not None:
+        from rich.text import Text
+
+        from ..labels import safe_text
+
+        console.print(Text(f"answer on the full cache: {safe_text(result.full_answer)}", style="dim"))
+    console.print()
+    shown = rows[:top] if top else rows
+    console.print(titled("the heads that lose most (recall: the future's attention mass kept; error: ‖o − o_kept‖ "
+                         "/ ‖o‖)", heads_table([{**r, "dropped": _dropped(r)} for r in shown], width=console.width)))
+
+
+def _summary(run: Any) -> dict[str, Any]:
+    return {"policy": run.policy, "budget": run.budget, "keys": run.keys, "recall": run.recall,
+            "worst": run.worst.recall, "error": run.error, "kl": run.kl, "changed": run.changed}
+
+
+def _dropped(row: dict[str, Any]) -> list[tuple[int, str, float]]:
+    import json
+
+    return [(int(p), str(t), float(m)) for p, t, m in json.loads(row["dropped"])]
+
+
+def check_kv_output(path: Path) -> Path:
+    """An output the command can write, checked before the model runs."""
+    from ..fileio import check_writable
+
+    if path.suffix.lower() not in KV_OUTPUTS:
+        from ..errors import UnknownFormatError
+
+        raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
+                                 f"{', '.join(KV_OUTPUTS)}")
+    if path.suffix.lower() == ".parquet":
+        from ..export.table import pyarrow
+
+        pyarrow()
+    return check_writable(path)
+
+
+ROW_COLUMNS = ("policy", "budget", "layer", "kv_head", "kept", "recall", "error", "kl", "changed", "dropped")
+
+
+def rows_csv(rows: list[dict[str, Any]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(ROW_COLUMNS)
+    for row in rows:
+        writer.writerow(["" if row[c] is None else row[c] for c in ROW_COLUMNS])
+    return buffer.getvalue()
+
+
+def write_kv_output(result: Any, path: Path) -> None:
+    from ..fileio import atomic_write
+
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        result.save(path)
+    elif suffix == ".csv":
+        text = rows_csv(result.rows())
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    elif suffix == ".parquet":
+        from ..export.table import pyarrow
+
+        pa = pyarrow()
+        rows = result.rows()
+        table = pa.table({c: [row[c] for row in rows] for c in ROW_COLUMNS})
+        atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
+    else:
+        from ..render.kv import curves_figure
+
+        curves: dict[str, list[tuple[float, float, float | None]]] = {}
+        for run in sorted(result.runs, key=lambda r: (r.policy, sum(r.keys))):
+            curves.setdefault(run.policy, []).append((sum(run.keys) / len(run.keys), run.recall, run.kl))
+        curves_figure(curves, n_context=result.n_context, path=path,
+                      title=f"{result.model_name}: what each policy keeps of {result.n_context:,} tokens")

@@ -1,0 +1,202 @@
+"""What a KV-cache policy would lose, head by head, on one's own prompt (issue 44).
+
+The context and its future tokens (a question appended, or the model's own greedy continuation) run once
+(:mod:`.layers`); each layer's policies are scored on the context's rows (:mod:`attnviz.analysis.kv_policies`,
+after kvpress and the papers), each key/value head keeps its top ``budget`` keys, and what that loses is read on
+the future rows: recall (the attention mass kept) and the output error. End to end, each kept set is applied to a
+real cache (:mod:`.evict`) and the future tokens run on it: the KL divergence of its next-token distributions from
+the full cache's, and whether the greedy answer changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..analysis import kv_policies as kvp
+from ..errors import UsageError
+from .result import HeadLoss, KVResult, PolicyRun
+
+__all__ = ["POLICIES", "KVResult", "kv"]
+
+POLICIES = kvp.POLICIES
+DROPPED = 5  # the dropped keys the future needed most, per head
+MAX_FUTURE = 512  # future tokens at most: the question or the continuation
+
+
+def _future_ids(source: Any, question: str | None) -> tuple[list[int], list[str]]:
+    info = source.encode(question, what="[[question]]")
+    pairs = [(i, label) for i, label, special in zip(info.ids, info.labels, info.special, strict=True) if not special]
+    return [i for i, _ in pairs], [label for _, label in pairs]
+
+
+def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), budgets: Sequence[float] = (0.25,),
+       question: str | None = None, continue_tokens: int | None = None, answer_tokens: int = 20,
+       end_to_end: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
+       trust_remote_code: bool = False, dtype: str | None = None, keep_sets: bool = False,
+       question_window: bool = False, truncate: bool = False,
+       progress: Callable[[str], None] | None = None) -> KVResult:
+    """Score ``policies`` at ``budgets`` (keys per head, or fractions of the context's) on ``text``, the future
+    being ``question`` (appended) or the model's greedy continuation of ``continue_tokens`` tokens (see the
+    module). ``question_window``: SnapKV and PyramidKV observe the question's queries instead of the prompt's last
+    ones (the question is known when the cache is cut). ``truncate``: cut a prompt too long for the model (with its
+    future and answer) to what fits, keeping its start. ``keep_sets``: keep each head's kept positions."""
+    from ..sources.resolve import load_source
+
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise UsageError(f"[[policy={unknown[0]}]] is unknown; use one of {', '.join(POLICIES)}")
+    if (question is None) == (continue_tokens is None):
+        raise UsageError("give the future queries: [[question]] (a text appended) or [[continue_tokens]] (the "
+                         "model's own continuation), one of them")
+    if question_window and question is None:
+        raise UsageError("[[question_window]] makes SnapKV observe the question: give [[question]]")
+    if continue_tokens is not None and not 1 <= continue_tokens <= MAX_FUTURE:
+        raise UsageError(f"[[continue_tokens={continue_tokens}]] must be between 1 and {MAX_FUTURE}")
+    if not budgets:
+        raise UsageError("give at least one budget")
+    source: Any = load_source(model, engine=engine,  # type: ignore[arg-type]  # engine: checked by load, named there revision=revision, device=device, trust_remote_code=trust_remote_code,
+                  dtype=dtype)
+    if not source.causal:
+        raise UsageError(f"{source.name} is not a causal model: a KV cache belongs to a decoder (give a GPT-2 or "
+                         "LLaMA-family model)")
+    info = source.encode(text, truncate=truncate)
+    context, labels = list(info.ids), list(info.labels)
+    question_ids, question_labels = _future_ids(source, question) if question is not None else ([], [])
+    if question is not None and not question_ids:
+        raise UsageError("[[question]] gives no tokens")
+    after = len(question_ids) + answer_tokens if question is not None else int(continue_tokens or 0)
+    limit = source.max_positions
+    if truncate and limit is not None and len(context) + after > limit:
+        keep = max(2, limit - after)  # the prompt's start, so the future and the answer fit
+        context, labels = context[:keep], labels[:keep]
+    say = progress or (lambda _: None)
+    runner = None
+    if end_to_end or continue_tokens is not None:
+        from ..generation.hf import load_for_generation
+        from ..sources.hub import hub_reachable
+        from ..sources.resolve import locate
+        from .evict import CacheRunner
+
+        place = locate(model)
+        ref = str(place.folder) if place.folder is not None else str(place.hub_id)
+        attention = {"hf": "eager", "fused": "fused"}.get(engine, "auto")
+        _, lm = load_for_generation(ref, name=source.name, revision=revision, trust_remote_code=trust_remote_code,
+                                    local_files_only=place.hub_id is not None and not hub_reachable(), device=device,
+                                    attention=attention,
+                                    dtype=dtype)
+        eos = lm.generation_config.eos_token_id
+        eos_ids = [int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
+    if question is not None:
+        future, future_labels = question_ids, question_labels
+        n_context = len(context)
+    else:
+        assert continue_tokens is not None
+        say("continuing the text")
+        runner = CacheRunner(lm, context[:-1], eos_ids)
+        continuation = runner.full([context[-1]], continue_tokens).answer
+        continuation = [context[-1], *continuation]
+        future = continuation[:-1] if len(continuation) > 1 else continuation
+        future_labels = [labels[-1], *(_label(source, i) for i in continuation[1:-1])]
+        context = context[:-1]
+        n_context = len(context)
+    if n_context < 2:
+        raise UsageError("the text gives fewer than 2 tokens: no cache worth cutting")
+    answer_room = answer_tokens if question is not None else 0
+    if source.max_positions is not None and n_context + len(future) + answer_room > source.max_positions:
+        raise UsageError(f"the text ({n_context} tokens), the future ({len(future)}) and the answer ({answer_room}) "
+                         f"pass the {source.max_positions} positions {source.name} takes; shorten the text, or give "
+                         "[[truncate=True]]")
+    resolved = [(policy, budget) for policy in policies for budget in budgets]
+    for _, budget in resolved:
+        kvp.resolve_budget(budget, n_context)  # a bad budget fails before the model runs
+    ids = [*context, *future]
+    every = [*labels[:n_context], *future_labels]
+    runs = {key: PolicyRun(key[0], float(key[1]), [], []) for key in resolved}
+    keep_by_run: dict[tuple[str, float], list[torch.Tensor]] = {key: [] for key in resolved}
+    n_layers = source.n_layers
+    say("reading the layers")
+    n_kv = 1
+    for parts in _layers(source, ids, every, n_context):
+        n_kv = parts.n_kv_heads
+        inputs = kvp.PolicyInputs(rows=parts.context, n_kv_heads=n_kv, future=parts.future,
+                                  question_window=question_window)
+        future_mass = kvp.oracle_scores(parts.future, n_kv, n_context)  # [Hkv, T]: what the future attends
+        scores: dict[str, torch.Tensor] = {}
+        for policy, budget in resolved:
+            if policy not in scores:
+                scores[policy] = kvp.policy_scores(policy, inputs)
+            count = kvp.resolve_budget(budget, n_context)
+            if policy == "pyramidkv":
+                count = kvp.pyramid_budgets(count, n_layers, n_context)[parts.layer]
+            keep = kvp.keep_top(scores[policy], count)
+            recall = kvp.group_mean(kvp.recall(parts.future, keep), n_kv)
+            error = kvp.group_mean(kvp.output_error(parts.future, parts.values, keep), n_kv)
+            run = runs[(policy, budget)]
+            run.keys.append(count)
+            keep_by_run[(policy, budget)].append(keep)
+            for head in range(n_kv):
+                lost = future_mass[head].masked_fill(keep[head], -1.0)
+                top = torch.topk(lost, min(DROPPED, n_context))
+                dropped = [(int(p), every[int(p)], float(m)) for m, p in zip(top.values, top.indices, strict=True)
+                           if m > 0]
+                run.heads.append(HeadLoss(parts.layer, head, int(keep[head].sum()), float(recall[head]),
+                                          float(error[head]), dropped))
+    result = KVResult(model_name=source.name, engine=source.engine, n_layers=n_layers,
+                      n_heads=int(getattr(source, "n_heads", 0) or 0) or _heads(source), n_kv_heads=n_kv,
+                      n_context=n_context, future_mode="question" if question is not None else "continue",
+                      future=future_labels, full_answer=None, tokens=every[:n_context])
+    if end_to_end:
+        from .evict import CacheRunner, kl_divergence
+
+        say("running the cut caches")
+        runner = runner or CacheRunner(lm, context, eos_ids)
+        if runner.length != n_context:
+            runner = CacheRunner(lm, context, eos_ids)
+        answer_length = answer_tokens if question is not None else 0
+        full = runner.full(future, answer_length)
+        result.full_answer = _decode(lm, source, full.answer) if question is not None else None
+        for key in resolved:
+            cut = runner.run(runner.cut(keep_by_run[key]), future, answer_length)
+            kl = kl_divergence(full.logprobs, cut.logprobs)
+            run = runs[key]
+            run.kl, run.kl_max = float(kl.mean()), float(kl.max())
+            if question is not None:
+                run.answer, run.changed = _decode(lm, source, cut.answer), cut.answer != full.answer
+            else:
+                run.changed = bool((cut.logprobs.argmax(-1) != full.logprobs.argmax(-1)).any())
+    for key in resolved:
+        if keep_sets:
+            runs[key].kept = [[row.nonzero()[:, 0].tolist() for row in keep] for keep in keep_by_run[key]]
+        result.runs.append(runs[key])
+    return result
+
+
+def _layers(source: Any, ids: list[int], labels: list[str], n_context: int) -> Any:
+    from .layers import read_sequence
+
+    return read_sequence(source, ids, labels, n_context)
+
+
+def _label(source: Any, token: int) -> str:
+    from ..sources.tokens import label_from_piece
+
+    piece = source.tokenizer.id_to_token(token) if hasattr(source.tokenizer, "id_to_token") else None
+    return label_from_piece(piece) if piece is not None else f"<{token}>"
+
+
+def _heads(source: Any) -> int:
+    config: Any = getattr(getattr(source, "model", None), "config", None) or {}
+    if not isinstance(config, dict):
+        config = config.to_dict()
+    return int(config.get("num_attention_heads") or config.get("n_head") or 0)
+
+
+def _decode(lm: Any, source: Any, ids: list[int]) -> str:
+    tokenizer = getattr(source, "hf_tokenizer", None)
+    if tokenizer is not None:
+        return str(tokenizer.decode(ids, skip_special_tokens=True)).strip()
+    decode = getattr(source.tokenizer, "decode", None)
+    return str(decode(ids)).strip() if decode is not None else " ".join(map(str, ids))

@@ -1,0 +1,86 @@
+"""One forward pass over the prompt and its future tokens, read layer by layer for the KV-cache policies.
+
+The context (the prompt whose cache a policy would cut) and the future tokens (the question, or the model's own
+continuation) run as one causal sequence, so each layer gives, as row blocks computed on demand from its queries
+and keys (:class:`~attnviz.attention.rows.AttentionRows`; never ``[H, T, T]`` at 32,768 tokens):
+
+- the context's rows over the context's keys (what H2O, SnapKV and TOVA read),
+- the future rows over every key (what recall, the output error and the oracle read),
+- the layer's value vectors (the output error's ``o = A v``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from ..errors import UsageError
+
+
+class LayerRows:
+    """Rows ``first … stop − 1`` of one layer over its first ``n_keys`` keys, served as
+    :class:`attnviz.analysis.kv_policies.AttentionRows` (row r at position ``first + r``, causal)."""
+
+    causal = True
+
+    def __init__(self, part: Any, first: int, stop: int, n_keys: int, q: Tensor | None = None,
+                 k: Tensor | None = None) -> None:
+        self.part, self.first = part, first
+        self.n_heads, self.n_rows, self.n_keys, self.offset = int(part.n_heads), stop - first, n_keys, first
+        self.q, self.k = q, k
+
+    def block(self, start: int, stop: int) -> Tensor:
+        return self.part.rows(self.first + start, self.first + stop, cols=(0, self.n_keys)).float()
+
+
+@dataclass
+class LayerParts:
+    """One layer as the policies read it (see the module)."""
+
+    layer: int
+    context: LayerRows
+    future: LayerRows
+    values: Tensor  # [Hkv, T + F, d]
+    n_kv_heads: int
+
+
+def kv_heads(source: Any) -> int:
+    """How many key/value heads each layer of ``source`` has (grouped-query attention: fewer than query heads)."""
+    config: Any = getattr(getattr(source, "model", None), "config", None) or {}
+    if not isinstance(config, dict):  # transformers' config object (the native engine keeps config.json's dict)
+        config = getattr(config, "get_text_config", lambda: config)().to_dict()
+    heads = config.get("num_attention_heads") or config.get("n_head")
+    return int(config.get("num_key_value_heads") or heads or 1)
+
+
+def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int) -> Iterator[LayerParts]:
+    """Every layer of ``ids`` (the context's ``n_context`` tokens, then the future's) through ``source``, one
+    at a time (see the module)."""
+    from ..sources.base import ExtractOptions
+    from ..sources.tokens import TokenInfo
+
+    if not source.causal:
+        raise UsageError(f"{source.name} is not a causal model: a KV cache belongs to a decoder")
+    if not source.capabilities.queries_keys:
+        raise UsageError(f"the {source.engine} engine does not hand on the value vectors a policy's output error "
+                         "needs; use [[engine=native]] or fused")
+    source.check(ExtractOptions(values=True, rows=True))
+    info = TokenInfo(ids=list(ids), labels=list(labels), special=[False] * len(ids), word_ids=list(range(len(ids))),
+                     segment_ids=[0] * len(ids))
+    stream = source.stream_infos([info], None, False, rows=True, values=True)
+    n_kv = None
+    total = len(ids)
+    for position, parts in stream:
+        part = parts[0]
+        values = part.values
+        if values is None:
+            raise UsageError(f"the {source.engine} engine handed on no value vectors for layer {position}")
+        heads = int(part.n_heads)
+        n_kv = n_kv or kv_heads(source)
+        if values.shape[0] == heads and heads != n_kv:  # the native engine repeats each KV head for its group
+            values = values[:: heads // n_kv]
+        yield LayerParts(stream.layers[position], LayerRows(part, 0, n_context, n_context),
+                         LayerRows(part, n_context, total, total), values[:, :total].float().cpu(), n_kv)

@@ -1,0 +1,110 @@
+"""What ``attnviz kv`` returns: for each policy and budget, each layer's and key/value head's loss (recall, output
+error, the tokens it drops that the future needed) and, end to end, the KL divergence and the answer."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "attnviz.kv/1"
+
+
+@dataclass
+class HeadLoss:
+    """One layer's key/value head under one policy and budget."""
+
+    layer: int
+    kv_head: int
+    kept: int  # keys kept of the context's
+    recall: float  # the future queries' attention mass kept (their own keys count as kept), group mean
+    error: float  # ‖o − o_kept‖ / ‖o‖ over the future rows, group mean
+    dropped: list[tuple[int, str, float]] = field(default_factory=list)  # (position, token, mass) the future needed
+
+
+@dataclass
+class PolicyRun:
+    """One policy at one budget: every head's loss and the end-to-end effect."""
+
+    policy: str
+    budget: float  # as given: keys per head (≥ 1) or a fraction of the context's keys
+    keys: list[int]  # keys kept per head, layer by layer (PyramidKV's differ by layer)
+    heads: list[HeadLoss]
+    kl: float | None = None  # mean over the future positions of KL(p_full ‖ p_kept), nats
+    kl_max: float | None = None
+    answer: str | None = None  # the greedy answer on the cut cache (question mode)
+    changed: bool | None = None  # whether the greedy answer (or continuation) differs from the full cache's
+    kept: list[list[list[int]]] | None = field(default=None, repr=False)  # [layer][kv head] kept positions (page)
+
+    @property
+    def recall(self) -> float:
+        return sum(h.recall for h in self.heads) / max(len(self.heads), 1)
+
+    @property
+    def error(self) -> float:
+        return sum(h.error for h in self.heads) / max(len(self.heads), 1)
+
+    @property
+    def worst(self) -> HeadLoss:
+        return min(self.heads, key=lambda h: (h.recall, -h.error))
+
+
+@dataclass
+class KVResult:
+    """A context, its future tokens, and every policy × budget asked for (see the module)."""
+
+    model_name: str
+    engine: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    n_context: int
+    future_mode: str  # "question" or "continue"
+    future: list[str]  # the future tokens' labels
+    full_answer: str | None
+    runs: list[PolicyRun] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list, repr=False)  # the context's labels (the page)
+
+    def losses(self) -> list[tuple[PolicyRun, HeadLoss]]:
+        """Every (run, head), the worst first: lowest recall, then highest output error."""
+        pairs = [(run, head) for run in self.runs for head in run.heads]
+        return sorted(pairs, key=lambda p: (p[1].recall, -p[1].error, p[0].policy, p[1].layer, p[1].kv_head))
+
+    def to_dict(self, *, kept: bool = False) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema"] = SCHEMA
+        if not kept:
+            for run in data["runs"]:
+                run.pop("kept", None)
+            data.pop("tokens", None)
+        for run, original in zip(data["runs"], self.runs, strict=True):
+            run["recall"], run["error"] = round(original.recall, 6), round(original.error, 6)
+        return _finite(data)
+
+    def save(self, path: str | Path) -> None:
+        from ..fileio import atomic_write
+        from ..labels import json_text
+
+        text = json_text(self.to_dict(), indent=1) + "\n"
+        atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per run × layer × key/value head, worst first (the CSV and Parquet tables)."""
+        return [{"policy": run.policy, "budget": run.budget, "layer": head.layer, "kv_head": head.kv_head,
+                 "kept": head.kept, "recall": head.recall, "error": head.error, "kl": run.kl,
+                 "changed": run.changed,
+                 "dropped": json.dumps([[p, t, round(m, 6)] for p, t, m in head.dropped], ensure_ascii=False)}
+                for run, head in self.losses()]
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: a number that is not finite becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

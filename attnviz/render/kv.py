@@ -1,0 +1,96 @@
+"""What a KV-cache policy loses, drawn: the terminal's tables (a summary per policy and budget, the heads that lose
+most) and the recall-against-budget curves (PNG, SVG, PDF). Draws what it is given; computes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from ..labels import safe_text
+from .output import check_output_path
+
+
+def _budget(value: float) -> str:
+    return f"{value:g}" if value > 1 else f"{value:.0%}"
+
+
+def _recall_style(value: float) -> str:
+    return "green" if value >= 0.95 else "yellow" if value >= 0.8 else "red"
+
+
+def summary_table(runs: Sequence[dict[str, Any]]) -> Table:
+    """One row per policy × budget: keys kept, mean and worst recall, mean output error, KL, answer changed."""
+    table = Table(box=None, pad_edge=False)
+    for name, justify in (("policy", "left"), ("budget", "right"), ("keys", "right"), ("recall", "right"),
+                          ("worst", "right"), ("error", "right"), ("KL", "right"), ("answer", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]  # rich's stub: a Literal, not str
+    for run in runs:
+        keys = run["keys"]
+        kept = str(keys[0]) if len(set(keys)) == 1 else f"{min(keys)}–{max(keys)}"
+        changed = run["changed"]
+        table.add_row(run["policy"], _budget(run["budget"]), kept,
+                      Text(f"{run['recall']:.3f}", style=_recall_style(run["recall"])),
+                      Text(f"{run['worst']:.3f}", style=_recall_style(run["worst"])), f"{run['error']:.3f}",
+                      "—" if run["kl"] is None else f"{run['kl']:.4f}",
+                      "—" if changed is None else Text("changed", style="bold red") if changed else "same")
+    return table
+
+
+def heads_table(rows: Sequence[dict[str, Any]], *, width: int) -> Table:
+    """The heads that lose most, worst first: policy, budget, layer, key/value head, recall, error, and the
+    tokens the policy drops that the future attended to most."""
+    table = Table(box=None, pad_edge=False)
+    for name, justify in (("policy", "left"), ("budget", "right"), ("L", "right"), ("KV", "right"),
+                          ("recall", "right"), ("error", "right"), ("dropped that the future needed", "left")):
+        table.add_column(name, justify=justify, no_wrap=name.startswith("dropped"))  # type: ignore[arg-type]
+    room = max(12, width - 48)
+    for row in rows:
+        dropped = ", ".join(f"{safe_text(t)}@{p} {m:.2f}" for p, t, m in row["dropped"][:3]) or "—"
+        table.add_row(row["policy"], _budget(row["budget"]), str(row["layer"]), str(row["kv_head"]),
+                      Text(f"{row['recall']:.3f}", style=_recall_style(row["recall"])), f"{row['error']:.3f}",
+                      dropped if len(dropped) <= room else dropped[: room - 1] + "…")
+    return table
+
+
+def curves_figure(curves: dict[str, list[tuple[float, float, float | None]]], *, n_context: int, title: str,
+                  path: str | Path) -> Path:
+    """Recall (mean over heads) and KL against the keys kept, one line per policy: ``curves[policy]`` is
+    ``[(keys kept, recall, kl or None)]`` in order of budget."""
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .figure_style import DPI, STABLE_RC, save_figure
+    from .fonts import font_chain
+    from .image import warn_missing
+
+    path = check_output_path(path)
+    title = safe_text(title)
+    families, missing = font_chain([title])
+    warn_missing(missing)
+    with_kl = any(kl is not None for points in curves.values() for _, _, kl in points)
+    with rc_context({"font.family": families, **STABLE_RC}):
+        fig = Figure(figsize=(9.0 if with_kl else 5.0, 3.8), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(fig)
+        fig.suptitle(title, fontsize=9)
+        axes = fig.subplots(1, 2) if with_kl else [fig.subplots(1, 1)]
+        for policy, points in curves.items():
+            keys = [100 * k / n_context for k, _, _ in points]
+            axes[0].plot(keys, [r for _, r, _ in points], marker="o", markersize=3, label=policy)
+            if with_kl:
+                axes[1].plot(keys, [kl or 0.0 for _, _, kl in points], marker="o", markersize=3, label=policy)
+        axes[0].set_ylabel("recall (attention mass kept)", fontsize=8)
+        axes[0].set_ylim(0.0, 1.02)
+        for ax in axes:
+            ax.set_xlabel(f"keys kept per head (% of {n_context:,})", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        if with_kl:
+            axes[1].set_ylabel("KL(full ‖ cut), nats", fontsize=8)
+        save_figure(fig, path)
+    return path
