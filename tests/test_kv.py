@@ -157,3 +157,27 @@ def test_the_command_prints_writes_and_refuses(run_cli, llama, tmp_path):
                        ([], "--question"), (["--question", "q", "--out", "x.docx"], "unknown extension")):
         bad = run_cli("kv", TEXT, "--model", llama, *args)
         assert bad.exit_code in (1, 2) and says in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_patterns_class_the_previous_token_head_streaming_and_export_both_forms(run_cli, circuit, tmp_path):
+    from attnviz.kv.patterns import patterns
+
+    text = " ".join(cc.haystack().split()[:700])
+    result = patterns(circuit, text, budgets=[64], engine="native")
+    heads = {(h.layer, h.head): h for h in result.heads[64]}
+    previous = heads[cc.PREVIOUS_TOKEN_HEAD]
+    assert previous.winner == "a_shape" and previous.recall["a_shape"] > 0.99 and previous.streaming_mass > 0.99
+    layer, head = cc.PREVIOUS_TOKEN_HEAD
+    assert result.retrieval[layer][head] is False  # streaming: sinks and a recent window keep it
+    for z_layer, z_head in cc.ZEROED_HEADS:  # uniform attention over 700 keys: no window keeps it
+        assert result.retrieval[z_layer][z_head] is True and heads[(z_layer, z_head)].streaming_mass < 0.9
+    config, tsv = tmp_path / "best_pattern.json", tmp_path / "full_attention_heads.tsv"
+    printed = run_cli("patterns", text, "--model", circuit, "--budget", "64", "--minference", str(config), "--duo",
+                      str(tsv), "--format", "csv")
+    assert printed.exit_code == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert lines[0].startswith("budget,layer,head,kv_head,recall_a_shape") and len(lines) == 1 + 4
+    loaded = json.loads(config.read_text())
+    assert len(loaded) == 2 and loaded[0]["0"][0] == "stream_llm" and set(loaded[1]) == {"0", "1"}
+    rows = [[float(x) for x in line.split("\t")] for line in tsv.read_text().splitlines()]
+    assert rows == [[0.0, 1.0], [1.0, 1.0]]  # L0H0 streams; the induction head and the zeroed heads retrieve

@@ -13,7 +13,22 @@ import typer
 if TYPE_CHECKING:  # pragma: no cover
     from click import ClickException
 
-from . import atlas, compare_heads, explain, export, generate, heads, heatmap, kv, needle, rollout, serve, tui, view
+from . import (
+    atlas,
+    compare_heads,
+    explain,
+    export,
+    generate,
+    heads,
+    heatmap,
+    kv,
+    needle,
+    patterns,
+    rollout,
+    serve,
+    tui,
+    view,
+)
 
 app = typer.Typer(
     name="attnviz",
@@ -36,6 +51,7 @@ app.command("atlas")(atlas.atlas)
 app.command("generate")(generate.generate)
 app.command("needle")(needle.needle)
 app.command("kv")(kv.kv)
+app.command("patterns")(patterns.patterns)
 
 
 def _print_version(value: bool) -> None:

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console, wrote
-from .options import ModelOptions, TextFile, Truncate, Width, model_command, text_from_file
+from .options import Budget, ModelOptions, TextFile, Truncate, Width, model_command, parse_budgets, text_from_file
 
 KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf")
 POLICY_NAMES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
@@ -33,8 +33,7 @@ def kv(
                                "recent window), h2o (accumulated attention), snapkv (the last queries' attention, "
                                "pooled), tova (the last query's), pyramidkv (SnapKV, budgets falling with depth), "
                                "oracle (the future queries' own: the upper bound)."),
-    budget: str = typer.Option("0.25", "--budget", help="Keys kept per head: a number of keys, or a fraction of the "
-                               "prompt's (0.25 or 25%); several, comma-separated, sweep them."),
+    budget: str = Budget,
     question: str | None = typer.Option(None, "--question", help="The future queries: this text, appended to the "
                                         "prompt (as a question is).", show_default=False),
     continue_tokens: int | None = typer.Option(None, "--continue", min=1, max=512, help="The future queries: the "
@@ -68,8 +67,6 @@ def kv(
 
     Example: attnviz kv --text-file report.txt --question "What was the revenue in 2023?" --budget 256,1024 --model Qwen/Qwen2.5-0.5B-Instruct
     """
-    from ..analysis.kv_policies import parse_budget
-
     text = text_from_file(text, text_file)
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
@@ -78,12 +75,7 @@ def kv(
     if unknown or not policies:
         raise UsageError(f"--policy {unknown[0] if unknown else policy!r} is unknown; use all or some of "
                          f"{', '.join(POLICY_NAMES)}")
-    try:
-        budgets = [parse_budget(b) for b in budget.split(",") if b.strip()]
-    except ValueError:
-        raise UsageError(f"--budget {budget!r}: give numbers of keys (256) or fractions (0.25, 25%)") from None
-    if not budgets or any(b <= 0 or (isinstance(b, float) and b > 1 and not b.is_integer()) for b in budgets):
-        raise UsageError(f"--budget {budget!r}: give numbers of keys (256) or fractions (0.25, 25%)")
+    budgets = parse_budgets(budget)
     if (question is None) == (continue_tokens is None):
         raise UsageError("give the future queries: --question TEXT or --continue N")
     outputs = [check_kv_output(path) for path in out]

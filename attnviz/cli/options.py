@@ -114,6 +114,9 @@ Renormalize = typer.Option(False, "--renormalize", help=RENORMALIZE_HELP)
 Words = typer.Option(False, "--words", help=WORDS_HELP)
 CmapOpt = typer.Option(Cmap.viridis, "--cmap", help=CMAP_HELP)
 Width = typer.Option(None, "--width", min=20, help="Terminal width to fit (default: the terminal's).")
+Budget = typer.Option("0.25", "--budget", help="Keys kept: per key/value head (kv) or per query row (patterns), "
+                      "a number of keys or a fraction of the prompt's (0.25 or 25%); several, comma-separated, sweep "
+                      "them.")
 Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its heads table as "
                          ".csv or .parquet): add each head's retrieval_score and reasoning_score, and the label "
                          "retrieval (score ≥ 0.1).", show_default=False)
@@ -129,6 +132,19 @@ def kind_name(kind: KindChoice) -> ViewKind:
 
 _KIND_NAMES: dict[KindChoice, ViewKind] = {KindChoice.encoder: "self", KindChoice.decoder: "decoder",
                                        KindChoice.cross: "cross"}
+
+
+def parse_budgets(text: str) -> list[int | float]:
+    """--budget's list: numbers of keys (256) or fractions (0.25, 25%), comma-separated."""
+    from ..analysis.kv_policies import parse_budget
+
+    try:
+        budgets = [parse_budget(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise UsageError(f"--budget {text!r}: give numbers of keys (256) or fractions (0.25, 25%)") from None
+    if not budgets or any(b <= 0 or (isinstance(b, float) and b > 1 and not b.is_integer()) for b in budgets):
+        raise UsageError(f"--budget {text!r}: give numbers of keys (256) or fractions (0.25, 25%)")
+    return budgets
 
 
 def reading(hide_special: bool, renormalize: bool, words: bool) -> Any:

@@ -56,9 +56,11 @@ def kv_heads(source: Any) -> int:
     return int(config.get("num_key_value_heads") or heads or 1)
 
 
-def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int) -> Iterator[LayerParts]:
+def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int, *,
+                  queries_keys: bool = False) -> Iterator[LayerParts]:
     """Every layer of ``ids`` (the context's ``n_context`` tokens, then the future's) through ``source``, one
-    at a time (see the module)."""
+    at a time (see the module); ``queries_keys``: the context's rows carry its queries and keys too (what
+    block-sparse pooling reads)."""
     from ..sources.base import ExtractOptions
     from ..sources.tokens import TokenInfo
 
@@ -67,10 +69,10 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
     if not source.capabilities.queries_keys:
         raise UsageError(f"the {source.engine} engine does not hand on the value vectors a policy's output error "
                          "needs; use [[engine=native]] or fused")
-    source.check(ExtractOptions(values=True, rows=True))
+    source.check(ExtractOptions(values=True, rows=True, queries_keys=queries_keys))
     info = TokenInfo(ids=list(ids), labels=list(labels), special=[False] * len(ids), word_ids=list(range(len(ids))),
                      segment_ids=[0] * len(ids))
-    stream = source.stream_infos([info], None, False, rows=True, values=True)
+    stream = source.stream_infos([info], None, False, rows=True, values=True, queries_keys=queries_keys)
     n_kv = None
     total = len(ids)
     for position, parts in stream:
@@ -82,5 +84,9 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
         n_kv = n_kv or kv_heads(source)
         if values.shape[0] == heads and heads != n_kv:  # the native engine repeats each KV head for its group
             values = values[:: heads // n_kv]
-        yield LayerParts(stream.layers[position], LayerRows(part, 0, n_context, n_context),
+        q = k = None
+        if queries_keys and part.queries is not None and part.keys is not None:
+            q = part.queries[:, :n_context].float().cpu()
+            k = part.keys[:: max(1, part.keys.shape[0] // n_kv), :n_context].float().cpu()  # one per KV head
+        yield LayerParts(stream.layers[position], LayerRows(part, 0, n_context, n_context, q, k),
                          LayerRows(part, n_context, total, total), values[:, :total].float().cpu(), n_kv)

@@ -94,3 +94,22 @@ def curves_figure(curves: dict[str, list[tuple[float, float, float | None]]], *,
             axes[1].set_ylabel("KL(full ‖ cut), nats", fontsize=8)
         save_figure(fig, path)
     return path
+
+
+PATTERN_NAMES = {"a_shape": "A-shape", "vertical_slash": "vert-slash", "block_sparse": "block"}
+
+
+def patterns_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """One row per head: each pattern's recall (the winner bold), the winner, and DuoAttention's class."""
+    table = Table(box=None, pad_edge=False)
+    for name, justify in (("budget", "right"), ("L", "right"), ("H", "right"), ("KV", "right"), ("A-shape", "right"),
+                          ("vert-slash", "right"), ("block", "right"), ("winner", "left"), ("sink+recent", "right"),
+                          ("duo", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]  # rich's stub: a Literal, not str
+    for row in rows:
+        cells = [Text(f"{row['recall_' + p]:.3f}", style="bold" if row["winner"] == p else "")
+                 for p in PATTERN_NAMES]
+        table.add_row(f"{row['budget']:,}", str(row["layer"]), str(row["head"]), str(row["kv_head"]), *cells,
+                      PATTERN_NAMES[row["winner"]], f"{row['streaming_mass']:.3f}",
+                      Text(row["duo"], style="cyan" if row["duo"] == "retrieval" else "dim"))
+    return table

@@ -1,0 +1,146 @@
+"""``attnviz patterns``: which sparse prefill pattern serves each head of one's own prompt, and which heads stream."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import UsageError
+from .common import cli_command, echo_json, note, stdout_console, wrote
+from .options import Budget, ModelOptions, TextFile, Truncate, Width, model_command, parse_budgets, text_from_file
+
+PATTERN_OUTPUTS = (".json", ".csv", ".parquet")
+
+
+class PatternsFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@cli_command
+@model_command(without=("device_map", "causal"))
+def patterns(
+    options: ModelOptions,
+    text: str | None = typer.Argument(None, metavar="TEXT", help="The prompt to search the patterns on (- reads "
+                                      "standard input).", show_default=False),
+    text_file: Path | None = TextFile,
+    budget: str = Budget,
+    threshold: float = typer.Option(0.9, "--threshold", min=0.0, max=1.0, help="DuoAttention: a key/value head "
+                                    "streams when 64 sinks and a 256-token recent window keep at least this share "
+                                    "of every one of its query heads' attention."),
+    minference: Path | None = typer.Option(None, "--minference", help="Write MInference's per-head config (its "
+                                           "configs/*_best_pattern.json form; the first budget's).",
+                                           show_default=False),
+    duo: Path | None = typer.Option(None, "--duo", help="Write DuoAttention's full_attention_heads.tsv (layers × "
+                                    "key/value heads, 1 a retrieval head).", show_default=False),
+    top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (lowest best recall "
+                                   "first).", show_default=False),
+    fmt: PatternsFormat = typer.Option(PatternsFormat.table, "--format", help="What is printed on stdout: the "
+                                       "tables, or json (the whole result), csv (one row per budget × head)."),
+    out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
+                                   ".json (the whole result), .csv or .parquet (one row per budget × head).",
+                                   show_default=False),
+    truncate: bool = Truncate,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
+    width: int | None = Width,
+) -> None:
+    """For each head of TEXT's model, the attention mass (recall) each sparse prefill pattern of MInference keeps at
+    a budget of keys per query row: A-shape (sink columns and a local band), vertical-slash (the strongest columns
+    and diagonals, from the last 64 queries), block-sparse (the strongest 64 × 64 blocks, from pooled queries and
+    keys), and which wins; and DuoAttention's split of the key/value heads into streaming and retrieval heads.
+    --minference and --duo write the answer in those tools' own forms.
+
+    Example: attnviz patterns --text-file long.txt --model Qwen/Qwen2.5-0.5B-Instruct --budget 1024 --minference best_pattern.json --duo full_attention_heads.tsv
+    """
+    text = text_from_file(text, text_file)
+    if text is None:
+        raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
+    budgets = parse_budgets(budget)
+    from ..fileio import check_writable
+
+    for path in out:
+        if path.suffix.lower() not in PATTERN_OUTPUTS:
+            from ..errors import UnknownFormatError
+
+            raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one "
+                                     f"of {', '.join(PATTERN_OUTPUTS)}")
+    for path in [*out, *(p for p in (minference, duo) if p is not None)]:
+        check_writable(path)
+    from ..kv.patterns import patterns as run_patterns
+
+    result = run_patterns(options.model, text, budgets=budgets, threshold=threshold, engine=options.engine,
+                          revision=options.revision, device=options.device,
+                          trust_remote_code=options.trust_remote_code, dtype=options.dtype, truncate=truncate,
+                          progress=None if quiet or fmt is not PatternsFormat.table else note)
+    said = wrote if fmt is PatternsFormat.table else (lambda p: note(f"wrote {p}"))
+    for path in out:
+        write_patterns_output(result, path)
+        said(path)
+    if minference is not None:
+        _write_text(minference, result.minference_json() + "\n")
+        said(minference)
+    if duo is not None:
+        _write_text(duo, result.duo_tsv())
+        said(duo)
+    rows = sorted(result.rows(), key=lambda r: (r["budget"], max(r[k] for k in r if k.startswith("recall_")),
+                                                r["layer"], r["head"]))
+    if fmt is PatternsFormat.json:
+        echo_json(result.to_dict())
+        return
+    if fmt is PatternsFormat.csv:
+        typer.echo(_csv(result.rows()), nl=False)
+        return
+    from ..render.kv import patterns_table
+    from ..render.needle import titled
+
+    console = stdout_console(width)
+    streaming = sum(not x for row in result.retrieval for x in row)
+    wins = {p: sum(r["winner"] == p for r in result.rows() if r["budget"] == result.budgets[0])
+            for p in ("a_shape", "vertical_slash", "block_sparse")}
+    console.print(titled(f"{result.model_name}: {result.n_tokens:,} tokens; at {result.budgets[0]:,} keys per row "
+                         f"A-shape wins {wins['a_shape']}, vertical-slash {wins['vertical_slash']}, block-sparse "
+                         f"{wins['block_sparse']} of {result.n_layers * result.n_heads} heads; {streaming} of "
+                         f"{result.n_layers * result.n_kv_heads} key/value heads stream (DuoAttention, ≥ "
+                         f"{result.threshold:g})", patterns_table(rows[:top] if top else rows)))
+
+
+COLUMNS = ("budget", "layer", "head", "kv_head", "recall_a_shape", "recall_vertical_slash", "recall_block_sparse",
+           "winner", "streaming_mass", "duo")
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow([row[c] for c in COLUMNS])
+    return buffer.getvalue()
+
+
+def _write_text(path: Path, text: str) -> None:
+    from ..fileio import atomic_write
+
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_patterns_output(result: Any, path: Path) -> None:
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        result.save(path)
+    elif suffix == ".csv":
+        _write_text(path, _csv(result.rows()))
+    else:
+        from ..export.table import pyarrow
+        from ..fileio import atomic_write
+
+        pa = pyarrow()
+        rows = result.rows()
+        table = pa.table({c: [row[c] for row in rows] for c in COLUMNS})
+        atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))

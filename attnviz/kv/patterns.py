@@ -1,0 +1,126 @@
+"""Which sparse prefill pattern serves each head of one's own prompt (issue 44): MInference's A-shape, vertical-slash
+and block-sparse, each head's recall under each at a budget and the winner, as MInference's ``search_pattern``
+defines them; and DuoAttention's split of the key/value heads into streaming (sinks and a recent window keep their
+attention) and retrieval heads. The search itself is :mod:`attnviz.analysis.sparse_patterns`; the prompt's layers
+are read as row blocks with their queries and keys (:mod:`.layers`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..analysis import sparse_patterns as sp
+from ..analysis.kv_policies import resolve_budget
+from ..errors import UsageError
+
+SCHEMA = "attnviz.patterns/1"
+
+
+@dataclass
+class HeadPattern:
+    """One query head at one budget."""
+
+    layer: int
+    head: int
+    kv_head: int
+    recall: dict[str, float]  # a_shape, vertical_slash, block_sparse
+    winner: str
+    streaming_mass: float  # DuoAttention: the attention mass sinks + a recent window keep
+
+
+@dataclass
+class PatternsResult:
+    """Every head's search at each budget, the key/value heads' DuoAttention class, and MInference's config."""
+
+    model_name: str
+    engine: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    n_tokens: int
+    threshold: float
+    budgets: list[int] = field(default_factory=list)
+    heads: dict[int, list[HeadPattern]] = field(default_factory=dict)  # budget → every head
+    retrieval: list[list[bool]] = field(default_factory=list)  # [layer][kv head]: DuoAttention's full-attention heads
+    configs: dict[int, list[dict[str, list[object]]]] = field(default_factory=dict, repr=False)  # budget → MInference
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema"] = SCHEMA
+        data["heads"] = {str(b): rows for b, rows in data["heads"].items()}
+        data["configs"] = {str(b): config for b, config in data["configs"].items()}
+        return data
+
+    def save(self, path: str | Path) -> None:
+        from ..fileio import atomic_write
+        from ..labels import json_text
+
+        text = json_text(self.to_dict(), indent=1) + "\n"
+        atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+    def minference_json(self, budget: int | None = None) -> str:
+        """MInference's per-head config (``configs/*_best_pattern.json``) at ``budget`` (default the first)."""
+        return json.dumps(self.configs[self.budgets[0] if budget is None else budget])
+
+    def duo_tsv(self) -> str:
+        """DuoAttention's ``full_attention_heads.tsv``: layers × key/value heads, 1 a retrieval (full) head."""
+        import torch
+
+        return sp.duo_attention_tsv([torch.tensor([float(x) for x in row]) for row in self.retrieval])
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per budget × layer × head (CSV, Parquet)."""
+        return [{"budget": budget, "layer": h.layer, "head": h.head, "kv_head": h.kv_head,
+                 **{f"recall_{p}": round(h.recall[p], 6) for p in sp.PATTERNS}, "winner": h.winner,
+                 "streaming_mass": round(h.streaming_mass, 6),
+                 "duo": "retrieval" if self.retrieval[h.layer][h.kv_head] else "streaming"}
+                for budget in self.budgets for h in self.heads[budget]]
+
+
+def patterns(model: str | None, text: str, *, budgets: Sequence[float] = (0.1,), threshold: float = sp.DUO_THRESHOLD,
+             engine: str = "auto", revision: str | None = None, device: str = "cpu", trust_remote_code: bool = False,
+             dtype: str | None = None, truncate: bool = False,
+             progress: Callable[[str], None] | None = None) -> PatternsResult:
+    """Search every head of ``model`` on ``text`` at each of ``budgets`` (keys per query row, or a fraction of the
+    prompt's), and class the key/value heads as DuoAttention does at ``threshold`` (see the module)."""
+    from ..sources.resolve import load_source
+    from .layers import read_sequence
+
+    if not 0.0 < threshold <= 1.0:
+        raise UsageError(f"[[threshold={threshold}]] is a share of the attention mass, in (0, 1]")
+    source: Any = load_source(model, engine=engine,  # type: ignore[arg-type]  # engine: checked by load_source
+                              revision=revision, device=device, trust_remote_code=trust_remote_code, dtype=dtype)
+    if not source.causal:
+        raise UsageError(f"{source.name} is not a causal model: sparse prefill patterns are for decoders")
+    info = source.encode(text, truncate=truncate)
+    n = len(info.ids)
+    if n < 2:
+        raise UsageError("the text gives fewer than 2 tokens")
+    if not budgets:
+        raise UsageError("give at least one budget")
+    resolved = sorted({resolve_budget(b, n) for b in budgets})
+    say = progress or (lambda _: None)
+    say("reading the layers")
+    result = PatternsResult(source.name, source.engine, source.n_layers, 0, 1, n, threshold, resolved)
+    searches: dict[int, list[sp.PatternSearch]] = {b: [] for b in resolved}
+    for parts in read_sequence(source, list(info.ids), list(info.labels), n, queries_keys=True):
+        rows, n_kv = parts.context, parts.n_kv_heads
+        result.n_heads, result.n_kv_heads = rows.n_heads, n_kv
+        group = rows.n_heads // n_kv
+        mass = None
+        for budget in resolved:
+            search = sp.search_patterns(rows, budget)
+            searches[budget].append(search)
+            mass = search.streaming_mass
+            for head in range(rows.n_heads):
+                result.heads.setdefault(budget, []).append(HeadPattern(
+                    parts.layer, head, head // group, {p: float(search.recall[p][head]) for p in sp.PATTERNS},
+                    search.winner[head], float(search.streaming_mass[head])))
+        assert mass is not None
+        result.retrieval.append([bool(x) for x in sp.streaming_heads(mass, n_kv, threshold)])
+    for budget in resolved:
+        result.configs[budget] = sp.minference_config(searches[budget])
+    return result
