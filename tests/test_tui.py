@@ -31,6 +31,11 @@ PATIENCE = 120.0
 """Seconds a test waits for a condition before it fails: a loaded machine (a newcomer's first ``pytest`` beside a
 build, every core busy) is slow, never wrong. Tests wait on the condition they need, never a fixed pause."""
 
+POLL = 0.005
+"""Seconds between two checks of a condition: Pilot's pending messages are processed before each check (its
+``pause``), and a check costs well under a millisecond. (``pause()`` without a delay waits, in steps of 20 ms, until
+the process looks idle, which a computing worker thread or a loaded machine fools anyway: the condition decides.)"""
+
 
 def drive(app: AttnvizTUI, script: Callable[..., Awaitable[None]], size: tuple[int, int] = (100, 30)) -> None:
     """Run ``app`` headless at ``size``, wait for its first text (or its error) to be shown, then ``script(pilot)``."""
@@ -46,7 +51,7 @@ async def until(pilot, condition: Callable[[], bool], what: str, timeout: float 
     an idle moment); fail, naming ``what``, after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        await pilot.pause()
+        await pilot.pause(POLL)
         if condition():
             return
         if time.monotonic() > deadline:
