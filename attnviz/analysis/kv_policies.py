@@ -206,7 +206,9 @@ def h2o_scores(rows: AttentionRows, n_kv_heads: int) -> Tensor:
     (``T − j`` for key j in a causal prefix), averaged over the group. ``[Hkv, n_keys]`` float64."""
     total = torch.zeros(rows.n_heads, rows.n_keys, dtype=torch.float64)
     for _, block in row_blocks(rows):
-        total += block.sum(1, dtype=torch.float64)
+        # A block's ≤ BLOCK_FLOATS rows summed in its own precision, then float64; a causal block may stop at its
+        # last row's key (the keys after it are 0 for every row of the block).
+        total[:, : block.shape[-1]] += block.sum(1).double()
     if rows.causal:
         keys = torch.arange(rows.n_keys)
         seen = (rows.n_rows - (keys - rows.offset).clamp(min=0)).clamp(min=1)

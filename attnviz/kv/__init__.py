@@ -121,9 +121,12 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     n_kv = 1
     for parts in _layers(source, ids, every, n_context):
         n_kv = parts.n_kv_heads
-        inputs = kvp.PolicyInputs(rows=parts.context, n_kv_heads=n_kv, future=parts.future,
+        # The future's rows are few (the question, the continuation): computed once, read by every policy and budget.
+        future_rows = kvp.DenseRows(parts.future.block(0, parts.future.n_rows), offset=n_context)
+        inputs = kvp.PolicyInputs(rows=parts.context, n_kv_heads=n_kv, future=future_rows,
                                   question_window=question_window)
-        future_mass = kvp.oracle_scores(parts.future, n_kv, n_context)  # [Hkv, T]: what the future attends
+        values = parts.values.double()
+        future_mass = kvp.oracle_scores(future_rows, n_kv, n_context)  # [Hkv, T]: what the future attends
         scores: dict[str, torch.Tensor] = {}
         for policy, budget in resolved:
             if policy not in scores:
@@ -132,8 +135,8 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
             if policy == "pyramidkv":
                 count = kvp.pyramid_budgets(count, n_layers, n_context)[parts.layer]
             keep = kvp.keep_top(scores[policy], count)
-            recall = kvp.group_mean(kvp.recall(parts.future, keep), n_kv)
-            error = kvp.group_mean(kvp.output_error(parts.future, parts.values, keep), n_kv)
+            recall = kvp.group_mean(kvp.recall(future_rows, keep), n_kv)
+            error = kvp.group_mean(kvp.output_error(future_rows, values, keep), n_kv)
             run = runs[(policy, budget)]
             run.keys.append(count)
             keep_by_run[(policy, budget)].append(keep)
@@ -177,7 +180,7 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
 def _layers(source: Any, ids: list[int], labels: list[str], n_context: int) -> Any:
     from .layers import read_sequence
 
-    return read_sequence(source, ids, labels, n_context)
+    return read_sequence(source, ids, labels, n_context, narrow=True)  # the policies read narrow causal blocks
 
 
 def _label(source: Any, token: int) -> str:

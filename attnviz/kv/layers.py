@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ..errors import UsageError
@@ -27,13 +28,22 @@ class LayerRows:
     causal = True
 
     def __init__(self, part: Any, first: int, stop: int, n_keys: int, q: Tensor | None = None,
-                 k: Tensor | None = None) -> None:
-        self.part, self.first = part, first
+                 k: Tensor | None = None, *, narrow: bool = False) -> None:
+        self.part, self.first, self.narrow = part, first, narrow
         self.n_heads, self.n_rows, self.n_keys, self.offset = int(part.n_heads), stop - first, n_keys, first
         self.q, self.k = q, k
 
     def block(self, start: int, stop: int) -> Tensor:
-        return self.part.rows(self.first + start, self.first + stop, cols=(0, self.n_keys)).float()
+        made = self.part.made_from
+        if made is None:  # weights held whole (a short input)
+            return self.part.rows(self.first + start, self.first + stop, cols=(0, self.n_keys)).float()
+        rows, item, n = made
+        # The rows straight from the queries and keys (no copy into a second buffer); a causal block stops at
+        # its last row's key, the rest of its keys are 0.
+        block = rows.block(item, self.first + start, self.first + stop, n)[..., : self.n_keys].float().cpu()
+        if self.narrow or block.shape[-1] == self.n_keys:  # narrow: a reader that takes the zeros as read (H2O)
+            return block
+        return torch.nn.functional.pad(block, (0, self.n_keys - block.shape[-1]))
 
 
 @dataclass
@@ -57,10 +67,10 @@ def kv_heads(source: Any) -> int:
 
 
 def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int, *,
-                  queries_keys: bool = False) -> Iterator[LayerParts]:
+                  queries_keys: bool = False, narrow: bool = False) -> Iterator[LayerParts]:
     """Every layer of ``ids`` (the context's ``n_context`` tokens, then the future's) through ``source``, one
     at a time (see the module); ``queries_keys``: the context's rows carry its queries and keys too (what
-    block-sparse pooling reads)."""
+    block-sparse pooling reads); ``narrow``: the context's causal blocks stop at their last row's key."""
     from ..sources.base import ExtractOptions
     from ..sources.tokens import TokenInfo
 
@@ -88,5 +98,5 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
         if queries_keys and part.queries is not None and part.keys is not None:
             q = part.queries[:, :n_context].float().cpu()
             k = part.keys[:: max(1, part.keys.shape[0] // n_kv), :n_context].float().cpu()  # one per KV head
-        yield LayerParts(stream.layers[position], LayerRows(part, 0, n_context, n_context, q, k),
+        yield LayerParts(stream.layers[position], LayerRows(part, 0, n_context, n_context, q, k, narrow=narrow),
                          LayerRows(part, n_context, total, total), values[:, :total].float().cpu(), n_kv)
