@@ -38,7 +38,7 @@ def circuit(tmp_path_factory):
     return str(cc.build(tmp_path_factory.mktemp("kv_copy") / "copy"))
 
 
-@pytest.mark.parametrize("engine", ["native", "fused"])
+@pytest.mark.parametrize("engine", ["native", "fused", "hf"])
 def test_keeping_every_key_loses_nothing(llama, engine):
     result = kv(llama, TEXT, policies=["streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle"], budgets=[1.0],
                 question=QUESTION, answer_tokens=4, engine=engine)
@@ -50,6 +50,20 @@ def test_keeping_every_key_loses_nothing(llama, engine):
             assert head.recall == pytest.approx(1.0, abs=1e-6) and head.error == pytest.approx(0.0, abs=1e-6)  # float32 rows
             assert head.dropped == []
         assert run.kl == pytest.approx(0.0, abs=1e-9) and run.changed is False
+
+
+def test_every_engine_loses_the_same(llama):
+    """The native engine's own attention, the fused engine's row blocks and transformers' eager weights (values from
+    its cache) give the same recall, output error and KL, head by head."""
+    found = {engine: kv(llama, TEXT, policies=["h2o", "snapkv"], budgets=[6], question=QUESTION, answer_tokens=2,
+                        engine=engine) for engine in ("native", "fused", "hf")}
+    reference = found["native"]
+    for engine, result in found.items():
+        for run, expected in zip(result.runs, reference.runs, strict=True):
+            assert run.kl == pytest.approx(expected.kl, rel=1e-4, abs=1e-9), engine
+            for head, other in zip(run.heads, expected.heads, strict=True):
+                assert head.recall == pytest.approx(other.recall, abs=1e-5), (engine, head)
+                assert head.error == pytest.approx(other.error, abs=1e-4), (engine, head)
 
 
 def test_the_oracle_keeps_at_least_what_any_policy_keeps(llama):

@@ -76,18 +76,23 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
 
     if not source.causal:
         raise UsageError(f"{source.name} is not a causal model: a KV cache belongs to a decoder")
-    if not source.capabilities.queries_keys:
-        raise UsageError(f"the {source.engine} engine does not hand on the value vectors a policy's output error "
-                         "needs; use [[engine=native]] or fused")
-    source.check(ExtractOptions(values=True, rows=True, queries_keys=queries_keys))
     info = TokenInfo(ids=list(ids), labels=list(labels), special=[False] * len(ids), word_ids=list(range(len(ids))),
                      segment_ids=[0] * len(ids))
-    stream = source.stream_infos([info], None, False, rows=True, values=True, queries_keys=queries_keys)
+    eager: list[Tensor] | None = None
+    if not source.capabilities.queries_keys:  # transformers' eager attention: whole weights, values from its cache
+        if queries_keys:
+            raise UsageError(f"the {source.engine} engine does not hand on the queries and keys block-sparse pooling "
+                             "needs; use [[engine=native]] or fused")
+        eager = _cache_values(source, ids)
+        stream = source.stream_infos([info], None, False)
+    else:
+        source.check(ExtractOptions(values=True, rows=True, queries_keys=queries_keys))
+        stream = source.stream_infos([info], None, False, rows=True, values=True, queries_keys=queries_keys)
     n_kv = None
     total = len(ids)
     for position, parts in stream:
         part = parts[0]
-        values = part.values
+        values = part.values if eager is None else eager[stream.layers[position]]
         if values is None:
             raise UsageError(f"the {source.engine} engine handed on no value vectors for layer {position}")
         heads = int(part.n_heads)
@@ -100,3 +105,17 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
             k = part.keys[:: max(1, part.keys.shape[0] // n_kv), :n_context].float().cpu()  # one per KV head
         yield LayerParts(stream.layers[position], LayerRows(part, 0, n_context, n_context, q, k, narrow=narrow),
                          LayerRows(part, n_context, total, total), values[:, :total].float().cpu(), n_kv)
+
+
+def _cache_values(source: Any, ids: list[int]) -> list[Tensor]:
+    """Each layer's value vectors ``[Hkv, T, d]``, from the key/value cache of one forward pass of transformers'
+    model (the eager engine hands over weights alone)."""
+    model = source.model
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids], device=model.device), use_cache=True)
+    cache = getattr(out, "cache", None)
+    cache = cache if cache is not None else out.past_key_values
+    if cache is None or not hasattr(cache, "layers"):
+        raise UsageError(f"{source.name} on the {source.engine} engine keeps no key/value cache to read its values "
+                         "from; use [[engine=native]] or fused")
+    return [layer.values[0].float().cpu() for layer in cache.layers]
