@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 # Byte-compiled modules are kept (__pycache__, ignored by git) whatever the shell says: with
@@ -66,6 +67,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and item.path.name not in RAY_FILES:
+            warnings.warn(f"{item.path.name} uses the Ray cluster: add it to RAY_FILES in tests/conftest.py, or "
+                          "a second worker starts a cluster of its own", stacklevel=1)
     # Whole files move (a file's tests stay together and in their order); pyproject's --no-loadscope-reorder
     # has xdist hand the files out in this order.
     counts: dict[Path, int] = {}
@@ -177,14 +181,50 @@ def open_offline(browser, path: Path, requests: list[str], errors: list[str], re
     return page
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray cluster of 2 CPUs for the whole session (started once, on first use): an export
-    with --backend ray uses a running cluster and leaves it running."""
+# The files whose tests use the local Ray cluster (the ray_cluster fixture, by name or through
+# request.getfixturevalue). Under xdist they are one unit of work, so one worker starts the cluster, once.
+RAY_FILES = ("test_readme_commands.py", "test_needle.py", "test_ray_backend.py")
+RAY_FIXTURES = {"ray_cluster", "cluster"}
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, but the files of RAY_FILES go to one worker as one unit: a second worker starting its own
+    cluster cost its start (4 s), its stop and its daemons' CPU while they idle."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneRayCluster(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "ray" if file.rsplit("/", 1)[-1] in RAY_FILES else file
+
+    return OneRayCluster(config, log)
+
+
+def _last_ray_test(session) -> pytest.Item | None:
+    users = [item for item in session.items if RAY_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    return users[-1] if users else None
+
+
+@pytest.fixture
+def ray_cluster(request):
+    """One local Ray cluster of 2 CPUs, started on first use and kept for the next tests that use it (an
+    export with --backend ray uses a running cluster and leaves it running); stopped after the last test
+    that names this fixture (the tests run in collection order; see RAY_FILES), or at the end of the session."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
-    ray.shutdown()
+    if request.node is _last_ray_test(request.session):
+        ray.shutdown()
+
+
+def pytest_sessionfinish(session):
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 def refuse_import(monkeypatch, package: str) -> None:

@@ -35,7 +35,7 @@ def _wait_for(tmux: list[str], session: str, wanted: str, timeout: float = 60) -
         screen = _capture(tmux, session)
         if wanted in screen:
             return screen
-        time.sleep(0.2)
+        time.sleep(0.05)
     raise AssertionError(f"{wanted!r} never appeared; the screen:\n{_capture(tmux, session)}")
 
 
