@@ -195,3 +195,42 @@ def test_patterns_class_the_previous_token_head_streaming_and_export_both_forms(
     assert len(loaded) == 2 and loaded[0]["0"][0] == "stream_llm" and set(loaded[1]) == {"0", "1"}
     rows = [[float(x) for x in line.split("\t")] for line in tsv.read_text().splitlines()]
     assert rows == [[0.0, 1.0], [1.0, 1.0]]  # L0H0 streams; the induction head and the zeroed heads retrieve
+
+
+@pytest.mark.slow
+def test_the_page_shows_the_needle_kept_by_snapkv_and_dropped_by_streaming(circuit, browser, tmp_path):
+    from conftest import open_offline
+
+    from attnviz.kv.page import check_document, page_document
+    from attnviz.render.kv_page import render_kv_page
+
+    context, question = _context_and_question()
+    result = kv(circuit, context, policies=["streaming", "snapkv"], budgets=[32], question=question, answer_tokens=14,
+                question_window=True, keep_sets=True)
+    document = page_document(result, result.need)
+    check_document(document)
+    assert document["width"] == 1 and document["bins"] == result.n_context
+    path = render_kv_page(document, tmp_path / "kv.html")
+    requests, errors = [], []
+    page = open_offline(browser, path, requests, errors, ready="body[data-drawn]")
+    try:
+        start = next(i for i, t in enumerate(result.tokens) if t == "n1")
+        row = cc.RETRIEVAL_HEAD[0] * result.n_kv_heads + cc.RETRIEVAL_HEAD[1]
+
+        def needle_colours(run: int) -> list[str]:
+            page.click(f'tr[data-run="{run}"]')
+            page.wait_for_function(f"document.body.dataset.drawn.startsWith('{run}:')")
+            return page.evaluate(f"""() => {{
+                const c = document.getElementById('matrix'), ctx = c.getContext('2d'), rowH = c.height / {result.n_layers * result.n_kv_heads};
+                const out = [];
+                for (let b = {start}; b < {start} + 12; b++) {{
+                  const x = Math.floor((b + 0.5) / {result.n_context} * c.width), y = Math.floor(({row} + 0.5) * rowH);
+                  out.push(Array.from(ctx.getImageData(x, y, 1, 1).data.slice(0, 3)).join(','));
+                }}
+                return out;
+            }}""")
+        assert all(c == "221,51,51" for c in needle_colours(0))  # streaming drops the needle the future needs: red
+        assert not any(c == "221,51,51" for c in needle_colours(1))  # snapkv keeps it
+        assert errors == [] and requests == [path.as_uri()]
+    finally:
+        page.close()

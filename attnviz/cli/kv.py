@@ -12,7 +12,7 @@ from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console, wrote
 from .options import Budget, ModelOptions, TextFile, Truncate, Width, model_command, parse_budgets, text_from_file
 
-KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf")
+KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
 POLICY_NAMES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
 
 
@@ -53,7 +53,8 @@ def kv(
                                  "(the whole result), csv (one row per policy × budget × layer × key/value head)."),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
                                    ".json (the whole result), .csv or .parquet (one row per policy × budget × layer "
-                                   "× key/value head), .png, .svg, .pdf (recall and KL against the budget).",
+                                   "× key/value head), .png, .svg, .pdf (recall and KL against the budget), .html (the page: "
+                                   "the curves, and every head's keys with each run's kept ones overlaid).",
                                    show_default=False),
     truncate: bool = Truncate,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
@@ -88,6 +89,7 @@ def kv(
     result = run_kv(options.model, text, policies=policies, budgets=budgets, question=question,
                     continue_tokens=continue_tokens, answer_tokens=max_new_tokens, end_to_end=end_to_end,
                     question_window=question_window, truncate=truncate,
+                    keep_sets=any(p.suffix.lower() == ".html" for p in outputs),
                     engine=options.engine, revision=options.revision, device=options.device,
                     trust_remote_code=options.trust_remote_code, dtype=options.dtype, progress=progress)
     if options.verbose:
@@ -173,6 +175,11 @@ def write_kv_output(result: Any, path: Path) -> None:
     elif suffix == ".csv":
         text = rows_csv(result.rows())
         atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    elif suffix == ".html":
+        from ..kv.page import page_document
+        from ..render.kv_page import render_kv_page
+
+        render_kv_page(page_document(result, result.need), path)
     elif suffix == ".parquet":
         from ..export.table import pyarrow
 

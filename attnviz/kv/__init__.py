@@ -119,6 +119,7 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     n_layers = source.n_layers
     say("reading the layers")
     n_kv = 1
+    needs: list[torch.Tensor] = []
     for parts in _layers(source, ids, every, n_context):
         n_kv = parts.n_kv_heads
         # The future's rows are few (the question, the continuation): computed once, read by every policy and budget.
@@ -127,6 +128,8 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
                                   question_window=question_window)
         values = parts.values.double()
         future_mass = kvp.oracle_scores(future_rows, n_kv, n_context)  # [Hkv, T]: what the future attends
+        if keep_sets:
+            needs.append(future_mass.float())
         scores: dict[str, torch.Tensor] = {}
         for policy, budget in resolved:
             if policy not in scores:
@@ -170,6 +173,8 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
                 run.answer, run.changed = _decode(lm, source, cut.answer), cut.answer != full.answer
             else:
                 run.changed = bool((cut.logprobs.argmax(-1) != full.logprobs.argmax(-1)).any())
+    if keep_sets:
+        result.need = torch.stack(needs)
     for key in resolved:
         if keep_sets:
             runs[key].kept = [[row.nonzero()[:, 0].tolist() for row in keep] for keep in keep_by_run[key]]

@@ -66,6 +66,8 @@ class KVResult:
     full_answer: str | None
     runs: list[PolicyRun] = field(default_factory=list)
     tokens: list[str] = field(default_factory=list, repr=False)  # the context's labels (the page)
+    # [layers, kv heads, T]: the future's mean attention on each prompt key, kept when the page is asked for; never saved.
+    need: Any = field(default=None, repr=False, compare=False)
 
     def losses(self) -> list[tuple[PolicyRun, HeadLoss]]:
         """Every (run, head), the worst first: lowest recall, then highest output error."""
@@ -73,7 +75,12 @@ class KVResult:
         return sorted(pairs, key=lambda p: (p[1].recall, -p[1].error, p[0].policy, p[1].layer, p[1].kv_head))
 
     def to_dict(self, *, kept: bool = False) -> dict[str, Any]:
-        data = asdict(self)
+        need, self.need = self.need, None  # asdict would copy the tensor
+        try:
+            data = asdict(self)
+        finally:
+            self.need = need
+        data.pop("need", None)
         data["schema"] = SCHEMA
         if not kept:
             for run in data["runs"]:
