@@ -163,3 +163,41 @@ def test_exports(tmp_path) -> None:
     np.savetxt(tmp_path / "numpy.tsv", np.array([[0, 1], [1, 1], [0, 0]], dtype=float), delimiter="\t")
     assert (tmp_path / "numpy.tsv").read_text() == text  # byte for byte as DuoAttention writes it
     assert np.loadtxt(path, dtype=float, delimiter="\t").tolist() == [[0, 1], [1, 1], [0, 0]]
+
+
+def test_diagonal_sums_against_loops() -> None:
+    a = random_rows(4, t=90).block(0, 90)
+    for first, stop in ((0, 1), (0, 7), (3, 20), (40, 47), (60, 90)):
+        block, positions = a[:, first:stop], torch.arange(first, stop)
+        for width in (None, 5, 30, 90):
+            got = sp._diagonal_sums(block, positions, width)
+            want = [[sum(float(block[h, i, int(p) - o]) for i, p in enumerate(positions) if p >= o)
+                     for o in range(width or 90)] for h in range(4)]
+            assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=1e-12), (first, stop, width)
+            narrow = block[..., :stop]  # a causal block that stops at its last row's key
+            assert torch.allclose(sp._diagonal_sums(narrow, positions, width or 90), got, atol=1e-12)
+
+
+def test_narrow_blocks_give_the_padded_sums() -> None:
+    rows = random_rows(5, t=200)
+    orders = sp._vertical_slash_orders(rows, last_q=16, forced=4)
+    splits = [(0, 40), (4, 36), (10, 30), (20, 20), (40, 0)]
+
+    def summed(narrow: bool, size: int) -> sp._Sums:
+        sums = sp._Sums(4, 200, 37, (8, 32), orders, splits, 16, 13)
+        for start in range(0, 200, size):
+            stop = min(200, start + size)
+            block = rows.block(start, stop)
+            sums.add(block[..., :stop] if narrow else block, torch.arange(start, stop))
+        return sums
+
+    for size in (7, 16, 50):
+        padded, narrow = summed(False, size), summed(True, size)
+        assert padded.rows == narrow.rows == 163
+        for name in ("column", "diagonal", "a_overlap", "vs_overlap", "blocks"):
+            assert torch.allclose(getattr(narrow, name), getattr(padded, name), atol=1e-12), (size, name)
+    a = rows.block(0, 200)  # the block sums against the dense matrix pooled by hand
+    i, j = torch.arange(37, 200)[:, None] // 16, torch.arange(200)[None, :] // 16
+    pooled = a.new_zeros(4, 13, 13).index_put_((torch.arange(4)[:, None, None], i.expand(4, 163, 200),
+                                                 j.expand(4, 163, 200)), a[:, 37:], accumulate=True)
+    assert torch.allclose(padded.blocks, pooled, atol=1e-12)

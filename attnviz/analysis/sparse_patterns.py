@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
@@ -57,24 +58,47 @@ def _top(scores: Tensor, count: int) -> Tensor:
 
 
 def _diagonal_sums(block: Tensor, positions: Tensor, width: int | None = None) -> Tensor:
-    """``[H, width]`` float64: for each offset ``o < width`` (default: every key), the block's sum of
-    ``A[i, i − o]`` over its rows (consecutive positions; only ``j ≤ i``). All offsets: the rows padded and
-    skewed by one per row (a strided view, as MInference's ``sum_all_diagonal_matrix``) and summed; a narrow
-    band: gathered."""
+    """``[H, width]`` float64: for each offset ``o < width`` (default: every key, ``block``'s last dimension
+    or more), the block's sum of ``A[i, i − o]`` over its rows (consecutive positions; only ``j ≤ i``). The block
+    may stop at its last row's key (a narrow causal block: its width is at least the last position + 1).
+
+    Row ``i`` (position ``p0 + i``) read from column ``i + m`` is offset ``p0 − m`` for every row, so a strided
+    view with row stride ``row + 1`` (no copy) sums the offsets ``0 … p0`` at once; the offsets past ``p0``
+    (columns ``j < i``) are the lower triangle of the block's first ``R`` columns, skewed the same way after
+    padding that small square (as MInference's ``sum_all_diagonal_matrix``)."""
     h, r, n = block.shape
-    if width is not None and width < n:
-        index = positions[:, None] - torch.arange(width)[None, :]
-        picked = block.gather(2, index.clamp(min=0).expand(h, r, width)) * (index >= 0)
-        return picked.sum(1).double()
-    # Row i (position p0 + i) shifted right by r − 1 − i: its offset o lands in column p0 + r − 1 − o.
-    padded = F.pad(block, (r, r))  # [h, r, n + 2r]: r zeros either side of each row
-    skewed = padded.as_strided((h, r, n + r), (r * (n + 2 * r), n + 2 * r + 1, 1), 1)
-    sums = skewed.sum(1)
     p0 = int(positions[0])
-    offsets = torch.arange(min(n, p0 + r))
-    out = torch.zeros(h, n, dtype=torch.float64)
-    out[:, : len(offsets)] = sums[:, p0 + r - 1 - offsets]
+    if n < p0 + r:
+        raise ValueError(f"a causal block of rows {p0} … {p0 + r - 1} needs at least {p0 + r} keys, got {n}")
+    width = n if width is None else width
+    out = torch.zeros(h, width, dtype=torch.float64)
+    low = max(0, p0 - width + 1)  # columns m = low … p0: offsets p0 − low … 0
+    s0, s1, s2 = block.stride()
+    skewed = block.as_strided((h, r, p0 + 1 - low), (s0, s1 + s2, s2), block.storage_offset() + low * s2)
+    out[:, : p0 + 1 - low] = skewed.sum(1).double().flip(1)
+    if r > 1 and width > p0 + 1:  # offsets p0 + d, d = 1 … r − 1: Σ_i A[i, i − d]
+        square = F.pad(block[..., :r], (r, 0))  # [h, r, 2r]: column j of row i at j + r
+        tri = square.as_strided((h, r, r), (2 * r * r, 2 * r + 1, 1)).sum(1).double()  # [:, k]: d = r − k
+        d = min(r - 1, width - 1 - p0)
+        out[:, p0 + 1 : p0 + 1 + d] = tri[:, r - d :].flip(1)
     return out
+
+
+def _vertical_slash_orders(rows: AttentionRows, *, last_q: int = LAST_Q, forced: int = FORCED) -> tuple[Tensor, Tensor]:
+    """Every column and every diagonal offset by MInference's estimate, best first (``[H, N]`` long each):
+    the sums of the last ``last_q`` rows' attention by column and by diagonal, the first ``forced`` of each
+    always first. Any split's columns and offsets are prefixes of these."""
+    first = max(0, rows.n_rows - last_q)
+    block = rows.block(first, rows.n_rows).double()
+    positions = torch.arange(first, rows.n_rows) + rows.offset
+    n = rows.n_keys
+    if block.shape[-1] < n:
+        block = F.pad(block, (0, n - block.shape[-1]))
+    vertical = block.sum(1)
+    slash = _diagonal_sums(block, positions)
+    vertical[:, :forced] = math.inf
+    slash[:, :forced] = math.inf
+    return _top(vertical, n), _top(slash, n)
 
 
 def estimate_vertical_slash(rows: AttentionRows, n_vertical: int, n_slash: int, *, last_q: int = LAST_Q,
@@ -83,17 +107,11 @@ def estimate_vertical_slash(rows: AttentionRows, n_vertical: int, n_slash: int, 
     columns with the highest sums (the first ``forced`` always among them) and the ``n_slash`` diagonal
     offsets with the highest sums (offsets ``0 … forced − 1`` always). ``(columns [H, n_vertical] long,
     offsets [H, N] bool)``."""
-    first = max(0, rows.n_rows - last_q)
-    block = rows.block(first, rows.n_rows).double()
-    positions = torch.arange(first, rows.n_rows) + rows.offset
-    vertical = block.sum(1)
-    slash = _diagonal_sums(block, positions)
-    vertical[:, :forced] = math.inf
-    slash[:, :forced] = math.inf
+    columns, slashes = _vertical_slash_orders(rows, last_q=last_q, forced=forced)
     n = rows.n_keys
     offsets = torch.zeros(rows.n_heads, n, dtype=torch.bool)
-    offsets.scatter_(1, _top(slash, min(n_slash, n)), True)
-    return _top(vertical, min(n_vertical, n)), offsets
+    offsets.scatter_(1, slashes[:, : min(n_slash, n)], True)
+    return columns[:, : min(n_vertical, n)], offsets
 
 
 def estimate_blocks(rows: AttentionRows, top_blocks: int, *, block: int = BLOCK) -> Tensor:
@@ -123,60 +141,94 @@ def estimate_blocks(rows: AttentionRows, top_blocks: int, *, block: int = BLOCK)
 @dataclass
 class _Sums:
     """Σ over rows ``i ≥ first`` of a layer's attention: by column, by diagonal offset, by (query block,
-    key block), and the overlaps of the patterns' two parts (A-shape's sinks ∩ band, vertical ∩ slash)."""
+    key block), and the overlaps of the patterns' two parts (A-shape's sinks ∩ band, vertical ∩ slash).
+
+    Vertical-slash: ``orders`` are every column and every offset best first, and split ``k`` takes the first
+    ``v_k`` columns and ``s_k`` offsets (``splits`` by ``v`` ascending, so ``s`` descending): a kept column
+    ``c`` (rank ``< v_k``) and a kept offset ``o`` meet in split ``k`` iff ``k ≥ kc(c)`` and ``k ≤ ko(o)``, so one
+    gather of the widest split's columns per block gives every split's overlap."""
 
     n_heads: int
     n_keys: int
     first: int
     a_shape: tuple[int, int]  # sinks, local
-    vertical_slash: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (columns, offsets)
+    orders: tuple[Tensor, Tensor] | None = None  # vertical-slash: (columns [H, N], offsets [H, N]) best first
+    splits: Sequence[tuple[int, int]] = ()  # (v, s) by v ascending
     block: int = 0  # 0: no block sums
     n_query_blocks: int = 0
 
     def __post_init__(self) -> None:
         h, n = self.n_heads, self.n_keys
         sinks, local = self.a_shape
-        self.full = bool(self.vertical_slash or self.block)  # else only what the A-shape reads
+        self.full = bool(self.orders is not None or self.block)  # else only what the A-shape reads
         self.rows = 0
         self.column = torch.zeros(h, n if self.full else min(sinks, n), dtype=torch.float64)
         self.diagonal = torch.zeros(h, n if self.full else min(local, n), dtype=torch.float64)
         self.a_overlap = torch.zeros(h, dtype=torch.float64)
-        self.vs_overlap = [torch.zeros(h, dtype=torch.float64) for _ in self.vertical_slash]
+        self.vs_overlap = torch.zeros(len(self.splits), h, dtype=torch.float64)
+        # Splits whose columns and offsets can meet (v > 0 and s > 0); the columns they read, best first.
+        self.meeting = [k for k, (v, s) in enumerate(self.splits) if v and s]
+        self.union = torch.zeros(h, 0, dtype=torch.long)
+        if self.orders is not None and self.meeting:
+            columns, offsets = self.orders
+            self.union = columns[:, : max(self.splits[k][0] for k in self.meeting)].contiguous()
+            # ko by distance i − c + N (distances < 0, keys after the row, read −1): the last split keeping it.
+            self.ko = torch.full((h, 2 * n), -1, dtype=torch.int16)
+            for k, (_, s) in enumerate(self.splits):
+                if s:
+                    self.ko[:, n:].scatter_(1, offsets[:, :s], k)
         nbk = -(-n // self.block) if self.block else 0
         self.blocks = torch.zeros(h, self.n_query_blocks, nbk, dtype=torch.float64)
 
     def add(self, block: Tensor, positions: Tensor) -> None:
-        """Add a block of rows ``[H, R, N]`` at consecutive ``positions``; rows before ``first`` are skipped."""
+        """Add a block of rows ``[H, R, W]`` at consecutive ``positions``; rows before ``first`` are skipped.
+        ``W`` is the layer's key count, or any width from the last position + 1 on (a narrow causal block: the
+        keys after are 0)."""
         skip = int((positions < self.first).sum())
         if skip == len(positions):
             return
         a, positions = block[:, skip:], positions[skip:]
-        h, r, n = a.shape
+        h, r, w = a.shape
         self.rows += r
-        width = self.column.shape[1]
-        self.column += a[..., :width].sum(1).double()
-        self.diagonal += _diagonal_sums(a, positions, None if self.full else self.diagonal.shape[1])
+        width = min(self.column.shape[1], w)
+        if self.block:
+            # Each query block's rows summed (one pass over the block), then those sums pooled by key block
+            # (no padding: the full key blocks as a view, the ragged last one apart) and summed for the columns.
+            p0 = int(positions[0])
+            cut = [0, *range(self.block - p0 % self.block, r, self.block), r]  # rows where a query block starts
+            by_query = torch.stack([a[:, i:j].sum(1) for i, j in pairwise(cut)], 1).double()
+            whole = w // self.block * self.block
+            pooled = torch.zeros(h, len(cut) - 1, -(-w // self.block), dtype=torch.float64)
+            pooled[..., : whole // self.block] = by_query[..., :whole].reshape(h, len(cut) - 1, -1, self.block).sum(-1)
+            if whole < w:
+                pooled[..., -1] = by_query[..., whole:].sum(-1)
+            self.blocks[..., : pooled.shape[-1]].index_add_(1, (p0 + torch.tensor(cut[:-1])) // self.block, pooled)
+            self.column[:, :width] += by_query[..., :width].sum(1)
+        else:
+            self.column[:, :width] += a[..., :width].sum(1).double()
+        self.diagonal += _diagonal_sums(a, positions, self.diagonal.shape[1])
         sinks, local = self.a_shape
-        j = torch.arange(min(sinks, n))
+        j = torch.arange(min(sinks, w))
         near = (positions[:, None] - j[None, :] < local) & (j[None, :] <= positions[:, None])
         self.a_overlap += (a[..., : len(j)] * near).sum((1, 2)).double()
-        for overlap, (columns, offsets) in zip(self.vs_overlap, self.vertical_slash, strict=True):
-            picked = a.gather(2, columns[:, None, :].expand(h, r, columns.shape[1]))
-            distance = positions[None, :, None] - columns[:, None, :]
-            on_slash = offsets.gather(1, distance.clamp(min=0).reshape(h, -1)).view_as(distance) & (distance >= 0)
-            overlap += (picked * on_slash).sum((1, 2)).double()
-        if self.block:
-            pad = (-n) % self.block
-            by_block = (F.pad(a, (0, pad)) if pad else a).reshape(h, r, -1, self.block).sum(-1).double()
-            self.blocks.index_add_(1, positions // self.block, by_block)
+        if self.union.shape[1]:
+            n, u = self.n_keys, self.union.shape[1]
+            picked = a.gather(2, self.union.clamp(max=w - 1)[:, None, :].expand(h, r, u))  # columns ≥ w: ko −1
+            distance = (positions + n)[None, :, None] - self.union[:, None, :]
+            ko = self.ko.gather(1, distance.view(h, -1)).view(h, r, u)
+            for k in self.meeting:
+                v = self.splits[k][0]
+                self.vs_overlap[k] += torch.where(ko[..., :v] >= k, picked[..., :v], 0).sum((1, 2)).double()
 
     def a_shape_mass(self) -> Tensor:
         sinks, local = self.a_shape
         return self.column[:, :sinks].sum(1) + self.diagonal[:, :local].sum(1) - self.a_overlap
 
     def vertical_slash_mass(self, index: int) -> Tensor:
-        columns, offsets = self.vertical_slash[index]
-        return (self.column.gather(1, columns).sum(1) + (self.diagonal * offsets).sum(1) - self.vs_overlap[index])
+        assert self.orders is not None
+        (columns, offsets), (v, s) = self.orders, self.splits[index]
+        return (self.column.gather(1, columns[:, :v]).sum(1) + self.diagonal.gather(1, offsets[:, :s]).sum(1)
+                - self.vs_overlap[index])
 
     def mean(self, mass: Tensor) -> Tensor:
         """Mass per row; 1 where no row is at or after ``first`` (nothing can be lost)."""
@@ -218,10 +270,10 @@ def search_patterns(rows: AttentionRows, budget: int | float, *, sinks: int = SI
     i0 = min(b, n - 1) if first_query is None else first_query
     a_sinks = min(sinks, b // 2)
     splits = sorted({(v, b - v) for v in (min(b, max(0, round(s * b))) for s in shares)})
-    vs = [estimate_vertical_slash(rows, v, s, last_q=last_q, forced=forced) for v, s in splits]
+    orders = _vertical_slash_orders(rows, last_q=last_q, forced=forced)
     top_blocks = max(1, b // block)
     n_query_blocks = (rows.offset + rows.n_rows - 1) // block + 1
-    sums = _Sums(h, n, i0, (a_sinks, b - a_sinks), vs, block, n_query_blocks)
+    sums = _Sums(h, n, i0, (a_sinks, b - a_sinks), orders, splits, block, n_query_blocks)
     duo = _Sums(h, n, duo_sink + duo_recent, (duo_sink, duo_recent))
     for start, a in row_blocks(rows, min(max(0, i0 - rows.offset), max(0, duo.first - rows.offset), rows.n_rows)):
         positions = torch.arange(start, start + a.shape[1]) + rows.offset
