@@ -106,7 +106,7 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = (0.1,),
     say("reading the layers")
     result = PatternsResult(source.name, source.engine, source.n_layers, 0, 1, n, threshold, resolved)
     searches: dict[int, list[sp.PatternSearch]] = {b: [] for b in resolved}
-    for parts in read_sequence(source, list(info.ids), list(info.labels), n, queries_keys=True):
+    for parts in read_sequence(source, list(info.ids), list(info.labels), n, queries_keys=True, narrow=True):
         rows, n_kv = parts.context, parts.n_kv_heads
         result.n_heads, result.n_kv_heads = rows.n_heads, n_kv
         group = rows.n_heads // n_kv
