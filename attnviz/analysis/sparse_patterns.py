@@ -57,31 +57,37 @@ def _top(scores: Tensor, count: int) -> Tensor:
     return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :count]
 
 
-def _diagonal_sums(block: Tensor, positions: Tensor, width: int | None = None) -> Tensor:
-    """``[H, width]`` float64: for each offset ``o < width`` (default: every key, ``block``'s last dimension
-    or more), the block's sum of ``A[i, i − o]`` over its rows (consecutive positions; only ``j ≤ i``). The block
+def _add_diagonals(reverse: Tensor, block: Tensor, p0: int) -> None:
+    """Add a causal block's sums by diagonal offset (rows at positions ``p0 …``, consecutive) to ``reverse``
+    ``[H, width]`` float64, which holds offset ``o`` at ``width − 1 − o`` (offsets ``≥ width`` left out). The block
     may stop at its last row's key (a narrow causal block: its width is at least the last position + 1).
 
     Row ``i`` (position ``p0 + i``) read from column ``i + m`` is offset ``p0 − m`` for every row, so a strided
-    view with row stride ``row + 1`` (no copy) sums the offsets ``0 … p0`` at once; the offsets past ``p0``
-    (columns ``j < i``) are the lower triangle of the block's first ``R`` columns, skewed the same way after
-    padding that small square (as MInference's ``sum_all_diagonal_matrix``)."""
+    view with row stride ``row + 1`` (no copy) sums the offsets ``0 … p0`` at once, in increasing ``m``: the
+    reversed order. The offsets past ``p0`` (columns ``j < i``) are the lower triangle of the block's first ``R``
+    columns, skewed the same way after padding that small square (as MInference's ``sum_all_diagonal_matrix``)."""
     h, r, n = block.shape
-    p0 = int(positions[0])
+    width = reverse.shape[1]
     if n < p0 + r:
         raise ValueError(f"a causal block of rows {p0} … {p0 + r - 1} needs at least {p0 + r} keys, got {n}")
-    width = n if width is None else width
-    out = torch.zeros(h, width, dtype=torch.float64)
     low = max(0, p0 - width + 1)  # columns m = low … p0: offsets p0 − low … 0
     s0, s1, s2 = block.stride()
     skewed = block.as_strided((h, r, p0 + 1 - low), (s0, s1 + s2, s2), block.storage_offset() + low * s2)
-    out[:, : p0 + 1 - low] = skewed.sum(1).double().flip(1)
-    if r > 1 and width > p0 + 1:  # offsets p0 + d, d = 1 … r − 1: Σ_i A[i, i − d]
+    reverse[:, width - 1 - p0 + low :] += skewed.sum(1)  # summed in the block's precision (a strided
+    # float32 view summed into float64 directly is ~10x slower), added in float64
+    d = min(r - 1, width - 1 - p0)  # offsets p0 + 1 … p0 + d: Σ_i A[i, i − (r − k)] at k = r − d … r − 1
+    if d > 0:
         square = F.pad(block[..., :r], (r, 0))  # [h, r, 2r]: column j of row i at j + r
-        tri = square.as_strided((h, r, r), (2 * r * r, 2 * r + 1, 1)).sum(1).double()  # [:, k]: d = r − k
-        d = min(r - 1, width - 1 - p0)
-        out[:, p0 + 1 : p0 + 1 + d] = tri[:, r - d :].flip(1)
-    return out
+        tri = square.as_strided((h, r, r), (2 * r * r, 2 * r + 1, 1))[..., r - d :]
+        reverse[:, width - 1 - p0 - d : width - 1 - p0] += tri.sum(1)
+
+
+def _diagonal_sums(block: Tensor, positions: Tensor, width: int | None = None) -> Tensor:
+    """``[H, width]`` float64: for each offset ``o < width`` (default: every key of the block), the block's sum
+    of ``A[i, i − o]`` over its rows (consecutive ``positions``; only ``j ≤ i``; see :func:`_add_diagonals`)."""
+    reverse = torch.zeros(block.shape[0], block.shape[2] if width is None else width, dtype=torch.float64)
+    _add_diagonals(reverse, block, int(positions[0]))
+    return reverse.flip(1)
 
 
 def _vertical_slash_orders(rows: AttentionRows, *, last_q: int = LAST_Q, forced: int = FORCED) -> tuple[Tensor, Tensor]:
@@ -144,9 +150,10 @@ class _Sums:
     key block), and the overlaps of the patterns' two parts (A-shape's sinks ∩ band, vertical ∩ slash).
 
     Vertical-slash: ``orders`` are every column and every offset best first, and split ``k`` takes the first
-    ``v_k`` columns and ``s_k`` offsets (``splits`` by ``v`` ascending, so ``s`` descending): a kept column
-    ``c`` (rank ``< v_k``) and a kept offset ``o`` meet in split ``k`` iff ``k ≥ kc(c)`` and ``k ≤ ko(o)``, so one
-    gather of the widest split's columns per block gives every split's overlap."""
+    ``v_k`` columns and ``s_k`` offsets (``splits`` by ``v`` ascending, so ``s`` descending): a column of rank
+    ``< v_k`` first kept by split ``kc`` and an offset last kept by split ``ko`` meet in the splits ``kc … ko``. One
+    gather of the widest split's columns per block, each cell binned by ``(head, kc, ko)``, gives every split's
+    overlap. A block costs a few passes over its cells (few, large operations: each is a parallel region)."""
 
     n_heads: int
     n_keys: int
@@ -163,22 +170,45 @@ class _Sums:
         self.full = bool(self.orders is not None or self.block)  # else only what the A-shape reads
         self.rows = 0
         self.column = torch.zeros(h, n if self.full else min(sinks, n), dtype=torch.float64)
-        self.diagonal = torch.zeros(h, n if self.full else min(local, n), dtype=torch.float64)
+        self.reverse = torch.zeros(h, n if self.full else min(local, n), dtype=torch.float64)  # by offset, reversed
         self.a_overlap = torch.zeros(h, dtype=torch.float64)
-        self.vs_overlap = torch.zeros(len(self.splits), h, dtype=torch.float64)
-        # Splits whose columns and offsets can meet (v > 0 and s > 0); the columns they read, best first.
-        self.meeting = [k for k, (v, s) in enumerate(self.splits) if v and s]
+        ns = len(self.splits)
+        self.meet = torch.zeros(h, ns, ns + 1, dtype=torch.float64)  # [head, kc, ko + 1]: cells of the columns
+        meeting = [k for k, (v, s) in enumerate(self.splits) if v and s]  # splits whose parts can meet
         self.union = torch.zeros(h, 0, dtype=torch.long)
-        if self.orders is not None and self.meeting:
+        if self.orders is not None and meeting:
             columns, offsets = self.orders
-            self.union = columns[:, : max(self.splits[k][0] for k in self.meeting)].contiguous()
-            # ko by distance i − c + N (distances < 0, keys after the row, read −1): the last split keeping it.
-            self.ko = torch.full((h, 2 * n), -1, dtype=torch.int16)
+            self.union = columns[:, : max(self.splits[k][0] for k in meeting)].contiguous()
+            kc = torch.zeros(self.union.shape[1], dtype=torch.long)  # by rank: the first split keeping the column
+            for k in reversed(meeting):
+                kc[: self.splits[k][0]] = k
+            # Cell (head, row at p, column c) reads bin[head, kc, p − c + N]: distances < 0 (keys after the row)
+            # and offsets no split keeps read ko = −1.
+            ko = torch.full((h, 2 * n), -1, dtype=torch.long)
             for k, (_, s) in enumerate(self.splits):
                 if s:
-                    self.ko[:, n:].scatter_(1, offsets[:, :s], k)
+                    ko[:, n:].scatter_(1, offsets[:, :s], k)
+            heads = torch.arange(h)[:, None, None]
+            bins = (heads * ns + torch.arange(ns)[None, :, None]) * (ns + 1) + 1 + ko[:, None, :]
+            self.bins = bins.view(-1).to(torch.int16 if h * ns * (ns + 1) < 2**15 else torch.long)  # cache-sized
+            self.at = ((torch.arange(h)[:, None] * ns + kc[None, :]) * 2 * n + n) - self.union  # [h, u]: p = 0
         nbk = -(-n // self.block) if self.block else 0
         self.blocks = torch.zeros(h, self.n_query_blocks, nbk, dtype=torch.float64)
+
+    @property
+    def diagonal(self) -> Tensor:
+        """``[H, width]`` float64: the sums by diagonal offset."""
+        return self.reverse.flip(1)
+
+    @property
+    def vs_overlap(self) -> Tensor:
+        """``[splits, H]`` float64: each vertical-slash split's mass on cells both its parts keep."""
+        # Split k: columns first kept by a split ≤ k, offsets last kept by a split ≥ k.
+        ns = len(self.splits)
+        by_ko = self.meet.flip(2).cumsum(2).flip(2)  # [h, kc, m]: Σ over ko + 1 ≥ m
+        cumulative = by_ko.cumsum(1)  # Σ over kc ≤ k
+        k = torch.arange(ns)
+        return cumulative[:, k, k + 1].T
 
     def add(self, block: Tensor, positions: Tensor) -> None:
         """Add a block of rows ``[H, R, W]`` at consecutive ``positions``; rows before ``first`` are skipped.
@@ -189,36 +219,41 @@ class _Sums:
             return
         a, positions = block[:, skip:], positions[skip:]
         h, r, w = a.shape
+        p0 = int(positions[0])
         self.rows += r
         width = min(self.column.shape[1], w)
         if self.block:
-            # Each query block's rows summed (one pass over the block), then those sums pooled by key block
-            # (no padding: the full key blocks as a view, the ragged last one apart) and summed for the columns.
-            p0 = int(positions[0])
+            # One product sums each query block's rows and all rows (the column sums) in one pass over the block;
+            # those sums pooled by key block: the full key blocks as a view, the ragged last one apart.
             cut = [0, *range(self.block - p0 % self.block, r, self.block), r]  # rows where a query block starts
-            by_query = torch.stack([a[:, i:j].sum(1) for i, j in pairwise(cut)], 1).double()
-            whole = w // self.block * self.block
-            pooled = torch.zeros(h, len(cut) - 1, -(-w // self.block), dtype=torch.float64)
-            pooled[..., : whole // self.block] = by_query[..., :whole].reshape(h, len(cut) - 1, -1, self.block).sum(-1)
-            if whole < w:
-                pooled[..., -1] = by_query[..., whole:].sum(-1)
-            self.blocks[..., : pooled.shape[-1]].index_add_(1, (p0 + torch.tensor(cut[:-1])) // self.block, pooled)
-            self.column[:, :width] += by_query[..., :width].sum(1)
+            nq = len(cut) - 1
+            weights = torch.zeros(nq + 1, r, dtype=a.dtype)
+            for q, (i, j) in enumerate(pairwise(cut)):
+                weights[q, i:j] = 1
+            weights[nq] = 1
+            sums = torch.matmul(weights, a)  # [h, nq + 1, w]
+            self.column[:, :width] += sums[:, nq, :width]
+            whole = w // self.block
+            qb = p0 // self.block
+            target = self.blocks[:, qb : qb + nq]
+            target[..., :whole] += sums[:, :nq, : whole * self.block].reshape(h, nq, whole, self.block).sum(-1)
+            if whole * self.block < w:
+                target[..., whole] += sums[:, :nq, whole * self.block :].sum(-1)
         else:
-            self.column[:, :width] += a[..., :width].sum(1).double()
-        self.diagonal += _diagonal_sums(a, positions, self.diagonal.shape[1])
+            self.column[:, :width] += a[..., :width].sum(1)
+        _add_diagonals(self.reverse, a, p0)
         sinks, local = self.a_shape
-        j = torch.arange(min(sinks, w))
-        near = (positions[:, None] - j[None, :] < local) & (j[None, :] <= positions[:, None])
-        self.a_overlap += (a[..., : len(j)] * near).sum((1, 2)).double()
+        near_rows = int((positions < sinks + local - 1).sum())  # rows whose band reaches a sink column
+        if near_rows:
+            j = torch.arange(min(sinks, w))
+            p = positions[:near_rows, None]
+            near = (p - j[None, :] < local) & (j[None, :] <= p)
+            self.a_overlap += (a[:, :near_rows, : len(j)] * near).sum((1, 2), dtype=torch.float64)
         if self.union.shape[1]:
-            n, u = self.n_keys, self.union.shape[1]
+            u = self.union.shape[1]
             picked = a.gather(2, self.union.clamp(max=w - 1)[:, None, :].expand(h, r, u))  # columns ≥ w: ko −1
-            distance = (positions + n)[None, :, None] - self.union[:, None, :]
-            ko = self.ko.gather(1, distance.view(h, -1)).view(h, r, u)
-            for k in self.meeting:
-                v = self.splits[k][0]
-                self.vs_overlap[k] += torch.where(ko[..., :v] >= k, picked[..., :v], 0).sum((1, 2)).double()
+            cells = self.bins.take(self.at[:, None, :] + positions[None, :, None])
+            self.meet.view(-1).add_(torch.bincount(cells.view(-1), picked.view(-1).double(), self.meet.numel()))
 
     def a_shape_mass(self) -> Tensor:
         sinks, local = self.a_shape
