@@ -178,10 +178,13 @@ class _Sums:
         self.union = torch.zeros(h, 0, dtype=torch.long)
         if self.orders is not None and meeting:
             columns, offsets = self.orders
-            self.union = columns[:, : max(self.splits[k][0] for k in meeting)].contiguous()
-            kc = torch.zeros(self.union.shape[1], dtype=torch.long)  # by rank: the first split keeping the column
+            union = columns[:, : max(self.splits[k][0] for k in meeting)]
+            kc = torch.zeros(union.shape, dtype=torch.long)  # by rank: the first split keeping the column
             for k in reversed(meeting):
-                kc[: self.splits[k][0]] = k
+                kc[:, : self.splits[k][0]] = k
+            # By column (a block reads only the columns before its width: its rows see no later key).
+            self.union, order = union.sort(1)
+            kc = kc.gather(1, order)
             # Cell (head, row at p, column c) reads bin[head, kc, p − c + N]: distances < 0 (keys after the row)
             # and offsets no split keeps read ko = −1.
             ko = torch.full((h, 2 * n), -1, dtype=torch.long)
@@ -191,7 +194,7 @@ class _Sums:
             heads = torch.arange(h)[:, None, None]
             bins = (heads * ns + torch.arange(ns)[None, :, None]) * (ns + 1) + 1 + ko[:, None, :]
             self.bins = bins.view(-1).to(torch.int16 if h * ns * (ns + 1) < 2**15 else torch.long)  # cache-sized
-            self.at = ((torch.arange(h)[:, None] * ns + kc[None, :]) * 2 * n + n) - self.union  # [h, u]: p = 0
+            self.at = ((torch.arange(h)[:, None] * ns + kc) * 2 * n + n) - self.union  # [h, u]: p = 0
         nbk = -(-n // self.block) if self.block else 0
         self.blocks = torch.zeros(h, self.n_query_blocks, nbk, dtype=torch.float64)
 
@@ -249,10 +252,11 @@ class _Sums:
             p = positions[:near_rows, None]
             near = (p - j[None, :] < local) & (j[None, :] <= p)
             self.a_overlap += (a[:, :near_rows, : len(j)] * near).sum((1, 2), dtype=torch.float64)
-        if self.union.shape[1]:
-            u = self.union.shape[1]
-            picked = a.gather(2, self.union.clamp(max=w - 1)[:, None, :].expand(h, r, u))  # columns ≥ w: ko −1
-            cells = self.bins.take(self.at[:, None, :] + positions[None, :, None])
+        u = int((self.union < w).sum(1).max()) if self.union.shape[1] else 0  # columns the block can see
+        if u:
+            union = self.union[:, :u]
+            picked = a.gather(2, union.clamp(max=w - 1)[:, None, :].expand(h, r, u))  # columns ≥ w: ko −1
+            cells = self.bins.take(self.at[:, None, :u] + positions[None, :, None])
             self.meet.view(-1).add_(torch.bincount(cells.view(-1), picked.view(-1).double(), self.meet.numel()))
 
     def a_shape_mass(self) -> Tensor:
