@@ -10,7 +10,17 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console, wrote
-from .options import Budget, ModelOptions, TextFile, Truncate, Width, model_command, parse_budgets, text_from_file
+from .options import (
+    Budget,
+    CausalModel,
+    ModelOptions,
+    TextFile,
+    Truncate,
+    Width,
+    model_command,
+    parse_budgets,
+    text_from_file,
+)
 
 KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
 POLICY_NAMES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
@@ -23,7 +33,7 @@ class KVFormat(str, Enum):
 
 
 @cli_command
-@model_command(without=("device_map", "causal"))
+@model_command(without=("device_map", "causal"), model=CausalModel)
 def kv(
     options: ModelOptions,
     text: str | None = typer.Argument(None, metavar="TEXT", help="The prompt whose cache a policy cuts (- reads "

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console, wrote
-from .options import Column, Field, InputFormat, ModelOptions, Width, model_command
+from .options import CausalModel, Column, Field, InputFormat, ModelOptions, Width, model_command
 
 NEEDLE_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
 NEEDLE_TEXT = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
@@ -22,13 +22,9 @@ class NeedleFormat(str, Enum):
     csv = "csv"
 
 
-NeedleModel = typer.Option(..., "--model", "-m", show_default=False,
-                           help="A causal language model: a Hugging Face folder or a hub id such as gpt2 or "
-                                "Qwen/Qwen2.5-0.5B-Instruct (a needle run needs one trained: no default).")
-
 
 @cli_command
-@model_command(without=("device_map", "causal"), model=NeedleModel)
+@model_command(without=("device_map", "causal"), model=CausalModel)
 def needle(
     options: ModelOptions,
     haystack: Path | None = typer.Option(None, "--haystack", help="The text to hide the needle in: a .txt file whole, or "

@@ -64,6 +64,11 @@ GENERATING_MODEL = "sample_configs/causal.toml"
 GenerateModel = typer.Option(None, "--model", "-m", help=MODEL_HELP.split(" Default:")[0] + " Default: "
                              f"{GENERATING_MODEL}, a tiny causal config shipped with attnviz (offline; random "
                              "weights, so its words mean nothing: give e.g. gpt2 for real text).", show_default=False)
+CausalModel = typer.Option(..., "--model", "-m", show_default=False,
+                           help="A trained causal language model: a Hugging Face folder or a hub id such as gpt2 or "
+                                "Qwen/Qwen2.5-0.5B-Instruct (required: the embedded MiniLM is an encoder, and a "
+                                "config model's random words retrieve nothing).")
+"""``--model`` of the commands that need a trained decoder (needle, kv, patterns): no default."""
 ENGINE_HELP = ("native: attnviz's attention on the weights; fused: transformers with attnviz's attention function "
                "(fused kernel, weights from the queries and keys); hf: transformers' eager attention; auto: the first "
                "that runs the model, in that order.")

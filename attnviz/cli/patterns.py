@@ -10,7 +10,17 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console, wrote
-from .options import Budget, ModelOptions, TextFile, Truncate, Width, model_command, parse_budgets, text_from_file
+from .options import (
+    Budget,
+    CausalModel,
+    ModelOptions,
+    TextFile,
+    Truncate,
+    Width,
+    model_command,
+    parse_budgets,
+    text_from_file,
+)
 
 PATTERN_OUTPUTS = (".json", ".csv", ".parquet")
 
@@ -22,7 +32,7 @@ class PatternsFormat(str, Enum):
 
 
 @cli_command
-@model_command(without=("device_map", "causal"))
+@model_command(without=("device_map", "causal"), model=CausalModel)
 def patterns(
     options: ModelOptions,
     text: str | None = typer.Argument(None, metavar="TEXT", help="The prompt to search the patterns on (- reads "
