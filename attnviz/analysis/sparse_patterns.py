@@ -163,6 +163,7 @@ class _Sums:
     splits: Sequence[tuple[int, int]] = ()  # (v, s) by v ascending
     block: int = 0  # 0: no block sums
     n_query_blocks: int = 0
+    stop: int | None = None  # rows at positions from here on skipped (another _Sums adds them: merge)
 
     def __post_init__(self) -> None:
         h, n = self.n_heads, self.n_keys
@@ -218,9 +219,10 @@ class _Sums:
         ``W`` is the layer's key count, or any width from the last position + 1 on (a narrow causal block: the
         keys after are 0)."""
         skip = int((positions < self.first).sum())
-        if skip == len(positions):
+        end = len(positions) if self.stop is None else int((positions < self.stop).sum())
+        if skip >= end:
             return
-        a, positions = block[:, skip:], positions[skip:]
+        a, positions = block[:, skip:end], positions[skip:end]
         h, r, w = a.shape
         p0 = int(positions[0])
         self.rows += r
@@ -258,6 +260,16 @@ class _Sums:
             picked = a.gather(2, union.clamp(max=w - 1)[:, None, :].expand(h, r, u))  # columns ≥ w: ko −1
             cells = self.bins.take(self.at[:, None, :u] + positions[None, :, None])
             self.meet.view(-1).add_(torch.bincount(cells.view(-1), picked.view(-1).double(), self.meet.numel()))
+
+    def merge(self, later: _Sums) -> None:
+        """Take ``later``'s rows (from ``self.stop`` on, a full _Sums) as if added here: its sums by column and by
+        offset cover this one's; its rows lie past this A-shape's sinks-band overlap (checked)."""
+        sinks, local = self.a_shape
+        if not (later.full and self.stop == later.first and later.first >= sinks + local - 1):
+            raise ValueError("merge takes a full _Sums whose first row is this one's stop, past its overlap rows")
+        self.column += later.column[:, : self.column.shape[1]]
+        self.reverse += later.reverse[:, later.reverse.shape[1] - self.reverse.shape[1] :]
+        self.rows += later.rows
 
     def a_shape_mass(self) -> Tensor:
         sinks, local = self.a_shape
@@ -313,11 +325,15 @@ def search_patterns(rows: AttentionRows, budget: int | float, *, sinks: int = SI
     top_blocks = max(1, b // block)
     n_query_blocks = (rows.offset + rows.n_rows - 1) // block + 1
     sums = _Sums(h, n, i0, (a_sinks, b - a_sinks), orders, splits, block, n_query_blocks)
-    duo = _Sums(h, n, duo_sink + duo_recent, (duo_sink, duo_recent))
+    # DuoAttention's sums from the rows before i0 alone where the search's own sums cover the rest (by default).
+    merge = duo_sink + duo_recent <= i0  # (then i0 is past the rows where sinks and window meet)
+    duo = _Sums(h, n, duo_sink + duo_recent, (duo_sink, duo_recent), stop=i0 if merge else None)
     for start, a in row_blocks(rows, min(max(0, i0 - rows.offset), max(0, duo.first - rows.offset), rows.n_rows)):
         positions = torch.arange(start, start + a.shape[1]) + rows.offset
         sums.add(a, positions)
         duo.add(a, positions)
+    if merge:
+        duo.merge(sums)
     candidates = [("a_shape", a_sinks, b - a_sinks, sums.mean(sums.a_shape_mass()))]
     candidates += [("vertical_slash", v, s, sums.mean(sums.vertical_slash_mass(i))) for i, (v, s) in enumerate(splits)]
     chosen = estimate_blocks(rows, top_blocks, block=block)
