@@ -234,3 +234,18 @@ def test_the_page_shows_the_needle_kept_by_snapkv_and_dropped_by_streaming(circu
         assert errors == [] and requests == [path.as_uri()]
     finally:
         page.close()
+
+
+def test_the_json_holds_each_heads_kept_keys_as_ranges(llama):
+    result = kv(llama, TEXT, policies=["streaming", "snapkv"], budgets=[8], question=QUESTION, answer_tokens=2,
+                keep_sets=True)
+    document = result.to_dict()
+    streaming = next(run for run in document["runs"] if run["policy"] == "streaming")
+    n = result.n_context
+    for layer in streaming["kept"]:
+        for ranges in layer:
+            assert ranges == [[0, 4], [n - 4, n]]  # the 4 sinks and the 4 most recent keys
+    for run, original in zip(document["runs"], result.runs, strict=True):
+        for layer, heads in zip(run["kept"], original.kept, strict=True):
+            for ranges, positions in zip(layer, heads, strict=True):
+                assert [p for a, b in ranges for p in range(a, b)] == positions and len(positions) == 8

@@ -62,7 +62,7 @@ def kv(
     fmt: KVFormat = typer.Option(KVFormat.table, "--format", help="What is printed on stdout: the tables, or json "
                                  "(the whole result), csv (one row per policy × budget × layer × key/value head)."),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
-                                   ".json (the whole result), .csv or .parquet (one row per policy × budget × layer "
+                                   ".json (the whole result, each head's kept keys as ranges), .csv or .parquet (one row per policy × budget × layer "
                                    "× key/value head), .png, .svg, .pdf (recall and KL against the budget), .html (the page: "
                                    "the curves, and every head's keys with each run's kept ones overlaid).",
                                    show_default=False),
@@ -99,7 +99,7 @@ def kv(
     result = run_kv(options.model, text, policies=policies, budgets=budgets, question=question,
                     continue_tokens=continue_tokens, answer_tokens=max_new_tokens, end_to_end=end_to_end,
                     question_window=question_window, truncate=truncate,
-                    keep_sets=any(p.suffix.lower() == ".html" for p in outputs),
+                    keep_sets=fmt is KVFormat.json or any(p.suffix.lower() in (".html", ".json") for p in outputs),
                     engine=options.engine, revision=options.revision, device=options.device,
                     trust_remote_code=options.trust_remote_code, dtype=options.dtype, progress=progress)
     if options.verbose:

@@ -36,7 +36,7 @@ class PolicyRun:
     kl_max: float | None = None
     answer: str | None = None  # the greedy answer on the cut cache (question mode)
     changed: bool | None = None  # whether the greedy answer (or continuation) differs from the full cache's
-    kept: list[list[list[int]]] | None = field(default=None, repr=False)  # [layer][kv head] kept positions (page)
+    kept: list[list[list[int]]] | None = field(default=None, repr=False)  # [layer][kv head] kept positions
 
     @property
     def recall(self) -> float:
@@ -74,20 +74,21 @@ class KVResult:
         pairs = [(run, head) for run in self.runs for head in run.heads]
         return sorted(pairs, key=lambda p: (p[1].recall, -p[1].error, p[0].policy, p[1].layer, p[1].kv_head))
 
-    def to_dict(self, *, kept: bool = False) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON: every run, its heads' losses and, where kept (``kv(keep_sets=True)``), each head's kept
+        keys as ranges ``[[start, stop], …]`` (stop excluded) — a window or a few clusters are a few numbers."""
         need, self.need = self.need, None  # asdict would copy the tensor
         try:
             data = asdict(self)
         finally:
             self.need = need
         data.pop("need", None)
+        data.pop("tokens", None)
         data["schema"] = SCHEMA
-        if not kept:
-            for run in data["runs"]:
-                run.pop("kept", None)
-            data.pop("tokens", None)
         for run, original in zip(data["runs"], self.runs, strict=True):
             run["recall"], run["error"] = round(original.recall, 6), round(original.error, 6)
+            run["kept"] = None if original.kept is None else [[_ranges(heads) for heads in layer]
+                                                               for layer in original.kept]
         return _finite(data)
 
     def save(self, path: str | Path) -> None:
@@ -115,3 +116,14 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def _ranges(positions: list[int]) -> list[list[int]]:
+    """Sorted positions as ``[start, stop)`` ranges of consecutive ones."""
+    out: list[list[int]] = []
+    for p in positions:
+        if out and out[-1][1] == p:
+            out[-1][1] = p + 1
+        else:
+            out.append([p, p + 1])
+    return out
