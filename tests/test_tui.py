@@ -37,13 +37,38 @@ POLL = 0.005
 the process looks idle, which a computing worker thread or a loaded machine fools anyway: the condition decides.)"""
 
 
+def run_async(main: Callable[[], Awaitable[None]]) -> None:
+    """``asyncio.run(main())``, in a thread of its own when this thread already runs an event loop: Playwright's sync
+    API keeps one for the browser the page tests share, and a page test may run before these on the same worker."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(main())
+        return
+    import threading
+
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # handed back to the test's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+
+
 def drive(app: AttnvizTUI, script: Callable[..., Awaitable[None]], size: tuple[int, int] = (100, 30)) -> None:
     """Run ``app`` headless at ``size``, wait for its first text (or its error) to be shown, then ``script(pilot)``."""
     async def main() -> None:
         async with app.run_test(size=size) as pilot:
             await until(pilot, lambda: settled(app), "the first text to be shown")
             await script(pilot)
-    asyncio.run(main())
+    run_async(main)
 
 
 async def until(pilot, condition: Callable[[], bool], what: str, timeout: float = PATIENCE) -> None:
@@ -435,7 +460,7 @@ def test_a_slow_text_keeps_the_screen_alive(tiny, monkeypatch):
             await until(pilot, lambda: settled(app), "the text to be computed")
             assert not app.query_one("#body").loading and app.explorer.result is not None
 
-    asyncio.run(main())
+    run_async(main)
 
 
 def test_keys_footer_lists_every_binding():
