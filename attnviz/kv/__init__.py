@@ -43,7 +43,7 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     module). ``question_window``: SnapKV and PyramidKV observe the question's queries instead of the prompt's last
     ones (the question is known when the cache is cut). ``truncate``: cut a prompt too long for the model (with its
     future and answer) to what fits, keeping its start. ``keep_sets``: keep each head's kept positions."""
-    from ..sources.resolve import load_source
+    from ..sources.resolve import checked_engine, load_source
 
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -57,8 +57,8 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
         raise UsageError(f"[[continue_tokens={continue_tokens}]] must be between 1 and {MAX_FUTURE}")
     if not budgets:
         raise UsageError("give at least one budget")
-    source: Any = load_source(model, engine=engine,  # type: ignore[arg-type]  # engine: checked by load, named there revision=revision, device=device, trust_remote_code=trust_remote_code,
-                  dtype=dtype)
+    source: Any = load_source(model, engine=checked_engine(engine), revision=revision, device=device,
+                              trust_remote_code=trust_remote_code, dtype=dtype)
     if not source.causal:
         raise UsageError(f"{source.name} is not a causal model: a KV cache belongs to a decoder (give a GPT-2 or "
                          "LLaMA-family model)")

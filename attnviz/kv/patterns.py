@@ -86,12 +86,12 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = (0.1,),
              progress: Callable[[str], None] | None = None) -> PatternsResult:
     """Search every head of ``model`` on ``text`` at each of ``budgets`` (keys per query row, or a fraction of the
     prompt's), and class the key/value heads as DuoAttention does at ``threshold`` (see the module)."""
-    from ..sources.resolve import load_source
+    from ..sources.resolve import checked_engine, load_source
     from .layers import read_sequence
 
     if not 0.0 < threshold <= 1.0:
         raise UsageError(f"[[threshold={threshold}]] is a share of the attention mass, in (0, 1]")
-    source: Any = load_source(model, engine=engine,  # type: ignore[arg-type]  # engine: checked by load_source
+    source: Any = load_source(model, engine=checked_engine(engine),
                               revision=revision, device=device, trust_remote_code=trust_remote_code, dtype=dtype)
     if not source.causal:
         raise UsageError(f"{source.name} is not a causal model: sparse prefill patterns are for decoders")

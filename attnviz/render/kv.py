@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -25,9 +26,10 @@ def _recall_style(value: float) -> str:
 def summary_table(runs: Sequence[dict[str, Any]]) -> Table:
     """One row per policy × budget: keys kept, mean and worst recall, mean output error, KL, answer changed."""
     table = Table(box=None, pad_edge=False)
-    for name, justify in (("policy", "left"), ("budget", "right"), ("keys", "right"), ("recall", "right"),
-                          ("worst", "right"), ("error", "right"), ("KL", "right"), ("answer", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]  # rich's stub: a Literal, not str
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("policy", "left"), ("budget", "right"), ("keys", "right"),
+        ("recall", "right"), ("worst", "right"), ("error", "right"), ("KL", "right"), ("answer", "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
     for run in runs:
         keys = run["keys"]
         kept = str(keys[0]) if len(set(keys)) == 1 else f"{min(keys)}–{max(keys)}"
@@ -44,9 +46,10 @@ def heads_table(rows: Sequence[dict[str, Any]], *, width: int) -> Table:
     """The heads that lose most, worst first: policy, budget, layer, key/value head, recall, error, and the
     tokens the policy drops that the future attended to most."""
     table = Table(box=None, pad_edge=False)
-    for name, justify in (("policy", "left"), ("budget", "right"), ("L", "right"), ("KV", "right"),
-                          ("recall", "right"), ("error", "right"), ("dropped that the future needed", "left")):
-        table.add_column(name, justify=justify, no_wrap=name.startswith("dropped"))  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("policy", "left"), ("budget", "right"), ("L", "right"),
+        ("KV", "right"), ("recall", "right"), ("error", "right"), ("dropped that the future needed", "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=name.startswith("dropped"))
     room = max(12, width - 48)
     for row in rows:
         dropped = ", ".join(f"{safe_text(t)}@{p} {m:.2f}" for p, t, m in row["dropped"][:3]) or "—"
@@ -102,10 +105,11 @@ PATTERN_NAMES = {"a_shape": "A-shape", "vertical_slash": "vert-slash", "block_sp
 def patterns_table(rows: Sequence[dict[str, Any]]) -> Table:
     """One row per head: each pattern's recall (the winner bold), the winner, and DuoAttention's class."""
     table = Table(box=None, pad_edge=False)
-    for name, justify in (("budget", "right"), ("L", "right"), ("H", "right"), ("KV", "right"), ("A-shape", "right"),
-                          ("vert-slash", "right"), ("block", "right"), ("winner", "left"), ("sink+recent", "right"),
-                          ("duo", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]  # rich's stub: a Literal, not str
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("budget", "right"), ("L", "right"), ("H", "right"),
+        ("KV", "right"), ("A-shape", "right"), ("vert-slash", "right"), ("block", "right"), ("winner", "left"),
+        ("sink+recent", "right"), ("duo", "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
     for row in rows:
         cells = [Text(f"{row['recall_' + p]:.3f}", style="bold" if row["winner"] == p else "")
                  for p in PATTERN_NAMES]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -41,9 +41,10 @@ def success_table(success: Sequence[Sequence[float]], lengths: Sequence[int], de
 def heads_table(rows: Sequence[dict[str, Any]]) -> Table:
     """Heads ranked by retrieval score: rank, head, both scores, and the retrieval label."""
     table = Table(box=None, pad_edge=False)
-    for name, justify in (("#", "right"), ("head", "left"), ("retrieval", "right"), ("reasoning", "right"),
-                          ("label", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("#", "right"), ("head", "left"), ("retrieval", "right"),
+        ("reasoning", "right"), ("label", "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
     for row in rows:
         table.add_row(str(row["rank"]), str(row["name"]), f"{row['retrieval_score']:.3f}",
                       f"{row['reasoning_score']:.3f}", Text("retrieval", style="bold") if row["retrieval"] else "")
@@ -55,8 +56,10 @@ def runs_table(runs: Sequence[dict[str, Any]], *, width: int) -> Table:
 
 
     table = Table(box=None, pad_edge=False)
-    for name, justify in (("length", "right"), ("depth", "right"), ("recall", "right"), ("answer", "left")):
-        table.add_column(name, justify=justify, no_wrap=name == "answer")  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("length", "right"), ("depth", "right"), ("recall", "right"),
+        ("answer", "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=name == "answer")
     room = max(10, width - 28)
     for run in runs:
         answer = safe_text(" ".join(str(run["answer"]).split()))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeGuard
+from typing import TYPE_CHECKING, Literal, TypeGuard, cast
 
 from ..errors import ModelNotFoundError, UsageError
 from .hub import fetch_config, fetch_native_files, hub_reachable, looks_like_path
@@ -27,6 +27,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from .native import NativeSource
 
 Engine = Literal["auto", "native", "fused", "hf"]
+
+
+def checked_engine(engine: str) -> Engine:
+    """``engine`` as the :data:`Engine` it names, or an error naming the choices."""
+    if engine not in ("auto", "native", "fused", "hf"):
+        raise UsageError(f"[[engine={engine}]] is unknown; use auto, native, fused or hf")
+    return cast(Engine, engine)
 ENGINES = ("auto", "native", "fused", "hf")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
