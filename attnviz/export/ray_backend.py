@@ -13,18 +13,17 @@ several machines ``--out`` must be a folder every node sees (NFS, a parallel fil
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+from ..cluster import original_error, ray_module, start_ray
 from ..errors import AttnvizError, AttnvizWarning, UsageError
-from ..quiet import stderr_silenced
 from .items import Item
 from .manifest import Journal, file_sizes
-from .settings import ExportSettings, ray_module
+from .settings import ExportSettings
 
 
 class ExportActor:
@@ -66,14 +65,6 @@ class ExportActor:
         return block
 
 
-def _original(exc: BaseException) -> BaseException:
-    """The exception an actor raised, out of Ray's wrappers (``RayTaskError.cause``)."""
-    seen = 0
-    while (cause := getattr(exc, "cause", None)) is not None and seen < 5:
-        exc, seen = cause, seen + 1
-    return exc
-
-
 def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSettings, journal: Journal, summary: Any,
                   on_item: Any, on_source: Any = None) -> None:
     """Run the ``todo`` blocks on Ray: a local cluster with this machine's CPUs (started here and shut
@@ -82,20 +73,7 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
 
     ray = ray_module()
     _check_reachable(settings.ray_address)
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # no C++ warnings on a user's stderr
-        try:
-            with stderr_silenced():  # Ray's C++ logging writes to file descriptor 2 as it starts
-                ray.init(address=settings.ray_address, num_cpus=None if settings.ray_address else os.cpu_count(),
-                         include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-                         configure_logging=True)
-        except (ConnectionError, ValueError) as exc:
-            raise UsageError(f"cannot reach the Ray cluster at [[ray_address={settings.ray_address}]]: {exc}") from None
-        except Exception as exc:  # Ray itself could not start (no shared memory, a broken install, …)
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise AttnvizError(f"Ray could not start ({type(exc).__name__}: {first}); run without [[backend=ray]], "
-                               "or check Ray's logs under /tmp/ray") from None
+    started = start_ray(ray, settings.ray_address)
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         count = max(1, min(settings.jobs, len(todo), cpus))  # an actor the cluster cannot place would never start
@@ -113,7 +91,7 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
         try:
             described = ray.get(actors[0].describe.remote())
         except Exception as exc:  # the model did not load in the actor: the same error as a local run
-            cause = _original(exc)
+            cause = original_error(exc)
             if isinstance(cause, AttnvizError):
                 raise cause from None
             raise UsageError(f"the Ray actors could not start: {type(cause).__name__}: {cause}") from None
@@ -189,7 +167,7 @@ def _schedule(ray: Any, actors: list[Any], queue: deque[list[Item]], out_dir: Pa
         try:
             block = ray.get(ready[0])
         except Exception as exc:
-            cause = _original(exc)
+            cause = original_error(exc)
             if isinstance(cause, UsageError):
                 raise cause from None  # wrong for every item alike (a bad --layers, say)
             for item in batch:  # an actor died or broke: this block's texts fail, the run goes on

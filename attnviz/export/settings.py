@@ -194,6 +194,8 @@ def build_settings(config: str | Path | None, overrides: dict[str, Any]) -> Expo
     if settings.ray_address is not None and settings.backend != "ray":
         raise UsageError("[[ray_address]] names a Ray cluster; it goes with [[backend=ray]]")
     if settings.backend == "ray":
+        from ..cluster import ray_module
+
         ray_module()  # not installed: say so before any work
     if "parquet" in settings.formats:
         from .table import pyarrow
@@ -230,12 +232,3 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [export] must be a table")
     return dict(table)
-
-
-def ray_module() -> Any:
-    """The ray module, or a message saying how to get it (the optional extra ``ray``)."""
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("[[backend=ray]] needs Ray, which is not installed: pip install 'attnviz[ray]'") from None
-    return ray

@@ -8,23 +8,14 @@ request leaves it), as the interactive page is; the data is :func:`attnviz.expor
 
 from __future__ import annotations
 
-import html
-import json
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write
-from .html import POLICY, script_safe
+from .html import standalone_page, write_page
 
 
 def atlas_html(document: dict[str, Any]) -> str:
-    assets = resources.files("attnviz.render") / "assets"
-    script = "\n".join((assets / name).read_text(encoding="utf-8") for name in ("names.js", "atlas.js", "atlas_qk.js"))
-    script += '\ndocument.body.dataset.ready = "1";\n'
-    style = (assets / "atlas.css").read_text(encoding="utf-8")
-    payload = script_safe(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
     diff = document.get("kind") == "diff"
     model = document.get("model") or "model"
     title = f"attnviz atlas · {model} → {document['other']}" if diff else f"attnviz atlas · {model}"
@@ -34,27 +25,19 @@ def atlas_html(document: dict[str, Any]) -> str:
              "most." + (f" {document['note']}." if document.get("note") else "")) if diff else \
         ("Each cell is a head's mean over the texts; click one for its distribution, the texts where it shows the "
          "statistic most, and its queries and keys.")
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY.format(connect=chr(39) + 'none' + chr(39))}\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<meta name=\"generator\" content=\"attnviz\">\n<title>{html.escape(title)}</title>\n"
-        f"<style>\n{style}</style>\n</head>\n<body>\n"
-        f"<header><h1>{html.escape(title)}</h1>"
-        f"<p class=\"note\">{html.escape(intro)}</p></header>\n"
+    body = (
         f"<div class=\"controls\"><label>{'measure' if diff else 'statistic'} <select id=\"atlasstat\"></select>"
         "</label> <label>heads <select id=\"atlasorder\"><option value=\"desc\">highest first</option>"
         "<option value=\"asc\">lowest first</option></select></label></div>\n"
         "<main><section><table id=\"atlasgrid\" aria-label=\"layers by heads\"></table>"
         "<div id=\"atlaslegend\" class=\"legend\"></div>"
         "<ol id=\"atlasrank\" aria-label=\"heads by the statistic\"></ol></section>"
-        "<section id=\"atlashead\" aria-live=\"polite\"><p class=\"note\">Click a head.</p></section></main>\n"
-        f"<script type=\"application/json\" id=\"atlas-data\">{payload}</script>\n"
-        f"<script>\n{script}</script>\n</body>\n</html>\n"
+        "<section id=\"atlashead\" aria-live=\"polite\"><p class=\"note\">Click a head.</p></section></main>"
     )
+    return standalone_page(title=title, intro=intro, body=body, document=document, data_id="atlas-data",
+                           scripts=("names.js", "atlas.js", "atlas_qk.js"), style="atlas.css")
 
 
 def render_atlas(document: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write the atlas page to ``path`` (atomically)."""
-    text = atlas_html(document)
-    return atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return write_page(atlas_html(document), path)

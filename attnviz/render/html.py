@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,34 @@ def script_safe(payload: str) -> str:
                          ("\u2029", "\\u2029")):
         payload = payload.replace(char, escape)
     return payload
+
+
+def standalone_page(*, title: str, intro: str, body: str, document: Any, data_id: str, scripts: Sequence[str],
+                    style: str) -> str:
+    """An offline page of one view (the atlas, a needle grid, a kv run): the policy that lets no request leave it,
+    the header, ``body`` (markup), ``document`` as JSON in ``<script id=data_id>``, then the ``scripts`` and
+    ``style`` of ``assets/`` inline; the scripts set ``body[data-ready]`` once run."""
+    assets = resources.files("attnviz.render") / "assets"
+    script = "\n".join((assets / name).read_text(encoding="utf-8") for name in scripts)
+    script += '\ndocument.body.dataset.ready = "1";\n'
+    css = (assets / style).read_text(encoding="utf-8")
+    payload = script_safe(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY.format(connect=chr(39) + 'none' + chr(39))}\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<meta name=\"generator\" content=\"attnviz\">\n<title>{html.escape(title)}</title>\n"
+        f"<style>\n{css}</style>\n</head>\n<body>\n"
+        f"<header><h1>{html.escape(title)}</h1><p class=\"note\">{html.escape(intro)}</p></header>\n"
+        f"{body}\n"
+        f"<script type=\"application/json\" id=\"{data_id}\">{payload}</script>\n"
+        f"<script>\n{script}</script>\n</body>\n</html>\n"
+    )
+
+
+def write_page(text: str, path: str | os.PathLike[str]) -> Path:
+    """Write a page's ``text`` to ``path`` (atomically)."""
+    return atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def page_html(page: Page, *, cmap: str = "viridis", connect: str = "'none'") -> str:
