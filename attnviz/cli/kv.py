@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, echo_json, note, stdout_console, wrote
+from .common import cli_command, echo_json, note, stdout_console
 from .options import (
     Budget,
     CausalModel,
@@ -21,15 +20,10 @@ from .options import (
     parse_budgets,
     text_from_file,
 )
+from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table
 
 KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
 POLICY_NAMES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
-
-
-class KVFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
 
 
 @cli_command
@@ -59,7 +53,7 @@ def kv(
                                     "and run the future on it: the KL divergence and whether the answer changes."),
     top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (those that lose most).",
                                    show_default=False),
-    fmt: KVFormat = typer.Option(KVFormat.table, "--format", help="What is printed on stdout: the tables, or json "
+    fmt: StdoutFormat = typer.Option(StdoutFormat.table, "--format", help="What is printed on stdout: the tables, or json "
                                  "(the whole result), csv (one row per policy × budget × layer × key/value head)."),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
                                    ".json (the whole result, each head's kept keys as ranges), .csv or .parquet (one row per policy × budget × layer "
@@ -89,33 +83,33 @@ def kv(
     budgets = parse_budgets(budget)
     if (question is None) == (continue_tokens is None):
         raise UsageError("give the future queries: --question TEXT or --continue N")
-    outputs = [check_kv_output(path) for path in out]
+    outputs = check_outputs(out, KV_OUTPUTS)
     from ..kv import kv as run_kv
 
     def progress(what: str) -> None:
-        if not quiet and fmt is KVFormat.table:
+        if not quiet and fmt is StdoutFormat.table:
             note(what)
 
     result = run_kv(options.model, text, policies=policies, budgets=budgets, question=question,
                     continue_tokens=continue_tokens, answer_tokens=max_new_tokens, end_to_end=end_to_end,
                     question_window=question_window, truncate=truncate,
-                    keep_sets=fmt is KVFormat.json or any(p.suffix.lower() in (".html", ".json") for p in outputs),
+                    keep_sets=fmt is StdoutFormat.json or any(p.suffix.lower() in (".html", ".json") for p in outputs),
                     engine=options.engine, revision=options.revision, device=options.device,
                     trust_remote_code=options.trust_remote_code, dtype=options.dtype, progress=progress)
     if options.verbose:
         note(f"{result.model_name}: {result.engine} engine, on {options.device}")
     for path in outputs:
         write_kv_output(result, path)
-        wrote(path) if fmt is KVFormat.table else note(f"wrote {path}")
+        announcer(fmt)(path)
     rows = result.rows()
-    if fmt is KVFormat.json:
+    if fmt is StdoutFormat.json:
         echo_json(result.to_dict())
         return
-    if fmt is KVFormat.csv:
-        typer.echo(rows_csv(rows), nl=False)
+    if fmt is StdoutFormat.csv:
+        typer.echo(csv_text(rows, ROW_COLUMNS), nl=False)
         return
     from ..render.kv import heads_table, summary_table
-    from ..render.needle import titled
+    from ..render.tables import titled
 
     console = stdout_console(width)
     future = "the question" if result.future_mode == "question" else "the continuation"
@@ -145,58 +139,20 @@ def _dropped(row: dict[str, Any]) -> list[tuple[int, str, float]]:
     return [(int(p), str(t), float(m)) for p, t, m in json.loads(row["dropped"])]
 
 
-def check_kv_output(path: Path) -> Path:
-    """An output the command can write, checked before the model runs."""
-    from ..fileio import check_writable
-
-    if path.suffix.lower() not in KV_OUTPUTS:
-        from ..errors import UnknownFormatError
-
-        raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
-                                 f"{', '.join(KV_OUTPUTS)}")
-    if path.suffix.lower() == ".parquet":
-        from ..export.table import pyarrow
-
-        pyarrow()
-    return check_writable(path)
-
-
 ROW_COLUMNS = ("policy", "budget", "layer", "kv_head", "kept", "recall", "error", "kl", "changed", "dropped")
 
 
-def rows_csv(rows: list[dict[str, Any]]) -> str:
-    import csv
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(ROW_COLUMNS)
-    for row in rows:
-        writer.writerow(["" if row[c] is None else row[c] for c in ROW_COLUMNS])
-    return buffer.getvalue()
-
-
 def write_kv_output(result: Any, path: Path) -> None:
-    from ..fileio import atomic_write
-
     suffix = path.suffix.lower()
     if suffix == ".json":
         result.save(path)
-    elif suffix == ".csv":
-        text = rows_csv(result.rows())
-        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    elif suffix in (".csv", ".parquet"):
+        write_table(path, result.rows(), ROW_COLUMNS)
     elif suffix == ".html":
         from ..kv.page import page_document
         from ..render.kv_page import render_kv_page
 
         render_kv_page(page_document(result, result.need), path)
-    elif suffix == ".parquet":
-        from ..export.table import pyarrow
-
-        pa = pyarrow()
-        rows = result.rows()
-        table = pa.table({c: [row[c] for row in rows] for c in ROW_COLUMNS})
-        atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
     else:
         from ..render.kv import curves_figure
 

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, echo_json, note, stdout_console, wrote
+from .common import cli_command, echo_json, note, stdout_console
 from .options import CausalModel, Column, Field, InputFormat, ModelOptions, Width, model_command
+from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table
 
 NEEDLE_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
 NEEDLE_TEXT = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
 QUESTION_TEXT = "What is the best thing to do in San Francisco?"
-
-class NeedleFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
 
 
 @cli_command
@@ -47,7 +41,7 @@ def needle(
                              "attnviz's own haystack prose."),
     top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads of the ranking.",
                                    show_default=False),
-    fmt: NeedleFormat = typer.Option(NeedleFormat.table, "--format", help="What is printed on stdout: the tables, or "
+    fmt: StdoutFormat = typer.Option(StdoutFormat.table, "--format", help="What is printed on stdout: the tables, or "
                                      "json (the whole result), csv (the heads ranked; parquet: write it with --out)."),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
                                    ".json (the whole result: every run, answer and score; heads --retrieval reads "
@@ -76,7 +70,7 @@ def needle(
         raise UsageError("[[ray_address]] goes with [[backend=ray]]")
     chosen_lengths = parse_lengths(lengths)
     chosen_depths = parse_depths(depths)
-    outputs = [check_needle_output(path) for path in out]
+    outputs = check_outputs(out, NEEDLE_OUTPUTS)
     text = None
     if haystack is not None:
         from ..needle.haystack import read_haystack
@@ -91,7 +85,7 @@ def needle(
     from rich.console import Console
 
     progress_console = Console(stderr=True)
-    with export_progress(progress_console, enabled=not quiet and fmt is NeedleFormat.table) as (start, advance):
+    with export_progress(progress_console, enabled=not quiet and fmt is StdoutFormat.table) as (start, advance):
         def progress(done: int, total: int, _run: Any) -> None:
             if done == 0:
                 start(total, 0)
@@ -109,15 +103,16 @@ def needle(
         note(f"{result.model_name}: {result.engine} engine, on {options.device}")
     for path in outputs:
         write_needle_output(result, path)
-        wrote(path) if fmt is NeedleFormat.table else note(f"wrote {path}")  # stdout holds the document
+        announcer(fmt)(path)
     ranked = result.heads()[:top] if top else result.heads()
-    if fmt is NeedleFormat.json:
+    if fmt is StdoutFormat.json:
         echo_json(result.to_dict())
         return
-    if fmt is NeedleFormat.csv:
-        typer.echo(heads_csv(ranked), nl=False)
+    if fmt is StdoutFormat.csv:
+        typer.echo(csv_text(ranked, HEAD_COLUMNS), nl=False)
         return
-    from ..render.needle import heads_table, runs_table, success_table, titled
+    from ..render.needle import heads_table, runs_table, success_table
+    from ..render.tables import titled
 
     counted = len(result.counted)
     console.print(titled(f"{result.model_name}: recall of the needle (%), needle depth × prompt length (tokens)",
@@ -166,54 +161,16 @@ def parse_depths(text: str) -> list[float]:
     return values
 
 
-def check_needle_output(path: Path) -> Path:
-    """An output the command can write, checked before the model runs."""
-    from ..fileio import check_writable
-
-    if path.suffix.lower() not in NEEDLE_OUTPUTS:
-        from ..errors import UnknownFormatError
-
-        raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
-                                 f"{', '.join(NEEDLE_OUTPUTS)}")
-    if path.suffix.lower() == ".parquet":
-        from ..export.table import pyarrow
-
-        pyarrow()
-    return check_writable(path)
-
-
 HEAD_COLUMNS = ("rank", "layer", "head", "name", "retrieval_score", "reasoning_score", "retrieval")
-
-
-def heads_csv(rows: list[dict[str, Any]]) -> str:
-    import csv
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(HEAD_COLUMNS)
-    for row in rows:
-        writer.writerow([row[c] for c in HEAD_COLUMNS])
-    return buffer.getvalue()
 
 
 def write_needle_output(result: Any, path: Path) -> None:
     """Write ``result`` to ``path`` in the kind its extension names."""
-    from ..fileio import atomic_write
-
     suffix = path.suffix.lower()
     if suffix == ".json":
         result.save(path)
-    elif suffix == ".csv":
-        text = heads_csv(result.heads())
-        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-    elif suffix == ".parquet":
-        from ..export.table import pyarrow
-
-        pa = pyarrow()
-        rows = result.heads()
-        table = pa.table({c: [row[c] for row in rows] for c in HEAD_COLUMNS})
-        atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
+    elif suffix in (".csv", ".parquet"):
+        write_table(path, result.heads(), HEAD_COLUMNS)
     elif suffix == ".html":
         from ..needle.page import page_document
         from ..render.needle_page import render_needle_page

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, echo_json, note, stdout_console, wrote
+from .common import cli_command, echo_json, note, stdout_console
 from .options import (
     Budget,
     CausalModel,
@@ -21,14 +20,9 @@ from .options import (
     parse_budgets,
     text_from_file,
 )
+from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table, write_text
 
 PATTERN_OUTPUTS = (".json", ".csv", ".parquet")
-
-
-class PatternsFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
 
 
 @cli_command
@@ -49,7 +43,7 @@ def patterns(
                                     "key/value heads, 1 a retrieval head).", show_default=False),
     top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (lowest best recall "
                                    "first).", show_default=False),
-    fmt: PatternsFormat = typer.Option(PatternsFormat.table, "--format", help="What is printed on stdout: the "
+    fmt: StdoutFormat = typer.Option(StdoutFormat.table, "--format", help="What is printed on stdout: the "
                                        "tables, or json (the whole result), csv (one row per budget × head)."),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
                                    ".json (the whole result), .csv or .parquet (one row per budget × head).",
@@ -70,42 +64,37 @@ def patterns(
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
     budgets = parse_budgets(budget)
+    check_outputs(out, PATTERN_OUTPUTS)
     from ..fileio import check_writable
 
-    for path in out:
-        if path.suffix.lower() not in PATTERN_OUTPUTS:
-            from ..errors import UnknownFormatError
-
-            raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one "
-                                     f"of {', '.join(PATTERN_OUTPUTS)}")
-    for path in [*out, *(p for p in (minference, duo) if p is not None)]:
+    for path in (p for p in (minference, duo) if p is not None):
         check_writable(path)
     from ..kv.patterns import patterns as run_patterns
 
     result = run_patterns(options.model, text, budgets=budgets, threshold=threshold, engine=options.engine,
                           revision=options.revision, device=options.device,
                           trust_remote_code=options.trust_remote_code, dtype=options.dtype, truncate=truncate,
-                          progress=None if quiet or fmt is not PatternsFormat.table else note)
-    said = wrote if fmt is PatternsFormat.table else (lambda p: note(f"wrote {p}"))
+                          progress=None if quiet or fmt is not StdoutFormat.table else note)
+    said = announcer(fmt)
     for path in out:
         write_patterns_output(result, path)
         said(path)
     if minference is not None:
-        _write_text(minference, result.minference_json() + "\n")
+        write_text(minference, result.minference_json() + "\n")
         said(minference)
     if duo is not None:
-        _write_text(duo, result.duo_tsv())
+        write_text(duo, result.duo_tsv())
         said(duo)
     rows = sorted(result.rows(), key=lambda r: (r["budget"], max(r[k] for k in r if k.startswith("recall_")),
                                                 r["layer"], r["head"]))
-    if fmt is PatternsFormat.json:
+    if fmt is StdoutFormat.json:
         echo_json(result.to_dict())
         return
-    if fmt is PatternsFormat.csv:
-        typer.echo(_csv(result.rows()), nl=False)
+    if fmt is StdoutFormat.csv:
+        typer.echo(csv_text(result.rows(), COLUMNS), nl=False)
         return
     from ..render.kv import patterns_table
-    from ..render.needle import titled
+    from ..render.tables import titled
 
     console = stdout_console(width)
     streaming = sum(not x for row in result.retrieval for x in row)
@@ -122,35 +111,8 @@ COLUMNS = ("budget", "layer", "head", "kv_head", "recall_a_shape", "recall_verti
            "winner", "streaming_mass", "duo")
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
-    import csv
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for row in rows:
-        writer.writerow([row[c] for c in COLUMNS])
-    return buffer.getvalue()
-
-
-def _write_text(path: Path, text: str) -> None:
-    from ..fileio import atomic_write
-
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
 def write_patterns_output(result: Any, path: Path) -> None:
-    suffix = path.suffix.lower()
-    if suffix == ".json":
+    if path.suffix.lower() == ".json":
         result.save(path)
-    elif suffix == ".csv":
-        _write_text(path, _csv(result.rows()))
     else:
-        from ..export.table import pyarrow
-        from ..fileio import atomic_write
-
-        pa = pyarrow()
-        rows = result.rows()
-        table = pa.table({c: [row[c] for row in rows] for c in COLUMNS})
-        atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
+        write_table(path, result.rows(), COLUMNS)

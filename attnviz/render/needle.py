@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Group, JustifyMethod
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -69,11 +69,6 @@ def runs_table(runs: Sequence[dict[str, Any]], *, width: int) -> Table:
     return table
 
 
-def titled(title: str, table: Table) -> Group:
-    """``table`` under its title, the title wrapped to the terminal rather than to the table."""
-    return Group(Text(title, style="bold"), table)
-
-
 def needle_figure(success: Sequence[Sequence[float]], lengths: Sequence[int], depths: Sequence[float],
                   scores: Sequence[Sequence[float]], *, title: str, path: str | Path, cmap: str = "viridis") -> Path:
     """Write the recall grid beside the heads' retrieval scores to ``path`` (.png, .svg or .pdf)."""
@@ -125,4 +120,4 @@ def needle_figure(success: Sequence[Sequence[float]], lengths: Sequence[int], de
     return path
 
 
-__all__ = ["heads_table", "needle_figure", "runs_table", "success_table", "titled"]
+__all__ = ["heads_table", "needle_figure", "runs_table", "success_table"]

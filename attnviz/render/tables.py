@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -141,3 +142,8 @@ def ranking_table(title: str, items: list[tuple[str, float]], value_name: str) -
     for name, value in items:
         table.add_row(Text(safe_text(name)), f"{value:.3f}")
     return table
+
+
+def titled(title: str, table: Table) -> Group:
+    """``table`` under its title, the title wrapped to the terminal rather than to the table."""
+    return Group(Text(title, style="bold"), table)

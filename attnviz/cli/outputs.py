@@ -1,0 +1,71 @@
+"""What needle, kv and patterns share about their outputs: what stdout prints (``--format``), the files ``--out``
+writes (each extension checked, and Parquet's pyarrow, before the model runs), the tables as CSV or Parquet, and
+``wrote PATH`` on stdout beside the tables or on stderr beside a document printed there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class StdoutFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def check_outputs(paths: Sequence[Path], allowed: Sequence[str]) -> list[Path]:
+    """``paths``, each with an extension in ``allowed`` and writable (Parquet: pyarrow installed)."""
+    from ..errors import UnknownFormatError
+    from ..fileio import check_writable
+
+    for path in paths:
+        if path.suffix.lower() not in allowed:
+            raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
+                                     f"{', '.join(allowed)}")
+        if path.suffix.lower() == ".parquet":
+            from ..export.table import pyarrow
+
+            pyarrow()
+    return [check_writable(path) for path in paths]
+
+
+def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """``rows`` as CSV with a header of ``columns`` (None written empty)."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if row[c] is None else row[c] for c in columns])
+    return buffer.getvalue()
+
+
+def write_text(path: Path, text: str) -> None:
+    from ..fileio import atomic_write
+
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_table(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """``rows`` to ``path``: CSV, or Parquet by its extension."""
+    if path.suffix.lower() != ".parquet":
+        write_text(path, csv_text(rows, columns))
+        return
+    from ..export.table import pyarrow
+    from ..fileio import atomic_write
+
+    pa = pyarrow()
+    table = pa.table({c: [row[c] for row in rows] for c in columns})
+    atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
+
+
+def announcer(fmt: StdoutFormat) -> Callable[[Path], None]:
+    """How a written file is said: ``wrote PATH`` on stdout beside the tables, on stderr when stdout holds a document."""
+    from .common import note, wrote
+
+    return wrote if fmt is StdoutFormat.table else (lambda path: note(f"wrote {path}"))
