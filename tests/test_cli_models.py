@@ -69,11 +69,6 @@ def _fake_hub_cache(cache: Path, repo: str, folder: str) -> None:
     shutil.copytree(folder, root / "snapshots" / commit)
 
 
-def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
-
-
 def test_hub_id_from_the_cache_offline(tiny_hf, tmp_path, run_cli, monkeypatch):
     """In this process (huggingface_hub reads its cache folder at call time; conftest sets HF_HUB_OFFLINE=1):
     the subprocess tests below hold that nothing is fetched from the network."""
@@ -89,30 +84,18 @@ def test_hub_id_from_the_cache_offline(tiny_hf, tmp_path, run_cli, monkeypatch):
     assert "engine hf (bert)" in r.stderr
 
 
-def test_unknown_hub_id_offline_is_one_line(tmp_path):
-    r = _run(["heatmap", "x", "--model", "nobody/nothing"], {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
-    assert r.returncode == 1
+def test_unknown_hub_id_offline_is_one_line(run_cli, tmp_path, monkeypatch):
+    """In this process, which conftest keeps offline (HF_HUB_OFFLINE=1), with an empty cache."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    r = run_cli("heatmap", "x", "--model", "nobody/nothing")
+    assert r.exit_code == 1
     assert r.stderr.strip().splitlines() == [
         "attnviz: error: 'nobody/nothing' is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set; "
         "download it once with network access, or pass a local model folder (run with no --model for the "
         "embedded default)"
     ]
-
-
-def test_default_model_needs_no_network(tmp_path):
-    """Every socket connection fails; the embedded default still draws (and nothing tries the hub)."""
-    guard = tmp_path / "sitecustomize.py"
-    guard.write_text(
-        "import socket\n"
-        "def _refuse(*a, **k):\n"
-        "    raise OSError('network disabled by the test')\n"
-        "socket.socket.connect = _refuse\n"
-        "socket.create_connection = _refuse\n"
-    )
-    env = {"PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "0"}  # not told to stay offline: it must anyway
-    r = _run(["heatmap", "The cat sat on the mat.", "--width", "80"], env)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("all-MiniLM-L6-v2")
 
 
 def test_remote_code_never_runs_unless_asked(run_cli, tiny_hf, tmp_path):
@@ -148,9 +131,10 @@ def test_explain_refuses_what_it_cannot_walk_through(run_cli, tiny_hf):
     assert r.exit_code == 2 and "config model (.toml)" in r.stderr
 
 
-def _no_network(tmp_path: Path) -> dict[str, str]:
-    """Environment for a subprocess in which name lookups and connections fail, as on a plane."""
-    guard = tmp_path / "guard"
+def _no_network(folder: Path) -> dict[str, str]:
+    """Environment for a subprocess in which name lookups and connections fail, as on a plane, and which is not
+    told to stay offline (HF_HUB_OFFLINE=0): it must anyway."""
+    guard = folder / "guard"
     guard.mkdir(exist_ok=True)
     (guard / "sitecustomize.py").write_text(
         "import socket\n"
@@ -158,14 +142,41 @@ def _no_network(tmp_path: Path) -> dict[str, str]:
         "    raise socket.gaierror(-2, 'Name or service not known')\n"
         "socket.getaddrinfo = _refuse\n"
         "socket.socket.connect = _refuse\n"
+        "socket.create_connection = _refuse\n"
     )
-    return {"PYTHONPATH": str(guard), "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "cache")}
+    return {"PYTHONPATH": str(guard), "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(folder / "cache")}
 
 
-def test_no_network_without_offline_flag_fails_fast_in_one_line(tmp_path):
-    engines = ("auto", "hf")
-    done = run_each([["heatmap", "x", "--model", "gpt2", "--engine", engine] for engine in engines], _no_network(tmp_path))
-    for code, _, err in done:
+# The commands of the no-network tests below, run one after the other in one fresh process without a network
+# (one start-up of torch and transformers, not three): the embedded default first, before anything has imported
+# transformers; then a hub id the cache lacks and one it holds, each on the auto and the hf engine.
+OFFLINE_COMMANDS = {
+    "default": ["heatmap", "The cat sat on the mat.", "--width", "80"],
+    **{f"gpt2 {engine}": ["heatmap", "x", "--model", "gpt2", "--engine", engine] for engine in ("auto", "hf")},
+    **{f"cached {engine}": ["heatmap", "The cat", "--model", "someone/tiny-gpt2", "--engine", engine, "--verbose"]
+       for engine in ("auto", "hf")},
+}
+
+
+@pytest.fixture(scope="module")
+def without_network(tiny_hf, tmp_path_factory) -> dict[str, tuple[int, str, str]]:
+    """(exit code, stdout, stderr) of each of OFFLINE_COMMANDS, by name."""
+    folder = tmp_path_factory.mktemp("no_network")
+    env = _no_network(folder)
+    _fake_hub_cache(Path(env["HF_HUB_CACHE"]), "someone/tiny-gpt2", tiny_hf["gpt2"])
+    return dict(zip(OFFLINE_COMMANDS, run_each(list(OFFLINE_COMMANDS.values()), env), strict=True))
+
+
+def test_default_model_needs_no_network(without_network):
+    """Every socket connection fails; the embedded default still draws (and nothing tries the hub)."""
+    code, out, err = without_network["default"]
+    assert code == 0, err
+    assert out.startswith("all-MiniLM-L6-v2")
+
+
+def test_no_network_without_offline_flag_fails_fast_in_one_line(without_network):
+    for engine in ("auto", "hf"):
+        code, _, err = without_network[f"gpt2 {engine}"]
         assert code == 1
         assert err.strip().splitlines() == [
             "attnviz: error: 'gpt2' is not in the local Hugging Face cache and the hub cannot be reached "
@@ -174,14 +185,11 @@ def test_no_network_without_offline_flag_fails_fast_in_one_line(tmp_path):
         ]
 
 
-def test_no_network_still_uses_the_cache(tiny_hf, tmp_path):
-    env = _no_network(tmp_path)
-    _fake_hub_cache(Path(env["HF_HUB_CACHE"]), "someone/tiny-gpt2", tiny_hf["gpt2"])
-    commands = [["heatmap", "The cat", "--model", "someone/tiny-gpt2", "--engine", engine, "--verbose"]
-                for engine in ("auto", "hf")]
-    for (code, out, err), engine in zip(run_each(commands, env), ("native", "hf"), strict=True):
+def test_no_network_still_uses_the_cache(without_network):
+    for engine, used in (("auto", "native"), ("hf", "hf")):
+        code, out, err = without_network[f"cached {engine}"]
         assert code == 0, err
-        assert "tiny-gpt2" in out.splitlines()[0] and f"engine {engine} (gpt2)" in err
+        assert "tiny-gpt2" in out.splitlines()[0] and f"engine {used} (gpt2)" in err
 
 
 def test_bart_kinds_on_the_cli(run_cli, tiny_hf):
