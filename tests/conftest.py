@@ -125,6 +125,24 @@ def tiny_hf(tmp_path_factory, worker_id):
     return json.loads(done.read_text())
 
 
+
+HUB_MODELS = {"gpt2": "gpt2_long", "t5-small": "t5"}  # the README's hub ids: tiny_hf's models that stand in for them
+
+
+@pytest.fixture(scope="session")
+def hub_cache(tmp_path_factory, tiny_hf) -> Path:
+    """A Hugging Face cache (models--ID/refs/main, snapshots/COMMIT/…) holding the README's hub ids: copies of
+    tiny_hf's models (the docs' bash blocks in test_readme_commands.py, their Python blocks in
+    test_doc_examples.py)."""
+    cache = tmp_path_factory.mktemp("readme_hub") / "cache"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    for repo, name in HUB_MODELS.items():
+        entry = cache / ("models--" + repo.replace("/", "--"))
+        (entry / "refs").mkdir(parents=True)
+        (entry / "refs" / "main").write_text(commit)
+        shutil.copytree(tiny_hf[name], entry / "snapshots" / commit)
+    return cache
+
 PAGE_PATIENCE = 120_000
 """Milliseconds a page's wait (a selector, a function, a click's checks) may take before it fails, in place of
 Playwright's 30 s: chromium on a loaded machine (every core busy) draws late, never wrongly. Page tests wait on

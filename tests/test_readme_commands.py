@@ -22,7 +22,6 @@ import io
 import json
 import re
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,37 +164,6 @@ def _id(step: Step) -> str:
 
 
 # --- the working folder and the hub cache --------------------------------------------------------
-
-
-def _hub_models(root: Path) -> dict[str, Path]:
-    """Tiny random models to stand in for the hub's gpt2 and t5-small (gpt2's 1,024 positions, as the real one's:
-enough for the induction probe and the README's needle grid)."""
-    import torch
-    from tiny_models import _byte_bpe, _save, build_t5
-    from transformers import GPT2Config, GPT2Model
-
-    torch.manual_seed(11)
-    tok = _byte_bpe()
-    end = tok.token_to_id("<|endoftext|>")
-    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=1024,
-                     bos_token_id=end, eos_token_id=end)
-    gpt2 = _save(root / "gpt2", GPT2Model(cfg), tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                 unk_token="<|endoftext|>")
-    return {"gpt2": gpt2, "t5-small": build_t5(root / "t5-small")}
-
-
-@pytest.fixture(scope="module")
-def hub_cache(tmp_path_factory) -> Path:
-    """A Hugging Face cache (models--ID/refs/main, snapshots/COMMIT/…) holding the README's hub ids."""
-    root = tmp_path_factory.mktemp("readme_hub")
-    cache = root / "cache"
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    for repo, folder in _hub_models(root / "built").items():
-        entry = cache / ("models--" + repo.replace("/", "--"))
-        (entry / "refs").mkdir(parents=True)
-        (entry / "refs" / "main").write_text(commit)
-        shutil.copytree(folder, entry / "snapshots" / commit)
-    return cache
 
 
 @pytest.fixture

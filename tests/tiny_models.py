@@ -88,6 +88,20 @@ def build_gpt2(folder: Path) -> Path:
                  unk_token="<|endoftext|>")
 
 
+def build_gpt2_long(folder: Path) -> Path:
+    """A tiny GPT-2 with the real one's 1,024 positions: the README's stand-in for the hub's gpt2 (enough for the
+    induction probe and the README's needle grid)."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(11)
+    tok = _byte_bpe()
+    end = tok.token_to_id("<|endoftext|>")
+    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=1024,
+                     bos_token_id=end, eos_token_id=end)
+    return _save(folder, GPT2Model(cfg), tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                 unk_token="<|endoftext|>")
+
+
 def build_llama(folder: Path, kind: str = "llama") -> Path:
     import transformers
 
@@ -174,6 +188,7 @@ def build_sentencepiece_style(folder: Path) -> Path:
 BUILDERS = {
     "bert": build_bert,
     "gpt2": build_gpt2,
+    "gpt2_long": build_gpt2_long,
     "llama": build_llama,
     "mistral": lambda f: build_llama(f, "mistral"),
     "qwen2": lambda f: build_llama(f, "qwen2"),
