@@ -1,8 +1,8 @@
 """Plugins through entry points (issue 42 part 3): a distribution that declares an ``attnviz.plugins``
 entry point is loaded when a command reads the registries, and its statistic reaches ``heads`` as a
 built-in one does; a broken plugin is one warning line; ``ATTNVIZ_NO_PLUGINS=1`` loads none; and
-``attnviz --help`` loads none. Each test installs its distributions into a temporary folder (a
-module and a ``.dist-info`` with ``entry_points.txt``) put on ``PYTHONPATH`` of a fresh process."""
+``attnviz --help`` loads none. The distributions are installed into a temporary folder (a module and a
+``.dist-info`` with ``entry_points.txt``) put on ``PYTHONPATH`` of a fresh process."""
 
 from __future__ import annotations
 
@@ -65,14 +65,45 @@ def _far_by_hand(attentions: torch.Tensor) -> torch.Tensor:
 
 HEADS = ["heads", TEXT, "--model", TINY, "--sort", "far", "--format", "json"]
 
+# A second plugin's statistic, registered by a callable entry point (``near = nearplug:setup``).
+NEAR_PLUGIN = '''
+import torch
 
-def test_a_plugin_distributions_statistic_reaches_heads_sorted_and_exact(tmp_path):
-    install(tmp_path, "myplug", "myplug", FAR_PLUGIN, "far = myplug")
-    (code_help, _, err_help), (code, out, err), (code_sort, _, err_sort) = run_each(
-        [["--help"], HEADS, ["heads", TEXT, "--model", TINY, "--sort", "nope"]], _env(tmp_path))
-    assert code_help == 0 and "myplug" not in err_help  # --help loads no plugin
+from attnviz.analysis.statistics import Statistic, register
+
+
+def _near_rows(block):
+    w = block.weights
+    rows = torch.arange(block.start, block.start + w.shape[1])[:, None]
+    keys = torch.arange(w.shape[2])[None, :]
+    return (w * ((rows - keys).abs() <= 2)).sum((-1, -2)).double()
+
+
+def setup():
+    register(Statistic("near", "near", "mean weight on keys at most 2 tokens away", _near_rows))
+'''
+BROKEN = "raise RuntimeError('boom\\nand a second line')\n"
+
+
+@pytest.fixture(scope="module")
+def three_plugins(tmp_path_factory) -> dict[str, tuple[int, str, str]]:
+    """One fresh process with three plugin distributions installed (a module entry point, a callable one, and one
+    that raises as it imports) runs --help, the heads table sorted by the plugin's column, and a --sort the
+    registries lack: (exit code, stdout, stderr) of each (one start-up of torch for the three tests below)."""
+    folder = tmp_path_factory.mktemp("plugins")
+    install(folder, "myplug", "myplug", FAR_PLUGIN, "far = myplug")
+    install(folder, "nearplug", "nearplug", NEAR_PLUGIN, "near = nearplug:setup")
+    install(folder, "badplug", "badplug", BROKEN, "bad = badplug")
+    commands = {"help": ["--help"], "heads": HEADS, "unknown": ["heads", TEXT, "--model", TINY, "--sort", "nope"]}
+    return dict(zip(commands, run_each(list(commands.values()), _env(folder)), strict=True))
+
+
+def test_a_plugin_distributions_statistic_reaches_heads_sorted_and_exact(three_plugins):
+    code_help, _, err_help = three_plugins["help"]
+    assert code_help == 0 and "myplug" not in err_help and "warning" not in err_help  # --help loads no plugin
+    code, out, err = three_plugins["heads"]
     assert code == 0, err
-    assert err.count("myplug: imported") == 1 and "warning" not in err
+    assert err.count("myplug: imported") == 1
     heads = json.loads(out)["heads"]
     far = [h["far"] for h in heads]
     assert far == sorted(far, reverse=True)
@@ -80,26 +111,24 @@ def test_a_plugin_distributions_statistic_reaches_heads_sorted_and_exact(tmp_pat
     assert {(h["layer"], h["head"]): h["far"] for h in heads} == pytest.approx(
         {(layer, head): float(expected[layer, head]) for layer in range(expected.shape[0])
          for head in range(expected.shape[1])}, abs=2e-6)
+    code_sort, _, err_sort = three_plugins["unknown"]
     assert code_sort == 2 and "sink, far" in err_sort  # the check's message lists it with the built-ins
 
 
-def test_a_callable_entry_point_is_called(tmp_path):
-    code = FAR_PLUGIN.replace("\nregister(", "\ndef setup():\n    register(")
-    install(tmp_path, "myplug", "myplug", code, "far = myplug:setup")
-    [(status, out, err)] = run_each([HEADS], _env(tmp_path))
-    assert status == 0, err
-    assert all("far" in h for h in json.loads(out)["heads"])
+def test_a_callable_entry_point_is_called(three_plugins):
+    code, out, err = three_plugins["heads"]
+    assert code == 0, err
+    heads = json.loads(out)["heads"]
+    assert all(h["near"] == pytest.approx(1 - h["far"], abs=1e-5) for h in heads)  # every row's weights sum to 1
 
 
-def test_a_broken_plugin_is_one_warning_line_and_the_command_goes_on(tmp_path):
-    install(tmp_path, "myplug", "myplug", FAR_PLUGIN, "far = myplug")
-    install(tmp_path, "badplug", "badplug", "raise RuntimeError('boom\\nand a second line')\n", "bad = badplug")
-    [(status, out, err)] = run_each([HEADS], _env(tmp_path))
+def test_a_broken_plugin_is_one_warning_line_and_the_command_goes_on(three_plugins):
+    status, out, err = three_plugins["heads"]
     assert status == 0, err
     warned = [line for line in err.splitlines() if "warning" in line]
     assert warned == ["attnviz: warning: plugin bad (badplug) could not load: RuntimeError: boom; "
                       "attnviz goes on without it"], err
-    assert all("far" in h for h in json.loads(out)["heads"])  # the good plugin still loaded
+    assert all("far" in h and "near" in h for h in json.loads(out)["heads"])  # the good plugins still loaded
 
 
 def test_no_plugins_when_the_environment_says_so(tmp_path):
