@@ -72,8 +72,10 @@ SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 # machine, 2026-11-26). They run first: each worker takes the next file when it is done with one (--dist
 # loadfile), so a long file left for the end would keep one worker busy while the other has nothing left
 # (xdist's own order, files by number of tests, put test_doc_examples.py, test_page_long.py and
-# test_ray_backend.py near the end). A file not named here runs after these, files with more tests first.
-LONGEST_FIRST = ("test_readme_commands.py", "test_doc_examples.py", "test_needle.py", "test_kv.py", "test_export.py",
+# test_ray_backend.py near the end). test_export.py is second: it needs none of tiny_hf's models, which the first
+# worker builds meanwhile (a second worker that asked for them would wait). A file not named here runs after these,
+# files with more tests first.
+LONGEST_FIRST = ("test_readme_commands.py", "test_export.py", "test_doc_examples.py", "test_needle.py", "test_kv.py",
                  "test_tui.py",
                  "test_cli_models.py", "test_ray_backend.py", "test_page_round4.py", "test_hostile_tables.py",
                  "test_serve_bounds.py", "test_page_zoom.py", "test_hostile_round4.py", "test_page_long.py",

@@ -103,7 +103,11 @@ def export_on_ray(todo: list[list[Item]], out_dir: Path, settings: ExportSetting
             ray.shutdown()
 
 
-def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
+REPLY_SECONDS = 3.0
+"""How long a Ray address has to accept a connection and answer HTTP/2's preface before it is refused."""
+
+
+def _check_reachable(address: str | None) -> None:
     """A ``host:port`` (or ``ray://host:port``) that refuses a TCP connection is one line now, not
     minutes of Ray's retries. ``auto`` and None are Ray's own to resolve."""
     if address is None or address == "auto" or ":" not in address:
@@ -112,8 +116,8 @@ def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
-            speaks_grpc = _speaks_http2(conn, timeout)
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REPLY_SECONDS) as conn:
+            speaks_grpc = _speaks_http2(conn, REPLY_SECONDS)
     except ValueError:
         raise UsageError(f"[[ray_address={address}]] is not host:port (or auto)") from None
     except OSError as exc:
