@@ -35,14 +35,15 @@ _BUILT: dict[int, tuple[object, object]] = {}
 _build_command = typer.testing._get_command
 
 
-def _command_built_once(app):
+def built_command(app):
+    """``app``'s click command, built once in this process."""
     held = _BUILT.get(id(app))
     if held is None or held[0] is not app:
         held = _BUILT[id(app)] = (app, _build_command(app))
     return held[1]
 
 
-typer.testing._get_command = _command_built_once
+typer.testing._get_command = built_command
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "sample_configs" / "tiny.toml")

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import built_command
 
 import attnviz
 from attnviz.analysis import metrics
@@ -24,9 +25,7 @@ TEXT = "Unbelievably, the cat sat on the mat."
 
 
 def _options(command: str) -> dict[str, tuple[str, object]]:
-    import typer.main
-
-    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    click_command = built_command(app).commands[command]
     return {opt: (param.help or "", param.default) for param in click_command.params for opt in param.opts}
 
 
@@ -252,9 +251,7 @@ def test_one_meaning_per_flag_across_commands():
     rollout, compare, heatmap = _options("rollout"), _options("compare-heads"), _options("heatmap")
     assert "--similar-to" in rollout and "--vs" in compare and "--similar-to" not in compare
     assert rollout["--head"][1] == heatmap["--head"][1] == _options("view")["--head"][1] == "0"
-    import typer.main
-
-    hidden = {opt for p in typer.main.get_command(app).commands["rollout"].params if getattr(p, "hidden", False)
+    hidden = {opt for p in built_command(app).commands["rollout"].params if getattr(p, "hidden", False)
               for opt in p.opts}
     assert hidden == {"--vs"}  # kept only to point to --similar-to
 
@@ -324,9 +321,7 @@ def test_a_name_has_one_choice_set_and_one_default():
 
 @pytest.mark.parametrize("command", ONE_TEXT_COMMANDS)
 def test_a_command_that_reads_one_text_takes_text_text_file_and_standard_input(command):
-    import typer.main
-
-    params = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+    params = built_command(app).commands[command].params
     arguments = [p for p in params if p.param_type_name == "argument"]
     assert arguments and arguments[0].name in ("text", "prompt"), command
     assert any("--text-file" in p.opts for p in params), command
