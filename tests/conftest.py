@@ -146,7 +146,6 @@ def tiny_hf(tmp_path_factory, worker_id):
     return json.loads(done.read_text())
 
 
-
 HUB_MODELS = {"gpt2": "gpt2_long", "t5-small": "t5"}  # the README's hub ids: tiny_hf's models that stand in for them
 
 
@@ -163,6 +162,7 @@ def hub_cache(tmp_path_factory, tiny_hf) -> Path:
         (entry / "refs" / "main").write_text(commit)
         shutil.copytree(tiny_hf[name], entry / "snapshots" / commit)
     return cache
+
 
 PAGE_PATIENCE = 120_000
 """Milliseconds a page's wait (a selector, a function, a click's checks) may take before it fails, in place of
