@@ -56,16 +56,19 @@ USER_ENVIRONMENT = ("NO_COLOR", "FORCE_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "CO
                     "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES", "ATTNVIZ_DEBUG", "TRANSFORMERS_OFFLINE")
 
 
-# The quick loop (`python -m pytest -q -m "not slow"`, about 30 s) leaves out what starts real processes, a
-# browser or Ray, reads long inputs, or runs the CLI over many cases: these files (the slowest by measured
-# time), and any test that asks for the browser or a Ray cluster. The whole suite runs them all.
+# The quick loop (`python -m pytest -q -m "not slow"`, about 25 s) leaves out what starts real processes, a
+# browser, Ray or the terminal app, reads long inputs, or runs the CLI over many cases: these files (the slowest by
+# measured time), any test that asks for the browser or a Ray cluster, and tests marked slow where they are. The
+# whole suite runs them all.
 SLOW_FILES = {"test_readme_commands.py", "test_ray_backend.py", "test_page.py", "test_page_generation.py",
               "test_cli_models.py", "test_export.py", "test_hostile_export.py", "test_hostile_cli.py",
               "test_environment.py", "test_induction.py", "test_long_inputs.py", "test_serve.py",
               "test_serve_hostile.py", "test_reliability.py", "test_vocabulary.py", "test_engines.py",
               "test_hostile_round3.py", "test_cli_heads.py", "test_hostile_files.py", "test_bad_inputs.py",
               "test_render_image.py", "test_attribution.py", "test_saved_results.py", "test_cli.py",
-              "test_render_figures.py", "test_generate_seq2seq.py", "test_generate.py"}
+              "test_render_figures.py", "test_generate_seq2seq.py", "test_generate.py", "test_doc_examples.py",
+              "test_plugins.py", "test_hostile_round4.py", "test_figures_round4.py", "test_tui.py",
+              "test_checkpoint_diff.py", "test_serve_bounds.py", "test_needle_cli.py"}
 SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 
 

@@ -84,6 +84,7 @@ def _context_and_question():
     return context, "Question: " + " ".join(cc.NEEDLE_WORDS) + " . Answer:"
 
 
+@pytest.mark.slow  # the copy circuit on ~600 words, each cut run end to end
 def test_a_planted_retrieval_head_keeps_the_needle_under_snapkv_and_loses_it_under_streaming(circuit):
     context, question = _context_and_question()
     result = kv(circuit, context, policies=["streaming", "snapkv"], budgets=[32], question=question,

@@ -128,6 +128,7 @@ def circuit(tmp_path_factory):
 
 # Five depths on the fused engine; three on the native one (each engine's step rows equal transformers' eager
 # rows, and its answers transformers' greedy generate: the tests below).
+@pytest.mark.slow  # 1,100 tokens
 @pytest.mark.parametrize(("engine", "depths"), [("native", [0.0, 0.5, 1.0]), ("fused", [0.0, 0.25, 0.5, 0.75, 1.0])])
 def test_the_copy_circuit_finds_the_needle_at_every_depth_and_its_induction_head_ranks_first(circuit, engine, depths):
     result = needle(circuit, haystack=cc.haystack(), needle=cc.NEEDLE, question=cc.QUESTION, lengths=[1100],
