@@ -54,9 +54,10 @@ def test_a_planted_change_ranks_its_head_first(planted):
                and all(c.p == 1.0 for c in h.stats.values()) for h in untouched)
     assert first.distance.mean > 5 * max(h.distance.mean for h in diff.heads[1:])
     # the means are each model's statistics taken text by text
+    each_base, each_other = ([api.heads_of(model, [t]).stats for t in TEXTS] for model in (base, other))
     for name in ("entropy", "prev_score", "first"):
-        a = torch.stack([api.heads_of(base, [t]).stats[name] for t in TEXTS])
-        b = torch.stack([api.heads_of(other, [t]).stats[name] for t in TEXTS])
+        a = torch.stack([stats[name] for stats in each_base])
+        b = torch.stack([stats[name] for stats in each_other])
         assert first.stats[name].mean == pytest.approx(float((b - a)[:, LAYER, HEAD].double().mean()), abs=1e-6)
 
 
