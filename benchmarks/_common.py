@@ -51,3 +51,33 @@ def report(title: str, ours_name: str, ours: list[float], base_name: str, base: 
     label = "speed-up (baseline / ours)" if higher_is_better else "ratio (ours / baseline)"
     print(f"   {label}: {ratio:.2f}x   goal: {goal}")
     return ratio
+
+
+# Runs argv[2:] under RLIMIT_AS argv[1] bytes; prints its seconds, exit code, peak RSS and last stderr line as JSON.
+_LIMITED = r"""
+import json, resource, subprocess, sys, time
+limit = int(sys.argv[1])
+def cap():
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+start = time.perf_counter()
+done = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=cap)
+print(json.dumps({"seconds": time.perf_counter() - start, "rc": done.returncode,
+                  "peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "error": done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else ""}))
+"""
+
+
+def report_limited(title: str, args: list[str], limit_gib: float, env: dict[str, str] | None = None) -> bool:
+    """Run a command under an address-space limit of ``limit_gib`` GiB; print its time, exit and peak RSS; return
+    whether it finished within the limit."""
+    import json
+
+    out = subprocess.run([PY, "-c", _LIMITED, str(int(limit_gib * 2**30)), *args], capture_output=True, text=True,
+                         env=env)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    met = got["rc"] == 0 and got["peak_mib"] <= limit_gib * 1024
+    print(f"== {title} under RLIMIT_AS {limit_gib:g} GiB")
+    print(f"   exit {got['rc']}, {got['seconds']:.1f} s, peak RSS {got['peak_mib']:.0f} MiB"
+          + (f"  ({got['error']})" if got["rc"] else ""))
+    print(f"   {'met' if met else 'NOT met'}")
+    return met

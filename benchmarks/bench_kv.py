@@ -15,15 +15,13 @@ Run: python benchmarks/bench_kv.py [--runs 3] [--length 8192] [--long 32768] [--
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from _common import offline_env, report, time_command
-from bench_needle import WRAPPER, build
+from _common import offline_env, report, report_limited, time_command
+from bench_needle import build
 
 POLICIES = "streaming,h2o,snapkv,tova,pyramidkv"
 BUDGETS = "64,128,256,512,1024,2048"
@@ -66,15 +64,9 @@ def main() -> None:
         print(f"   {'met' if ratio <= 1.5 else 'NOT met'}")
         if not args.skip_long:
             text(long, args.long)
-            limit = int(args.limit_gib * 2**30)
-            out = subprocess.run([sys.executable, "-c", WRAPPER, str(limit), *attnviz, "kv", "--text-file", str(long),
-                                  *model, "--question", QUESTION, "--policy", "snapkv", "--budget", "2048", "-n", "8",
-                                  "--format", "json"], capture_output=True, text=True, env=env)
-            got = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"== kv, one policy at one budget, {args.long:,} tokens under RLIMIT_AS {args.limit_gib:g} GiB")
-            print(f"   exit {got['rc']}, {got['seconds']:.1f} s, peak RSS {got['peak_mib']:.0f} MiB"
-                  + (f"  ({got['error']})" if got["rc"] else ""))
-            print(f"   {'met' if got['rc'] == 0 and got['peak_mib'] <= args.limit_gib * 1024 else 'NOT met'}")
+            report_limited(f"kv, one policy at one budget, {args.long:,} tokens",
+                           [*attnviz, "kv", "--text-file", str(long), *model, "--question", QUESTION, "--policy",
+                            "snapkv", "--budget", "2048", "-n", "8", "--format", "json"], args.limit_gib, env)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,12 @@ Run: python benchmarks/bench_needle.py [--runs 3] [--long 32768] [--limit-gib 4]
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from _common import offline_env, report, time_command
+from _common import offline_env, report, report_limited, time_command
 
 WORDS = 1000
 LENGTHS = "1024,2048,4096"
@@ -45,18 +43,6 @@ with torch.no_grad():
         for depth in map(float, depths.split(",")):
             ids = torch.tensor([builder.build(length, depth).ids])
             model.generate(ids, max_new_tokens=int(new), do_sample=False, pad_token_id=0)
-"""
-
-WRAPPER = r"""
-import json, resource, subprocess, sys, time
-limit = int(sys.argv[1])
-def cap():
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-start = time.perf_counter()
-done = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=cap)
-print(json.dumps({"seconds": time.perf_counter() - start, "rc": done.returncode,
-                  "peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-                  "error": done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else ""}))
 """
 
 
@@ -110,15 +96,9 @@ def main() -> None:
                            "transformers generate, SDPA, no attentions", base, goal="≤ 2x")
             print(f"   {'met' if ratio <= 2.0 else 'NOT met'}")
         if not args.skip_long:
-            limit = int(args.limit_gib * 2**30)
-            out = subprocess.run([sys.executable, "-c", WRAPPER, str(limit), *attnviz, "needle", "--model",
-                                  str(folder), "--lengths", str(args.long), "--depths", "0.5", *common, "--format",
-                                  "json"], capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "2"})
-            got = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"== one needle run at {args.long:,} tokens under RLIMIT_AS {args.limit_gib:g} GiB")
-            print(f"   exit {got['rc']}, {got['seconds']:.1f} s, peak RSS {got['peak_mib']:.0f} MiB"
-                  + (f"  ({got['error']})" if got["rc"] else ""))
-            print(f"   {'met' if got['rc'] == 0 and got['peak_mib'] <= args.limit_gib * 1024 else 'NOT met'}")
+            report_limited(f"one needle run at {args.long:,} tokens",
+                           [*attnviz, "needle", "--model", str(folder), "--lengths", str(args.long), "--depths", "0.5",
+                            *common, "--format", "json"], args.limit_gib, {**env, "OMP_NUM_THREADS": "2"})
 
 
 if __name__ == "__main__":

@@ -76,13 +76,13 @@ def build_bert(folder: Path) -> Path:
     return _save(folder, BertModel(cfg), tok, **special)
 
 
-def build_gpt2(folder: Path) -> Path:
+def build_gpt2(folder: Path, positions: int = 64, seed: int = 1) -> Path:
     from transformers import GPT2Config, GPT2Model
 
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     tok = _byte_bpe()
     end = tok.token_to_id("<|endoftext|>")
-    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=positions,
                      bos_token_id=end, eos_token_id=end)
     return _save(folder, GPT2Model(cfg), tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                  unk_token="<|endoftext|>")
@@ -91,15 +91,7 @@ def build_gpt2(folder: Path) -> Path:
 def build_gpt2_long(folder: Path) -> Path:
     """A tiny GPT-2 with the real one's 1,024 positions: the README's stand-in for the hub's gpt2 (enough for the
     induction probe and the README's needle grid)."""
-    from transformers import GPT2Config, GPT2Model
-
-    torch.manual_seed(11)
-    tok = _byte_bpe()
-    end = tok.token_to_id("<|endoftext|>")
-    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_embd=32, n_layer=2, n_head=4, n_positions=1024,
-                     bos_token_id=end, eos_token_id=end)
-    return _save(folder, GPT2Model(cfg), tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                 unk_token="<|endoftext|>")
+    return build_gpt2(folder, positions=1024, seed=11)
 
 
 def build_llama(folder: Path, kind: str = "llama") -> Path:
