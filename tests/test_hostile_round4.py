@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY
+from processes import interruptible
 
 EVIL = "a\x1b]52;c;cHduZWQ=\x07b\u202e\u2028\x85"  # OSC 52 (writes the clipboard), BEL, bidi override, LS, NEL
 
@@ -260,7 +261,8 @@ def _stopped(tmp_path: Path, signal: str, module: str, function: str, *args: str
     script = _STOPPED_AT.format(module=module, function=function, signal=signal, before=before)
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "HF_HUB_OFFLINE": "1"}
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=300,
+                          preexec_fn=interruptible)  # SIGINT caught, as a terminal's shell leaves it
 
 
 LONGER = "the cat sat on the mat by the door of the old house\na dog ran in the park near the river all day long\n"
