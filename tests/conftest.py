@@ -201,11 +201,18 @@ class _Patient:
         return getattr(self._browser, name)
 
 
+def chromium_path() -> str | None:
+    """Debian's chromium for the page tests: its headless shell where installed (``chromium-headless-shell``, the
+    same Blink and V8 build without the desktop browser around them: a third of the CPU a page costs, as
+    docs/testing.md measures), else the browser itself; None without either."""
+    return shutil.which("chromium-headless-shell") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
 @pytest.fixture(scope="session")
 def browser():
-    """Debian's chromium, driven by Playwright, one for every page test (never ``playwright install``).
-    Without chromium the page tests skip here, and fail under CI."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    """Debian's chromium (:func:`chromium_path`), driven by Playwright, one for every page test (never
+    ``playwright install``). Without chromium the page tests skip here, and fail under CI."""
+    chromium = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

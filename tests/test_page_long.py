@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 from conftest import open_offline
+from processes import browser_ahead
 
 from attnviz import api
 from attnviz.render.html import render_html
@@ -64,7 +65,15 @@ def _not_blank(page, selector: str) -> float:
     return float((shot.min(axis=-1) < 0.9).mean())
 
 
-def test_every_tab_of_8192_tokens_opens_without_a_long_task(browser, long_page):
+@pytest.fixture
+def timed_browser(browser):
+    """The browser, ahead of the suite's other work while a test times its page's tasks."""
+    with browser_ahead():
+        yield browser
+
+
+def test_every_tab_of_8192_tokens_opens_without_a_long_task(timed_browser, long_page):
+    browser = timed_browser
     requests: list[str] = []
     errors: list[str] = []
     page = open_offline(browser, long_page, requests, errors, ready="#matrix[data-drawn]", init=RECORD)  # a long page opens on the matrix
@@ -107,6 +116,6 @@ def test_every_tab_of_8192_tokens_opens_without_a_long_task(browser, long_page):
     assert max(max(w, h) for w, h in sizes) <= 8192
     page.wait_for_timeout(300)  # the last entries are reported after their task
     longest = max(page.evaluate("window.__longTasks"), default=0)
-    assert longest <= LONG_TASK_MS, f"a main-thread task took {longest:.0f} ms"
+    assert longest <= LONG_TASK_MS, f"a main-thread task took {longest:.0f} ms (every one: {page.evaluate('window.__longTasks')})"
     assert errors == [] and requests == [long_page.as_uri()]
     page.close()

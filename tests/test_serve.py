@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, chromium_path
 from processes import interruptible
 
 import attnviz
@@ -106,7 +105,7 @@ def _start(*args: str) -> tuple[subprocess.Popen, str]:
 
 
 def test_the_page_follows_the_typing_and_ctrl_c_stops_cleanly(request):
-    chromium = shutil.which("chromium")
+    chromium = chromium_path()
     proc, url = _start("--model", TINY)
     try:
         body = json.loads(urllib.request.urlopen(url + "/api/attention?text=the%20cat%20sat").read())
