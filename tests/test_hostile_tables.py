@@ -272,13 +272,12 @@ def huge_heads(path):
     schema = pa.schema([("text_index", pa.int64()), ("text_hash", pa.string()), ("layer", pa.int32()),
                         ("head", pa.int32()), ("entropy", pa.float64()), ("first", pa.float64())])
     step = 10**6
+    row = np.arange(step)  # a step is whole texts (100 rows each): only the text index differs between steps
+    same = {"text_hash": pa.array(["0123456789abcdef"] * step), "layer": ((row // 20) % 5).astype(np.int32),
+            "head": (row % 20).astype(np.int32), "entropy": np.full(step, 0.5), "first": np.full(step, 0.25)}
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
         for start in range(0, ROWS, step):
-            row = np.arange(start, start + step)
-            writer.write_table(pa.table({
-                "text_index": row // 100, "text_hash": pa.array(["0123456789abcdef"] * step),
-                "layer": ((row // 20) % 5).astype(np.int32), "head": (row % 20).astype(np.int32),
-                "entropy": np.full(step, 0.5), "first": np.full(step, 0.25)}, schema=schema))
+            writer.write_table(pa.table({"text_index": (start + row) // 100, **same}, schema=schema))
 
 
 def test_a_table_of_ten_million_rows_is_refused_before_a_column_is_read(run_cli, tmp_path, monkeypatch):
