@@ -117,6 +117,10 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     runs = {key: PolicyRun(key[0], float(key[1]), [], []) for key in resolved}
     keep_by_run: dict[tuple[str, float], list[torch.Tensor]] = {key: [] for key in resolved}
     n_layers = source.n_layers
+    from .layers import layer_windows
+
+    # A sliding-window layer holds only the keys its next query sees (its last W − 1): its policy chooses among them.
+    held_from = [max(0, n_context - (w - 1)) if w is not None else 0 for w in layer_windows(source)]
     say("reading the layers")
     n_kv = 1
     needs: list[torch.Tensor] = []
@@ -137,7 +141,13 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
             count = kvp.resolve_budget(budget, n_context)
             if policy == "pyramidkv":
                 count = kvp.pyramid_budgets(count, n_layers, n_context)[parts.layer]
-            keep = kvp.keep_top(scores[policy], count)
+            first = held_from[parts.layer]
+            chosen = scores[policy]
+            if first:
+                count = min(count, n_context - first)
+                chosen = chosen.clone()
+                chosen[:, :first] = float("-inf")  # no longer held: never kept
+            keep = kvp.keep_top(chosen, count)
             recall = kvp.group_mean(kvp.recall(future_rows, keep), n_kv)
             error = kvp.group_mean(kvp.output_error(future_rows, values, keep), n_kv)
             run = runs[(policy, budget)]

@@ -66,6 +66,29 @@ def kv_heads(source: Any) -> int:
     return int(config.get("num_key_value_heads") or heads or 1)
 
 
+def layer_windows(source: Any) -> list[int | None]:
+    """Each layer's sliding window (a query at position i sees keys i − W + 1 … i), or None for a layer that sees
+    every earlier key: Mistral's every layer, Gemma 2/3's and gpt-oss's local layers. Read as the engine runs it:
+    the native engine's own window, else transformers' rule (``layer_types`` where the config has them, else
+    every layer when ``sliding_window`` is set). Chunked attention (Llama 4) is refused: its cache is no window."""
+    n_layers = int(source.n_layers)
+    model = getattr(source, "model", None)
+    if hasattr(model, "window"):  # the native engine: one window for every layer (Mistral), or None
+        window = model.window  # type: ignore[union-attr]
+        return [int(window) if window else None] * n_layers
+    config: Any = getattr(model, "config", None) or {}
+    if not isinstance(config, dict):
+        config = getattr(config, "get_text_config", lambda: config)().to_dict()
+    width = config.get("sliding_window")
+    types = config.get("layer_types")
+    if not types:
+        return [int(width) if width else None] * n_layers
+    if "chunked_attention" in types:
+        raise UsageError(f"{source.name} has chunked-attention layers, whose cache is cut by chunk, not by a "
+                         "policy; kv reads full and sliding-window layers only")
+    return [int(width) if kind == "sliding_attention" and width else None for kind in types][:n_layers]
+
+
 def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int, *,
                   queries_keys: bool = False, narrow: bool = False) -> Iterator[LayerParts]:
     """Every layer of ``ids`` (the context's ``n_context`` tokens, then the future's) through ``source``, one
@@ -110,9 +133,16 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
 def _cache_values(source: Any, ids: list[int]) -> list[Tensor]:
     """Each layer's value vectors ``[Hkv, T, d]``, from the key/value cache of one forward pass of transformers'
     model (the eager engine hands over weights alone)."""
+    import inspect
+
+    from transformers import DynamicCache
+
     model = source.model
+    # A cache built without the config keeps every key of every layer: a sliding-window layer's own cache would hold
+    # only its last W − 1 values, and the rows read here reach back to the first key.
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids], device=model.device), use_cache=True)
+        out = model(input_ids=torch.tensor([ids], device=model.device), use_cache=True, **{name: DynamicCache()})
     cache = getattr(out, "cache", None)
     cache = cache if cache is not None else out.past_key_values
     if cache is None or not hasattr(cache, "layers"):
