@@ -16,6 +16,14 @@ from .errors import ResourceError
 MAX_INDEX = 10_000
 """Layers or heads a list may name (``--layers 0-100000000`` is refused before it is expanded)."""
 
+MAX_BUDGETS = 64
+"""Budgets one ``kv`` or ``patterns`` run sweeps (``--budget 8,16,…``): a curve of 64 points shows what more would;
+each budget is a pass over every layer's scores and, end to end, a decoding run per policy."""
+
+MAX_KV_RUNS = 256
+"""Policy × budget runs of one ``kv`` call: each is a cut of every layer and, end to end, the future and the answer
+decoded on its own cache (six policies × 42 budgets)."""
+
 MAX_SMALL_FILE = 64 << 20
 """Bytes of a JSON or TOML file attnviz reads whole (config.json, a model or batch config, a manifest line file)."""
 

@@ -121,12 +121,16 @@ def test_snapkv_question_window_and_tova() -> None:
     a, af = dense_softmax(q, k[:, :30]), dense_softmax(qf, k)
     scores = kv.snapkv_scores(DenseRows(a), 2, observation=DenseRows(af), kernel=1)
     assert torch.allclose(scores, (af[:, :, :30].mean(1)[0::2] + af[:, :, :30].mean(1)[1::2]) / 2, atol=1e-15)
-    tova = kv.tova_scores(DenseRows(a), 2)
     last = a[:, -1, :29]
+    # TOVA as its paper's code and kvpress define it (the default): the last query averaged over every head.
+    layerwide = kv.tova_scores(DenseRows(a), 2)
+    assert torch.allclose(layerwide[0, :29], last.mean(0)) and torch.equal(layerwide[0], layerwide[1])
+    assert (layerwide[:, 29] > layerwide[:, :29].max(1).values).all()
+    assert kv.PolicyInputs(rows=DenseRows(a), n_kv_heads=2).tova_across == "layer"
+    tova = kv.tova_scores(DenseRows(a), 2, across="group")  # attnviz's per-group variant, asked for by name
     assert torch.allclose(tova[:, :29], (last[0::2] + last[1::2]) / 2)
     assert (tova[:, 29] > tova[:, :29].max(1).values).all()
-    layerwide = kv.tova_scores(DenseRows(a), 2, across="layer")
-    assert torch.allclose(layerwide[0, :29], last.mean(0)) and torch.equal(layerwide[0], layerwide[1])
+    assert not torch.equal(tova[0], tova[1])
 
 
 def test_gqa_one_choice_per_kv_head() -> None:
@@ -198,6 +202,33 @@ def test_pyramid_budgets() -> None:
         values = kv.pyramid_budgets(budget, layers, keys)
         assert abs(sum(values) / layers - budget) <= 0.5 and values == sorted(values, reverse=True)
         assert all(1 <= b <= keys for b in values)
+
+
+def _kvpress_layer_budget(budget: int, layer: int, n_layers: int, q_len: int, window: int = 64, beta: int = 20) -> int:
+    """kvpress 0.5.x ``PyramidKVPress.get_layer_budget``, written out from its definition (the reference)."""
+    capacity = window + budget
+    low = (capacity - window) / beta
+    high = (capacity - window) * 2 - low
+    if high >= q_len - window:
+        high = q_len - window
+        low = (capacity - window) * 2 - high
+    if not q_len >= high >= low >= window:
+        return budget
+    return round(high - layer * (high - low) / (n_layers - 1))
+
+
+@pytest.mark.parametrize(("budget", "layers", "keys", "same"), [
+    (2000, 4, 8192, True),  # budget / beta ≥ window, no cap: kvpress's pyramid is attnviz's
+    (1500, 8, 32768, True),
+    (256, 4, 1000, False),  # budget / beta < window, no cap: kvpress falls back to uniform, attnviz raises the low end
+    (800, 4, 1000, False),  # the cap applies and budget ≥ half the prompt: both build a pyramid, capped differently
+])
+def test_pyramid_budgets_against_kvpress(budget, layers, keys, same) -> None:
+    theirs = [_kvpress_layer_budget(budget, layer, layers, keys) for layer in range(layers)]
+    ours = kv.pyramid_budgets(budget, layers, keys)
+    assert (ours == theirs) is same, (ours, theirs)
+    if budget == 800:  # the docstring's case: kvpress does not fall back when its cap applies
+        assert len(set(theirs)) == layers and theirs[0] == keys - 64
 
 
 def test_planted_needle_kept_by_question_window_lost_by_streaming() -> None:

@@ -67,13 +67,27 @@ def resolve_budget(budget: int | float, n_keys: int) -> int:
 
 
 def pyramid_budgets(budget: int, n_layers: int, n_keys: int, window: int = WINDOW, beta: int = BETA) -> list[int]:
-    """PyramidKV's per-layer budgets (Cai et al. 2024, arXiv 2406.02069; KVCache-Factory's ``pyramidkv_utils``
-    and kvpress ``PyramidKVPress.get_layer_budget``): an arithmetic sequence falling linearly from ``high``
-    at layer 0 to ``low`` at the last layer with mean ``budget`` (the same total as a uniform budget).
-    ``low = budget / beta`` raised to ``min(window, budget)`` (the window is always kept), ``high = 2·budget
-    − low``; a ``high`` above ``n_keys`` is capped there with ``low`` raised to keep the mean. kvpress
-    instead falls back to the uniform budget whenever ``budget / beta < window`` (every budget under 1,280
-    with its defaults), which would make PyramidKV SnapKV at any budget a short prompt allows."""
+    """PyramidKV's per-layer budgets (Cai et al. 2024, arXiv 2406.02069): an arithmetic sequence falling linearly
+    from ``high`` at layer 0 to ``low`` at the last layer with mean ``budget`` (the same total as a uniform budget).
+    attnviz: ``low = max(budget / beta, min(window, budget))`` (the observation window is always kept), ``high =
+    2·budget − low``; a ``high`` above ``n_keys`` is capped there, ``low = 2·budget − n_keys``; each layer's count
+    rounded and clamped to ``1 … n_keys``. It never falls back to a uniform budget.
+
+    Where the two references differ from this:
+
+    - kvpress ``PyramidKVPress.get_layer_budget`` (0.5.x): ``min = budget / beta``, ``max = 2·budget − min``; when
+      ``max ≥ q_len − window`` the cap is ``q_len − window`` (not ``n_keys``) and ``min = 2·budget − max``; it falls
+      back to the uniform ``budget`` only when ``q_len ≥ max ≥ min ≥ window`` fails — without the cap that is
+      whenever ``budget / beta < window`` (every budget under 1,280 with its defaults), with the cap whenever the
+      recomputed ``min = 2·budget − q_len + window`` is under ``window`` (``budget < q_len / 2``); a capped budget of
+      at least half the prompt builds a pyramid. attnviz raises ``low`` to the window instead of falling back, so
+      its PyramidKV differs from SnapKV at the budgets a short prompt allows.
+    - The PyramidKV authors' code (KVCache-Factory ``pyramidkv_utils.PyramidKVCluster.update_kv``): the budget
+      ``max_capacity_prompt`` counts the window; ``min = (C − window) // beta`` and ``max = 2(C − window) − min`` in
+      whole numbers, capped at ``q_len − window`` as kvpress does, ``steps = (max − min) // (layers − 1)``; each layer
+      keeps ``max − layer · steps`` scored keys plus the window, and a prompt shorter than ``2(C − window)`` gets the
+      uniform ``C − window`` (SnapKV) instead of a pyramid.
+    """
     if beta < 1 or n_layers < 1 or not 1 <= budget <= n_keys:
         raise ValueError(f"beta {beta} and layers {n_layers} must be ≥ 1, budget {budget} in 1 … {n_keys}")
     if n_layers == 1:
@@ -243,10 +257,13 @@ def snapkv_scores(rows: AttentionRows, n_kv_heads: int, *, window: int = WINDOW,
     return _forced(scores, scored)
 
 
-def tova_scores(rows: AttentionRows, n_kv_heads: int, *, across: Literal["group", "layer"] = "group") -> Tensor:
-    """TOVA (Oren et al. 2024, arXiv 2401.06104; kvpress ``TOVAPress``): the last query row's attention on
-    the keys before it, averaged over the group's heads (``across="layer"``: over all heads, as kvpress and
-    TOVA's cache do, one choice for every KV head); the last key always kept. ``[Hkv, n_keys]`` float64."""
+def tova_scores(rows: AttentionRows, n_kv_heads: int, *, across: Literal["group", "layer"] = "layer") -> Tensor:
+    """TOVA (Oren et al. 2024, arXiv 2401.06104): the last query row's attention on the keys before it, averaged
+    over every head of the layer, one kept set for all its key/value heads, as TOVA's own cache
+    (``schwartz-lab-NLP/TOVA``, ``tova_cache.py``: ``attn_weights.mean(1)``) and kvpress ``TOVAPress.score`` do;
+    ``across="group"`` averages within each GQA group instead (one kept set per key/value head, attnviz's own
+    variant, which neither reference has). The last key is always kept (TOVA keeps the newest token; kvpress pads
+    the last position with the maximum score). ``[Hkv, n_keys]`` float64."""
     last = rows.block(rows.n_rows - 1, rows.n_rows)[:, 0].to(torch.float64)
     scores = torch.zeros(n_kv_heads, rows.n_keys, dtype=torch.float64)
     scored = rows.n_keys - 1
@@ -285,7 +302,7 @@ class PolicyInputs:
     window: int = WINDOW
     kernel: int = KERNEL
     question_window: bool = False
-    tova_across: Literal["group", "layer"] = "group"
+    tova_across: Literal["group", "layer"] = "layer"
 
 
 def policy_scores(policy: str, inputs: PolicyInputs) -> Tensor:

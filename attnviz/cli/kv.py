@@ -46,6 +46,9 @@ def kv(
     question_window: bool = typer.Option(False, "--question-window", help="SnapKV and PyramidKV observe the "
                                          "question's queries, not the prompt's last ones (a pipeline that cuts the "
                                          "cache once the question is known)."),
+    tova_per_group: bool = typer.Option(False, "--tova-per-group", help="TOVA averages the last query's attention "
+                                        "within each grouped-query group (one kept set per key/value head), not "
+                                        "over every head of the layer (the paper's and kvpress's form)."),
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, max=512,
                                        help="How many tokens to generate at most: the answer after --question, on "
                                             "the full cache and on each cut one."),
@@ -93,6 +96,7 @@ def kv(
     result = run_kv(options.model, text, policies=policies, budgets=budgets, question=question,
                     continue_tokens=continue_tokens, answer_tokens=max_new_tokens, end_to_end=end_to_end,
                     question_window=question_window, truncate=truncate,
+                    tova_across="group" if tova_per_group else "layer",
                     keep_sets=fmt is StdoutFormat.json or any(p.suffix.lower() in (".html", ".json") for p in outputs),
                     engine=options.engine, revision=options.revision, device=options.device,
                     trust_remote_code=options.trust_remote_code, dtype=options.dtype, progress=progress)

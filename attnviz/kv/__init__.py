@@ -10,13 +10,16 @@ the full cache's, and whether the greedy answer changes.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from ..analysis import kv_policies as kvp
-from ..errors import UsageError
+from ..errors import AttnvizWarning, UsageError
+from ..limits import MAX_KV_RUNS
+from .budgets import distinct_budgets
 from .result import HeadLoss, KVResult, PolicyRun
 
 __all__ = ["POLICIES", "KVResult", "kv"]
@@ -36,21 +39,29 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
        question: str | None = None, continue_tokens: int | None = None, answer_tokens: int = 20,
        end_to_end: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
        trust_remote_code: bool = False, dtype: str | None = None, keep_sets: bool = False,
-       question_window: bool = False, truncate: bool = False,
+       question_window: bool = False, truncate: bool = False, tova_across: Literal["layer", "group"] = "layer",
        progress: Callable[[str], None] | None = None) -> KVResult:
     """Score ``policies`` at ``budgets`` (keys per head, or fractions of the context's) on ``text``, the future
     being ``question`` (appended) or the model's greedy continuation of ``continue_tokens`` tokens (see the
     module). ``question_window``: SnapKV and PyramidKV observe the question's queries instead of the prompt's last
-    ones (the question is known when the cache is cut). ``truncate``: cut a prompt too long for the model (with its
+    ones (the question is known when the cache is cut). ``tova_across``: TOVA averages the last query's attention
+    over every head of the layer (``"layer"``, the paper's and kvpress's) or within each GQA group (``"group"``).
+    ``truncate``: cut a prompt too long for the model (with its
     future and answer) to what fits, keeping its start. ``keep_sets``: keep each head's kept positions."""
     from ..sources.resolve import checked_engine, load_source
 
+    if len(set(policies)) < len(policies):
+        warnings.warn(f"a policy named twice runs once: {', '.join(dict.fromkeys(policies))}", AttnvizWarning,
+                      stacklevel=2)
+        policies = list(dict.fromkeys(policies))
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise UsageError(f"[[policy={unknown[0]}]] is unknown; use one of {', '.join(POLICIES)}")
     if (question is None) == (continue_tokens is None):
         raise UsageError("give the future queries: [[question]] (a text appended) or [[continue_tokens]] (the "
                          "model's own continuation), one of them")
+    if tova_across not in ("layer", "group"):
+        raise UsageError(f"[[tova_across={tova_across}]]: layer (the paper's) or group")
     if question_window and question is None:
         raise UsageError("[[question_window]] makes SnapKV observe the question: give [[question]]")
     if continue_tokens is not None and not 1 <= continue_tokens <= MAX_FUTURE:
@@ -109,13 +120,16 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
         raise UsageError(f"the text ({n_context} tokens), the future ({len(future)}) and the answer ({answer_room}) "
                          f"pass the {source.max_positions} positions {source.name} takes; shorten the text, or give "
                          "[[truncate=True]]")
-    resolved = [(policy, budget) for policy in policies for budget in budgets]
-    for _, budget in resolved:
-        kvp.resolve_budget(budget, n_context)  # a bad budget fails before the model runs
+    # (policy, budget as given, keys kept): the count tells 1 key from 1.0 (every key), which compare equal
+    resolved = [(policy, budget, count) for policy in policies for budget, count in distinct_budgets(budgets, n_context)]
+    if len(resolved) > MAX_KV_RUNS:
+        raise UsageError(f"{len(policies)} policies × {len(resolved) // len(policies)} budgets are {len(resolved):,} "
+                         f"runs, each a cut of every layer and a decoding of its own; at most {MAX_KV_RUNS}: give "
+                         "fewer budgets or policies")
     ids = [*context, *future]
     every = [*labels[:n_context], *future_labels]
-    runs = {key: PolicyRun(key[0], float(key[1]), [], []) for key in resolved}
-    keep_by_run: dict[tuple[str, float], list[torch.Tensor]] = {key: [] for key in resolved}
+    runs = {key: PolicyRun(key[0], key[1], [], []) for key in resolved}
+    keep_by_run: dict[tuple[str, int | float, int], list[torch.Tensor]] = {key: [] for key in resolved}
     n_layers = source.n_layers
     from .layers import layer_windows
 
@@ -129,16 +143,16 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
         # The future's rows are few (the question, the continuation): computed once, read by every policy and budget.
         future_rows = kvp.DenseRows(parts.future.block(0, parts.future.n_rows), offset=n_context)
         inputs = kvp.PolicyInputs(rows=parts.context, n_kv_heads=n_kv, future=future_rows,
-                                  question_window=question_window)
+                                  question_window=question_window, tova_across=tova_across)
         values = parts.values.double()
         future_mass = kvp.oracle_scores(future_rows, n_kv, n_context)  # [Hkv, T]: what the future attends
         if keep_sets:
             needs.append(future_mass.float())
         scores: dict[str, torch.Tensor] = {}
-        for policy, budget in resolved:
+        for key in resolved:
+            policy, count = key[0], key[2]
             if policy not in scores:
                 scores[policy] = kvp.policy_scores(policy, inputs)
-            count = kvp.resolve_budget(budget, n_context)
             if policy == "pyramidkv":
                 count = kvp.pyramid_budgets(count, n_layers, n_context)[parts.layer]
             first = held_from[parts.layer]
@@ -150,9 +164,9 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
             keep = kvp.keep_top(chosen, count)
             recall = kvp.group_mean(kvp.recall(future_rows, keep), n_kv)
             error = kvp.group_mean(kvp.output_error(future_rows, values, keep), n_kv)
-            run = runs[(policy, budget)]
+            run = runs[key]
             run.keys.append(count)
-            keep_by_run[(policy, budget)].append(keep)
+            keep_by_run[key].append(keep)
             for head in range(n_kv):
                 lost = future_mass[head].masked_fill(keep[head], -1.0)
                 top = torch.topk(lost, min(DROPPED, n_context))

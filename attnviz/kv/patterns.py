@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis import sparse_patterns as sp
-from ..analysis.kv_policies import resolve_budget
 from ..errors import UsageError
+from .budgets import distinct_budgets
 
 SCHEMA = "attnviz.patterns/1"
 
@@ -99,9 +99,7 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = (0.1,),
     n = len(info.ids)
     if n < 2:
         raise UsageError("the text gives fewer than 2 tokens")
-    if not budgets:
-        raise UsageError("give at least one budget")
-    resolved = sorted({resolve_budget(b, n) for b in budgets})
+    resolved = sorted(count for _, count in distinct_budgets(budgets, n))
     say = progress or (lambda _: None)
     say("reading the layers")
     result = PatternsResult(source.name, source.engine, source.n_layers, 0, 1, n, threshold, resolved)

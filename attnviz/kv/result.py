@@ -29,7 +29,7 @@ class PolicyRun:
     """One policy at one budget: every head's loss and the end-to-end effect."""
 
     policy: str
-    budget: float  # as given: keys per head (≥ 1) or a fraction of the context's keys
+    budget: int | float  # as given: keys per head (an int ≥ 1) or a fraction of the context's keys (a float ≤ 1)
     keys: list[int]  # keys kept per head, layer by layer (PyramidKV's differ by layer)
     heads: list[HeadLoss]
     kl: float | None = None  # mean over the future positions of KL(p_full ‖ p_kept), nats

@@ -16,7 +16,8 @@ from .output import check_output_path
 
 
 def _budget(value: float) -> str:
-    return f"{value:g}" if value > 1 else f"{value:.0%}"
+    """A number of keys as a count (``1`` is one key), a fraction of the context's as a percentage."""
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}" if value > 1 else f"{value:.0%}"
 
 
 def _recall_style(value: float) -> str:

@@ -1,0 +1,106 @@
+"""kv and patterns on repeated, non-finite and too many budgets, and TOVA as its paper defines it (issue 50, A.2–A.4)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from attnviz.errors import AttnvizWarning, UsageError
+from attnviz.kv import kv
+
+TEXT = ("the cat sat on the mat and the dog ran far away over the hill and then the cat came back home to sleep "
+        "while the dog kept running after the ball near the river")
+QUESTION = "where did the cat go"
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_hf, tmp_path_factory):
+    """A LLaMA language model with grouped-query attention (4 query heads over 2 key/value heads), seeded."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = tmp_path_factory.mktemp("kv_round5") / "llama"
+    shutil.copytree(tiny_hf["llama"], folder)
+    config = AutoConfig.from_pretrained(folder)
+    config.max_position_embeddings = 512
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize(("policy", "budget"), [("snapkv", "8,8"), ("snapkv", "0.5,50%"), ("tova,tova", "8")])
+@pytest.mark.parametrize("end_to_end", ["--end-to-end", "--no-end-to-end"])
+def test_a_budget_or_policy_given_twice_is_one_run_and_says_so(run_cli, llama, policy, budget, end_to_end):
+    result = run_cli("kv", TEXT, "--model", llama, "--question", QUESTION, "--policy", policy, "--budget", budget,
+                     end_to_end, "-n", "2", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert "internal error" not in result.stderr
+    assert ("one run" in result.stderr) if "," in budget else ("runs once" in result.stderr)
+    doc = json.loads(result.stdout)
+    assert len(doc["runs"]) == 1
+    run = doc["runs"][0]
+    assert len(run["heads"]) == doc["n_layers"] * doc["n_kv_heads"] and len(run["keys"]) == doc["n_layers"]
+
+
+def test_budgets_that_keep_the_same_keys_of_this_context_are_one_run(llama):
+    n = kv(llama, TEXT, policies=["h2o"], budgets=[1.0], question=QUESTION, end_to_end=False).n_context
+    with pytest.warns(AttnvizWarning, match=f"both keep {n // 2} of {n} keys"):
+        result = kv(llama, TEXT, policies=["h2o"], budgets=[n // 2, 0.5, n // 2 + 1], question=QUESTION,
+                    end_to_end=False)
+    assert [run.budget for run in result.runs] == [n // 2, n // 2 + 1]
+
+
+@pytest.mark.parametrize("command", ["kv", "patterns"])
+@pytest.mark.parametrize("budget", ["nan", "nan%", "inf", "-inf%"])
+def test_a_budget_that_is_not_a_number_is_one_line(run_cli, llama, command, budget):
+    extra = ["--question", QUESTION] if command == "kv" else []
+    result = run_cli(command, TEXT, "--model", llama, "--budget", budget, *extra)
+    assert result.exit_code != 0
+    assert result.stderr.startswith("attnviz: error: --budget") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_non_finite_budget_is_refused_by_the_library_too(llama):
+    for budget in (float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="budget"):
+            kv(llama, TEXT, budgets=[budget], question=QUESTION, end_to_end=False)
+
+
+def test_too_many_budgets_or_runs_are_refused_before_any_work(run_cli, llama):
+    many = ",".join(str(i) for i in range(1, 20_001))
+    result = run_cli("kv", TEXT, "--model", llama, "--question", QUESTION, "--budget", many)
+    assert result.exit_code != 0 and "20,000 budgets; at most 64" in result.stderr
+    result = run_cli("kv", TEXT, "--model", llama, "--question", QUESTION, "--policy", "all", "--budget",
+                     ",".join(str(i) for i in range(1, 44)))
+    assert result.exit_code != 0 and "258 runs" in result.stderr and "at most 256" in result.stderr
+
+
+def test_a_budget_of_one_key_reads_as_one_key(run_cli, llama):
+    result = run_cli("kv", TEXT, "--model", llama, "--question", QUESTION, "--policy", "h2o", "--budget", "1,1.0",
+                     "--no-end-to-end", "--width", "120", "-q")
+    assert result.exit_code == 0, result.stderr
+    summary = [line.split() for line in result.stdout.splitlines() if line.startswith("h2o")][:2]
+    assert summary[0][1:3] == ["1", "1"]  # one key, not 100 %
+    assert summary[1][1] == "100%" and summary[1][2] != "1"
+
+
+def test_tova_keeps_one_set_per_layer_by_default_and_one_per_group_when_asked(llama):
+    """TOVA's code and kvpress's TOVAPress average the last query over every head of a layer: each layer's key/value
+    heads keep the same keys. The per-group variant (an option) lets them differ."""
+    paper = kv(llama, TEXT, policies=["tova"], budgets=[6], question=QUESTION, end_to_end=False, keep_sets=True)
+    grouped = kv(llama, TEXT, policies=["tova"], budgets=[6], question=QUESTION, end_to_end=False, keep_sets=True,
+                 tova_across="group")
+    assert all(layer[0] == layer[1] for layer in paper.runs[0].kept)
+    assert any(layer[0] != layer[1] for layer in grouped.runs[0].kept)
+
+
+def test_the_command_reaches_both_forms_of_tova(run_cli, llama):
+    found = {}
+    for flag in ([], ["--tova-per-group"]):
+        result = run_cli("kv", TEXT, "--model", llama, "--question", QUESTION, "--policy", "tova", "--budget", "6",
+                         "--no-end-to-end", "--format", "json", *flag)
+        assert result.exit_code == 0, result.stderr
+        found[bool(flag)] = json.loads(result.stdout)["runs"][0]["kept"]
+    assert all(layer[0] == layer[1] for layer in found[False])
+    assert found[True] != found[False]
