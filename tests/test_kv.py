@@ -144,7 +144,7 @@ def test_the_continuation_is_the_future_when_asked(llama):
     ({"policies": ["lru"], "question": "q"}, "unknown"),
     ({"budgets": [0], "question": "q"}, "budget"),
     ({}, "future queries"),
-    ({"question": "q", "continue_tokens": 3}, "future queries"),
+    ({"question": "q", "continue_tokens": 3}, "not both"),
     ({"continue_tokens": 3, "question_window": True}, "question"),
 ])
 def test_bad_requests_are_refused_before_the_model_runs(llama, kwargs, says):

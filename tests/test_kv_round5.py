@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -104,3 +105,73 @@ def test_the_command_reaches_both_forms_of_tova(run_cli, llama):
         found[bool(flag)] = json.loads(result.stdout)["runs"][0]["kept"]
     assert all(layer[0] == layer[1] for layer in found[False])
     assert found[True] != found[False]
+
+
+def _curves(monkeypatch, result) -> object:
+    """The figure kv's PNG is drawn from (the command's own curves), caught before it is saved."""
+    from attnviz.cli.kv import write_kv_output
+    from attnviz.render import figure_style
+
+    caught = {}
+    monkeypatch.setattr(figure_style, "save_figure", lambda fig, path: caught.setdefault("fig", fig))
+    write_kv_output(result, __import__("pathlib").Path("unused.png"))
+    return caught["fig"]
+
+
+def test_one_budget_is_a_point_on_the_whole_axis_in_each_policys_one_colour(llama, monkeypatch):
+    from attnviz.kv.page import page_document
+
+    result = kv(llama, TEXT, policies=["oracle", "snapkv", "tova"], budgets=[0.25], question=QUESTION,
+                answer_tokens=2, keep_sets=True)
+    fig = _curves(monkeypatch, result)
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        assert low <= 0 and high >= 100  # not a 24–26 % window around the one budget
+    drawn = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    page = page_document(result, result.need)["colours"]
+    assert drawn == page and len(set(drawn.values())) == 3
+    alone = kv(llama, TEXT, policies=["tova"], budgets=[0.25], question=QUESTION, end_to_end=False, keep_sets=True)
+    assert page_document(alone, alone.need)["colours"]["tova"] == drawn["tova"]  # whatever runs beside it
+
+
+def test_the_dropped_keys_weights_keep_their_digits():
+    from attnviz.render.kv import heads_table, mass_label
+
+    assert [mass_label(m) for m in (0.31, 0.047, 0.0012, 3.1e-05, 0.0)] == ["0.31", "0.047", "0.0012", "3.1e-05", "0"]
+    row = {"policy": "h2o", "budget": 8, "layer": 0, "kv_head": 1, "recall": 0.5, "error": 0.2,
+           "dropped": [(3, "cat", 0.0042), (7, "mat", 0.00051)]}
+    from rich.console import Console
+
+    console = Console(width=120, record=True, color_system=None)
+    console.print(heads_table([row], width=120))
+    text = console.export_text()
+    assert re.findall(r"@\d+ ([^,\s]+)", text) == ["0.0042", "5.1e-04"]  # not 0.00, 0.00
+
+
+def test_question_and_continue_together_say_so(run_cli, llama):
+    result = run_cli("kv", TEXT, "--model", llama, "--question", QUESTION, "--continue", "4")
+    assert result.exit_code != 0 and "not both" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_page_labels_the_matrix_rows_and_keys_and_a_budget_of_one_key(llama, browser, tmp_path):
+    from conftest import open_offline
+
+    from attnviz.kv.page import page_document
+    from attnviz.render.kv_page import render_kv_page
+
+    result = kv(llama, TEXT, policies=["h2o"], budgets=[1, 0.5], question=QUESTION, end_to_end=False,
+                keep_sets=True)
+    path = render_kv_page(page_document(result, result.need), tmp_path / "kv.html")
+    requests, errors = [], []
+    page = open_offline(browser, path, requests, errors, ready="body[data-drawn]")
+    try:
+        labels = page.eval_on_selector_all("#rowlabels div", "els => els.map(e => e.textContent)")
+        assert labels == [f"L{layer} · KV{head}" for layer in range(result.n_layers) for head in range(result.n_kv_heads)]
+        assert page.text_content("#keyfirst") == "key 0"
+        assert page.text_content("#keylast") == f"key {result.n_context - 1}"
+        budgets = page.eval_on_selector_all("#runs tr[data-run] td:nth-child(2)", "els => els.map(e => e.textContent)")
+        assert budgets == ["1", "50%"]
+        assert errors == [] and requests == [path.as_uri()]
+    finally:
+        page.close()

@@ -84,7 +84,9 @@ def kv(
         raise UsageError(f"--policy {unknown[0] if unknown else policy!r} is unknown; use all or some of "
                          f"{', '.join(POLICY_NAMES)}")
     budgets = parse_budgets(budget)
-    if (question is None) == (continue_tokens is None):
+    if question is not None and continue_tokens is not None:
+        raise UsageError("--question and --continue are two futures: give one of them, not both")
+    if question is None and continue_tokens is None:
         raise UsageError("give the future queries: --question TEXT or --continue N")
     outputs = check_outputs(out, KV_OUTPUTS)
     from ..kv import kv as run_kv

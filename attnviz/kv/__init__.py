@@ -57,7 +57,9 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise UsageError(f"[[policy={unknown[0]}]] is unknown; use one of {', '.join(POLICIES)}")
-    if (question is None) == (continue_tokens is None):
+    if question is not None and continue_tokens is not None:
+        raise UsageError("[[question]] and [[continue_tokens]] are two futures: give one of them, not both")
+    if question is None and continue_tokens is None:
         raise UsageError("give the future queries: [[question]] (a text appended) or [[continue_tokens]] (the "
                          "model's own continuation), one of them")
     if tova_across not in ("layer", "group"):

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..render.kv import budget_label, policy_colour
 from .result import KVResult
 
 MAX_CELLS = 1 << 21  # columns × heads kept for the page: 2 M (a 32 × 8-head model at 8,192 keys)
@@ -38,7 +39,7 @@ def page_document(result: KVResult, need: torch.Tensor) -> dict[str, Any]:
             for head, positions in enumerate(heads):
                 share[layer, head, torch.tensor(positions, dtype=torch.long)] = 1.0
         kept = (share.reshape(n_layers, n_kv, bins, width).mean(-1) * 255).round().to(torch.uint8)
-        runs.append({"policy": run.policy, "budget": run.budget, "keys": run.keys, "recall": round(run.recall, 6),
+        runs.append({"policy": run.policy, "budget": run.budget, "budget_label": budget_label(run.budget), "keys": run.keys, "recall": round(run.recall, 6),
                      "error": round(run.error, 6), "kl": None if run.kl is None else round(run.kl, 8),
                      "changed": run.changed, "answer": run.answer, "kept": _bytes(kept),
                      "heads": [{"layer": h.layer, "kv_head": h.kv_head, "recall": round(h.recall, 6),
@@ -48,7 +49,7 @@ def page_document(result: KVResult, need: torch.Tensor) -> dict[str, Any]:
             "n_context": n, "width": width, "bins": bins, "future_mode": result.future_mode, "future": result.future,
             "full_answer": result.full_answer, "tokens": result.tokens,
             "need": _bytes((pooled / peak * 255).round().to(torch.uint8)), "need_peaks": peak[..., 0].tolist(),
-            "runs": runs}
+            "runs": runs, "colours": {run.policy: policy_colour(run.policy) for run in result.runs}}
 
 
 def check_document(doc: dict[str, Any]) -> None:

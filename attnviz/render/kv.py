@@ -14,10 +14,27 @@ from rich.text import Text
 from ..labels import safe_text
 from .output import check_output_path
 
+POLICY_COLOURS = {"streaming": "#1f77b4", "h2o": "#ff7f0e", "snapkv": "#2ca02c", "tova": "#d62728",
+                  "pyramidkv": "#9467bd", "oracle": "#8c564b"}
+"""One colour per policy in every picture of it (the PNG's curves and the page's), whatever runs beside it."""
+_MORE = ("#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
-def _budget(value: float) -> str:
+
+def policy_colour(policy: str) -> str:
+    """The policy's colour: :data:`POLICY_COLOURS`, or for another policy one picked by its name alone."""
+    return POLICY_COLOURS.get(policy) or _MORE[sum(policy.encode("utf-8")) % len(_MORE)]
+
+
+def budget_label(value: float) -> str:
     """A number of keys as a count (``1`` is one key), a fraction of the context's as a percentage."""
-    return f"{value:,}" if isinstance(value, int) else f"{value:g}" if value > 1 else f"{value:.0%}"
+    if isinstance(value, int) or value > 1:
+        return f"{int(value):,}"
+    return f"{value:.0%}" if round(value * 100, 6).is_integer() else f"{value:.2%}".rstrip("0").rstrip(".")
+
+
+def mass_label(value: float) -> str:
+    """An attention mass with the digits that tell it from 0: 0.31, 0.047, 0.0012, 3.1e-05."""
+    return "0" if value == 0 else f"{value:.2f}" if value >= 0.1 else f"{value:.2g}" if value >= 1e-3 else f"{value:.1e}"
 
 
 def _recall_style(value: float) -> str:
@@ -35,7 +52,7 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> Table:
         keys = run["keys"]
         kept = str(keys[0]) if len(set(keys)) == 1 else f"{min(keys)}–{max(keys)}"
         changed = run["changed"]
-        table.add_row(run["policy"], _budget(run["budget"]), kept,
+        table.add_row(run["policy"], budget_label(run["budget"]), kept,
                       Text(f"{run['recall']:.3f}", style=_recall_style(run["recall"])),
                       Text(f"{run['worst']:.3f}", style=_recall_style(run["worst"])), f"{run['error']:.3f}",
                       "—" if run["kl"] is None else f"{run['kl']:.4f}",
@@ -53,8 +70,8 @@ def heads_table(rows: Sequence[dict[str, Any]], *, width: int) -> Table:
         table.add_column(name, justify=justify, no_wrap=name.startswith("dropped"))
     room = max(12, width - 48)
     for row in rows:
-        dropped = ", ".join(f"{safe_text(t)}@{p} {m:.2f}" for p, t, m in row["dropped"][:3]) or "—"
-        table.add_row(row["policy"], _budget(row["budget"]), str(row["layer"]), str(row["kv_head"]),
+        dropped = ", ".join(f"{safe_text(t)}@{p} {mass_label(m)}" for p, t, m in row["dropped"][:3]) or "—"
+        table.add_row(row["policy"], budget_label(row["budget"]), str(row["layer"]), str(row["kv_head"]),
                       Text(f"{row['recall']:.3f}", style=_recall_style(row["recall"])), f"{row['error']:.3f}",
                       dropped if len(dropped) <= room else dropped[: room - 1] + "…")
     return table
@@ -84,12 +101,15 @@ def curves_figure(curves: dict[str, list[tuple[float, float, float | None]]], *,
         axes = fig.subplots(1, 2) if with_kl else [fig.subplots(1, 1)]
         for policy, points in curves.items():
             keys = [100 * k / n_context for k, _, _ in points]
-            axes[0].plot(keys, [r for _, r, _ in points], marker="o", markersize=3, label=policy)
+            colour = policy_colour(policy)
+            axes[0].plot(keys, [r for _, r, _ in points], marker="o", markersize=4, label=policy, color=colour)
             if with_kl:
-                axes[1].plot(keys, [kl or 0.0 for _, _, kl in points], marker="o", markersize=3, label=policy)
+                axes[1].plot(keys, [kl or 0.0 for _, _, kl in points], marker="o", markersize=4, label=policy,
+                             color=colour)
         axes[0].set_ylabel("recall (attention mass kept)", fontsize=8)
         axes[0].set_ylim(0.0, 1.02)
         for ax in axes:
+            ax.set_xlim(0, 102)  # the whole range of budgets, however few were run: one budget is a point on it
             ax.set_xlabel(f"keys kept per head (% of {n_context:,})", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)

@@ -27,7 +27,12 @@ def kv_html(document: dict[str, Any]) -> str:
         "<section><h2 id=\"matrixtitle\">what the future needs, and what the run keeps</h2>"
         "<div class=\"legend\"><span style=\"background:#fde725\"></span>kept, needed <span style=\"background:#888\">"
         "</span>dropped <span style=\"background:#d33\"></span>dropped, needed</div>"
-        "<canvas id=\"matrix\" width=\"1000\" height=\"200\"></canvas><div id=\"tip\" aria-live=\"polite\"></div>"
+        "<div class=\"matrixbox\"><div class=\"rowaxis\"><div id=\"rowlabels\"></div>"
+        "<div class=\"axistitle\">layer · key/value head</div></div><div class=\"matrixcol\">"
+        "<canvas id=\"matrix\" width=\"1000\" height=\"200\" aria-label=\"layers' key/value heads (rows) by the "
+        "prompt's keys (columns)\"></canvas><div id=\"keyaxis\"><span id=\"keyfirst\"></span><span "
+        "class=\"axistitle\">the prompt's keys, by position (the wheel zooms, a drag pans)</span><span "
+        "id=\"keylast\"></span></div></div></div><div id=\"tip\" aria-live=\"polite\"></div>"
         "</section>\n<section id=\"head\" aria-live=\"polite\"></section>"
     )
     return standalone_page(title=title, intro=intro, body=body, document=document, data_id="kv-data",

@@ -13,14 +13,14 @@
     const i = Math.min(STOPS.length - 2, Math.floor(x)), f = x - i;
     return STOPS[i].map((v, k) => Math.round(v + (STOPS[i + 1][k] - v) * f));
   }
-  const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"];
+  const colour = (policy) => data.colours[policy] || "#555";  // the PNG's colours (attnviz.render.kv.policy_colour)
   function el(tag, attrs, text) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
     if (text !== undefined) node.textContent = text;
     return node;
   }
-  const budget = (b) => (b > 1 ? String(b) : Math.round(b * 100) + "%");
+  const budget = (run) => run.budget_label;  // "1" is one key, "100%" every key: Python tells them apart
   const state = { run: 0, row: 0, lo: 0, hi: bins };
   // Absolute attention, on one scale for every head: a head that spreads its attention evenly needs no key much.
   const peaks = data.need_peaks.flat(), top = Math.max(1e-12, ...peaks), even = 1 / data.n_context;
@@ -36,7 +36,7 @@
     const tr = el("tr", { "data-run": String(i), tabindex: "0" });
     const keys = Math.min(...run.keys) === Math.max(...run.keys) ? String(run.keys[0])
       : Math.min(...run.keys) + "–" + Math.max(...run.keys);
-    const cells = [run.policy, budget(run.budget), keys, run.recall.toFixed(3), run.error.toFixed(3),
+    const cells = [run.policy, budget(run), keys, run.recall.toFixed(3), run.error.toFixed(3),
       run.kl === null ? "—" : run.kl.toFixed(4), run.changed === null ? "—" : run.changed ? "changed" : "same"];
     cells.forEach((text, k) => {
       const td = el("td", k === 6 && run.changed ? { class: "changed" } : {}, text);
@@ -63,7 +63,7 @@
       const points = data.runs.map((r, i) => [r, i]).filter(([r]) => r.policy === policy)
         .map(([r, i]) => [r.keys.reduce((a, b) => a + b, 0) / r.keys.length / data.n_context, r.recall, i])
         .sort((a, b) => a[0] - b[0]);
-      ctx.strokeStyle = ctx.fillStyle = COLOURS[k % COLOURS.length];
+      ctx.strokeStyle = ctx.fillStyle = colour(policy);
       ctx.beginPath();
       points.forEach(([s, r], j) => (j ? ctx.lineTo(x(s), y(r)) : ctx.moveTo(x(s), y(r))));
       ctx.stroke();
@@ -107,8 +107,31 @@
     ctx.putImageData(image, 0, 0);
     ctx.strokeStyle = "#d33"; ctx.lineWidth = 2;
     ctx.strokeRect(1, state.row * rowH + 1, w - 2, rowH - 1);
+    axes();
     document.body.dataset.drawn = state.run + ":" + state.row + ":" + state.lo + "-" + state.hi;
   }
+  // The axes: each row's layer and key/value head beside it (every layer's first row when rows are thin), and the
+  // positions of the first and last keys in view under it.
+  function axes() {
+    const labels = document.getElementById("rowlabels"), shown = canvas.clientHeight / rows;
+    const each = shown >= 9 ? 1 : data.n_kv_heads;
+    if (labels.dataset.rows !== String(shown)) {
+      labels.replaceChildren();
+      for (let r = 0; r < rows; r += each) {
+        const layer = Math.floor(r / data.n_kv_heads), text = each === 1 ? "L" + layer + " · KV" + (r % data.n_kv_heads)
+          : "L" + layer;
+        const div = el("div", { title: rowName(r) }, text);
+        div.style.height = shown * each + "px";
+        div.style.fontSize = Math.min(11, Math.max(7, shown * each - 1)) + "px";
+        labels.appendChild(div);
+      }
+      labels.dataset.rows = String(shown);
+    }
+    const first = state.lo * data.width, last = Math.min(data.n_context, state.hi * data.width) - 1;
+    document.getElementById("keyfirst").textContent = "key " + first.toLocaleString("en");
+    document.getElementById("keylast").textContent = "key " + last.toLocaleString("en");
+  }
+  window.addEventListener("resize", axes);
   function at(e) {
     const r = canvas.getBoundingClientRect();
     const px = ((e.clientX - r.left) / r.width) * canvas.width, py = ((e.clientY - r.top) / r.height) * canvas.height;
@@ -175,7 +198,7 @@
     const loss = run.heads.find((h) => h.layer === Math.floor(state.row / data.n_kv_heads)
       && h.kv_head === state.row % data.n_kv_heads);
     panel.replaceChildren();
-    panel.appendChild(el("h2", {}, run.policy + " at " + budget(run.budget) + " · " + rowName(state.row)));
+    panel.appendChild(el("h2", {}, run.policy + " at " + budget(run) + " · " + rowName(state.row)));
     panel.appendChild(el("p", {}, "recall " + loss.recall.toFixed(3) + " (the future's attention kept), output error "
       + loss.error.toFixed(3) + (run.answer !== null && run.answer !== undefined ? "; answer on this cache: “" + run.answer + "”"
       + (data.full_answer !== null ? " (full cache: “" + data.full_answer + "”)" : "") : "")));
