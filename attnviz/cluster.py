@@ -1,5 +1,6 @@
 """Ray, for the commands that spread work over a cluster (export's blocks, a needle grid's cells): the module
-or how to install it, a cluster joined or started, and an actor's own exception out of Ray's wrappers."""
+or how to install it, an address checked before Ray retries against it for minutes, a cluster joined or started
+(attnviz's Ctrl-C and SIGTERM kept), and an actor's own exception out of Ray's wrappers."""
 
 from __future__ import annotations
 
@@ -19,25 +20,123 @@ def ray_module() -> Any:
     return ray
 
 
+REPLY_SECONDS = 3.0
+"""How long a Ray address has to accept a connection and answer HTTP/2's preface before it is refused."""
+
+
+def check_reachable(address: str | None, reply_seconds: float | None = None) -> None:
+    """A ``host:port`` (or ``ray://host:port``) that refuses a TCP connection, or answers but not as a Ray head
+    node, or stays silent for ``reply_seconds`` (default :data:`REPLY_SECONDS`), is one line now, not minutes
+    of Ray's retries. ``auto`` and None are Ray's own to resolve."""
+    if address is None or address == "auto" or ":" not in address:
+        return
+    import socket
+
+    wait = REPLY_SECONDS if reply_seconds is None else reply_seconds
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=wait) as conn:
+            speaks_grpc = _speaks_http2(conn, wait)
+    except ValueError:
+        raise UsageError(f"[[ray_address={address}]] is not host:port (or auto)") from None
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at [[ray_address={address}]]: "
+                         f"{exc.strerror or exc}; is a Ray head node running there?") from None
+    if not speaks_grpc:  # Ray would retry against it for minutes
+        raise UsageError(f"[[ray_address={address}]] answers, but not as a Ray head node (its port speaks no "
+                         "gRPC); give the address that `ray start` printed for the head node")
+
+
+def _speaks_http2(conn: Any, timeout: float) -> bool:
+    """Whether the server at ``conn`` answers HTTP/2's connection preface with a SETTINGS frame, as
+    every gRPC server (Ray's GCS and client server) does; an HTTP/1 server or a silent one does not."""
+    conn.settimeout(timeout)
+    try:
+        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        header = b""
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                return False
+            header += chunk
+    except OSError:  # a timeout: nothing answered
+        return False
+    return header[3] == 0x04  # the frame's type: SETTINGS
+
+
 def start_ray(ray: Any, address: str | None) -> bool:
     """Join the cluster at ``address``, or start a local one with this machine's CPUs, unless Ray already
-    runs here; True when this call started it (the caller shuts it down)."""
+    runs here; True when this call started it (the caller shuts it down).
+
+    ``ray.init`` puts its own SIGTERM handler in place (``sys.exit(15)``: no line, then Ray's shutdown, which
+    took 24 s): attnviz's is put back, and a SIGTERM that came while Ray started is handed to it (one line,
+    exit 143)."""
     if ray.is_initialized():
         return False
+    import contextlib
+    import signal
+    import threading
+
     from .quiet import stderr_silenced
 
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # no C++ warnings on a user's stderr
+    if not address:
+        _stop_with_process(ray)
     try:
         with stderr_silenced():  # Ray's C++ logging writes to file descriptor 2 as it starts
             ray.init(address=address, num_cpus=None if address else os.cpu_count(), include_dashboard=False,
                      log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
+    except SystemExit as exc:  # Ray's SIGTERM handler, while Ray started
+        if not main or exc.code != signal.SIGTERM:
+            raise
+        _restore(before)
+        if not address:  # what of the local cluster had started stops with this process
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+        os.kill(os.getpid(), signal.SIGTERM)  # attnviz's own handler says it (or the default ends the process)
+        raise
     except (ConnectionError, ValueError) as exc:
         raise UsageError(f"cannot reach the Ray cluster at [[ray_address={address}]]: {exc}") from None
     except Exception as exc:  # Ray itself could not start (no shared memory, a broken install, …)
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise AttnvizError(f"Ray could not start ({type(exc).__name__}: {first}); run without [[backend=ray]], "
                            "or check Ray's logs under /tmp/ray") from None
+    finally:
+        if main:
+            _restore(before)
     return True
+
+
+_WATCHED: list[Any] = []  # the ray module, once this process has started a local cluster
+
+
+def _stop_with_process(ray: Any) -> None:
+    """A SIGTERM ends attnviz at once (:mod:`attnviz.interrupts`): the local cluster this process started (its
+    raylet, its GCS and their agents) stops with it, as ``ray.shutdown()`` would stop it, instead of lingering."""
+    if not _WATCHED:
+        from .interrupts import always_on_stop
+
+        always_on_stop(_stop_local_cluster)
+        _WATCHED.append(ray)
+
+
+def _stop_local_cluster() -> None:
+    """The processes of the local cluster still running, stopped (each a SIGTERM, so the raylet takes its
+    workers and agents with it; a second later a SIGKILL). Nothing when Ray was shut down already."""
+    ray = _WATCHED[0] if _WATCHED else None
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    if node is not None:  # None once ray.shutdown() has stopped it
+        node.kill_all_processes(check_alive=False, allow_graceful=True)
+
+
+def _restore(handler: Any) -> None:
+    """SIGTERM's handler as it was before Ray set its own (None: one set outside Python, left as it is)."""
+    import signal
+
+    if handler is not None:
+        signal.signal(signal.SIGTERM, handler)
 
 
 def original_error(exc: BaseException) -> BaseException:

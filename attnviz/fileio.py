@@ -24,8 +24,10 @@ def current_umask() -> int:
 
 def check_writable(path: str | os.PathLike[str]) -> Path:
     """Fail early, before any work, for a file that could not be written there (a folder, a missing or read-only
-    folder, a read-only file)."""
+    folder, a read-only file), or should not be: a symbolic link, a pipe, a device or a socket is never replaced by
+    the file (nor written through)."""
     path = Path(path)
+    _refuse_special(path)
     if path.is_dir():
         raise RenderError(f"cannot write {path}: it is a folder; give a file name such as {path / 'heatmap.png'}")
     parent = path.parent if str(path.parent) else Path(".")
@@ -37,6 +39,22 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
         raise RenderError(f"cannot write {path}: it exists and is read-only; choose another [[out]] or make it "
                           "writable")
     return path
+
+
+def _refuse_special(path: Path) -> None:
+    """A symbolic link, a pipe, a device or a socket at ``path``: an output file would silently replace it."""
+    import stat
+
+    try:
+        mode = path.lstat().st_mode
+    except OSError:  # nothing there (or not reachable: the folder checks below say why)
+        return
+    if stat.S_ISLNK(mode):
+        raise RenderError(f"cannot write {path}: it is a symbolic link, which attnviz neither writes through nor "
+                          "replaces; give another file name or remove the link")
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise RenderError(f"cannot write {path}: it is not a regular file (a pipe, device or socket), which the "
+                          "output would replace; give another file name")
 
 
 def atomic_write(path: Path, write: Callable[[str], object]) -> Path:

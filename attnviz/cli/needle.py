@@ -85,7 +85,8 @@ def needle(
     from rich.console import Console
 
     progress_console = Console(stderr=True)
-    with export_progress(progress_console, enabled=not quiet and fmt is StdoutFormat.table) as (start, advance):
+    with export_progress(progress_console, enabled=not quiet and fmt is StdoutFormat.table, doing="needle",
+                         label="needle: answering", unit="cells") as (start, advance):
         def progress(done: int, total: int, _run: Any) -> None:
             if done == 0:
                 start(total, 0)

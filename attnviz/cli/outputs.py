@@ -17,7 +17,8 @@ class StdoutFormat(str, Enum):
 
 
 def check_outputs(paths: Sequence[Path], allowed: Sequence[str]) -> list[Path]:
-    """``paths``, each with an extension in ``allowed`` and writable (Parquet: pyarrow installed)."""
+    """``paths``, each with an extension in ``allowed``, writable (Parquet: pyarrow installed; not a link, a pipe or
+    a device) and each named once (:func:`check_distinct`)."""
     from ..errors import UnknownFormatError
     from ..fileio import check_writable
 
@@ -29,7 +30,29 @@ def check_outputs(paths: Sequence[Path], allowed: Sequence[str]) -> list[Path]:
             from ..export.table import pyarrow
 
             pyarrow()
-    return [check_writable(path) for path in paths]
+    checked = [check_writable(path) for path in paths]
+    check_distinct([("out", path) for path in checked])
+    return checked
+
+
+def check_distinct(named: Sequence[tuple[str, Path | None]]) -> None:
+    """Refuse one file named for two outputs (``--out x.json --out x.json``, ``--minference x --duo x``): the second
+    write would replace the first. ``named``: each output's option (without dashes) and its path (None: not given);
+    two paths are one file when they resolve to the same place (``x.json`` and ``./x.json``)."""
+    import os
+
+    from ..errors import UsageError
+
+    seen: dict[str, str] = {}
+    for option, path in named:
+        if path is None:
+            continue
+        key = os.path.normcase(os.path.realpath(path))
+        if key in seen:
+            given = f"[[{option}]] twice" if seen[key] == option else f"both [[{seen[key]}]] and [[{option}]]"
+            raise UsageError(f"{path} is given for {given}; the second would replace the first: give each output "
+                             "its own file")
+        seen[key] = option
 
 
 def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

@@ -20,7 +20,7 @@ from .options import (
     parse_budgets,
     text_from_file,
 )
-from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table, write_text
+from .outputs import StdoutFormat, announcer, check_distinct, check_outputs, csv_text, write_table, write_text
 
 PATTERN_OUTPUTS = (".json", ".csv", ".parquet")
 
@@ -68,7 +68,8 @@ def patterns(
     from ..fileio import check_writable
 
     for path in (p for p in (minference, duo) if p is not None):
-        check_writable(path)
+        check_writable(path)  # as every --out: not a link, a pipe or a device; written atomically
+    check_distinct([*(("out", path) for path in out), ("minference", minference), ("duo", duo)])
     from ..kv.patterns import patterns as run_patterns
 
     result = run_patterns(options.model, text, budgets=budgets, threshold=threshold, engine=options.engine,

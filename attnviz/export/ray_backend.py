@@ -19,7 +19,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..cluster import original_error, ray_module, start_ray
+from ..cluster import check_reachable, original_error, ray_module, start_ray
 from ..errors import AttnvizError, AttnvizWarning, UsageError
 from .items import Item
 from .manifest import Journal, file_sizes
@@ -108,41 +108,9 @@ REPLY_SECONDS = 3.0
 
 
 def _check_reachable(address: str | None) -> None:
-    """A ``host:port`` (or ``ray://host:port``) that refuses a TCP connection is one line now, not
-    minutes of Ray's retries. ``auto`` and None are Ray's own to resolve."""
-    if address is None or address == "auto" or ":" not in address:
-        return
-    import socket
-
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=REPLY_SECONDS) as conn:
-            speaks_grpc = _speaks_http2(conn, REPLY_SECONDS)
-    except ValueError:
-        raise UsageError(f"[[ray_address={address}]] is not host:port (or auto)") from None
-    except OSError as exc:
-        raise UsageError(f"cannot reach the Ray cluster at [[ray_address={address}]]: "
-                         f"{exc.strerror or exc}; is a Ray head node running there?") from None
-    if not speaks_grpc:  # Ray would retry against it for minutes
-        raise UsageError(f"[[ray_address={address}]] answers, but not as a Ray head node (its port speaks no "
-                         "gRPC); give the address that `ray start` printed for the head node")
-
-
-def _speaks_http2(conn: Any, timeout: float) -> bool:
-    """Whether the server at ``conn`` answers HTTP/2's connection preface with a SETTINGS frame, as
-    every gRPC server (Ray's GCS and client server) does; an HTTP/1 server or a silent one does not."""
-    conn.settimeout(timeout)
-    try:
-        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-        header = b""
-        while len(header) < 9:
-            chunk = conn.recv(9 - len(header))
-            if not chunk:
-                return False
-            header += chunk
-    except OSError:  # a timeout: nothing answered
-        return False
-    return header[3] == 0x04  # the frame's type: SETTINGS
+    """A ``host:port`` that refuses a connection, or is not a Ray head node, is one line now
+    (:func:`attnviz.cluster.check_reachable`, given this module's :data:`REPLY_SECONDS`)."""
+    check_reachable(address, REPLY_SECONDS)
 
 
 class _Described:

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster import original_error, ray_module, start_ray
+from ..cluster import check_reachable, original_error, ray_module, start_ray
 from ..errors import AttnvizError, UsageError
 from .picture import RunPicture
 from .result import NeedleRun
@@ -53,6 +53,7 @@ def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: in
     """Every cell's run and picture, in the order of ``cells``, the model's name and its engine;
     ``done(run, picture)`` as each comes back (in any order)."""
     ray = ray_module()
+    check_reachable(address)  # an address nobody answers at is one line, not Ray's retries for minutes
     started = start_ray(ray, address)
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))

@@ -107,7 +107,9 @@ def needle_figure(success: Sequence[Sequence[float]], lengths: Sequence[int], de
             for (i, j), value in np.ndenumerate(grid):
                 ax1.text(j, i, _percent(value), ha="center", va="center", fontsize=6)
         fig.colorbar(shown, ax=ax1, shrink=0.9).ax.tick_params(labelsize=6)
-        top = max(float(np.nanmax(heads)) if heads.size else 0.0, 1e-9)
+        finite = heads[np.isfinite(heads)]
+        top = float(finite.max()) if finite.size else 0.0
+        top = top if top > 0 else 1.0  # every head 0 (no run retrieved): the scores' own scale, 0 to 1
         drawn = ax2.imshow(heads, cmap=colormaps[cmap], vmin=0.0, vmax=top, aspect="auto", interpolation="nearest")
         step_x, step_y = max(1, math.ceil(n_heads / 32)), max(1, math.ceil(n_layers / 32))
         ax2.set_xticks(range(0, n_heads, step_x), [str(h) for h in range(0, n_heads, step_x)], fontsize=6)
