@@ -23,6 +23,10 @@ class _Named(Protocol):
 Named = TypeVar("Named", bound=_Named)  # what register takes: a record with a name (a registry may hold classes)
 
 
+def _plural(what: str) -> str:
+    return what[:-1] + "ies" if what.endswith("y") else what + "s"
+
+
 class Registry(dict[str, Record], Generic[Record]):
     """Records by their ``name``, in the order they were registered. ``what`` names a record in
     messages (``statistic``); ``check`` refuses a record that clashes with those already there."""
@@ -71,6 +75,48 @@ class Registry(dict[str, Record], Generic[Record]):
         self._read()
         return super().items()
 
+    # Writing: the built-ins are sealed however the registry is reached (``FAMILIES["llama"] = None``, ``del``,
+    # ``pop``, ``clear``, ``update``): one error naming the record, and the registry as it was.
+    def _refuse_built_in(self, name: object) -> None:
+        if name in self.built_in:
+            raise TypeError(f"{name} is one of attnviz's own {_plural(self.what)}; it stays as it is (register another "
+                            "name)")
+
+    def __setitem__(self, name: str, record: Record) -> None:
+        self._refuse_built_in(name)
+        super().__setitem__(name, record)
+
+    def __delitem__(self, name: str) -> None:
+        self._refuse_built_in(name)
+        super().__delitem__(name)
+
+    def pop(self, name: str, *default: Any) -> Any:
+        self._refuse_built_in(name)
+        return super().pop(name, *default)
+
+    def popitem(self) -> tuple[str, Record]:
+        added = [name for name in dict.keys(self) if name not in self.built_in]
+        if not added:
+            raise KeyError(f"no {self.what} but attnviz's own, which stay")
+        return added[-1], super().pop(added[-1])
+
+    def clear(self) -> None:
+        for name in [name for name in dict.keys(self) if name not in self.built_in]:
+            super().pop(name)
+
+    def setdefault(self, name: str, default: Any = None) -> Any:
+        if not super().__contains__(name):
+            self[name] = default
+        return super().__getitem__(name)
+
+    def update(self, *others: Any, **more: Any) -> None:
+        for name, record in dict(*others, **more).items():
+            self[name] = record
+
+    def __ior__(self, other: Any) -> Registry[Record]:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
     def register(self: Registry[Named], record: Named) -> Named:
         """Add ``record``; its name must be new."""
         name = record.name
@@ -89,7 +135,7 @@ class Registry(dict[str, Record], Generic[Record]):
     def unregister(self, name: str) -> None:
         """Remove a record :meth:`register` added (the built-ins stay)."""
         if name in self.built_in:
-            raise ValueError(f"{name} is one of attnviz's own {self.what}s; it stays")
+            raise ValueError(f"{name} is one of attnviz's own {_plural(self.what)}; it stays")
         self.pop(name, None)
 
     @contextmanager

@@ -276,8 +276,9 @@ def test_the_circle_check_can_fail():
 
 # Private names of other libraries that attnviz uses on purpose: os._exit (leave at once, no clean-up:
 # a killed export's drawing process), matplotlib's font cache (cleared when fonts change), IPython's
-# display protocol.
-FOREIGN_PRIVATE = {"_exit", "_findfont_cached", "_repr_html_"}
+# display protocol, transformers' config._attn_implementation (the attention function a model runs now: kv's cut
+# caches switch it and put it back; transformers has no public reader).
+FOREIGN_PRIVATE = {"_exit", "_findfont_cached", "_repr_html_", "_attn_implementation"}
 
 
 def _private_defined(tree: ast.AST) -> set[str]:

@@ -57,6 +57,10 @@ class Statistic:
                              f"got {self.name!r}")
         if not 0 < len(self.short) <= 4:
             raise ValueError(f"a statistic's short name is 1 to 4 characters (a table header); got {self.short!r}")
+        for field_name, text in (("short name", self.short), ("label", self.label), ("description", self.description)):
+            if text is not None and (not isinstance(text, str) or not text.isprintable()):
+                raise ValueError(f"{self.name}: a statistic's {field_name} is printable text (no control or escape "
+                                 "characters: it reaches terminals and CSV files as it is)")
         if (self.label is None) != (self.threshold is None):
             raise ValueError(f"{self.name}: a label needs its threshold, and a threshold its label")
         if self.rows is None and not callable(self.per):

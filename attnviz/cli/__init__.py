@@ -89,8 +89,11 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: usage errors, too, become one line on stderr (exit 2)."""
     import sys
 
+    from ..plugins import tolerate_broken_metadata
     from . import common
     from .common import fail
+
+    tolerate_broken_metadata()  # another tool's broken metadata must not stop torch's import, nor attnviz
 
     # typer from 0.24 carries its own copy of click: its ClickException, found by name, is click's to mypy
     click_error = cast("type[ClickException]",

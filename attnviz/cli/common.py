@@ -179,7 +179,13 @@ def environment_error(exc: OSError) -> str:
 
 
 def internal_error(exc: BaseException) -> str:
+    from ..plugins import NO_PLUGINS_ENV, blame
+
     first = (str(exc).strip().splitlines() or [""])[0][:200]
+    plugin = blame(exc)
+    if plugin is not None:  # not attnviz's bug: the plugin's, whose code raised it
+        return (f"plugin {plugin} failed ({type(exc).__name__}: {first}); report it to that plugin's authors, or run "
+                f"without plugins ({NO_PLUGINS_ENV}=1)")
     return f"internal error ({type(exc).__name__}: {first}); rerun with {DEBUG_ENV}=1 for the traceback and report it"
 
 
