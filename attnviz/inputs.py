@@ -113,6 +113,40 @@ def read_text_file(path: str | Path) -> str:
     return text
 
 
+def read_text_prefix(path: str | Path, max_chars: int, what: str = "text file") -> tuple[str, bool]:
+    """The first ``max_chars`` characters of a UTF-8 text file or of standard input (``-``), and whether that is the
+    whole of it: what a reader that needs only a start reads (a needle's haystack), however long the rest is. A
+    folder, a FIFO or a device is refused before it is opened, as every reader here refuses them."""
+    import codecs
+
+    from .errors import ResourceError
+    from .limits import check_regular
+
+    shown = "standard input" if str(path) == "-" else str(path)
+    limit = 4 * max_chars + 4  # UTF-8: at most 4 bytes a character
+    if str(path) == "-":
+        raw = sys.stdin.buffer.read(limit)
+    else:
+        try:
+            check_regular(Path(path), what)
+            with open(path, "rb") as handle:
+                raw = handle.read(limit)
+        except FileNotFoundError:
+            raise InputError(f"{path} does not exist; check the path") from None
+        except ResourceError as exc:
+            raise InputError(exc.message) from None
+        except IsADirectoryError:
+            raise InputError(f"{path} is a folder; give a {what} (or - for standard input)") from None
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    whole = len(raw) < limit
+    try:
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(raw, final=whole)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{shown} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    return (text, whole) if len(text) <= max_chars else (text[:max_chars], False)
+
+
 def read_bounded(path: Path, limit: int, what: str) -> bytes:
     """The bytes of ``path``, a regular file of at most ``limit`` bytes (checked before it is opened, and
     again while it is read), or an :class:`InputError` naming it: the one reader for every file of text."""

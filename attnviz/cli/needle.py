@@ -73,9 +73,10 @@ def needle(
     outputs = check_outputs(out, NEEDLE_OUTPUTS)
     text = None
     if haystack is not None:
-        from ..needle.haystack import read_haystack
+        from ..needle.haystack import haystack_chars, read_haystack
 
-        text = read_haystack(haystack, field=field, column=column, input_format=input_format)
+        text = read_haystack(haystack, field=field, column=column, input_format=input_format,
+                             max_chars=haystack_chars(chosen_lengths))
     elif field is not None or column is not None or input_format is not None:
         raise UsageError("[[field]], [[column]] and [[input_format]] say how to read [[haystack]]; give a haystack file")
     from ..needle import needle as run_needle

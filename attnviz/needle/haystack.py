@@ -18,6 +18,7 @@ from ..sources.stepping import Codec
 
 NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
 QUESTION = "What is the best thing to do in San Francisco?"
+CHUNK_CHARS = 1 << 16  # characters of a given haystack tokenized at a time (a piece, cut at a space)
 PLAIN_TEMPLATE = ("", "\n\nBased on the content above, answer the question.\nQuestion: {question}\nAnswer:")
 SENTENCE_ENDS = (".", "!", "?", "。", "！", "？")
 
@@ -55,17 +56,35 @@ def prose(sentences: int, seed: int = 0) -> str:
     return " ".join(out).replace(" \n\n ", "\n\n")
 
 
-def read_haystack(path: str | Path, *, field: str | None = None, column: str | None = None,
-                  input_format: str | None = None) -> str:
-    """A haystack from a file: a ``.txt`` file whole, any other file of texts attnviz reads (JSONL, CSV,
-    Parquet) as its texts joined by blank lines."""
-    from ..inputs import corpus_kind, read_corpus, read_text_file
+def haystack_chars(lengths: list[int] | None) -> int:
+    """The characters of a haystack the longest prompt can use: no token covers more than
+    :data:`attnviz.limits.CHARS_PER_POSITION` characters, and never more than :data:`attnviz.limits.MAX_TEXT_CHARS`
+    (``lengths`` None: decided later from the model, so the cap)."""
+    from ..limits import CHARS_PER_POSITION, MAX_TEXT_CHARS
 
+    return MAX_TEXT_CHARS if not lengths else min(MAX_TEXT_CHARS, max(lengths) * CHARS_PER_POSITION)
+
+
+def read_haystack(path: str | Path, *, field: str | None = None, column: str | None = None,
+                  input_format: str | None = None, max_chars: int | None = None) -> str:
+    """A haystack from a file: a ``.txt`` file (or standard input) read only as far as ``max_chars`` characters
+    (:func:`haystack_chars`: what the longest prompt can use; the rest is never read), any other file of texts attnviz
+    reads (JSONL, CSV, Parquet) as its texts joined by blank lines up to ``max_chars``."""
+    from ..inputs import corpus_kind, example_file, read_corpus, read_text_prefix
+    from ..limits import MAX_TEXT_CHARS
+
+    limit = MAX_TEXT_CHARS if max_chars is None else max_chars
     kind = corpus_kind(field, column, input_format)
-    if kind in ("auto", "lines") and Path(path).suffix.lower() in (".txt", ".md", "") and str(path) != "-":
-        text = read_text_file(path)
+    if kind in ("auto", "lines") and (Path(path).suffix.lower() in (".txt", ".md", "") or str(path) == "-"):
+        text, _ = read_text_prefix(example_file(path) if str(path) != "-" else path, limit, "haystack")
     else:
-        text = "\n\n".join(read_corpus(path, field=field, column=column, input_format=input_format))
+        texts, total = [], 0
+        for piece in read_corpus(path, field=field, column=column, input_format=input_format):
+            texts.append(piece[: limit - total])
+            total += len(texts[-1]) + 2
+            if total >= limit:
+                break
+        text = "\n\n".join(texts)
     if not text.strip():
         raise InputError(f"the haystack {path} holds no text")
     return text
@@ -111,6 +130,7 @@ class PromptBuilder:
         self.seed = seed
         self._tokens: list[int] = []
         self._ends: set[int] | None = None
+        self._read_to = 0  # characters of the given haystack tokenized so far (in this round)
 
     @property
     def fixed(self) -> int:
@@ -118,18 +138,33 @@ class PromptBuilder:
         return len(self.prefix) + len(self.needle_ids) + len(self.suffix)
 
     def _haystack(self, count: int) -> list[int]:
-        """At least ``count`` haystack tokens (a file repeated as often as needed, or attnviz's prose)."""
+        """At least ``count`` haystack tokens (a file repeated as often as needed, or attnviz's prose). A given
+        haystack is tokenized a piece at a time (:data:`CHUNK_CHARS`, cut at a space) and only as far as needed: a
+        long file costs the tokenizer what the longest prompt holds, not its whole length."""
         while len(self._tokens) < count:
             if self.haystack_text is not None:
-                piece = self.codec.encode((" " if self._tokens else "") + self.haystack_text)
-                if not piece:
-                    raise InputError("the haystack gives no tokens")
+                piece = self._next_piece()
             else:
                 piece = self.codec.encode(" " + prose(max(50, (count - len(self._tokens)) // 12 + 50),
                                                        seed=self.seed + len(self._tokens)))
             self._tokens.extend(piece)
             self._ends = None
         return self._tokens[:count]
+
+    def _next_piece(self) -> list[int]:
+        """The next piece of the given haystack in tokens; after its end, it starts again from its beginning."""
+        text = self.haystack_text or ""
+        start = self._read_to if self._read_to < len(text) else 0
+        stop = min(len(text), start + CHUNK_CHARS)
+        if stop < len(text):
+            space = text.rfind(" ", start + CHUNK_CHARS // 2, stop)
+            stop = space if space > start else stop
+        self._read_to = stop
+        piece = self.codec.encode((" " if self._tokens and not text[start:stop][:1].isspace() else "")
+                                  + text[start:stop])
+        if not piece and (stop >= len(text) and start == 0):
+            raise InputError("the haystack gives no tokens")
+        return piece
 
     def _sentence_ends(self) -> set[int]:
         """Positions in the haystack after which a sentence has ended."""
