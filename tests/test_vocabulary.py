@@ -292,7 +292,7 @@ def test_usage_lines_and_choice_errors_read_plainly(run_cli, capsys):
 
 # --- one vocabulary (issue 42): the table in docs/commands.md is the app's --------------------------------------
 
-ONE_TEXT_COMMANDS = ["heatmap", "view", "heads", "compare-heads", "rollout", "generate", "tui"]
+ONE_TEXT_COMMANDS = ["heatmap", "view", "heads", "compare-heads", "rollout", "generate", "tui", "explain"]
 
 
 def test_the_vocabulary_table_in_the_docs_is_the_apps():
@@ -327,7 +327,7 @@ def test_a_command_that_reads_one_text_takes_text_text_file_and_standard_input(c
     assert any("--text-file" in p.opts for p in params), command
 
 
-@pytest.mark.parametrize("command", ["heatmap", "heads", "compare-heads", "rollout", "generate"])
+@pytest.mark.parametrize("command", ["heatmap", "heads", "compare-heads", "rollout", "generate", "explain"])
 def test_text_dash_and_text_file_dash_read_standard_input(run_cli, command):
     from conftest import TINY
 

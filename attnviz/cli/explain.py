@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 
 import typer
 
 from .common import cli_command, echo_json, renamed, stdout_console
-from .options import Causal, Width
+from .options import Causal, TextFile, Width, text_from_file
 
 
 class ExplainFormat(str, Enum):
@@ -25,8 +26,9 @@ def explain(
     text: str | None = typer.Argument(
         None, metavar="TEXT", show_default=False,
         help="Input text for a real model (default: MiniLM) or a transformer config. Leave out for the seed "
-             "tutorial's worked example, or for a matrices config's own X.",
+             "tutorial's worked example, or for a matrices config's own X (- reads standard input).",
     ),
+    text_file: Path | None = TextFile,
     model: str | None = typer.Option(
         None, "--model", "-m", show_default=False,
         help="A .toml config (a 'matrices' config with its own X, or a transformer config such as "
@@ -58,6 +60,7 @@ def explain(
     Examples: attnviz explain · attnviz explain --lang zh · attnviz explain --model sample_configs/cross_attention.toml
     · attnviz explain "The cat sat" --walk-layer 2 --only-head 5
     """
+    text = text_from_file(text, text_file)
     layer = renamed(walk_layer, old_layer, "--layer", "--walk-layer", parameter="walk_layer")
     head = renamed(only_head, old_head, "--head", "--only-head")
     as_json = renamed(fmt is ExplainFormat.json, old_json, "--json", "--format json")

@@ -45,7 +45,7 @@ def export(
     grid: bool | None = typer.Option(_NOT_GIVEN, "--grid/--no-grid", help="A grid of every head per layer (default: yes, unless --heads).", show_default=False),
     formats: str | None = typer.Option(_NOT_GIVEN, "--formats", help="Some of png,svg,pdf,html,npz,json,parquet (default png,npz,json). parquet: heads.parquet, one row per text × layer × head, and texts.parquet (needs pyarrow).", show_default=False),
     batch_size: int | None = typer.Option(_NOT_GIVEN, "--batch-size", help="Texts per forward pass (default 8).", show_default=False),
-    jobs: int | None = typer.Option(_NOT_GIVEN, "--jobs", "-j", help="Processes drawing images (default 2).", show_default=False),
+    jobs: int | None = typer.Option(_NOT_GIVEN, "--jobs", "-j", help="How many workers at once (default 2): processes drawing images, or with --backend ray the Ray actors, each holding its own model.", show_default=False),
     config: str | None = typer.Option(None, "--config", help="A TOML file with an [export] table; flags override it. sample_configs/batch.toml works from any folder.", show_default=False),
     shard: str | None = typer.Option(_NOT_GIVEN, "--shard", help="K/N: export only shard K of N (e.g. one task of a Slurm array).", show_default=False),
     input_format: str | None = InputFormat,

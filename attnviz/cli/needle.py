@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,11 @@ def needle(
     input_format: str | None = InputFormat,
     needle_text: str = typer.Option(NEEDLE_TEXT, "--needle", help="The sentence to hide."),
     question: str = typer.Option(QUESTION_TEXT, "--question", help="The question whose answer is the needle."),
-    lengths: str = typer.Option("auto", "--lengths", help="Prompt lengths in tokens, e.g. 1000,2000,4000; auto: three "
-                                "up to the model's positions less the answer's, at most 4,096."),
+    lengths: str = typer.Option("auto", "--lengths", help="Prompt lengths in tokens, e.g. 1000,2000,4000 (k is 1,024 "
+                                "tokens: 4k is 4,096); auto: three up to the model's positions less the answer's, at "
+                                "most 4,096."),
     depths: str = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Where the needle goes, as fractions of the "
-                               "haystack: 0 first, 1 last (moved back to a sentence's end)."),
+                               "haystack (0.5, or 50%): 0 first, 1 last (moved back to a sentence's end)."),
     max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, max=4096,
                                        help="How many tokens to generate at most (the answer stops earlier at a "
                                             "new line or the end-of-sequence token)."),
@@ -129,19 +131,35 @@ def needle(
              "an instruction-tuned model or more --max-new-tokens")
 
 
+MAX_GRID_VALUES = 64  # lengths, and depths, one needle run may sweep (a grid of 64 × 64 cells at most)
+
+
+def _parts(text: str, what: str) -> list[str]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise UsageError(f"[[{what}]]: give at least one value")
+    if len(parts) > MAX_GRID_VALUES:
+        raise UsageError(f"[[{what}]] gives {len(parts):,} values; at most {MAX_GRID_VALUES}")
+    return parts
+
+
 def parse_lengths(text: str) -> list[int] | None:
-    """``auto`` (None) or a comma-separated list of token counts."""
+    """``auto`` (None) or a comma-separated list of token counts; ``k`` counts 1,024 tokens (``4k`` is 4,096, as a
+    model's "4k context" is), so ``1.5k`` is 1,536."""
     if text.strip().lower() == "auto":
         return None
     values = []
-    for part in text.split(","):
-        part = part.strip().lower().replace("_", "")
+    for part in _parts(text, "lengths"):
+        part = part.lower().replace("_", "")
         scale = 1024 if part.endswith("k") else 1
         try:
-            value = int(part[:-1] if scale > 1 else part) * scale
+            number = float(part[:-1]) * scale if scale > 1 else int(part)
         except ValueError:
             raise UsageError(f"[[lengths]]: {part!r} is not a whole number of tokens; give e.g. 1000,2000,4000 "
-                             "(or 1k,2k,4k) or auto") from None
+                             "(or 1k,2k,4k: k is 1,024 tokens) or auto") from None
+        if not math.isfinite(number) or number != int(number):
+            raise UsageError(f"[[lengths]]: {part!r} is not a whole number of tokens (k is 1,024 tokens)")
+        value = int(number)
         if value < 1:
             raise UsageError(f"[[lengths]]: {value} is not a positive number of tokens")
         values.append(value)
@@ -149,16 +167,18 @@ def parse_lengths(text: str) -> list[int] | None:
 
 
 def parse_depths(text: str) -> list[float]:
-    """A comma-separated list of fractions from 0 to 1."""
+    """A comma-separated list of fractions from 0 to 1, or percentages (``50%``), as ``--budget`` takes them."""
     values = []
-    for part in text.split(","):
+    for part in _parts(text, "depths"):
+        percent = part.endswith("%")
         try:
-            value = float(part.strip())
+            value = float(part[:-1] if percent else part) / (100 if percent else 1)
         except ValueError:
-            raise UsageError(f"[[depths]]: {part.strip()!r} is not a number; give fractions such as 0,0.5,1") from None
-        if not 0.0 <= value <= 1.0:
-            hint = f" ({value / 100:g}, not {value:g})" if 1 < value <= 100 else ""
-            raise UsageError(f"[[depths]]: {value:g} is not a fraction from 0 to 1{hint}")
+            raise UsageError(f"[[depths]]: {part!r} is not a number; give fractions such as 0,0.5,1 (or 0%,50%,100%)"
+                             ) from None
+        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+            hint = f" ({value / 100:g}, not {value:g})" if 1 < value <= 100 and not percent else ""
+            raise UsageError(f"[[depths]]: {part} is not a fraction from 0 to 1 (or 0% to 100%){hint}")
         values.append(value)
     return values
 

@@ -59,6 +59,9 @@ MEANINGS = {
     "--fit": "wider than the terminal: max-pool it, or split it into pages",
     "--force": "run even past the estimated cost limit",
     "--quiet": "print no progress",
+    "--jobs": "how many workers at once: export's drawing processes; with --backend ray, Ray actors, each holding "
+              "its own model (export's items, needle's cells)",
+    "--backend": "where the work runs: local (this process and its workers) or ray (a Ray cluster's actors)",
 }
 
 
@@ -73,11 +76,17 @@ class Row:
 
 
 def _shown(value: Any) -> str:
+    """A default as a user types it: ``on``/``off``, ``1/1``, a list comma-separated; none (``""``: not given) for
+    None and an empty list."""
     value = getattr(value, "value", value)
-    if value is None:
+    if value is None or (isinstance(value, (list, tuple)) and not value):
         return ""
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"{value[0]}/{value[1]}"  # a K/N pair (export --shard)
+    if isinstance(value, (list, tuple)):
+        return ",".join(_shown(v) for v in value)
     return str(value)
 
 
@@ -130,10 +139,20 @@ def _enum_choices(param: Any) -> tuple[str, ...] | None:
     return None
 
 
+ABBREVIATIONS = ("e.g", "i.e", "et al", "etc", "vs", "cf", "approx")
+"""Words whose full stop ends no sentence (``e.g.``, ``Kobayashi et al. 2020``): a meaning is never cut there."""
+
+
 def _first_sentence(text: str) -> str:
+    """The help's first sentence: up to the first full stop after a word (a closing bracket) that is not one of
+    :data:`ABBREVIATIONS`, nor inside brackets (a parenthesis may hold a citation or an example)."""
     text = " ".join(text.split())
-    cut = re.search(r"(?<=[a-z)\]])\.\s", text)
-    return (text[: cut.start()] if cut else text.rstrip(".")).rstrip(".")
+    for cut in re.finditer(r"(?<=[a-z)\]])\.\s", text):
+        before = text[: cut.start()]
+        if before.lower().endswith(ABBREVIATIONS) or before.count("(") > before.count(")"):
+            continue
+        return before.rstrip(".")
+    return text.rstrip(".")
 
 
 def markdown(found: dict[str, Row]) -> str:
