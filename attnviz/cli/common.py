@@ -235,12 +235,15 @@ MIN_WIDTH = 20  # the smallest --width (and terminal width) the commands draw at
 
 
 def show_view(view, out, *, values: bool, fit: str, width: int | None) -> None:
-    """The one line that chooses a renderer: an image file when ``out`` is given, else the terminal."""
-    if out is not None:
+    """The one line that chooses a renderer: a file for each of ``out`` (a path, or a list of them, each its kind
+    by extension), else the terminal."""
+    outs = [] if out is None else [out] if not isinstance(out, (list, tuple)) else list(out)
+    if outs:
         from ..render.output import check_output_path
         from ..render.registry import for_path
 
-        wrote(for_path(check_output_path(out)).render(view, out, values=values))
+        for path in outs:
+            wrote(for_path(check_output_path(path)).render(view, path, values=values))
     else:
         from ..render.terminal import render_terminal
 

@@ -31,6 +31,7 @@ from .options import (
     text_from_file,
     text_or_example,
 )
+from .outputs import check_view_outputs
 
 
 @cli_command
@@ -47,7 +48,7 @@ def compare_heads(
     top_pairs: int = typer.Option(5, "--top-pairs", min=1, help="How many most similar / most different pairs to list (with --vs or --vs-model: how many of the heads that change most)."),
     old_top: int | None = typer.Option(None, "--top", min=1, hidden=True),  # --top: the first N rows (heads, atlas)
     all_rows: bool = typer.Option(False, "--all-rows", help="Long inputs: sum head distances over every query row, however long it takes (default: evenly spaced rows past a fixed budget, said in the output)."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf) or a page (.html).", show_default=False),
+    out: list[Path] = typer.Option([], "--out", "-o", help="Write a file instead (repeatable), its kind from its extension: an image (.png, .svg, .pdf) or a page (.html).", show_default=False),
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
     truncate: bool = Truncate,
@@ -64,18 +65,17 @@ def compare_heads(
     if vs is not None and vs_model is not None:
         raise UsageError("give --vs or --vs-model, not both")
     layers_choice = parse_layer(layer)
-    if out is not None:
-        from ..render.output import check_output_path
-
-        check_output_path(out)
-        if out.suffix.lower() in (".npz", ".json"):  # the overview is a figure and a table, not one view's numbers
-            raise UsageError(f"compare-heads draws a picture (.png, .svg, .pdf) or a page (.html), not {out.suffix}; "
+    out = check_view_outputs(out)
+    for path in out:
+        if path.suffix.lower() in (".npz", ".json"):  # the overview is a figure and a table, not one view's numbers
+            raise UsageError(f"compare-heads draws a picture (.png, .svg, .pdf) or a page (.html), not {path.suffix}; "
                              "for the numbers use attnviz heads --format json, or attnviz heatmap --head all "
-                             f"--out x{out.suffix}")
+                             f"--out x{path.suffix}")
     console = stdout_console(width)
     view = reading(hide_special, renormalize, words)
-    page = out is not None and out.suffix.lower() == ".html"
-    if page and (vs is not None or vs_model is not None):
+    pages = [path for path in out if path.suffix.lower() == ".html"]
+    figures = [path for path in out if path.suffix.lower() != ".html"]
+    if pages and (vs is not None or vs_model is not None):
         raise UsageError("--vs and --vs-model draw a picture of the changes; write it as .png, .svg or .pdf")
     text = text_from_file(text, text_file)  # read before the model loads
     source = options.load()
@@ -91,16 +91,18 @@ def compare_heads(
         if any(note.startswith("head distances") for note in overview.notes):
             overview.notes[:] = [n + " (--all-rows for the exact sums)" if n.startswith("head distances") else n
                                  for n in overview.notes]
-        if page:  # the interactive page of the text, with the head distances in a tab of their own
-            assert out is not None  # page: an .html --out
+        if pages:  # the interactive page of the text, with the head distances in a tab of their own
             from ..api import compare_heads_page
             from ..render.html import render_html
 
             written = compare_heads_page(source, text, overview, top=top, layer=layers_choice, kind=kind_name(kind),
                                          pair=pair, target=target, truncate=truncate, reading=view)
-            wrote(render_html(written, out, cmap=cmap.value))
-            return
-        comparison_report(overview, console=console, out=out, top=top, cmap=cmap.value)
+            for path in pages:
+                wrote(render_html(written, path, cmap=cmap.value))
+        for path in figures:
+            comparison_report(overview, console=console, out=path, top=top, cmap=cmap.value)
+        if not out:
+            comparison_report(overview, console=console, out=None, top=top, cmap=cmap.value)
         return
     if target is not None or kind is not KindChoice.encoder:
         raise UsageError("--vs and --vs-model compare the encoder's self-attention; --kind and --target go with one run")
@@ -108,5 +110,7 @@ def compare_heads(
 
     runs = compare_runs_of_text(source, text, vs=vs, other=None if vs_model is None else replace(options, model=vs_model).load(),
                                 layer=layers_choice, truncate=truncate, pair=pair, reading=view, other_name=vs_model)
-    comparison_report(runs.overview, console=console, out=out, top=top, cmap=cmap.value, other=runs.other,
-                      change=(runs.change, runs.measure), other_name=runs.other_name)
+    targets: list[Path | None] = list(figures) or [None]
+    for target_path in targets:
+        comparison_report(runs.overview, console=console, out=target_path, top=top, cmap=cmap.value, other=runs.other,
+                          change=(runs.change, runs.measure), other_name=runs.other_name)

@@ -23,6 +23,7 @@ from .options import (
     parse_layer,
     text_from_file,
 )
+from .outputs import check_view_outputs
 
 
 @cli_command(flags={"head": "--only-head"})
@@ -47,7 +48,7 @@ def generate(
     top_attended: int = typer.Option(3, "--top-attended", min=1, help="How many attended tokens to list per generated "
                                      "token (the most attended first)."),
     old_top: int | None = typer.Option(None, "--top", min=1, hidden=True),  # --top: the first N rows (heads, atlas)
-    out: Path | None = typer.Option(None, "--out", "-o", help="Write the result: .npz (every row), or the generated rows as .png, .svg, .pdf, or the page as .html.", show_default=False),
+    out: list[Path] = typer.Option([], "--out", "-o", help="Write the result (repeatable), its kind from its extension: .npz (every row), or the generated rows as .png, .svg, .pdf, or the page as .html.", show_default=False),
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
 ) -> None:
@@ -67,12 +68,12 @@ def generate(
     from ..render.registry import FORMATS, figure_suffixes, or_list, page_format
 
     # --out: the result (.npz), or a view format of the registry: a figure of the generated rows, or the page
-    suffix = None if out is None else out.suffix.lower()
-    page = None if out is None else page_format(out)
     pages = [f.suffix for f in FORMATS.values() if f.kind == "view" and f.per_text]
     accepted = list(dict.fromkeys([FORMATS["npz"].suffix, *figure_suffixes(), *pages]))
-    if suffix not in (None, *accepted):
-        raise UsageError(f"--out {out}: use {or_list(accepted)}")
+    for path in out:
+        if path.suffix.lower() not in accepted:
+            raise UsageError(f"--out {path}: use {or_list(accepted)}")
+    out = check_view_outputs(out)
     prompt = text_from_file(prompt, text_file)
     if prompt is None:
         raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
@@ -100,18 +101,22 @@ def generate(
                          f"model {result.model_name}\n")
     summary = generation_summary(result, layer=chosen_layer, head=chosen_head, top=top)
     _print_summary(summary, console)
-    if out is not None and suffix == FORMATS["npz"].suffix:
-        wrote(result.save(out))
-        return
-    if out is not None and page is not None:  # the whole result's page, opened on the generated rows (an encoder-decoder's cross)
-        from ..api import page_of_result
+    figures = []
+    for path in out:
+        page = page_format(path)
+        if path.suffix.lower() == FORMATS["npz"].suffix:
+            wrote(result.save(path))
+        elif page is not None:  # the whole result's page, opened on the generated rows (an encoder-decoder's cross)
+            from ..api import page_of_result
 
-        whole = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query",
-                               kind="cross" if summary.seq2seq else "self")
-        wrote(page.render(whole, out, cmap=cmap.value))
-        return
-    view = generation_view(result, layer=chosen_layer, head=chosen_head, cmap=cmap.value)
-    show_view(view, out, values=False, fit="downsample", width=width)
+            whole = page_of_result(result, title=f"generated from {prompt[:40]!r}", view="query",
+                                   kind="cross" if summary.seq2seq else "self")
+            wrote(page.render(whole, path, cmap=cmap.value))
+        else:
+            figures.append(path)
+    if figures or not out:
+        view = generation_view(result, layer=chosen_layer, head=chosen_head, cmap=cmap.value)
+        show_view(view, figures or None, values=False, fit="downsample", width=width)
 
 
 def _print_summary(summary: Any, console: Any) -> None:

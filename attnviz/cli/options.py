@@ -125,6 +125,11 @@ Budget = typer.Option("0.25", "--budget", "--budgets", help="Keys kept: per key/
 Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its heads table as "
                          ".csv or .parquet): add each head's retrieval_score and reasoning_score, and the label "
                          "retrieval (score ≥ 0.1).", show_default=False)
+OutFiles = typer.Option(
+    [], "--out", "-o", help="Write a file instead of drawing in the terminal (repeatable: one run, several files), its "
+    "kind from its extension: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).",
+    show_default=False,
+)
 Out = typer.Option(
     None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).", show_default=False,
 )

@@ -35,6 +35,16 @@ def check_outputs(paths: Sequence[Path], allowed: Sequence[str]) -> list[Path]:
     return checked
 
 
+def check_view_outputs(paths: Sequence[Path]) -> list[Path]:
+    """The ``--out`` files of a command that draws a view: each an output the format registry knows (its folder
+    there, not a link, a pipe or a device) and each named once."""
+    from ..render.output import check_output_path
+
+    checked = [Path(check_output_path(path)) for path in paths]
+    check_distinct([("out", path) for path in checked])
+    return checked
+
+
 def check_distinct(named: Sequence[tuple[str, Path | None]]) -> None:
     """Refuse one file named for two outputs (``--out x.json --out x.json``, ``--minference x --duo x``): the second
     write would replace the first. ``named``: each output's option (without dashes) and its path (None: not given);

@@ -21,7 +21,7 @@ from .options import (
     KindChoice,
     Layer,
     ModelOptions,
-    Out,
+    OutFiles,
     Pair,
     Renormalize,
     Target,
@@ -37,6 +37,7 @@ from .options import (
     text_from_file,
     text_or_example,
 )
+from .outputs import check_view_outputs
 
 
 class Fusion(str, Enum):
@@ -80,7 +81,7 @@ def rollout(
     force: bool = typer.Option(False, "--force", help="flow: run even past the cost limit (max-flow grows quickly with the text's length)."),
     kind: KindChoice = Kind,
     target: str | None = Target,
-    out: Path | None = Out,
+    out: list[Path] = OutFiles,
     values: bool = typer.Option(False, "--values", help="Write each value into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     cmap: Cmap | None = typer.Option(None, "--cmap", help=CMAP_HELP + " Default: coolwarm for attn-grad, else viridis.", show_default=False),
@@ -106,10 +107,7 @@ def rollout(
     if not given("head") and "head" not in method_named(chosen_method).options:  # the default goes to those it fits
         head = None
     chosen = parse_layer(layer)
-    if out is not None:
-        from ..render.output import check_output_path
-
-        check_output_path(out)
+    out = check_view_outputs(out)
     view = reading(hide_special, renormalize, words)
     from ..attribution import check_method_options
 
