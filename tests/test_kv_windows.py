@@ -50,6 +50,48 @@ def gemma3(tiny_hf, tmp_path_factory):
     return str(folder)
 
 
+@pytest.fixture(scope="module")
+def transformers_only(tiny_hf, tmp_path_factory):
+    """Gemma 2 (soft-capping, a local layer then a global one) and gpt-oss (learned sinks, the same layers), on the
+    LLaMA folder's tokenizer: families only transformers runs."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    common = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 512, "head_dim": 8, "sliding_window": 4}
+    extra = {
+        "gemma2": ("Gemma2Config", {"attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}),
+        "gpt_oss": ("GptOssConfig", {"num_local_experts": 4, "num_experts_per_tok": 2,
+                                     "layer_types": ["sliding_attention", "full_attention"]}),
+    }
+    folders = {}
+    for family, (config_name, options) in extra.items():
+        folder = tmp_path_factory.mktemp("kv_windows") / family
+        shutil.copytree(tiny_hf["llama"], folder)
+        llama = AutoConfig.from_pretrained(folder)
+        config = getattr(transformers, config_name)(vocab_size=llama.vocab_size, bos_token_id=llama.bos_token_id,
+                                                    eos_token_id=llama.eos_token_id, **common, **options)
+        torch.manual_seed(0)
+        (folder / "config.json").unlink()
+        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+        folders[family] = str(folder)
+    return folders
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
+@pytest.mark.parametrize("engine", ["fused", "hf"])
+def test_soft_capped_and_sink_models_keep_everything_at_a_full_budget(transformers_only, family, engine):
+    result = kv(transformers_only[family], TEXT, policies=["snapkv", "h2o"], budgets=[3, 1.0], question=QUESTION,
+                answer_tokens=3, engine=engine, keep_sets=True)
+    n = result.n_context
+    for run in result.runs:
+        assert all(p >= n - 3 for p in run.kept[0][0] + run.kept[0][1])  # layer 0: a 4-token window
+        if run.budget == 1.0:
+            assert run.keys == [3, n] and run.kl == pytest.approx(0.0, abs=1e-9) and run.changed is False
+            assert all(head.recall == pytest.approx(1.0, abs=1e-6) for head in run.heads)
+    assert any(run.kl > 1e-6 for run in result.runs if run.budget == 3)
+
+
 @pytest.mark.parametrize(("which", "engine", "windows"), [
     ("mistral", "native", [5, 5]), ("mistral", "hf", [5, 5]), ("gemma3", "fused", [4, None]), ("gemma3", "hf", [4, None]),
 ])

@@ -339,19 +339,21 @@ def _kept_columns(keep: Tensor, future: AttentionRows) -> Tensor:
 
 
 def recall(future: AttentionRows, keep: Tensor) -> Tensor:
-    """``[H]`` float64: each query head's future attention mass on its KV head's kept prefix keys
-    (``keep [Hkv, T]``) plus on the future keys, averaged over the future rows. :func:`group_mean` gives
-    the KV head's recall."""
+    """``[H]`` float64: each query head's future attention mass that is not on a dropped prefix key — on its KV
+    head's kept prefix keys (``keep [Hkv, T]``), on the future keys, and on a learned sink where the model has one
+    (gpt-oss: a row's mass short of 1 goes to a logit no cut removes) — averaged over the future rows. Rows that sum
+    to 1 give the mass on the kept and future keys. :func:`group_mean` gives the KV head's recall."""
     kept = _kept_columns(keep, future)
-    total = torch.zeros(future.n_heads, dtype=torch.float64)
+    lost = torch.zeros(future.n_heads, dtype=torch.float64)
     for _, block in row_blocks(future):
-        total += (block * kept[:, None]).sum((1, 2), dtype=torch.float64)
-    return total / max(future.n_rows, 1)
+        lost += (block * ~kept[:, None]).sum((1, 2), dtype=torch.float64)
+    return 1.0 - lost / max(future.n_rows, 1)
 
 
 def output_error(future: AttentionRows, values: Tensor, keep: Tensor) -> Tensor:
     """``[H]`` float64: ``‖o − o_kept‖ / ‖o‖`` over each query head's future rows (Frobenius over rows ×
-    dims), ``o = A v`` and ``o_kept = (A ⊙ M) v / Σ(A ⊙ M)``, the softmax over the kept keys M only.
+    dims), ``o = A v`` and ``o_kept = (A ⊙ M) v / Σ(A ⊙ M)``, the softmax over the kept keys M only (and a learned
+    sink's share, where rows sum to less than 1: the softmax's denominator keeps it).
     ``values [Hkv, T + F, d]``."""
     kept = _kept_columns(keep, future)
     group = future.n_heads // values.shape[0]
@@ -362,7 +364,8 @@ def output_error(future: AttentionRows, values: Tensor, keep: Tensor) -> Tensor:
         a = block.to(torch.float64)
         masked = a * kept[:, None]
         o = a @ v
-        o_kept = (masked @ v) / masked.sum(-1, keepdim=True).clamp(min=1e-300)
+        sink = (1.0 - a.sum(-1, keepdim=True)).clamp(min=0.0)  # a learned sink's share (gpt-oss), never cut
+        o_kept = (masked @ v) / (masked.sum(-1, keepdim=True) + sink).clamp(min=1e-300)
         diff += (o - o_kept).square().sum((1, 2))
         norm += o.square().sum((1, 2))
     return diff.sqrt() / norm.sqrt().clamp(min=1e-300)

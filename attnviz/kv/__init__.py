@@ -35,6 +35,7 @@ def _future_ids(source: Any, question: str | None) -> tuple[list[int], list[str]
     return [i for i, _ in pairs], [label for _, label in pairs]
 
 
+@torch.no_grad()
 def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), budgets: Sequence[float] = (0.25,),
        question: str | None = None, continue_tokens: int | None = None, answer_tokens: int = 20,
        end_to_end: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
