@@ -5,7 +5,7 @@ reading --text-file."""
 from __future__ import annotations
 
 import pytest
-from conftest import built_command
+from conftest import TINY, built_command
 
 from attnviz.cli import app
 from attnviz.cli.needle import parse_depths, parse_lengths
@@ -54,8 +54,8 @@ def test_depths_take_percentages_as_budgets_do_and_lengths_say_what_k_is():
 def test_explain_reads_its_text_from_a_file(run_cli, tmp_path):
     path = tmp_path / "text.txt"
     path.write_text("The cat sat", encoding="utf-8")
-    given = run_cli("explain", "The cat sat", "--format", "json")
-    read = run_cli("explain", "--text-file", str(path), "--format", "json")
+    given = run_cli("explain", "The cat sat", "--model", TINY, "--format", "json")
+    read = run_cli("explain", "--text-file", str(path), "--model", TINY, "--format", "json")
     assert given.exit_code == read.exit_code == 0, read.stderr
     assert given.stdout == read.stdout
     both = run_cli("explain", "The cat sat", "--text-file", str(path))
