@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
+from ..sources.cache import cache_of, with_cache
 from ..sources.decoding import sampling_metadata
 from ..sources.sampling import Sampling
 
@@ -45,8 +46,8 @@ def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampli
                                 return_dict_in_generate=True, pad_token_id=pad, stop_at_eos=stop_at_eos, **extra)
         sequence = out.sequences[0]
         # The last token was chosen but never fed back: one more step on the cache gives its row.
-        last = model(input_ids=sequence[-1:][None], past_key_values=out.past_key_values, output_attentions=True,
-                     use_cache=True)
+        last = model(input_ids=sequence[-1:][None], output_attentions=True, use_cache=True,
+                     **with_cache(model, cache_of(out)))
     attentions = rows_by_step([*out.attentions, last.attentions], sequence.shape[0], None)
     ids = [int(i) for i in sequence]
     labels = generated_labels(tokenizer, ids)

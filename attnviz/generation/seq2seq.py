@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
+from ..sources.cache import cache_of, with_cache
 from ..sources.decoding import sampling_metadata
 from ..sources.sampling import Sampling
 from .hf import engine_of, generated_labels, load_for_generation, rows_by_step
@@ -69,8 +70,8 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
         sequence = out.sequences[0]  # the decoder start token, then the generated ones
         # The last token was chosen but never fed back: one more decoder step on the cache gives its rows.
         last = model(encoder_outputs=encoder, attention_mask=source["attention_mask"],
-                     decoder_input_ids=sequence[-1:][None], past_key_values=out.past_key_values, use_cache=True,
-                     output_attentions=True)
+                     decoder_input_ids=sequence[-1:][None], use_cache=True, output_attentions=True,
+                     **with_cache(model, cache_of(out)))
     decoder_attentions = rows_by_step([*out.decoder_attentions, last.decoder_attentions], len(sequence), None)
     cross_attentions = rows_by_step([*out.cross_attentions, last.cross_attentions], len(sequence),
                                      int(source["input_ids"].shape[1]))

@@ -18,7 +18,6 @@ key/value head (soft-capping and learned sinks as the model's eager attention ap
 from __future__ import annotations
 
 import copy
-import inspect
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UsageError
+from ..sources.cache import cache_of, with_cache
 
 
 @dataclass
@@ -103,11 +103,9 @@ class CacheRunner:
 
         self.model, self.eos = model, set(eos)
         self.length = len(context)
-        self.cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         with torch.no_grad(), weights_mode("none"):
             out = model.base_model(input_ids=torch.tensor([context], device=model.device), use_cache=True)
-        found = getattr(out, "cache", None)
-        self.cache = found if found is not None else out.past_key_values
+        self.cache = cache_of(out)
 
     def cut(self, keep: list[Tensor]) -> Cut:
         """A copy of the context's cache holding, in each layer and key/value head, only the keys ``keep[layer]``
@@ -170,7 +168,7 @@ class CacheRunner:
                 # no longer is; the rotary families read cache_position.
                 at = torch.tensor([position], device=self.model.device)
                 out = self.model(input_ids=torch.tensor([[token]], device=self.model.device), use_cache=True,
-                                 cache_position=at, position_ids=at[None], **{self.cache_name: cache})
+                                 cache_position=at, position_ids=at[None], **with_cache(self.model, cache))
             position += 1
             return out.logits[0, -1].float().cpu()
 

@@ -133,18 +133,17 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
 def _cache_values(source: Any, ids: list[int]) -> list[Tensor]:
     """Each layer's value vectors ``[Hkv, T, d]``, from the key/value cache of one forward pass of transformers'
     model (the eager engine hands over weights alone)."""
-    import inspect
-
     from transformers import DynamicCache
+
+    from ..sources.cache import cache_of, with_cache
 
     model = source.model
     # A cache built without the config keeps every key of every layer: a sliding-window layer's own cache would hold
     # only its last W − 1 values, and the rows read here reach back to the first key.
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids], device=model.device), use_cache=True, **{name: DynamicCache()})
-    cache = getattr(out, "cache", None)
-    cache = cache if cache is not None else out.past_key_values
+        out = model(input_ids=torch.tensor([ids], device=model.device), use_cache=True,
+                    **with_cache(model, DynamicCache()))
+    cache = cache_of(out)
     if cache is None or not hasattr(cache, "layers"):
         raise UsageError(f"{source.name} on the {source.engine} engine keeps no key/value cache to read its values "
                          "from; use [[engine=native]] or fused")

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UsageError
+from .cache import cache_of, with_cache
 
 
 class Stepper(Protocol):
@@ -152,10 +153,6 @@ class TransformersStepper:
         self.max_positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
         self.past: Any = None
         self.length = 0
-        import inspect
-
-        # transformers 5.x names the cache ``cache``; earlier releases ``past_key_values``.
-        self.cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     @torch.no_grad()
     def prefill(self, ids: list[int]) -> None:
@@ -172,7 +169,7 @@ class TransformersStepper:
                          "([[engine=fused]]) computes no weights for the prompt")
         with weights_mode("none"):
             out = self.model.base_model(input_ids=torch.tensor([ids], device=self.model.device), use_cache=True)
-        self.past, self.length = _cache_of(out), len(ids)
+        self.past, self.length = cache_of(out), len(ids)
 
     @torch.no_grad()
     def step(self, token: int) -> tuple[Tensor, Tensor]:
@@ -180,8 +177,8 @@ class TransformersStepper:
 
         with whole_weights(self.model):
             out = self.model(input_ids=torch.tensor([[token]], device=self.model.device), use_cache=True,
-                             output_attentions=True, **{self.cache_name: self.past})
-        self.past, self.length = _cache_of(out), self.length + 1
+                             output_attentions=True, **with_cache(self.model, self.past))
+        self.past, self.length = cache_of(out), self.length + 1
         rows = torch.zeros(self.n_layers, self.n_heads, self.length)
         for layer, weights in enumerate(out.attentions):
             width = weights.shape[-1]  # a sliding-window layer's cache keeps only its last keys
@@ -189,7 +186,3 @@ class TransformersStepper:
         return out.logits[0, -1].float().cpu(), rows
 
 
-def _cache_of(out: Any) -> Any:
-    """A transformers output's key/value cache (``cache`` in 5.x, ``past_key_values`` before)."""
-    found = getattr(out, "cache", None)
-    return found if found is not None else out.past_key_values
