@@ -32,6 +32,10 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
         raise RenderError(f"cannot write {path}: it is a folder; give a file name such as {path / 'heatmap.png'}")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
+        above = next((p for p in (parent, *parent.parents) if p.exists()), None)
+        if above is not None and not above.is_dir():  # somefile.txt/x.png: no folder can be made there
+            raise RenderError(f"cannot write {path}: {above} is a file, not a folder; put the output in a "
+                              "folder, or remove the file")
         raise RenderError(f"cannot write {path}: folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK):
         raise RenderError(f"cannot write {path}: folder {parent} is not writable; choose another [[out]]")

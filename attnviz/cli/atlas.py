@@ -181,7 +181,10 @@ def _corpus(texts: Path, options: ModelOptions, *, texts_as: TextsAs, fmt: Atlas
         from ..export.atlas_data import add_head_columns
 
         name = data.model or options.model or "the model"
-        add_head_columns(data, {k: v.numpy() for k, v in retrieval.for_layers(data.layers, data.n_heads, name).items()},
+        # run here on every layer, the model's number of layers is known; an export may hold only some
+        model_layers = None if texts.is_dir() else len(data.layers)
+        add_head_columns(data, {k: v.numpy() for k, v in retrieval.for_layers(data.layers, data.n_heads, name,
+                                                                                model_layers).items()},
                          retrieval.labels())
     if out is not None:
         from ..export.atlas_attach import attach_attention, attach_embedding

@@ -57,6 +57,11 @@ def check_grid(lengths: Sequence[int], depths: Sequence[float], max_positions: i
             raise UsageError(f"[[depths]]: {depth:g} is not a fraction from 0 to 1")
     if not 1 <= max_new_tokens <= 4096:
         raise UsageError(f"[[max_new_tokens={max_new_tokens}]] must be between 1 and 4096")
+    if max_positions is not None and fixed + 1 + max_new_tokens > max_positions:  # no length can work
+        raise UsageError(f"the needle, the question and the prompt's template need {fixed:,} tokens (and the answer "
+                         f"up to {max_new_tokens:,} more), but the model holds {max_positions:,} positions: give a "
+                         "shorter [[needle]] or [[question]]"
+                         + (" (or a smaller [[max_new_tokens]])" if fixed + 1 < max_positions else ""))
     for length in lengths:
         if length <= fixed:
             raise UsageError(f"[[lengths]]: {length} tokens cannot hold the needle, the question and the template "

@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..limits import MAX_INDEX
 from .scores import RETRIEVAL_HEAD_FROM
 
 SCHEMA = "attnviz.needle/1"
+MAX_HEADS = 1 << 20
+"""Heads (layers × heads) a needle result or heads table read back may hold: far more than any model has
+(126 × 128 is the largest), so a forged count is refused before its grid is built."""
 
 
 @dataclass
@@ -118,6 +122,7 @@ class NeedleResult:
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise InputError(f"{where} is not an attnviz needle result (no \"schema\": \"{SCHEMA}\"); write one "
                              "with attnviz's needle command, saving its JSON")
+        _check_fields(data, where)  # types and sizes before anything is built from them
         try:
             runs = [NeedleRun(**run) for run in data["runs"]]
             names = [f for f in cls.__dataclass_fields__ if f not in ("runs", "pictures")]
@@ -133,8 +138,13 @@ class NeedleResult:
 
         try:
             data = json.loads(read_small(Path(path), what="the needle result").decode("utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"{path} does not exist; give the JSON that attnviz's needle command wrote") from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise InputError(f"{path} is not JSON ({exc})") from None
+        except RecursionError:
+            raise InputError(f"{path} is nested too deep to be a needle result; give the JSON that attnviz's "
+                             "needle command wrote") from None
         return cls.from_dict(data, str(path))
 
 
@@ -145,15 +155,47 @@ def _index(depths: list[float], depth: float) -> int:
     raise KeyError(depth)
 
 
+def _check_fields(data: dict[str, Any], where: str) -> None:
+    """The types of the fields a needle result's readers count on, and a size that any model could have,
+    checked on the parsed JSON before anything is built from it (a 4 KB file may claim 10¹⁰ heads)."""
+    for name in ("n_layers", "n_heads", "max_new_tokens"):
+        value = data.get(name)
+        if name in data and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(f"{where}: \"{name}\" is {_shown(value)}, not a whole number; give the JSON that "
+                             "attnviz's needle command wrote")
+    for name in ("model_name", "engine", "needle", "question", "haystack"):
+        if name in data and not isinstance(data[name], str):
+            raise InputError(f"{where}: \"{name}\" is {_shown(data[name])}, not text")
+    for name in ("runs", "lengths", "depths"):
+        if name in data and not isinstance(data[name], list):
+            raise InputError(f"{where}: \"{name}\" is {_shown(data[name])}, not a list")
+    if any(not isinstance(run, dict) for run in data.get("runs", [])):
+        raise InputError(f"{where}: a run is not an object; give the JSON that attnviz's needle command wrote")
+    n_layers, n_heads = data.get("n_layers"), data.get("n_heads")
+    if isinstance(n_layers, int) and isinstance(n_heads, int):
+        if n_layers < 1 or n_heads < 1:
+            raise InputError(f"{where}: {n_layers} layers × {n_heads} heads is no model's shape")
+        if n_layers > MAX_INDEX or n_heads > MAX_INDEX or n_layers * n_heads > MAX_HEADS:
+            raise InputError(f"{where} claims {n_layers:,} layers × {n_heads:,} heads: more heads than any model has "
+                             f"(at most {MAX_HEADS:,}); give the JSON that attnviz's needle command wrote")
+
+
+def _shown(value: object) -> str:
+    """A JSON value as a message names it: null, a list, an object, or its value cut short."""
+    if value is None or isinstance(value, (list, dict)):
+        return {type(None): "null", list: "a list", dict: "an object"}[type(value)]
+    text = json.dumps(value)
+    return text[:40] + ("…" if len(text) > 40 else "")
+
+
 def _check(result: NeedleResult, where: str) -> None:
     """The shapes and ranges a needle result's readers count on."""
     shape = (result.n_layers, result.n_heads)
-    if result.n_layers < 1 or result.n_heads < 1:
-        raise InputError(f"{where}: {shape} is no model's layers × heads")
     for run in result.runs:
         for key in ("retrieval", "reasoning"):
             grid = getattr(run, key)
-            if len(grid) != shape[0] or any(len(row) != shape[1] for row in grid):
+            if not isinstance(grid, list) or len(grid) != shape[0] or \
+                    any(not isinstance(row, list) or len(row) != shape[1] for row in grid):
                 raise InputError(f"{where}: a run's {key} scores are not {shape[0]} layers × {shape[1]} heads")
             if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for row in grid for v in row):
                 raise InputError(f"{where}: a run's {key} scores hold a value that is not a finite number ≥ 0")
