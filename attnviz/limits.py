@@ -56,14 +56,34 @@ MEMORY_ENV = "ATTNVIZ_MAX_MEMORY"
 
 
 def memory_budget() -> int:
-    """Bytes a model's weights (or one result) may take: ``ATTNVIZ_MAX_MEMORY``, else this machine's memory."""
+    """Bytes a model's weights (or one result) may take: ``ATTNVIZ_MAX_MEMORY``, else this machine's memory, or
+    less where the process's address space is limited (``ulimit -v``)."""
     given = os.environ.get(MEMORY_ENV, "").strip()
     if given:
         return parse_size(given)
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover (not POSIX)
-        return 64 << 30
+        physical = 64 << 30
+    return min(physical, _address_space_left())
+
+
+def _address_space_left() -> int:
+    """Bytes this process may still map under its address-space limit (``ulimit -v``): the limit less what it has
+    mapped already (Linux; elsewhere the limit); unlimited where none is set."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover (not POSIX)
+        return 1 << 62
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY or limit < 0:
+        return 1 << 62
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            mapped = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # not Linux: the limit alone
+        mapped = 0
+    return max(0, int(limit) - mapped)
 
 
 def parse_size(text: str) -> int:

@@ -207,3 +207,60 @@ def test_an_output_under_a_regular_file_says_the_file_is_in_the_way(run_cli, tmp
         assert "does not exist" not in said
     said = refused(run_cli("heatmap", "the cat sat", "--model", TINY, "--out", str(tmp_path / "none" / "x.png")),
                    "does not exist")  # a folder that is missing is still named so
+
+
+def small_export(folder: Path, groups: list[list[str]]) -> Path:
+    """An export folder whose heads.parquet holds 2 texts × 1 layer × 2 heads, one row group per text, each row the
+    labels of its group (``groups``: each group's label)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    schema = pa.schema([("text_index", pa.int64()), ("layer", pa.int64()), ("head", pa.int64()),
+                        ("entropy", pa.float64()), ("labels", pa.list_(pa.string()))])
+    with pq.ParquetWriter(folder / "heads.parquet", schema) as writer:
+        for text, labels in enumerate(groups):
+            writer.write_table(pa.table({"text_index": [text, text], "layer": [0, 0], "head": [0, 1],
+                                         "entropy": [0.5, 1.5], "labels": [labels, []]}, schema=schema))
+    return folder
+
+
+def test_an_export_whose_row_groups_hold_different_labels_has_an_atlas(run_cli, tmp_path):
+    """A heads.parquet of several row groups (as a large export writes) whose labels differ between them was
+    `internal error (ArrowNotImplementedError: Unifying differing dictionaries)` in the atlas."""
+    folder = small_export(tmp_path / "export", [["prev"], ["sink"]])
+    done = run_cli("atlas", str(folder), "--format", "json")
+    assert done.exit_code == 0, done.stderr
+    head = next(h for h in json.loads(done.stdout)["heads"] if (h["layer"], h["head"]) == (0, 0))
+    assert head["labels"] == {"prev": 0.5, "sink": 0.5}
+
+
+def test_the_atlas_running_out_of_memory_is_one_line(run_cli, tmp_path, monkeypatch):
+    """A 4-million-row heads.parquet under `ulimit -v` ended in `internal error (MemoryError)`."""
+    import attnviz.export.atlas_data as atlas_data
+
+    def short(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(atlas_data, "histograms", short)
+    folder = small_export(tmp_path / "export", [["prev"], ["prev"]])
+    refused(run_cli("atlas", str(folder), "--format", "json"), "ran out of memory", "fewer texts")
+
+
+def test_the_memory_budget_is_what_the_address_space_limit_leaves(monkeypatch):
+    """Under `ulimit -v` the budget was the machine's memory, so a heads table past the limit was read until a
+    MemoryError: now the footer's sizes are checked against what the limit leaves."""
+    import resource
+
+    from attnviz.errors import ResourceError
+    from attnviz.limits import MEMORY_ENV, check_memory, memory_budget
+
+    monkeypatch.delenv(MEMORY_ENV, raising=False)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (64 << 40, resource.RLIM_INFINITY)
+                        if which == resource.RLIMIT_AS else (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert memory_budget() > 1 << 30  # a limit past what is mapped leaves room
+    mapped = 1 << 30
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (mapped, resource.RLIM_INFINITY))
+    assert memory_budget() < mapped  # this process has mapped something already
+    with pytest.raises(ResourceError, match="needs about"):
+        check_memory(2 << 30, "reading heads.parquet")

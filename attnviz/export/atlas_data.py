@@ -117,7 +117,20 @@ def top_indices(values: np.ndarray, indices: np.ndarray, k: int = TOP) -> np.nda
 
 
 def atlas_data(folder: str | Path, *, bins: int = BINS, top: int = TOP) -> AtlasData:
-    """The atlas's numbers from the export in ``folder`` (its ``heads.parquet``, and ``texts.parquet`` if there)."""
+    """The atlas's numbers from the export in ``folder`` (its ``heads.parquet``, and ``texts.parquet`` if there).
+    The tables' sizes are checked against the memory budget before they are read (:mod:`.table_check`); where the
+    process still runs out (its address space limited below what the arrays and their histograms take), a
+    :class:`~attnviz.errors.ResourceError` says so."""
+    try:
+        return _atlas_data(folder, bins=bins, top=top)
+    except MemoryError:
+        from ..errors import ResourceError
+        raise ResourceError(f"the atlas of {folder} ran out of memory reading its tables: give an export of fewer "
+                            "texts or layers, or run it where more memory is allowed (ulimit -v, or a larger "
+                            "machine)") from None
+
+
+def _atlas_data(folder: str | Path, *, bins: int, top: int) -> AtlasData:
     from ..export.table import pyarrow
 
     pa = pyarrow()
@@ -194,7 +207,8 @@ def _label_rates(pa, pc, table, layers: list[int], n_heads: int, n_texts: int) -
     rates: dict[str, np.ndarray] = {}
     if flat is None:
         return rates
-    counted = flat.group_by(["label", "layer", "head"]).aggregate([("label", "count")])
+    # each row group's labels are read as their own dictionary: one dictionary for all, or the grouping fails
+    counted = flat.unify_dictionaries().group_by(["label", "layer", "head"]).aggregate([("label", "count")])
     position = {layer: i for i, layer in enumerate(layers)}
     for label, layer, head, count in zip(counted["label"].to_pylist(), counted["layer"].to_pylist(),
                                          counted["head"].to_pylist(), counted["label_count"].to_pylist(), strict=True):
