@@ -38,3 +38,30 @@ def test_generate_writes_its_numbers_and_a_picture_in_one_run(run_cli, tmp_path)
         assert len(saved.files) > 0
     assert _png(png)
 
+
+
+def test_heads_writes_its_table_to_files_by_extension(run_cli, tmp_path):
+    pyarrow = pytest.importorskip("pyarrow.parquet")
+    paths = [tmp_path / "h.json", tmp_path / "h.csv", tmp_path / "h.parquet"]
+    result = run_cli("heads", TEXT, "--model", TINY, "--format", "csv", *[x for p in paths for x in ("--out", str(p))])
+    assert result.exit_code == 0, result.stderr
+    import json
+
+    document = json.loads(paths[0].read_text(encoding="utf-8"))
+    assert paths[1].read_text(encoding="utf-8") == result.stdout  # the file is what stdout shows as CSV
+    table = pyarrow.read_table(paths[2]).to_pylist()
+    assert [(row["layer"], row["head"]) for row in table] == [(h["layer"], h["head"]) for h in document["heads"]]
+    assert table[0]["entropy"] == pytest.approx(document["heads"][0]["entropy"])
+    assert table[0]["labels"] == ";".join(document["heads"][0]["labels"])
+    wrong = run_cli("heads", TEXT, "--model", TINY, "--out", str(tmp_path / "h.png"))
+    assert wrong.exit_code != 0 and ".json, .csv, .parquet" in wrong.stderr
+
+
+def test_heads_format_parquet_still_writes_its_folder_with_a_note(run_cli, tmp_path):
+    pytest.importorskip("pyarrow")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat sat\nthe dog ran\n", encoding="utf-8")
+    result = run_cli("heads", "--file", str(texts), "--model", TINY, "--format", "parquet", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "o" / "heads.parquet").is_file()
+    assert "kept for this release" in result.stderr

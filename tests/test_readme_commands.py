@@ -42,7 +42,7 @@ ARRAY = re.compile(r"^#SBATCH\s+--array=(\d+)-(\d+)\s*$")
 TEXTS = [line for line in (ROOT / "examples" / "texts.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
 HUB_IDS = ("gpt2", "t5-small")
 IMAGE_MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<", ".pdf": b"%PDF", ".html": b"<!DOCTYPE html>", ".npz": b"PK",
-               ".json": b"{"}
+               ".json": b"{", ".parquet": b"PAR1"}
 
 
 # --- reading the README ------------------------------------------------------------------------

@@ -119,22 +119,30 @@ class HeadTable:
                 "heads": self.rows() if rows is None else rows}
 
 
-def rows_csv(rows: list[HeadRow]) -> str:
-    """Head rows as CSV: ``layer``, ``head``, every statistic (then any added column: importance, ablation), and
-    the labels joined by ``;``."""
-    import csv
-    import io
-
+def rows_flat(rows: list[HeadRow]) -> tuple[list[str], list[list[object]]]:
+    """Head rows as one flat table (what CSV and Parquet hold): ``layer``, ``head``, every statistic (then any added
+    column: importance, ablation), the labels joined by ``;`` and, where any head has them, its sinks too."""
     known = ("layer", "head", "labels", "sinks")
     names = ["layer", "head", *(name for name in STATISTICS if not rows or name in rows[0]),
              *(name for name in (rows[0] if rows else {}) if name not in STATISTICS and name not in known)]
     sinks = any("sinks" in row for row in rows)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*names, "labels", *(["sinks"] if sinks else [])])
+    table = []
     for row in rows:
         extra = [";".join(map(str, row.get("sinks", [])))] if sinks else []
-        writer.writerow([row[c] for c in names] + [";".join(row["labels"])] + extra)
+        table.append([row[c] for c in names] + [";".join(row["labels"])] + extra)
+    return [*names, "labels", *(["sinks"] if sinks else [])], table
+
+
+def rows_csv(rows: list[HeadRow]) -> str:
+    """Head rows as CSV (:func:`rows_flat`)."""
+    import csv
+    import io
+
+    columns, table = rows_flat(rows)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(table)
     return buffer.getvalue()
 
 

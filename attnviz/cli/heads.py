@@ -36,6 +36,7 @@ from .options import (
     text_from_file,
     text_or_example,
 )
+from .outputs import StdoutFormat, announcer, check_outputs, write_table, write_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.heads import HeadRow
@@ -71,8 +72,8 @@ def heads(
     sort: str | None = typer.Option(None, "--sort", help="Sort by this statistic, largest first (full or short name: prev_score or prev, induction or ind), or by layer or head.", show_default=False),
     top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (after --sort).", show_default=False),
     columns: str | None = typer.Option(None, "--columns", help="The statistics the table shows, in this order, e.g. prev,ind,dup (full or short names; 'all' for every one). JSON and CSV always have every statistic.", show_default=False),
-    fmt: Format = typer.Option(Format.table, "--format", help="table, json (one object: model, text, tokens, heads), csv (one row per head), or parquet (with --file and --out: one row per text × layer × head, not averaged)."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="With --format parquet: the folder for heads.parquet, texts.parquet and a manifest (a rerun resumes).", show_default=False),
+    fmt: Format = typer.Option(Format.table, "--format", help="What is printed on stdout: table, json (one object: model, text, tokens, heads) or csv (one row per head). (parquet, with --file and --out FOLDER, is kept for this release: use --out heads.parquet, or attnviz export for a corpus's rows per text.)"),
+    out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: .json (the whole table), .csv or .parquet (one row per head).", show_default=False),
     column: str | None = Column,
     field: str | None = Field,
     input_format: str | None = InputFormat,
@@ -125,26 +126,31 @@ def heads(
     given = sum(x is not None for x in (text, file, probe))
     if given > 1 or (given == 0 and options.model is None):
         raise UsageError(EXACTLY_ONE)
-    if fmt is Format.parquet or out is not None:
+    if fmt is Format.parquet:
         from .heads_parquet import parquet_settings, refuse_options, write_parquet
 
-        if fmt is not Format.parquet:
-            raise UsageError("--out is the folder of --format parquet; the other formats print to stdout")
-        refuse_options(text=text, probe=probe, out=out, given={
+        if len(out) > 1:
+            raise UsageError("--format parquet writes one folder: give --out FOLDER once")
+        folder = out[0] if out else None
+        refuse_options(text=text, probe=probe, out=folder, given={
             "--sort": sort is not None, "--top": top is not None, "--columns": columns is not None,
             "--only-head": head is not None, "--pair": pair is not None, "--target": target is not None,
             "--kind": kind_name(kind) not in ("self", "encoder"), "--device-map": options.device_map is not None,
             "--retrieval": retrieval is not None})
-        assert file is not None and out is not None  # checked above
+        assert file is not None and folder is not None  # checked above
         settings = parquet_settings(options, truncate=truncate, layer=parse_layer(layer), column=column,
                                     reading=reading(hide_special, renormalize, words), batch_size=BATCH, field=field,
                                     input_format=input_format)
         found = importance_source(options, vs) if importance else None  # a model without a loss fails now
-        write_parquet(file, out, settings, verbose=options.verbose)
+        write_parquet(file, folder, settings, verbose=options.verbose)
         if found is not None:
-            importance_parquet(file, out, found, column=column, ablate=ablate, vs=vs, truncate=truncate, field=field,
+            importance_parquet(file, folder, found, column=column, ablate=ablate, vs=vs, truncate=truncate, field=field,
                                input_format=input_format)
+        # Said once the folder is written (an error stays one line): the form that goes after this release.
+        note("--format parquet (a corpus's rows per text in a folder) is kept for this release only: --out "
+             "heads.parquet writes the head table, and attnviz export --formats parquet a corpus's rows per text")
         return
+    outputs = check_outputs(out, HEADS_OUTPUTS)
     texts = None
     if file is not None:
         from ..inputs import read_corpus
@@ -194,14 +200,16 @@ def heads(
         if found_retrieval.model_name not in (None, table.model_name):
             note(f"the retrieval scores were measured on {found_retrieval.model_name}; this table is {table.model_name}'s")
     rows = table.select(layer=one_layer, head=head, sort=sort, top=top)
+    what: dict[str, object] = ({"probe": probe.value} if probe is not None else
+                               {"file": str(file)} if file is not None else {"text": text})
+    if found is not None:
+        what["importance"] = {"objective": found.objective, "mean_loss": round(found.loss, 6),
+                              "normalised": "per layer, by the l2 norm of its heads' scores (Michel et al. 2019)",
+                              "ablate": found.ablate}
+    for path in outputs:
+        write_heads_output(table.document(rows, **what), rows, path)
+        announcer(StdoutFormat(fmt.value))(path)
     if fmt is Format.json:
-
-        what: dict[str, object] = ({"probe": probe.value} if probe is not None else
-                                   {"file": str(file)} if file is not None else {"text": text})
-        if found is not None:
-            what["importance"] = {"objective": found.objective, "mean_loss": round(found.loss, 6),
-                                  "normalised": "per layer, by the l2 norm of its heads' scores (Michel et al. 2019)",
-                                  "ablate": found.ablate}
         echo_json(table.document(rows, **what))
     elif fmt is Format.csv:
         from ..analysis.heads import rows_csv
@@ -227,6 +235,21 @@ def heads(
             f"sink rate: {table.sink_rate:.0%} of {'heads' if one_layer is None else f'the heads of layer {one_layer}'} "
             "have a sink on the first token (α₀ > 0.3, Gu et al. 2024); "
             "sink@K marks the keys where α_K > 0.3", style="dim")
+
+
+HEADS_OUTPUTS = (".json", ".csv", ".parquet")
+
+
+def write_heads_output(document: dict[str, Any], rows: list[Any], path: Path) -> None:
+    """The head table to ``path``, its kind by extension: the JSON document, or one row per head as CSV or Parquet."""
+    from ..analysis.heads import rows_flat
+    from ..labels import json_text
+
+    if path.suffix.lower() == ".json":
+        write_text(path, json_text(document, indent=1) + "\n")
+        return
+    columns, table = rows_flat(rows)
+    write_table(path, [dict(zip(columns, row, strict=True)) for row in table], columns)
 
 
 def importance_source(options: Any, vs: str | None) -> Any:

@@ -87,6 +87,9 @@ def read_retrieval(path: str | Path) -> RetrievalColumns:
     return _read_parquet(path)
 
 
+MAX_FIELD = 128 << 10  # characters of one field of a needle run's CSV (csv's own default): its fields are numbers
+
+
 def _read_csv(path: Path) -> RetrievalColumns:
     from ..limits import read_small
 
@@ -97,6 +100,9 @@ def _read_csv(path: Path) -> RetrievalColumns:
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text") from None
     reader = csv.reader(io.StringIO(text))
+    # csv's field limit is one setting of the whole process (a file of texts raises it): a needle table's fields
+    # are numbers, so this read holds its own bound, and puts the process's back after.
+    before = csv.field_size_limit(MAX_FIELD)
     layers, heads = array("q"), array("q")
     scores = {name: array("d") for name in COLUMNS}
     try:
@@ -119,6 +125,8 @@ def _read_csv(path: Path) -> RetrievalColumns:
     except csv.Error as exc:
         raise InputError(f"{path}: line {reader.line_num} is not a heads table's row ({exc}); a needle run's "
                          "table holds numbers: give the .csv that attnviz's needle command wrote") from None
+    finally:
+        csv.field_size_limit(before)
     return _from_columns(np.asarray(layers, dtype=np.int64), np.asarray(heads, dtype=np.int64),
                          {name: np.asarray(values, dtype=np.float64) for name, values in scores.items()}, path)
 
