@@ -90,7 +90,10 @@ def timed_browser(browser):
 def test_every_tab_of_8192_tokens_opens_without_a_long_task(timed_browser, long_page):
     requests: list[str] = []
     errors: list[str] = []
-    page = open_offline(timed_browser, long_page, requests, errors, ready="#matrix[data-drawn]", init=RECORD)  # a long page opens on the matrix
+    page = open_offline(timed_browser, long_page, requests, errors, init=RECORD)  # on the head view, from its lines
+    assert page.evaluate("window.attnviz.state.view") == "head" and not page.is_visible("#opened")
+    page.click("nav.tabs button[data-view=matrix]")
+    page.wait_for_selector("#matrix[data-drawn]")
     assert _not_blank(page, "#matrix") > 0.1
     tabs = page.eval_on_selector_all("nav.tabs button", "(b) => b.map((x) => x.dataset.view)")
     assert tabs == ["head", "model", "matrix", "query", "table"]  # no query-key vectors at this length

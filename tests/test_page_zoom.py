@@ -145,8 +145,10 @@ def test_a_matrix_held_pooled_says_so_and_still_zooms(browser, pooled_page):
     assert factor > 1  # the budget left the single cells out
     requests: list[str] = []
     errors: list[str] = []
-    page = open_offline(browser, path, requests, errors, ready="#matrix[data-drawn]")
-    assert page.evaluate("window.attnviz.state.view") == "matrix"  # the head view needs single cells
+    page = open_offline(browser, path, requests, errors)  # the head view, from each query's strongest keys
+    assert page.evaluate("window.attnviz.state.view") == "head"  # (issue 50 B.7: not the matrix)
+    page.click("nav.tabs button[data-view=matrix]")
+    page.wait_for_selector("#matrix[data-drawn]")
     assert f"down to {factor}×{factor} tokens" in page.inner_text("#notes")
     assert page.input_value("#scale") == "log"  # a long context opens on the log scale
     # At the whole matrix, a cell covers several tokens: the tooltip says it shows their strongest weight.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, given, renamed, show_view, wrote
+from .common import cli_command, given, note, renamed, show_view, wrote
 from .options import (
     Cmap,
     CmapOpt,
@@ -33,6 +35,19 @@ from .options import (
     text_from_file,
     text_or_example,
 )
+
+LOG_BEYOND = 512
+"""Tokens beyond which the page's matrix opens on a log scale; a linear picture of more says how to get one."""
+
+
+class ColourScale(str, Enum):
+    linear = "linear"
+    log = "log"
+
+
+COLOUR_SCALE_HELP = ("The colour scale of pictures and the terminal: linear, or log (4 decades below the top, as the "
+                     "page's matrix colours a long text, whose small weights a linear scale leaves dark; PNG and the "
+                     "terminal).")
 
 
 @cli_command
@@ -65,6 +80,7 @@ def heatmap(
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     vmax: float | None = typer.Option(None, "--vmax", help="Top of the colour scale (default: the largest weight shown)."),
     cmap: Cmap = CmapOpt,
+    colour_scale: ColourScale = typer.Option(ColourScale.linear, "--colour-scale", help=COLOUR_SCALE_HELP),
     width: int | None = Width,
     truncate: bool = Truncate,
 ) -> None:
@@ -88,6 +104,13 @@ def heatmap(
     if region != (None, None) and (query is not None or (out is not None and out.suffix.lower() == ".html")):
         raise UsageError("--rows and --cols draw a region of a heatmap; the page zooms into any region itself "
                          "(scroll or drag a box), and --query draws one row")
+    log = colour_scale == ColourScale.log
+    if log and out is not None and out.suffix.lower() in (".svg", ".pdf"):
+        raise UsageError(f"--colour-scale log is drawn in PNG pictures and the terminal; {out.name} is "
+                         f"{out.suffix.lower()[1:].upper()}: write a .png, or leave --colour-scale out")
+    if log and out is not None and out.suffix.lower() == ".html":
+        raise UsageError("--colour-scale is for pictures; the page has its own choice of scale (log by default "
+                         "beyond 512 tokens)")
     text = text_from_file(text, text_file)
     if out is not None:
         from ..render.output import check_output_path
@@ -114,14 +137,31 @@ def heatmap(
         shown = query_view(source, text, query, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair,
                            target=target, reading=reading(hide_special, renormalize, words), truncate=truncate,
                            vmax=vmax, cmap=cmap.value)
-        show_view(shown, out, values=values, fit=fit.value, width=width)
+        show_view(_scaled(shown, log), out, values=values, fit=fit.value, width=width)
         return
     from ..api import attention_view
 
     view = attention_view(source, text, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair,
                           target=target, reading=reading(hide_special, renormalize, words), truncate=truncate,
                           vmax=vmax, cmap=cmap.value, pool=_picture(out), rows=region[0], cols=region[1])
-    show_view(view, out, values=values, fit=fit.value, width=width)
+    tokens = view.n_tokens or view.panels.shape[2] * view.token_step
+    if tokens > LOG_BEYOND and view.row_start is None and not given("colour_scale") and \
+            (out is None or out.suffix.lower() == ".png"):
+        note(f"{tokens:,} tokens on a linear colour scale, where most weights are small and dark: --colour-scale log "
+             "shows them, as the page's matrix does beyond 512 tokens")
+    # A region is drawn cell by cell, as documented: the terminal splits its columns into pages (a panel after
+    # another) unless --fit downsample is given.
+    paged = region != (None, None) and not given("fit")
+    show_view(_scaled(view, log), out, values=values, fit="page" if paged else fit.value, width=width)
+
+
+def _scaled(view: Any, log: bool) -> Any:
+    """``view`` on a log colour scale (``--colour-scale log``), or as it is."""
+    if not log:
+        return view
+    from dataclasses import replace
+
+    return replace(view, scale=view.scale.logarithmic())
 
 
 def _picture(out: Path | None) -> bool | None:

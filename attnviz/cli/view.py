@@ -36,8 +36,9 @@ def _show_help() -> str:
     from ..render.page_views import PAGE_VIEWS
 
     listed = ", ".join(f"{view.name} ({view.tab.lower()})" for view in PAGE_VIEWS.values())
-    return (f"The view open first: {listed}. A view the page has no data for (qk, table) opens the first one, and "
-            "the head and query views of a text too long for the page to hold single cells open the matrix.")
+    return (f"The view open first: {listed}. A view the page has no data for (qk, table) opens the head view (qk "
+            "with a warning: at most 64 tokens, on the native engine or a config model), and a page that holds "
+            "neither single cells nor each query's strongest keys opens the matrix and says why.")
 
 
 def _view_names(incomplete: str) -> list[str]:

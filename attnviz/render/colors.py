@@ -40,13 +40,20 @@ SIGNED_SHADES = "-=≡■"
 these below it, so a view of mostly small signed values is not one field of the middle shade."""
 
 
+LOG_DECADES = 4
+"""A log scale's span below its top: the page's matrix's log scale (4 decades below the largest weight)."""
+
+
 @dataclass(frozen=True)
 class ColorScale:
-    """Linear map from values in ``[vmin, vmax]`` to a colormap; values outside are clipped."""
+    """Linear map from values in ``[vmin, vmax]`` to a colormap; values outside are clipped. ``log``: the
+    map is linear in log10 of the value over the :data:`LOG_DECADES` below ``vmax`` (lower values, 0
+    included, take the bottom colour), as the page's matrix colours a long text."""
 
     vmin: float
     vmax: float
     cmap: str = "viridis"
+    log: bool = False
 
     def __post_init__(self) -> None:
         if self.cmap not in _ANCHORS:
@@ -67,8 +74,23 @@ class ColorScale:
         top = top if top > 0 and math.isfinite(top) else 1.0
         return cls(-top, top, cmap)
 
+    def logarithmic(self) -> ColorScale:
+        """This scale on a log scale: :data:`LOG_DECADES` decades below ``vmax`` (values are weights: not signed)."""
+        if self.vmin < 0:
+            raise UsageError("a log colour scale needs values of one sign; this view has negative ones")
+        return ColorScale(0.0, self.vmax, self.cmap, log=True)
+
+    @property
+    def floor(self) -> float:
+        """The bottom of a log scale: :data:`LOG_DECADES` decades below its top."""
+        return self.vmax * 10.0 ** -LOG_DECADES
+
     def normalize(self, values: np.ndarray) -> np.ndarray:
         """Values mapped to ``[0, 1]``."""
+        if self.log:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.log10(np.clip(np.asarray(values, dtype=np.float64), self.floor, self.vmax) / self.floor)
+            return np.clip(np.nan_to_num(ratio / LOG_DECADES, nan=0.0), 0.0, 1.0)
         span = self.vmax - self.vmin
         return np.clip((np.asarray(values, dtype=np.float64) - self.vmin) / span, 0.0, 1.0)
 

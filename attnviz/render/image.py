@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizWarning
+from ..errors import AttnvizWarning, UsageError
 from .figure_style import DPI, MAX_TICKS
 from .fonts import clean_label, font_chain
 from .grid_layout import TextSizes
@@ -37,6 +37,13 @@ def warn_missing(missing: list[str]) -> None:
         )
 
 
+def view_label(label: str) -> str:
+    """A view's label as images draw it (:func:`~.fonts.clean_label`), its spaces kept: a view's labels are
+    printable already (a token's own space is ``␣``), so a space in one is a separator the view put there, between
+    a pooled row's positions or a region's position and its token (``0-2 [CLS]``, ``200 moving``)."""
+    return " ".join(clean_label(part) if part else "" for part in label.split(" "))
+
+
 GRID_CELL = 0.11  # inches a token takes along a grid panel's side: room for its 6-point label
 GRID_PANEL_MIN = 0.9  # inches: a grid panel's side at least, however few the tokens
 GRID_MAX = 30.0  # inches: a grid's width and height at most
@@ -59,7 +66,7 @@ def figure_size(view: HeatmapView) -> tuple[float, float]:
 
     def label_width(labels: list[str], count: int) -> float:
         step = max(1, math.ceil(count / MAX_TICKS))
-        return min(max((len(clean_label(s)) for s in labels[::step]), default=1) * CHAR_WIDTH * 6 / 72, 1.5)
+        return min(max((len(view_label(s)) for s in labels[::step]), default=1) * CHAR_WIDTH * 6 / 72, 1.5)
 
     lines = 1 + view.title.count("\n") + sum(1 + note.count("\n") for note in view.notes)
     text = TextSizes(row_labels=label_width(view.row_labels, q), col_labels=label_width(view.col_labels, k),
@@ -127,15 +134,15 @@ class FigureDrawer:
     def draw(self, view: HeatmapView, path: str | os.PathLike[str], *, values: bool = False) -> Path:
         """Draw ``view`` to ``path`` (see :func:`render_image`); reuse a kept figure where one fits."""
         from .labelled_figure import FigureKey, LabelledFigure, colorbar_sample
-        from .raster import RasterFigure
+        from .raster import LOG_TICK_SAMPLE, RasterFigure
 
         path = check_output_path(path)
         _, q, k = view.panels.shape
         if max(q, k) > FIGURE_CELLS:
             view = max_pool(view, math.ceil(max(q, k) / FIGURE_CELLS))
         view = wrap_title(view, figure_size(view)[0])
-        rows_l = tuple(clean_label(s) for s in view.row_labels)
-        cols_l = tuple(clean_label(s) for s in view.col_labels)
+        rows_l = tuple(view_label(s) for s in view.row_labels)
+        cols_l = tuple(view_label(s) for s in view.col_labels)
         families, missing = font_chain([*rows_l, *cols_l, view.title, *view.notes])
         warn_missing(missing)
         n_panels, q, k = view.panels.shape
@@ -145,8 +152,11 @@ class FigureDrawer:
             title_lines=1 + view.title.count("\n") + sum(1 + note.count("\n") for note in view.notes),
             row_axis=view.row_axis, col_axis=view.col_axis, value_name=view.value_name, cmap=view.scale.cmap,
             families=tuple(families), values=values and q * k <= MAX_VALUE_CELLS,
-            colorbar_sample=colorbar_sample(view.scale.vmin, view.scale.vmax),
+            colorbar_sample=LOG_TICK_SAMPLE if view.scale.log else colorbar_sample(view.scale.vmin, view.scale.vmax),
         )
+        if view.scale.log and path.suffix.lower() != ".png":
+            raise UsageError(f"a log colour scale is drawn in PNG pictures and the terminal; {path.name} is "
+                             f"{path.suffix.lower()[1:].upper()}: write a .png, or use a linear scale")
         kind = RasterFigure if path.suffix.lower() == ".png" else LabelledFigure
         figure = self._figures.pop((kind, key), None)
         if figure is None:

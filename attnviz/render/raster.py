@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..fileio import atomic_write
+from .colors import LOG_DECADES
 from .figure_style import DPI, MAX_TICKS
 from .fonts import font_covering, font_files
 from .grid_layout import PAD, TICK_PAD, TITLE_PAD, TextSizes, grid_layout, grid_shape
@@ -232,11 +233,15 @@ class RasterFigure:
         height = max(bottom - top, 1)
         pixels[top:bottom, left:right] = cmap(1.0 - (np.arange(height) + 0.5) / height, bytes=True)[:, None, :3]
         _outline(pixels, self.colorbar, FRAME_WIDTH * PX)
-        ticks, labels, offset = colorbar_ticks(view.scale.vmin, view.scale.vmax, (bottom - top) / PX)
-        span = view.scale.vmax - view.scale.vmin
+        if view.scale.log:  # a tick a decade, from the top down
+            ticks = [view.scale.vmax * 10.0 ** -d for d in range(LOG_DECADES + 1)]
+            labels, offset = [log_tick(value) for value in ticks], ""
+            labels[-1] = "≤" + labels[-1]  # everything below the scale takes its bottom colour
+        else:
+            ticks, labels, offset = colorbar_ticks(view.scale.vmin, view.scale.vmax, (bottom - top) / PX)
         pad = TICK_PAD * DPI
         for value, label in zip(ticks, labels, strict=True):
-            y = bottom - (value - view.scale.vmin) / span * (bottom - top)
+            y = bottom - float(view.scale.normalize(np.asarray(value))) * (bottom - top)
             _band(pixels, y, FRAME_WIDTH * PX, right, right + round(TICK_LENGTH * PX), BLACK, horizontal=True)
             self._put(pixels, label, 10, right + pad, y, ha="left", va="center", boxes=self.boxes)
         self._put(pixels, offset, 10, right, top - pad, ha="left", va="bottom", boxes=self.boxes)
@@ -252,6 +257,19 @@ class RasterFigure:
 def write_bytes(path: str, data: bytes) -> None:
     with open(path, "wb") as file:
         file.write(data)
+
+
+LOG_TICK_SAMPLE = "≤0.0e-0"
+"""The widest label of a log colorbar's ticks (:func:`log_tick`), its digits as 0: room kept for it."""
+
+
+def log_tick(value: float) -> str:
+    """A log colorbar's tick: two significant digits, a short exponent (``0.075``, ``7.5e-5``)."""
+    text = f"{value:.2g}"
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    return text
 
 
 def colorbar_ticks(vmin: float, vmax: float, length_pt: float) -> tuple[list[float], list[str], str]:

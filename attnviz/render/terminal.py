@@ -23,7 +23,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from ..labels import JOINERS, safe_text
-from .colors import SHADES, SIGNED_SHADES, ColorScale
+from .colors import LOG_DECADES, SHADES, SIGNED_SHADES, ColorScale
 from .view import HeatmapView, max_pool
 
 
@@ -61,25 +61,44 @@ def render_terminal(view: HeatmapView, console: Screen, *, values: bool = False,
     colour = not (console.no_color or console.color_system is None)
     cell_w = 4 if values else 2
     n_panels = view.panels.shape[0]
+    if n_panels > 1 and fit == "page" and view.row_start is not None:  # a region's panels, each cell by cell in turn
+        console.print(Text(view.title, style="bold"))
+        print_notes(view.notes, console)
+        for p, title in enumerate(view.panel_titles):
+            console.print(Text(title, style="bold underline"))
+            one = replace(view, panels=view.panels[p : p + 1], panel_titles=[title], notes=[], columns=None,
+                          marks=view.marks[p : p + 1])
+            _pages(one, console, cell_w, colour, values)
+        console.print(_legend(view.scale, colour))
+        console.print(Text(f"rows: {view.row_axis} · columns: {view.col_axis}", style="dim"))
+        return
     if n_panels > 1 or fit == "downsample":
         view = pool_to_fit(view, console.width, cell_w, grid=n_panels > 1)
-    label_w = _label_width(view)
-    max_cols = max(1, (console.width - label_w - 1 - len(view.col_breaks)) // cell_w)
     console.print(Text(view.title, style="bold"))
     print_notes(view.notes, console)
     if n_panels > 1:
-        _grid(view, console, label_w, cell_w, colour, values)
+        _grid(view, console, _label_width(view), cell_w, colour, values)
     else:
-        n_keys = view.panels.shape[2]
-        pages = [range(s, min(s + max_cols, n_keys)) for s in range(0, n_keys, max_cols)]
-        if len(pages) > 1:
-            console.print(Text(f"paged: {n_keys} columns in {len(pages)} pages of ≤{max_cols}", style="dim"))
-        for i, cols in enumerate(pages):
-            if len(pages) > 1:
-                console.print(Text(f"page {i + 1}/{len(pages)}: keys {cols.start}–{cols.stop - 1}", style="bold"))
-            _single(view, console, label_w, cell_w, colour, values, cols)
+        _pages(view, console, cell_w, colour, values)
     console.print(_legend(view.scale, colour))
     console.print(Text(f"rows: {view.row_axis} · columns: {view.col_axis}", style="dim"))
+
+
+def _pages(view: HeatmapView, console: Screen, cell_w: int, colour: bool, values: bool) -> None:
+    """One panel, its columns split into pages of what the console's width holds (one page where it fits);
+    a region's pages number its keys from its first position."""
+    label_w = _label_width(view)
+    max_cols = max(1, (console.width - label_w - 1 - len(view.col_breaks)) // cell_w)
+    n_keys = view.panels.shape[2]
+    pages = [range(s, min(s + max_cols, n_keys)) for s in range(0, n_keys, max_cols)]
+    if len(pages) > 1:
+        console.print(Text(f"paged: {n_keys} columns in {len(pages)} pages of ≤{max_cols}", style="dim"))
+    start = view.col_start if view.row_start is not None else 0
+    for i, cols in enumerate(pages):
+        if len(pages) > 1:
+            console.print(Text(f"page {i + 1}/{len(pages)}: keys {start + cols.start}–{start + cols.stop - 1}",
+                               style="bold"))
+        _single(view, console, label_w, cell_w, colour, values, cols)
 
 
 def terminal_safe(view: HeatmapView) -> HeatmapView:
@@ -195,7 +214,7 @@ def _in_readable_units(view: HeatmapView) -> HeatmapView:
     if exponent == 0:
         return view
     factor = 10.0 ** -exponent
-    scale = ColorScale(view.scale.vmin * factor, view.scale.vmax * factor, view.scale.cmap)
+    scale = replace(view.scale, vmin=view.scale.vmin * factor, vmax=view.scale.vmax * factor)
     return replace(view, panels=view.panels * factor, scale=scale,
                    notes=[*view.notes, f"cell values (and the scale) are in units of 1e{exponent}"])
 
@@ -306,10 +325,11 @@ def _glyphs(label: str) -> list[str]:
 def _legend(scale: ColorScale, colour: bool) -> Text:
     lo, hi = scale.vmin, scale.vmax
     if colour:
-        text = Text(f"scale {legend_number(lo)} ")
-        for (r, g, b) in scale.rgb(np.linspace(lo, hi, 24)):
+        text = Text(f"scale {'≤' if scale.log else ''}{legend_number(scale.floor if scale.log else lo)} ")
+        steps = np.geomspace(scale.floor, hi, 24) if scale.log else np.linspace(lo, hi, 24)
+        for (r, g, b) in scale.rgb(steps):
             text.append(" ", style=f"on rgb({r},{g},{b})")
-        text.append(f" {legend_number(hi)}  ({scale.cmap})")
+        text.append(f" {legend_number(hi)}  ({scale.cmap}{', log scale' if scale.log else ''})")
         return text
     if scale.signed:
         top = max(-lo, hi)
@@ -317,7 +337,10 @@ def _legend(scale: ColorScale, colour: bool) -> Text:
                     f"{legend_number(top / 4)}, {legend_number(top / 2)}, {legend_number(top * 3 / 4)}, "
                     f"{legend_number(top)}")
     step = (hi - lo) / len(SHADES)
-    parts = [f"'{ch}' <{legend_number(lo + step * (i + 1))}" for i, ch in enumerate(SHADES[:-1])]
+    bounds = [lo + step * (i + 1) for i in range(len(SHADES) - 1)]
+    if scale.log:  # each shade an equal share of the decades below the top
+        bounds = [scale.floor * 10.0 ** (LOG_DECADES * (i + 1) / len(SHADES)) for i in range(len(SHADES) - 1)]
+    parts = [f"'{ch}' <{legend_number(bound)}" for ch, bound in zip(SHADES, bounds, strict=False)]
     parts.append(f"'{SHADES[-1]}' ≤{legend_number(hi)}")
     return Text("scale " + "  ".join(parts))
 

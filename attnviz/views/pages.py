@@ -48,6 +48,9 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
         # Cross-attention alone has no statistics; its page carries each head's q and k (details) instead.
         details = not can.self_attention and can.details and reading.plain
         result = source.extract(text, truncate=truncate, pair=pair, target=target, layers=layers, details=details)
+        if view == "qk" and not (details and len(result.tokens) <= QK_TOKENS):
+            view = _without_qk(source, reading, len(result.tokens), "the query · key view shows self-attention "
+                               "heads' vectors, and this page of an encoder-decoder model carries none")
         return page_of_result(reading.apply(result), head=head, kind=kind, stats=stats, view=view,
                               title=_title_text(text))
     if kind not in ("self", "encoder"):
@@ -61,16 +64,39 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
                          target=target, purpose="the page", rows=layers_out is not None)
     collector = PageCollector(reader.layers, stats, _title_text(text), budget=budget, hold=hold,
                               checkpoint=checkpoint)
-    if source.capabilities.details and reading.plain and len(reader.results[0].tokens) <= QK_TOKENS:
+    n_tokens = len(reader.results[0].tokens)
+    if source.capabilities.details and reading.plain and n_tokens <= QK_TOKENS:
         # The query-key view: each head's q and k (a second, small pass with details=True).
         detailed = source.extract(text, truncate=truncate, layers=layers, pair=pair, details=True)
         collector.qk = qk_vectors(detailed)
+    elif view == "qk":
+        view = _without_qk(source, reading, n_tokens)
     for position, parts in reader:
         collector.add(reader.results[0], position, parts[0])  # whole or a block of rows at a time
         if layers_out is not None:
             layers_out.append(parts[0])
         del parts  # before the next layer is computed
     return with_steps(collector.finish(head=head, kind="self", view=view), reader.results[0])
+
+
+def _without_qk(source: Any, reading: Reading, n_tokens: int, why: str | None = None) -> str:
+    """The view a page opens on where ``view="qk"`` was asked and the page carries no query and key vectors
+    (the head view), said in a warning that names why and what would show them."""
+    import warnings
+
+    from ..errors import AttnvizWarning
+
+    if why is None and not source.capabilities.details:
+        why = (f"the {source.engine} engine hands out no query and key vectors (the native engine and config models "
+               "do: [[engine=native]])")
+    elif why is None and not reading.plain:
+        why = ("a page carries query and key vectors for the tokens as the model reads them: drop [[hide_special]] "
+               "and [[words]]")
+    elif why is None:
+        why = (f"a page carries each head's query and key vectors for texts of at most {QK_TOKENS} tokens, and this "
+               f"one has {n_tokens:,}: give a text (or a part of it) of at most {QK_TOKENS} tokens")
+    warnings.warn(f"[[view=qk]]: {why}; the page opens on the head view", AttnvizWarning, stacklevel=3)
+    return "head"
 
 
 def _title_text(text: str | None, limit: int = 60) -> str:

@@ -12,10 +12,29 @@ from typing import Any
 
 import torch
 
+from ..errors import UsageError
 from ..labels import printable
-from ..render.view import HeadChoice, HeatmapView, matrix_view
+from ..render.view import FIGURE_CELLS, HeadChoice, HeatmapView, matrix_view
 from ..spans import Span, resolve_span
 from .pooled import chosen_heads, heatmap_layers, panel_titles
+
+REGION_CELLS = FIGURE_CELLS
+"""Queries, and keys, a region draws at most: what a picture draws cell by cell (a larger one would be pooled)."""
+
+REGION_TOTAL = 16_000_000
+"""Cells of a region's panels at most, all layers and heads together (128 MB of float64)."""
+
+
+def check_region(rows: int, cols: int, n: int, *, panels: int = 1) -> None:
+    """Refuse a region larger than :data:`REGION_CELLS` on a side or :data:`REGION_TOTAL` cells in all, in one
+    line naming the limit and what to do."""
+    if max(rows, cols) > REGION_CELLS:
+        raise UsageError(f"[[rows]] and [[cols]] draw a region cell by cell, at most {REGION_CELLS:,} queries by "
+                         f"{REGION_CELLS:,} keys; this one is {rows:,} × {cols:,} of {n:,} tokens: give a smaller "
+                         "region, or leave them out for the whole text, max-pooled")
+    if panels * rows * cols > REGION_TOTAL:
+        raise UsageError(f"a region of {rows:,} × {cols:,} in {panels:,} panels is {panels * rows * cols:,} cells, "
+                         f"over {REGION_TOTAL:,}: give [[layer]] N, a single [[head]] or a smaller region")
 
 
 def region_view(source: Any, text: str | None, *, rows: Span = (None, None), cols: Span = (None, None),
@@ -30,6 +49,7 @@ def region_view(source: Any, text: str | None, *, rows: Span = (None, None), col
     n = len(header.tokens)
     r0, r1 = resolve_span(rows, n, "rows")
     c0, c1 = resolve_span(cols, n, "cols")
+    check_region(r1 - r0, c1 - c0, n)
     panels: list[torch.Tensor] = []
     titles: list[str] = []
     n_heads = 0
@@ -38,6 +58,8 @@ def region_view(source: Any, text: str | None, *, rows: Span = (None, None), col
         del parts
         n_heads = part.n_heads
         chosen = chosen_heads(head, n_heads, header.model_name)
+        if not panels:  # the panels every layer adds, before the first is cut
+            check_region(r1 - r0, c1 - c0, n, panels=(1 if chosen is None else len(chosen)) * len(reader.layers))
         block = part.rows(r0, r1, (c0, c1))
         panels.append(block.mean(0, keepdim=True) if chosen is None else block[chosen])
         titles += panel_titles(head, chosen, reader.layers[position], layer is None)

@@ -352,6 +352,7 @@
   const VIEWS = Object.fromEntries(data.views.filter((v) => DRAW[v.name]).map((v) => [v.name, [v.tab, DRAW[v.name], v]]));
   function setView(view) {
     state.view = view;
+    if (view !== "matrix" && $("#opened")) $("#opened").hidden = true;  // why it opened on the matrix: said once
     document.querySelectorAll("nav.tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
     document.querySelectorAll("main section").forEach((s) => s.classList.toggle("active", s.id === "view-" + view));
     draw();
@@ -359,6 +360,18 @@
   function draw() {
     hideTip();
     return VIEWS[state.view][1]();
+  }
+  // Whether the head and One token views can draw this kind: its single cells, or its queries' strongest keys.
+  const drawsTokens = () => K().included >= K().levels.length || K().lines > 0;
+  const lacking = () => { const f = K().levels[K().included - 1].factor; return `${f}×${f}`; };
+  // The query the One token and query-key views open on: the page's own (a generated text's first step), else the
+  // last token that is not a special one ([SEP], </s>): it sees every key on a causal model, where the first sees
+  // only itself.
+  function defaultQuery() {
+    if (Number.isInteger(data.initial.query)) return data.initial.query;
+    const special = K().rowSpecial || [];
+    for (let i = K().rows.length - 1; i >= 0; i--) if (!special[i]) return i;
+    return Math.max(0, K().rows.length - 1);
   }
   function build() {
     document.title = data.title;
@@ -373,7 +386,21 @@
       nav.append(el("button", {"data-view": view, onclick: () => setView(view)}, name));
     }
     if (!nav.querySelector(`[data-view="${state.view}"]`)) state.view = nav.querySelector("button").dataset.view;
-    if (["head", "query"].includes(state.view) && K().included < K().levels.length) state.view = "matrix";  // no single cells
+    // The head and One token views draw single cells, or each query's strongest keys (a long text's lines); a page
+    // that holds neither opens on the matrix and says why, where it is seen.
+    const asked = state.view;
+    let opened = $("#opened");
+    if (!opened) {
+      opened = el("p", {class: "opened", id: "opened", role: "status"});
+      $("#controls").after(opened);
+    }
+    if (["head", "query"].includes(state.view) && !drawsTokens()) state.view = "matrix";
+    opened.hidden = asked === state.view;
+    opened.textContent = opened.hidden ? "" : `Opened on the Matrix tab, not the ${VIEWS[asked][0]} tab: that ` +
+      `view draws single tokens or each query's strongest keys, and this page of ${K().rows.length.toLocaleString("en")} ` +
+      `tokens holds neither (its matrix goes down to ${lacking()}-token cells). A page of fewer layers (view --layer N) ` +
+      `or a shorter text holds them; attnviz serve computes them as you go.`;
+    state.query = defaultQuery();
     stepBar();
     controls();
     findBox();
@@ -387,7 +414,7 @@
     state.head = Math.min(state.head, K().heads - 1);
     state.enabled = new Set([...state.enabled].filter((h) => h < K().heads));
     if (!state.enabled.size) state.enabled.add(state.head);
-    state.hoverRow = state.hoverCol = -1; state.query = 0; headPanel.reset();
+    state.hoverRow = state.hoverCol = -1; headPanel.reset();  // build() chooses the query
     build();
   }
   // attnviz serve: a text box (and pair/target boxes where they apply), recomputed as the user types.
