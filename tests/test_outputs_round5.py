@@ -16,6 +16,7 @@ def _png(path) -> bool:
 
 
 @pytest.mark.parametrize(("command", "args"), [
+    ("heatmap", [TEXT, "--model", TINY, "--head", "all"]),
     ("rollout", [TEXT, "--model", TINY]),
     ("compare-heads", [TEXT, "--model", TINY]),
     ("generate", [TEXT, "--model", CAUSAL, "-n", "3"]),
@@ -65,3 +66,13 @@ def test_heads_format_parquet_still_writes_its_folder_with_a_note(run_cli, tmp_p
     assert result.exit_code == 0, result.stderr
     assert (tmp_path / "o" / "heads.parquet").is_file()
     assert "kept for this release" in result.stderr
+
+
+def test_heatmap_writes_its_numbers_a_picture_and_the_page_in_one_run(run_cli, tmp_path):
+    npz, png, html = tmp_path / "h.npz", tmp_path / "h.png", tmp_path / "h.html"
+    result = run_cli("heatmap", TEXT, "--model", TINY, "--out", str(npz), "--out", str(png), "--out", str(html))
+    assert result.exit_code == 0, result.stderr
+    with np.load(npz) as saved:
+        assert len(saved.files) > 0
+    assert _png(png) and "<html" in html.read_text(encoding="utf-8").lower()
+    assert result.stdout.count("wrote ") == 3

@@ -19,7 +19,7 @@ from .options import (
     KindChoice,
     Layer,
     ModelOptions,
-    Out,
+    OutFiles,
     Pair,
     Renormalize,
     Target,
@@ -35,6 +35,7 @@ from .options import (
     text_from_file,
     text_or_example,
 )
+from .outputs import check_view_outputs
 
 LOG_BEYOND = 512
 """Tokens beyond which the page's matrix opens on a log scale; a linear picture of more says how to get one."""
@@ -75,7 +76,7 @@ def heatmap(
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
-    out: Path | None = Out,
+    out: list[Path] = OutFiles,
     values: bool = typer.Option(False, "--values", help="Write each weight into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     vmax: float | None = typer.Option(None, "--vmax", help="Top of the colour scale (default: the largest weight shown)."),
@@ -94,31 +95,31 @@ def heatmap(
     layer_choice = parse_layer(layer)
     if query is not None and head_choice == "mean":
         raise UsageError("--query lists heads one by one; give --head N or leave --head out (every head)")
-    if query is not None and out is not None and out.suffix.lower() == ".html":
+    pages = [path for path in out if path.suffix.lower() == ".html"]  # the interactive page
+    files = [path for path in out if path.suffix.lower() != ".html"]  # pictures and numbers
+    if query is not None and pages:
         raise UsageError("--query draws a picture; the page has its own query view (click a token in the head view)")
     if renormalize and not hide_special:
         raise UsageError("--renormalize rescales rows after --hide-special; add --hide-special")
     from ..spans import parse_span
 
     region = (None if rows is None else parse_span(rows, "rows"), None if cols is None else parse_span(cols, "cols"))
-    if region != (None, None) and (query is not None or (out is not None and out.suffix.lower() == ".html")):
+    if region != (None, None) and (query is not None or pages):
         raise UsageError("--rows and --cols draw a region of a heatmap; the page zooms into any region itself "
                          "(scroll or drag a box), and --query draws one row")
     log = colour_scale == ColourScale.log
-    if log and out is not None and out.suffix.lower() in (".svg", ".pdf"):
-        raise UsageError(f"--colour-scale log is drawn in PNG pictures and the terminal; {out.name} is "
-                         f"{out.suffix.lower()[1:].upper()}: write a .png, or leave --colour-scale out")
-    if log and out is not None and out.suffix.lower() == ".html":
+    for path in files:
+        if log and path.suffix.lower() in (".svg", ".pdf"):
+            raise UsageError(f"--colour-scale log is drawn in PNG pictures and the terminal; {path.name} is "
+                             f"{path.suffix.lower()[1:].upper()}: write a .png, or leave --colour-scale out")
+    if log and pages:
         raise UsageError("--colour-scale is for pictures; the page has its own choice of scale (log by default "
                          "beyond 512 tokens)")
     text = text_from_file(text, text_file)
-    if out is not None:
-        from ..render.output import check_output_path
-
-        check_output_path(out)
+    check_view_outputs(out)
     source = options.load()
     text = text_or_example(text, source)
-    if out is not None and out.suffix.lower() == ".html":  # the interactive page: every head, the one asked open
+    if pages:  # the interactive page: every head, the one asked open
         if values or vmax is not None:
             raise UsageError("--values and --vmax are for pictures; the page shows each weight on hover, scaled to "
                              "its largest")
@@ -129,30 +130,32 @@ def heatmap(
                          kind=kind_name(kind), pair=pair, target=target, truncate=truncate,
                          reading=reading(hide_special, renormalize, words),
                          view="matrix" if isinstance(head_choice, int) and layer_choice is not None else "model")
-        wrote(render_html(page, out, cmap=cmap.value))
-        return
+        for path in pages:
+            wrote(render_html(page, path, cmap=cmap.value))
+        if not files:
+            return
     if query is not None:
         from ..api import query_view
 
         shown = query_view(source, text, query, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair,
                            target=target, reading=reading(hide_special, renormalize, words), truncate=truncate,
                            vmax=vmax, cmap=cmap.value)
-        show_view(_scaled(shown, log), out, values=values, fit=fit.value, width=width)
+        show_view(_scaled(shown, log), files, values=values, fit=fit.value, width=width)
         return
     from ..api import attention_view
 
     view = attention_view(source, text, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair,
                           target=target, reading=reading(hide_special, renormalize, words), truncate=truncate,
-                          vmax=vmax, cmap=cmap.value, pool=_picture(out), rows=region[0], cols=region[1])
+                          vmax=vmax, cmap=cmap.value, pool=_picture(files), rows=region[0], cols=region[1])
     tokens = view.n_tokens or view.panels.shape[2] * view.token_step
     if tokens > LOG_BEYOND and view.row_start is None and not given("colour_scale") and \
-            (out is None or out.suffix.lower() == ".png"):
+            all(path.suffix.lower() == ".png" for path in files):
         note(f"{tokens:,} tokens on a linear colour scale, where most weights are small and dark: --colour-scale log "
              "shows them, as the page's matrix does beyond 512 tokens")
     # A region is drawn cell by cell, as documented: the terminal splits its columns into pages (a panel after
     # another) unless --fit downsample is given.
     paged = region != (None, None) and not given("fit")
-    show_view(_scaled(view, log), out, values=values, fit="page" if paged else fit.value, width=width)
+    show_view(_scaled(view, log), files, values=values, fit="page" if paged else fit.value, width=width)
 
 
 def _scaled(view: Any, log: bool) -> Any:
@@ -164,10 +167,10 @@ def _scaled(view: Any, log: bool) -> Any:
     return replace(view, scale=view.scale.logarithmic())
 
 
-def _picture(out: Path | None) -> bool | None:
-    """A picture file pools a long input to its size anyway: pooled as each layer is computed (True).
-    The terminal and the numbers (.npz/.json) keep every token unless a layer is too big to hold (None)."""
+def _picture(files: list[Path]) -> bool | None:
+    """Picture files pool a long input to their size anyway: pooled as each layer is computed (True). The
+    terminal and the numbers (.npz/.json, also beside a picture) keep every token unless a layer is too big (None)."""
     from ..render.registry import FORMATS, view_formats
 
-    suffix = None if out is None else out.suffix.lower()
-    return True if any(FORMATS[name].suffix == suffix for name in view_formats() if name != "html") else None
+    pictures = {FORMATS[name].suffix for name in view_formats() if name != "html"}
+    return True if files and all(path.suffix.lower() in pictures for path in files) else None

@@ -130,9 +130,6 @@ OutFiles = typer.Option(
     "kind from its extension: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).",
     show_default=False,
 )
-Out = typer.Option(
-    None, "--out", "-o", help="Write a file instead: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).", show_default=False,
-)
 
 
 def kind_name(kind: KindChoice) -> ViewKind:

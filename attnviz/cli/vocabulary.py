@@ -42,8 +42,8 @@ MEANINGS = {
     "--truncate": "cut a text longer than the model's maximum instead of failing",
     "--cmap": "the colormap of pictures",
     "--width": "the terminal width to fit",
-    "--out": "the file (or folder) to write, its kind from its extension; without it the command prints (export: "
-             "required)",
+    "--out": "a file to write, its kind from its extension, repeatable (one run, several files); without it the "
+             "command prints (export: the folder it fills, required; atlas: its one page)",
     "--format": "what is printed on stdout: a table, or json, csv (parquet: tables written with --out)",
     "--top": "show only the first N heads (heads: after --sort; atlas: of each ranking)",
     "--seed": "the seed of what is random, so a run can be repeated",
