@@ -150,6 +150,10 @@ def heads(
         note("--format parquet (a corpus's rows per text in a folder) is kept for this release only: --out "
              "heads.parquet writes the head table, and attnviz export --formats parquet a corpus's rows per text")
         return
+    for path in out:
+        if not path.suffix:
+            raise UsageError(f"--out {path}: a folder is what --format parquet writes (kept for this release); the "
+                             "head table is --out FILE.json, .csv or .parquet")
     outputs = check_outputs(out, HEADS_OUTPUTS)
     texts = None
     if file is not None:
