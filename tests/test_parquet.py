@@ -132,7 +132,7 @@ def test_heads_parquet_keeps_each_text_and_averages_to_the_table(run_cli, tmp_pa
         mine = [r for r in rows if (r["layer"], r["head"]) == (row["layer"], row["head"])]
         assert len(mine) == 3
         assert abs(sum(r["entropy"] for r in mine) / 3 - row["entropy"]) < 1e-5
-    for args, message in ((["--out", str(tmp_path / "z")], "--out is the folder of --format parquet"),
+    for args, message in ((["--out", str(tmp_path / "z")], "a folder is what --format parquet writes"),
                           (["--format", "parquet"], "needs --out DIR"),
                           (["--format", "parquet", "--out", str(tmp_path / "z"), "--top", "3"],
                            "--top does not go with --format parquet")):
