@@ -22,12 +22,12 @@ SHORT = " ".join(cc.haystack().split()[:60])
 
 
 @pytest.fixture(scope="module")
-def circuit(tmp_path_factory):
+def circuit(tmp_path_factory, tiny_hf):
+    """A causal model of 1,024 positions (tiny_hf's, built once per run: these checks never run it) and a haystack."""
     folder = tmp_path_factory.mktemp("round5_outputs")
-    model = cc.build(folder / "copy")
     haystack = folder / "haystack.txt"
     haystack.write_text(cc.haystack(), encoding="utf-8")
-    return str(model), str(haystack)
+    return tiny_hf["gpt2_long"], str(haystack)
 
 
 def _one_line(r) -> str:
