@@ -18,44 +18,13 @@ PROMPT = "the cat sat on the"
 
 @pytest.fixture(scope="module")
 def lm(tiny_hf, tmp_path_factory):
-    """Causal language models (with their language-model heads) of the tiny families, seeded."""
-    import shutil
-
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """Causal language models (with their language-model heads) of the tiny families, seeded, and of the families
+    only transformers runs (:data:`tiny_models.TRANSFORMERS_ONLY`)."""
+    from tiny_models import TRANSFORMERS_ONLY, build_transformers_only, causal_lm
 
     root = tmp_path_factory.mktemp("tiny_lm")
-    folders = {}
-    for family in ("gpt2", "llama", "mistral", "qwen2"):
-        folder = root / family
-        shutil.copytree(tiny_hf[family], folder)
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).save_pretrained(folder)
-        folders[family] = str(folder)
-    # Families only transformers runs, on the LLaMA folder's tokenizer: soft-capping and alternating sliding
-    # windows (Gemma 2), q/k norms (Qwen3, OLMo 2), a fused qkv projection (Phi-3), learned sinks (gpt-oss).
-    common = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "max_position_embeddings": 64}
-    extra = {
-        "gemma2": ("Gemma2Config", {"head_dim": 8, "sliding_window": 4, "attn_logit_softcapping": 5.0,
-                                    "final_logit_softcapping": 3.0}),
-        "qwen3": ("Qwen3Config", {"head_dim": 8}),
-        "phi3": ("Phi3Config", {"pad_token_id": 0}),
-        "olmo2": ("Olmo2Config", {}),
-        "gpt_oss": ("GptOssConfig", {"head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 4,
-                                     "layer_types": ["sliding_attention", "full_attention"]}),
-    }
-    import transformers
-
-    for family, (config_name, options) in extra.items():
-        folder = root / family
-        shutil.copytree(tiny_hf["llama"], folder)
-        llama = AutoConfig.from_pretrained(folder)
-        config = getattr(transformers, config_name)(vocab_size=llama.vocab_size, bos_token_id=llama.bos_token_id,
-                                                    eos_token_id=llama.eos_token_id, **common, **options)
-        torch.manual_seed(0)
-        (folder / "config.json").unlink()
-        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-        folders[family] = str(folder)
+    folders = {family: causal_lm(tiny_hf[family], root / family) for family in ("gpt2", "llama", "mistral", "qwen2")}
+    folders |= build_transformers_only(root, tiny_hf["llama"], tuple(TRANSFORMERS_ONLY))
     return folders
 
 

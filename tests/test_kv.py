@@ -4,7 +4,6 @@ the cut cache (transformers' eager attention with the evicted keys masked)."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import copy_circuit as cc
 import pytest
@@ -21,16 +20,9 @@ QUESTION = "where did the cat go"
 @pytest.fixture(scope="module")
 def llama(tiny_hf, tmp_path_factory):
     """A LLaMA language model with grouped-query attention (4 query heads over 2 key/value heads), seeded."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from tiny_models import causal_lm
 
-    folder = tmp_path_factory.mktemp("kv_lm") / "llama"
-    shutil.copytree(tiny_hf["llama"], folder)
-    config = AutoConfig.from_pretrained(folder)
-    config.max_position_embeddings = 512
-    assert config.num_attention_heads == 2 * config.num_key_value_heads
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    return str(folder)
+    return causal_lm(tiny_hf["llama"], tmp_path_factory.mktemp("kv_lm") / "llama", positions=512)
 
 
 @pytest.fixture(scope="module")

@@ -4,31 +4,19 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import pytest
-import torch
+from test_kv import QUESTION, TEXT
 
 from attnviz.errors import AttnvizWarning, UsageError
 from attnviz.kv import kv
 
-TEXT = ("the cat sat on the mat and the dog ran far away over the hill and then the cat came back home to sleep "
-        "while the dog kept running after the ball near the river")
-QUESTION = "where did the cat go"
-
 
 @pytest.fixture(scope="module")
 def llama(tiny_hf, tmp_path_factory):
-    """A LLaMA language model with grouped-query attention (4 query heads over 2 key/value heads), seeded."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from tiny_models import causal_lm  # test_kv's seeded GQA model
 
-    folder = tmp_path_factory.mktemp("kv_round5") / "llama"
-    shutil.copytree(tiny_hf["llama"], folder)
-    config = AutoConfig.from_pretrained(folder)
-    config.max_position_embeddings = 512
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    return str(folder)
+    return causal_lm(tiny_hf["llama"], tmp_path_factory.mktemp("kv_round5") / "llama", positions=512)
 
 
 @pytest.mark.parametrize(("policy", "budget"), [("snapkv", "8,8"), ("snapkv", "0.5,50%"), ("tova,tova", "8")])

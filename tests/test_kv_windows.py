@@ -4,8 +4,6 @@ cut cache equals transformers' eager attention with each layer type's own mask, 
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
@@ -20,16 +18,9 @@ POLICIES = ["streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle"]
 @pytest.fixture(scope="module")
 def mistral(tiny_hf, tmp_path_factory):
     """A Mistral language model: every layer a 5-token window, 4 query heads over 2 key/value heads."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from tiny_models import causal_lm
 
-    folder = tmp_path_factory.mktemp("kv_windows") / "mistral"
-    shutil.copytree(tiny_hf["mistral"], folder)
-    config = AutoConfig.from_pretrained(folder)
-    config.max_position_embeddings = 512
-    assert config.sliding_window == 5
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    return str(folder)
+    return causal_lm(tiny_hf["mistral"], tmp_path_factory.mktemp("kv_windows") / "mistral", positions=512)
 
 
 @pytest.fixture(scope="module")
@@ -52,30 +43,11 @@ def gemma3(tiny_hf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def transformers_only(tiny_hf, tmp_path_factory):
-    """Gemma 2 (soft-capping, a local layer then a global one) and gpt-oss (learned sinks, the same layers), on the
-    LLaMA folder's tokenizer: families only transformers runs."""
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """Gemma 2 (soft-capping, a local layer then a global one) and gpt-oss (learned sinks, the same layers)."""
+    from tiny_models import build_transformers_only
 
-    common = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "max_position_embeddings": 512, "head_dim": 8, "sliding_window": 4}
-    extra = {
-        "gemma2": ("Gemma2Config", {"attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}),
-        "gpt_oss": ("GptOssConfig", {"num_local_experts": 4, "num_experts_per_tok": 2,
-                                     "layer_types": ["sliding_attention", "full_attention"]}),
-    }
-    folders = {}
-    for family, (config_name, options) in extra.items():
-        folder = tmp_path_factory.mktemp("kv_windows") / family
-        shutil.copytree(tiny_hf["llama"], folder)
-        llama = AutoConfig.from_pretrained(folder)
-        config = getattr(transformers, config_name)(vocab_size=llama.vocab_size, bos_token_id=llama.bos_token_id,
-                                                    eos_token_id=llama.eos_token_id, **common, **options)
-        torch.manual_seed(0)
-        (folder / "config.json").unlink()
-        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-        folders[family] = str(folder)
-    return folders
+    return build_transformers_only(tmp_path_factory.mktemp("kv_windows"), tiny_hf["llama"], ("gemma2", "gpt_oss"),
+                                   positions=512)
 
 
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])

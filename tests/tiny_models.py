@@ -177,6 +177,61 @@ def build_sentencepiece_style(folder: Path) -> Path:
     return _save(folder, LlamaModel(cfg), tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
+def causal_lm(source: str | Path, folder: Path, *, positions: int | None = None, seed: int = 0) -> str:
+    """A copy of a tiny_hf model folder as a language model (its ``…ForCausalLM``, weights drawn again from
+    ``seed``), with ``positions`` positions where given."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shutil.copytree(source, folder)
+    config = AutoConfig.from_pretrained(folder)
+    if positions is not None:
+        config.max_position_embeddings = positions
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return str(folder)
+
+
+TRANSFORMERS_ONLY = {
+    # Families only transformers runs: soft-capping and alternating sliding windows (Gemma 2), q/k norms (Qwen3,
+    # OLMo 2), a fused qkv projection (Phi-3), learned sinks with local and global layers (gpt-oss).
+    "gemma2": ("Gemma2Config", {"head_dim": 8, "sliding_window": 4, "attn_logit_softcapping": 5.0,
+                                "final_logit_softcapping": 3.0}),
+    "qwen3": ("Qwen3Config", {"head_dim": 8}),
+    "phi3": ("Phi3Config", {"pad_token_id": 0}),
+    "olmo2": ("Olmo2Config", {}),
+    "gpt_oss": ("GptOssConfig", {"head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 4,
+                                 "layer_types": ["sliding_attention", "full_attention"]}),
+}
+
+
+def build_transformers_only(root: Path, llama: str | Path, families: tuple[str, ...], *,
+                            positions: int = 64) -> dict[str, str]:
+    """Tiny language models of :data:`TRANSFORMERS_ONLY`'s ``families`` in ``root``, on the LLaMA folder's tokenizer
+    (2 layers, 4 query heads over 2 key/value heads, seeded)."""
+    import shutil
+
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    common = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": positions}
+    folders = {}
+    for family in families:
+        config_name, options = TRANSFORMERS_ONLY[family]
+        folder = root / family
+        shutil.copytree(llama, folder)
+        base = AutoConfig.from_pretrained(folder)
+        config = getattr(transformers, config_name)(vocab_size=base.vocab_size, bos_token_id=base.bos_token_id,
+                                                    eos_token_id=base.eos_token_id, **common, **options)
+        torch.manual_seed(0)
+        (folder / "config.json").unlink()
+        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+        folders[family] = str(folder)
+    return folders
+
+
 BUILDERS = {
     "bert": build_bert,
     "gpt2": build_gpt2,
