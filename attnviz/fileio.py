@@ -61,6 +61,15 @@ def _refuse_special(path: Path) -> None:
                           "output would replace; give another file name")
 
 
+def write_json(path: str | os.PathLike[str], document: object) -> Path:
+    """``document`` as attnviz's JSON (every unsafe character in a string written as ``\\uXXXX``, one space of
+    indent), written atomically to ``path``: the one ``save`` of the results (kv, patterns, needle)."""
+    from .labels import json_text
+
+    text = json_text(document, indent=1) + "\n"
+    return atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
 def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
     """Call ``write(tmp_path)``, then rename the temporary file onto ``path``.
 

@@ -175,9 +175,9 @@ def test_patterns_class_the_previous_token_head_streaming_and_export_both_forms(
     previous = heads[cc.PREVIOUS_TOKEN_HEAD]
     assert previous.winner == "a_shape" and previous.recall["a_shape"] > 0.99 and previous.streaming_mass > 0.99
     layer, head = cc.PREVIOUS_TOKEN_HEAD
-    assert result.retrieval[layer][head] is False  # streaming: sinks and a recent window keep it
+    assert result.full_attention[layer][head] is False  # streaming: sinks and a recent window keep it
     for z_layer, z_head in cc.ZEROED_HEADS:  # uniform attention over 700 keys: no window keeps it
-        assert result.retrieval[z_layer][z_head] is True and heads[(z_layer, z_head)].streaming_mass < 0.9
+        assert result.full_attention[z_layer][z_head] is True and heads[(z_layer, z_head)].streaming_mass < 0.9
     config, tsv = tmp_path / "best_pattern.json", tmp_path / "full_attention_heads.tsv"
     printed = run_cli("patterns", text, "--model", circuit, "--budget", "64", "--minference", str(config), "--duo",
                       str(tsv), "--format", "csv")

@@ -111,7 +111,7 @@ def test_local_head_is_streaming_and_a_shape_wins() -> None:
     assert (search.recall["a_shape"] > 0.999).all()
     assert (search.recall["block_sparse"] < search.recall["a_shape"] - 0.01).all()  # one 64-block per row
     assert (search.streaming_mass > 0.999).all()
-    assert not sp.streaming_heads(search.streaming_mass, 1).any()
+    assert not sp.full_attention_heads(search.streaming_mass, 1).any()
 
 
 def test_fixed_column_head_vertical_slash_wins_and_is_retrieval() -> None:
@@ -122,7 +122,7 @@ def test_fixed_column_head_vertical_slash_wins_and_is_retrieval() -> None:
     assert (search.recall["a_shape"] < 0.8).all() and (search.recall["block_sparse"] < 0.8).all()
     assert int(search.vertical[0]) > sp.FORCED  # the split that reaches past the forced first columns
     assert (search.streaming_mass < 0.9).all()
-    assert sp.streaming_heads(search.streaming_mass, 1).tolist() == [True]
+    assert sp.full_attention_heads(search.streaming_mass, 1).tolist() == [True]
 
 
 def test_span_head_block_sparse_wins() -> None:
@@ -141,9 +141,9 @@ def test_span_head_block_sparse_wins() -> None:
 def test_gqa_duo_split_is_per_kv_head() -> None:
     # KV head 1's group averages 0.92 but its second query head keeps only 0.85: it needs the full cache.
     mass = torch.tensor([0.95, 0.97, 0.99, 0.85, 0.2, 0.3])
-    assert sp.streaming_heads(mass, 3).tolist() == [False, True, True]
-    assert sp.streaming_heads(mass, 3, threshold=0.4).tolist() == [False, False, True]
-    assert sp.streaming_heads(mass, 6).tolist() == [False, False, False, True, True, True]
+    assert sp.full_attention_heads(mass, 3).tolist() == [False, True, True]
+    assert sp.full_attention_heads(mass, 3, threshold=0.4).tolist() == [False, False, True]
+    assert sp.full_attention_heads(mass, 6).tolist() == [False, False, False, True, True, True]
 
 
 def test_exports(tmp_path) -> None:

@@ -2,18 +2,20 @@
 
 Every policy scores the prefix keys of one **KV head** and keeps its top ``budget``; a GQA group's query
 heads (query head h belongs to KV head ``h // (H // Hkv)``) are averaged first, so all heads of a group
-share one kept set, as in a real cache. The definitions follow NVIDIA kvpress 0.5.x (``kvpress/presses/``)
-and the papers it cites; each function says which. Ties are broken deterministically: forced keys (sinks,
-observation window, last token) score above every other key, the most recent of them first, and among
+share one kept set, as in a real cache (TOVA averages every head of the layer, as its paper does). The
+definitions follow NVIDIA kvpress 0.5.x (``kvpress/presses/``) and the papers it cites; each function says
+which. Ties are broken deterministically: forced keys score above every other key — SnapKV's observation
+window and TOVA's last key the most recent highest, StreamingLLM's sinks the earliest highest — and among
 equal scores the earlier key wins (a stable sort).
 
-Attention is read as an :class:`AttentionRows` source, one block of query rows at a time
-(``[H, rows, keys]``): :class:`QKRows` computes rows from queries and keys (memory O(rows × keys), never
-``[H, T, T]``), :class:`DenseRows` serves small dense weights (tests). What a policy loses is measured on
-the **future queries** (the question or the continuation; rows ``[H, F, T + F]`` over the prefix keys and
-their own): :func:`recall` is their attention mass on kept prefix keys plus their own keys (always kept,
-they are the new tokens); :func:`output_error` is ``‖o − o_kept‖ / ‖o‖`` with ``o_kept`` the softmax over the
-kept keys only.
+Attention is read as a :class:`RowBlocks` source, one block of query rows at a time (``[H, rows, keys]``). The
+commands read :class:`attnviz.kv.layers.LayerRows`, rows computed on demand by the engines' own
+:class:`attnviz.attention.rows.AttentionRows` (never ``[H, T, T]``); :class:`QKRows` (rows from given queries and
+keys) and :class:`DenseRows` (given dense weights) are the tests' independent sources. What a policy loses is
+measured on the **future queries** (the question or the continuation; rows ``[H, F, T + F]`` over the prefix keys
+and their own): :func:`recall` is their attention mass not on a dropped prefix key (on kept prefix keys, on their own
+keys — always kept, they are the new tokens — and on a learned sink); :func:`output_error` is ``‖o − o_kept‖ / ‖o‖``
+with ``o_kept`` the softmax over the kept keys only.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def pyramid_budgets(budget: int, n_layers: int, n_keys: int, window: int = WINDO
 # -- attention rows ----------------------------------------------------------------------------------------
 
 
-class AttentionRows(Protocol):
+class RowBlocks(Protocol):
     """Attention probabilities of ``n_rows`` query rows over ``n_keys`` keys, served in blocks. Row ``r``
     sits at absolute position ``offset + r`` (keys at ``0 … n_keys − 1``); when ``causal`` it sees the
     keys up to its position, the rest are 0."""
@@ -138,8 +140,8 @@ class DenseRows:
 
 
 class QKRows:
-    """Rows computed on demand from queries ``q [H, n_rows, d]`` and keys ``k [Hkv, n_keys, d]`` (after
-    RoPE): ``softmax(scale · q kᵀ)`` with query head h reading KV head ``h // (H // Hkv)``, causal by
+    """Rows computed on demand from given queries ``q [H, n_rows, d]`` and keys ``k [Hkv, n_keys, d]`` (after
+    RoPE): the tests' reference source (the commands read the engines' rows, :class:`attnviz.kv.layers.LayerRows`): ``softmax(scale · q kᵀ)`` with query head h reading KV head ``h // (H // Hkv)``, causal by
     default (row r at position ``offset + r``, ``offset`` defaulting to ``n_keys − n_rows``). float64
     inputs stay float64, others are computed in float32."""
 
@@ -171,7 +173,7 @@ class QKRows:
         return out
 
 
-def row_blocks(rows: AttentionRows, start: int = 0, stop: int | None = None,
+def row_blocks(rows: RowBlocks, start: int = 0, stop: int | None = None,
                size: int | None = None) -> Iterator[tuple[int, Tensor]]:
     """``(first row, block)`` for rows ``start … stop − 1``, ``size`` rows a block (by default as many as
     fit :data:`BLOCK_FLOATS` floats)."""
@@ -186,11 +188,6 @@ def group_mean(x: Tensor, n_kv_heads: int) -> Tensor:
     if x.shape[0] % n_kv_heads:
         raise ValueError(f"{x.shape[0]} query heads do not split into {n_kv_heads} KV heads")
     return x.reshape(n_kv_heads, x.shape[0] // n_kv_heads, *x.shape[1:]).mean(1)
-
-
-def kv_head_of(head: int, n_heads: int, n_kv_heads: int) -> int:
-    """The KV head query head ``head`` reads (GQA: ``head // (H // Hkv)``)."""
-    return head // (n_heads // n_kv_heads)
 
 
 # -- policy scores ---------------------------------------------------------------------------------------------
@@ -214,7 +211,7 @@ def streaming_scores(n_keys: int, n_kv_heads: int, n_sink: int = N_SINK) -> Tens
     return scores.expand(n_kv_heads, n_keys).clone()
 
 
-def h2o_scores(rows: AttentionRows, n_kv_heads: int) -> Tensor:
+def h2o_scores(rows: RowBlocks, n_kv_heads: int) -> Tensor:
     """H2O as kvpress ``ObservedAttentionPress`` (Zhang et al. 2023, arXiv 2306.14048): the attention each
     key received, summed over the prefix's query rows and divided by the rows that could see it
     (``T − j`` for key j in a causal prefix), averaged over the group. ``[Hkv, n_keys]`` float64."""
@@ -231,8 +228,8 @@ def h2o_scores(rows: AttentionRows, n_kv_heads: int) -> Tensor:
     return group_mean(total / seen.to(torch.float64), n_kv_heads)
 
 
-def snapkv_scores(rows: AttentionRows, n_kv_heads: int, *, window: int = WINDOW, kernel: int = KERNEL,
-                  observation: AttentionRows | None = None) -> Tensor:
+def snapkv_scores(rows: RowBlocks, n_kv_heads: int, *, window: int = WINDOW, kernel: int = KERNEL,
+                  observation: RowBlocks | None = None) -> Tensor:
     """SnapKV (Li et al. 2024, arXiv 2404.14469) as kvpress ``SnapKVPress``: the last ``window`` query rows'
     attention on the keys before the window, averaged over those rows, smoothed with
     ``avg_pool1d(kernel, padding=kernel // 2, stride=1)`` (zeros padded, counted) over the key axis,
@@ -257,7 +254,7 @@ def snapkv_scores(rows: AttentionRows, n_kv_heads: int, *, window: int = WINDOW,
     return _forced(scores, scored)
 
 
-def tova_scores(rows: AttentionRows, n_kv_heads: int, *, across: Literal["group", "layer"] = "layer") -> Tensor:
+def tova_scores(rows: RowBlocks, n_kv_heads: int, *, across: Literal["group", "layer"] = "layer") -> Tensor:
     """TOVA (Oren et al. 2024, arXiv 2401.06104): the last query row's attention on the keys before it, averaged
     over every head of the layer, one kept set for all its key/value heads, as TOVA's own cache
     (``schwartz-lab-NLP/TOVA``, ``tova_cache.py``: ``attn_weights.mean(1)``) and kvpress ``TOVAPress.score`` do;
@@ -273,7 +270,7 @@ def tova_scores(rows: AttentionRows, n_kv_heads: int, *, across: Literal["group"
     return _forced(scores, scored)
 
 
-def oracle_scores(future: AttentionRows, n_kv_heads: int, n_prefix: int) -> Tensor:
+def oracle_scores(future: RowBlocks, n_kv_heads: int, n_prefix: int) -> Tensor:
     """The upper bound: the future queries' own attention on each prefix key, averaged over them and over
     the group. Its top ``b`` maximise :func:`recall` averaged over the group. ``[Hkv, n_prefix]``."""
     total = torch.zeros(future.n_heads, n_prefix, dtype=torch.float64)
@@ -295,9 +292,9 @@ class PolicyInputs:
     """What :func:`policy_scores` reads for one layer: the prefix's rows, the future queries' rows (oracle,
     and SnapKV's window when ``question_window``), and the policies' settings."""
 
-    rows: AttentionRows
+    rows: RowBlocks
     n_kv_heads: int
-    future: AttentionRows | None = None
+    future: RowBlocks | None = None
     n_sink: int = N_SINK
     window: int = WINDOW
     kernel: int = KERNEL
@@ -330,7 +327,7 @@ def policy_scores(policy: str, inputs: PolicyInputs) -> Tensor:
 # -- what a kept set loses --------------------------------------------------------------------------------------
 
 
-def _kept_columns(keep: Tensor, future: AttentionRows) -> Tensor:
+def _kept_columns(keep: Tensor, future: RowBlocks) -> Tensor:
     """``[H, T + F]`` bool: per query head, its KV head's kept prefix keys and every future key."""
     n_prefix = keep.shape[1]
     per_head = keep.repeat_interleave(future.n_heads // keep.shape[0], dim=0)
@@ -338,7 +335,7 @@ def _kept_columns(keep: Tensor, future: AttentionRows) -> Tensor:
     return torch.cat([per_head, own], dim=1)
 
 
-def recall(future: AttentionRows, keep: Tensor) -> Tensor:
+def recall(future: RowBlocks, keep: Tensor) -> Tensor:
     """``[H]`` float64: each query head's future attention mass that is not on a dropped prefix key — on its KV
     head's kept prefix keys (``keep [Hkv, T]``), on the future keys, and on a learned sink where the model has one
     (gpt-oss: a row's mass short of 1 goes to a logit no cut removes) — averaged over the future rows. Rows that sum
@@ -350,7 +347,7 @@ def recall(future: AttentionRows, keep: Tensor) -> Tensor:
     return 1.0 - lost / max(future.n_rows, 1)
 
 
-def output_error(future: AttentionRows, values: Tensor, keep: Tensor) -> Tensor:
+def output_error(future: RowBlocks, values: Tensor, keep: Tensor) -> Tensor:
     """``[H]`` float64: ``‖o − o_kept‖ / ‖o‖`` over each query head's future rows (Frobenius over rows ×
     dims), ``o = A v`` and ``o_kept = (A ⊙ M) v / Σ(A ⊙ M)``, the softmax over the kept keys M only (and a learned
     sink's share, where rows sum to less than 1: the softmax's denominator keeps it).

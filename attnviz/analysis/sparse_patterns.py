@@ -1,4 +1,4 @@
-"""Sparse prefill patterns per head (MInference) and the streaming/retrieval split (DuoAttention), issue 44.
+"""Sparse prefill patterns per head (MInference) and the streaming/full-attention split (DuoAttention), issue 44.
 
 MInference (Jiang et al. 2024, arXiv 2407.02490; ``minference/modules/minference_forward.py``,
 ``search_pattern``) scores three patterns per query head by their **recall**, the mean over query rows
@@ -22,7 +22,8 @@ DuoAttention (Xiao et al. 2024, arXiv 2410.10819; ``mit-han-lab/duo-attention``)
 sinks + a recent window when that loses little: here a query head's **streaming mass** is its attention
 on the first 64 keys and the last 256 (``i − j < 256``), averaged over rows ``i ≥ 64 + 256`` (earlier rows
 lose nothing); a KV head is streaming when every query head of its group keeps at least ``threshold``
-(0.9) of its mass, otherwise retrieval ("full"), the unit DuoAttention gates.
+(0.9) of its mass, otherwise full attention (the paper's "retrieval head"; attnviz says full attention, keeping
+"retrieval head" for Wu et al.'s score in :mod:`attnviz.needle`), the unit DuoAttention gates.
 
 Masses are accumulated one block of rows at a time as sums by column, by diagonal and by 64×64 block,
 so a pattern's recall costs no ``[H, T, T]`` mask: ``mass(V ∪ S) = mass(V) + mass(S) − mass(V ∩ S)``.
@@ -39,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .kv_policies import AttentionRows, resolve_budget, row_blocks
+from .kv_policies import RowBlocks, resolve_budget, row_blocks
 
 PATTERNS = ("a_shape", "vertical_slash", "block_sparse")
 MINFERENCE_NAMES = {"a_shape": "stream_llm", "vertical_slash": "vertical_and_slash", "block_sparse": "block_sparse"}
@@ -90,7 +91,7 @@ def _diagonal_sums(block: Tensor, positions: Tensor, width: int | None = None) -
     return reverse.flip(1)
 
 
-def _vertical_slash_orders(rows: AttentionRows, *, last_q: int = LAST_Q, forced: int = FORCED) -> tuple[Tensor, Tensor]:
+def _vertical_slash_orders(rows: RowBlocks, *, last_q: int = LAST_Q, forced: int = FORCED) -> tuple[Tensor, Tensor]:
     """Every column and every diagonal offset by MInference's estimate, best first (``[H, N]`` long each):
     the sums of the last ``last_q`` rows' attention by column and by diagonal, the first ``forced`` of each
     always first. Any split's columns and offsets are prefixes of these."""
@@ -107,7 +108,7 @@ def _vertical_slash_orders(rows: AttentionRows, *, last_q: int = LAST_Q, forced:
     return _top(vertical, n), _top(slash, n)
 
 
-def estimate_vertical_slash(rows: AttentionRows, n_vertical: int, n_slash: int, *, last_q: int = LAST_Q,
+def estimate_vertical_slash(rows: RowBlocks, n_vertical: int, n_slash: int, *, last_q: int = LAST_Q,
                             forced: int = FORCED) -> tuple[Tensor, Tensor]:
     """MInference's vertical-slash estimate: from the last ``last_q`` rows' attention, the ``n_vertical``
     columns with the highest sums (the first ``forced`` always among them) and the ``n_slash`` diagonal
@@ -120,7 +121,7 @@ def estimate_vertical_slash(rows: AttentionRows, n_vertical: int, n_slash: int, 
     return columns[:, : min(n_vertical, n)], offsets
 
 
-def estimate_blocks(rows: AttentionRows, top_blocks: int, *, block: int = BLOCK) -> Tensor:
+def estimate_blocks(rows: RowBlocks, top_blocks: int, *, block: int = BLOCK) -> Tensor:
     """MInference's block-sparse index: queries and keys mean-pooled over blocks of ``block`` positions,
     ``pooled_q · pooled_k`` per query head (its KV head's keys), key blocks after the query block masked,
     each block row's ``top_blocks`` best kept. ``[H, query blocks, key blocks]`` bool (query blocks by
@@ -307,7 +308,7 @@ class PatternSearch:
     streaming_mass: Tensor
 
 
-def search_patterns(rows: AttentionRows, budget: int | float, *, sinks: int = SINKS, last_q: int = LAST_Q,
+def search_patterns(rows: RowBlocks, budget: int | float, *, sinks: int = SINKS, last_q: int = LAST_Q,
                     block: int = BLOCK, forced: int = FORCED, shares: Sequence[float] = VERTICAL_SHARES,
                     first_query: int | None = None, duo_sink: int = DUO_SINK,
                     duo_recent: int = DUO_RECENT) -> PatternSearch:
@@ -353,9 +354,11 @@ def search_patterns(rows: AttentionRows, budget: int | float, *, sinks: int = SI
     )
 
 
-def streaming_heads(streaming_mass: Tensor, n_kv_heads: int, threshold: float = DUO_THRESHOLD) -> Tensor:
-    """DuoAttention's split per KV head: ``[Hkv]`` bool, True for a retrieval ("full attention") head, i.e.
-    some query head of its group keeps less than ``threshold`` of its mass under sinks + recent window."""
+def full_attention_heads(streaming_mass: Tensor, n_kv_heads: int, threshold: float = DUO_THRESHOLD) -> Tensor:
+    """DuoAttention's split per KV head: ``[Hkv]`` bool, True for a head that keeps full attention (the paper's
+    "retrieval head", the 1 of its ``full_attention_heads.tsv``), i.e. some query head of its group keeps less than
+    ``threshold`` of its mass under sinks + recent window; False for a streaming head. attnviz keeps DuoAttention's
+    words "full attention" and "streaming" apart from Wu et al.'s retrieval heads (:mod:`attnviz.needle`)."""
     group = streaming_mass.reshape(n_kv_heads, -1)
     return group.min(1).values < threshold
 
@@ -383,6 +386,6 @@ def minference_config(layers: Sequence[PatternSearch]) -> list[dict[str, list[ob
 
 def duo_attention_tsv(full_heads: Sequence[Tensor]) -> str:
     """DuoAttention's ``full_attention_heads.tsv``: one line per layer, one tab-separated column per KV
-    head, 1 for a full-attention (retrieval) head and 0 for a streaming one, written as numpy's
+    head, 1 for a full-attention head and 0 for a streaming one, written as numpy's
     ``savetxt`` does (``%.18e``); ``duo_attn.utils.load_attn_pattern`` reads it back with ``np.loadtxt``."""
     return "".join("\t".join(f"{float(x):.18e}" for x in layer.tolist()) + "\n" for layer in full_heads)

@@ -40,7 +40,7 @@ def patterns(
                                            "configs/*_best_pattern.json form; the first budget's).",
                                            show_default=False),
     duo: Path | None = typer.Option(None, "--duo", help="Write DuoAttention's full_attention_heads.tsv (layers × "
-                                    "key/value heads, 1 a retrieval head).", show_default=False),
+                                    "key/value heads, 1 a full-attention head).", show_default=False),
     top: int | None = typer.Option(None, "--top", min=1, help="Show only the first N heads (lowest best recall "
                                    "first).", show_default=False),
     fmt: StdoutFormat = typer.Option(StdoutFormat.table, "--format", help="What is printed on stdout: the "
@@ -55,7 +55,7 @@ def patterns(
     """For each head of TEXT's model, the attention mass (recall) each sparse prefill pattern of MInference keeps at
     a budget of keys per query row: A-shape (sink columns and a local band), vertical-slash (the strongest columns
     and diagonals, from the last 64 queries), block-sparse (the strongest 64 × 64 blocks, from pooled queries and
-    keys), and which wins; and DuoAttention's split of the key/value heads into streaming and retrieval heads.
+    keys), and which wins; and DuoAttention's split of the key/value heads into streaming and full-attention heads.
     --minference and --duo write the answer in those tools' own forms.
 
     Example: attnviz patterns --text-file long.txt --model Qwen/Qwen2.5-0.5B-Instruct --budget 1024 --minference best_pattern.json --duo full_attention_heads.tsv
@@ -98,7 +98,7 @@ def patterns(
     from ..render.tables import titled
 
     console = stdout_console(width)
-    streaming = sum(not x for row in result.retrieval for x in row)
+    streaming = sum(not x for row in result.full_attention for x in row)
     wins = {p: sum(r["winner"] == p for r in result.rows() if r["budget"] == result.budgets[0])
             for p in ("a_shape", "vertical_slash", "block_sparse")}
     console.print(titled(f"{result.model_name}: {result.n_tokens:,} tokens; at {result.budgets[0]:,} keys per row "

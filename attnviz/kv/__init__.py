@@ -190,14 +190,14 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
             runner = CacheRunner(lm, context, eos_ids)
         answer_length = answer_tokens if question is not None else 0
         full = runner.full(future, answer_length)
-        result.full_answer = _decode(lm, source, full.answer) if question is not None else None
+        result.full_answer = _decode(source, full.answer) if question is not None else None
         for key in resolved:
             cut = runner.run(runner.cut(keep_by_run[key]), future, answer_length)
             kl = kl_divergence(full.logprobs, cut.logprobs)
             run = runs[key]
             run.kl, run.kl_max = float(kl.mean()), float(kl.max())
             if question is not None:
-                run.answer, run.changed = _decode(lm, source, cut.answer), cut.answer != full.answer
+                run.answer, run.changed = _decode(source, cut.answer), cut.answer != full.answer
             else:
                 run.changed = bool((cut.logprobs.argmax(-1) != full.logprobs.argmax(-1)).any())
     if keep_sets:
@@ -229,7 +229,7 @@ def _heads(source: Any) -> int:
     return int(config.get("num_attention_heads") or config.get("n_head") or 0)
 
 
-def _decode(lm: Any, source: Any, ids: list[int]) -> str:
+def _decode(source: Any, ids: list[int]) -> str:
     tokenizer = getattr(source, "hf_tokenizer", None)
     if tokenizer is not None:
         return str(tokenizer.decode(ids, skip_special_tokens=True)).strip()

@@ -23,7 +23,7 @@ from ..errors import UsageError
 
 class LayerRows:
     """Rows ``first … stop − 1`` of one layer over its first ``n_keys`` keys, served as
-    :class:`attnviz.analysis.kv_policies.AttentionRows` (row r at position ``first + r``, causal)."""
+    :class:`attnviz.analysis.kv_policies.RowBlocks` (row r at position ``first + r``, causal)."""
 
     causal = True
 

@@ -1,7 +1,7 @@
 """Which sparse prefill pattern serves each head of one's own prompt (issue 44): MInference's A-shape, vertical-slash
 and block-sparse, each head's recall under each at a budget and the winner, as MInference's ``search_pattern``
 defines them; and DuoAttention's split of the key/value heads into streaming (sinks and a recent window keep their
-attention) and retrieval heads. The search itself is :mod:`attnviz.analysis.sparse_patterns`; the prompt's layers
+attention) and full-attention heads (the paper's "retrieval heads"). The search itself is :mod:`attnviz.analysis.sparse_patterns`; the prompt's layers
 are read as row blocks with their queries and keys (:mod:`.layers`)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..analysis import sparse_patterns as sp
 from ..errors import UsageError
 from .budgets import distinct_budgets
 
-SCHEMA = "attnviz.patterns/1"
+SCHEMA = "attnviz.patterns/2"  # 2: DuoAttention's heads are full_attention (1 said retrieval)
 
 
 @dataclass
@@ -44,7 +44,7 @@ class PatternsResult:
     threshold: float
     budgets: list[int] = field(default_factory=list)
     heads: dict[int, list[HeadPattern]] = field(default_factory=dict)  # budget → every head
-    retrieval: list[list[bool]] = field(default_factory=list)  # [layer][kv head]: DuoAttention's full-attention heads
+    full_attention: list[list[bool]] = field(default_factory=list)  # [layer][kv head]: DuoAttention's full-attention heads
     configs: dict[int, list[dict[str, list[object]]]] = field(default_factory=dict, repr=False)  # budget → MInference
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,28 +55,26 @@ class PatternsResult:
         return data
 
     def save(self, path: str | Path) -> None:
-        from ..fileio import atomic_write
-        from ..labels import json_text
+        from ..fileio import write_json
 
-        text = json_text(self.to_dict(), indent=1) + "\n"
-        atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        write_json(path, self.to_dict())
 
     def minference_json(self, budget: int | None = None) -> str:
         """MInference's per-head config (``configs/*_best_pattern.json``) at ``budget`` (default the first)."""
         return json.dumps(self.configs[self.budgets[0] if budget is None else budget])
 
     def duo_tsv(self) -> str:
-        """DuoAttention's ``full_attention_heads.tsv``: layers × key/value heads, 1 a retrieval (full) head."""
+        """DuoAttention's ``full_attention_heads.tsv``: layers × key/value heads, 1 a full-attention head."""
         import torch
 
-        return sp.duo_attention_tsv([torch.tensor([float(x) for x in row]) for row in self.retrieval])
+        return sp.duo_attention_tsv([torch.tensor([float(x) for x in row]) for row in self.full_attention])
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per budget × layer × head (CSV, Parquet)."""
         return [{"budget": budget, "layer": h.layer, "head": h.head, "kv_head": h.kv_head,
                  **{f"recall_{p}": round(h.recall[p], 6) for p in sp.PATTERNS}, "winner": h.winner,
                  "streaming_mass": round(h.streaming_mass, 6),
-                 "duo": "retrieval" if self.retrieval[h.layer][h.kv_head] else "streaming"}
+                 "duo": "full" if self.full_attention[h.layer][h.kv_head] else "streaming"}
                 for budget in self.budgets for h in self.heads[budget]]
 
 
@@ -118,7 +116,7 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = (0.1,),
                     parts.layer, head, head // group, {p: float(search.recall[p][head]) for p in sp.PATTERNS},
                     search.winner[head], float(search.streaming_mass[head])))
         assert mass is not None
-        result.retrieval.append([bool(x) for x in sp.streaming_heads(mass, n_kv, threshold)])
+        result.full_attention.append([bool(x) for x in sp.full_attention_heads(mass, n_kv, threshold)])
     for budget in resolved:
         result.configs[budget] = sp.minference_config(searches[budget])
     return result

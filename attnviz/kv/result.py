@@ -92,11 +92,9 @@ class KVResult:
         return _finite(data)
 
     def save(self, path: str | Path) -> None:
-        from ..fileio import atomic_write
-        from ..labels import json_text
+        from ..fileio import write_json
 
-        text = json_text(self.to_dict(), indent=1) + "\n"
-        atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        write_json(path, self.to_dict())
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per run × layer × key/value head, worst first (the CSV and Parquet tables)."""

@@ -111,11 +111,9 @@ class NeedleResult:
         return data
 
     def save(self, path: str | Path) -> None:
-        from ..fileio import atomic_write
-        from ..labels import json_text
+        from ..fileio import write_json
 
-        text = json_text(self.to_dict(), indent=1) + "\n"
-        atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        write_json(path, self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "the needle result") -> NeedleResult:

@@ -51,7 +51,6 @@ class RunScores:
         self.size = end - start
         self.retrieval = torch.zeros(n_layers, n_heads, dtype=torch.float64)
         self.reasoning = torch.zeros(n_layers, n_heads, dtype=torch.float64)
-        self.hits = torch.zeros(n_layers, n_heads, dtype=torch.long)  # steps that added to the retrieval score
 
     def add(self, rows: Tensor, token: int) -> None:
         """One step: ``rows`` ``[layers, heads, T]`` is the attention of the query that generated ``token``."""
@@ -61,7 +60,6 @@ class RunScores:
         best = rows.argmax(dim=-1)  # the first of equal maxima
         inside = (best >= self.start) & (best < self.end)
         hit = inside & (ids[best] == token)
-        self.hits += hit.long()
         self.retrieval += hit.double() / self.size
         k = min(self.size, n_keys)
         values, order = torch.sort(rows, dim=-1, descending=True, stable=True)

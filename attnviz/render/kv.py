@@ -136,5 +136,5 @@ def patterns_table(rows: Sequence[dict[str, Any]]) -> Table:
                  for p in PATTERN_NAMES]
         table.add_row(f"{row['budget']:,}", str(row["layer"]), str(row["head"]), str(row["kv_head"]), *cells,
                       PATTERN_NAMES[row["winner"]], f"{row['streaming_mass']:.3f}",
-                      Text(row["duo"], style="cyan" if row["duo"] == "retrieval" else "dim"))
+                      Text(row["duo"], style="cyan" if row["duo"] == "full" else "dim"))
     return table
