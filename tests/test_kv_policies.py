@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from attnviz.analysis import kv_policies as kv
 from attnviz.analysis.kv_policies import DenseRows, PolicyInputs, QKRows
+from attnviz.analysis.policies import POLICIES
 
 
 def dense_softmax(q: torch.Tensor, k: torch.Tensor, offset: int | None = None) -> torch.Tensor:
@@ -61,8 +62,8 @@ def test_blocked_rows_equal_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     inputs_dense = PolicyInputs(DenseRows(dense), 2, future=DenseRows(future_dense), window=8)
     inputs_qk = PolicyInputs(qk, 2, future=QKRows(qf, k), window=8)
     monkeypatch.setattr(kv, "BLOCK_FLOATS", 4 * t * 3)  # 3 rows a block: many blocks, a ragged last one
-    for policy in kv.POLICIES:
-        assert torch.allclose(kv.policy_scores(policy, inputs_qk), kv.policy_scores(policy, inputs_dense), atol=1e-12)
+    for policy in POLICIES:
+        assert torch.allclose(POLICIES[policy].scores(inputs_qk), POLICIES[policy].scores(inputs_dense), atol=1e-12)
     assert len(list(kv.row_blocks(qk))) == math.ceil(t / 3)
 
 
@@ -174,8 +175,8 @@ def test_recall_and_output_error_against_dense_softmax() -> None:
 def test_every_key_kept_loses_nothing(seed: int) -> None:
     q, qf, k, v = layer(seed, t=30, f=4)
     inputs = PolicyInputs(QKRows(q, k[:, :30]), 2, future=QKRows(qf, k), window=8)
-    for policy in kv.POLICIES:
-        keep = kv.keep_top(kv.policy_scores(policy, inputs), 1.0)
+    for policy in POLICIES:
+        keep = kv.keep_top(POLICIES[policy].scores(inputs), 1.0)
         assert keep.all()
         assert torch.allclose(kv.recall(inputs.future, keep), torch.ones(4, dtype=torch.float64), atol=1e-12)
         assert kv.output_error(inputs.future, v, keep).abs().max() < 1e-12
@@ -186,8 +187,8 @@ def test_every_key_kept_loses_nothing(seed: int) -> None:
 def test_oracle_recall_never_below_any_policy(seed: int, budget: int, hkv: int) -> None:
     q, qf, k, _ = layer(seed, h=4, hkv=hkv, t=30, f=4)
     inputs = PolicyInputs(QKRows(q, k[:, :30]), hkv, future=QKRows(qf, k), window=6)
-    recalls = {p: kv.group_mean(kv.recall(inputs.future, kv.keep_top(kv.policy_scores(p, inputs), budget)), hkv)
-               for p in kv.POLICIES}
+    recalls = {p: kv.group_mean(kv.recall(inputs.future, kv.keep_top(POLICIES[p].scores(inputs), budget)), hkv)
+               for p in POLICIES}
     for policy, value in recalls.items():
         assert (recalls["oracle"] >= value - 1e-12).all(), policy
 
@@ -244,8 +245,8 @@ def test_planted_needle_kept_by_question_window_lost_by_streaming() -> None:
     q, k = q.expand(2, t + f, d + 1).clone(), k[None]
     inputs = PolicyInputs(QKRows(q[:, :t], k[:, :t], scale=1.0), 1, future=QKRows(q[:, t:], k, scale=1.0),
                           question_window=True)
-    snap = kv.keep_top(kv.policy_scores("snapkv", inputs), 16)
-    stream = kv.keep_top(kv.policy_scores("streaming", inputs), 16)
+    snap = kv.keep_top(POLICIES["snapkv"].scores(inputs), 16)
+    stream = kv.keep_top(POLICIES["streaming"].scores(inputs), 16)
     assert snap[0, needle] and not stream[0, needle]
     assert (kv.recall(inputs.future, snap) > 0.99).all() and (kv.recall(inputs.future, stream) < 0.05).all()
     v = torch.randn(1, t + f, d, generator=g, dtype=torch.float64)

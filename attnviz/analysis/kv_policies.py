@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-POLICIES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
 N_SINK = 4  # kvpress StreamingLLMPress.n_sink
 WINDOW = 64  # kvpress SnapKVPress.window_size
 KERNEL = 5  # kvpress SnapKVPress.kernel_size (avg_pool1d, padding kernel // 2, stride 1)
@@ -289,7 +288,7 @@ def keep_top(scores: Tensor, budget: int | float) -> Tensor:
 
 @dataclass(frozen=True)
 class PolicyInputs:
-    """What :func:`policy_scores` reads for one layer: the prefix's rows, the future queries' rows (oracle,
+    """What a policy's score function (:mod:`attnviz.analysis.policies`) reads for one layer: the prefix's rows, the future queries' rows (oracle,
     and SnapKV's window when ``question_window``), and the policies' settings."""
 
     rows: RowBlocks
@@ -300,28 +299,62 @@ class PolicyInputs:
     kernel: int = KERNEL
     question_window: bool = False
     tova_across: Literal["group", "layer"] = "layer"
+    keys: Tensor | None = None  # [Hkv, T, d] the prefix's keys, where a policy asks for them (Policy.needs_keys)
 
 
-def policy_scores(policy: str, inputs: PolicyInputs) -> Tensor:
-    """One layer's ``[Hkv, n_keys]`` scores under ``policy`` (one of :data:`POLICIES`; ``pyramidkv`` scores
-    as SnapKV, its budget comes from :func:`pyramid_budgets`). Score once, :func:`keep_top` per budget."""
-    rows, hkv = inputs.rows, inputs.n_kv_heads
-    if policy == "streaming":
-        return streaming_scores(rows.n_keys, hkv, inputs.n_sink)
-    if policy == "h2o":
-        return h2o_scores(rows, hkv)
-    if policy in ("snapkv", "pyramidkv"):
-        observation = inputs.future if inputs.question_window else None
-        if inputs.question_window and observation is None:
-            raise ValueError("a question window needs the future rows")
-        return snapkv_scores(rows, hkv, window=inputs.window, kernel=inputs.kernel, observation=observation)
-    if policy == "tova":
-        return tova_scores(rows, hkv, across=inputs.tova_across)
-    if policy == "oracle":
-        if inputs.future is None:
-            raise ValueError("the oracle needs the future rows")
-        return oracle_scores(inputs.future, hkv, rows.n_keys)
-    raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+def streaming_policy(inputs: PolicyInputs) -> Tensor:
+    """The ``streaming`` record's scores (:func:`streaming_scores`)."""
+    return streaming_scores(inputs.rows.n_keys, inputs.n_kv_heads, inputs.n_sink)
+
+
+def h2o_policy(inputs: PolicyInputs) -> Tensor:
+    """The ``h2o`` record's scores (:func:`h2o_scores`)."""
+    return h2o_scores(inputs.rows, inputs.n_kv_heads)
+
+
+def snapkv_policy(inputs: PolicyInputs) -> Tensor:
+    """The ``snapkv`` and ``pyramidkv`` records' scores (:func:`snapkv_scores`; the question's rows as the window
+    when ``question_window``)."""
+    observation = inputs.future if inputs.question_window else None
+    if inputs.question_window and observation is None:
+        raise ValueError("a question window needs the future rows")
+    return snapkv_scores(inputs.rows, inputs.n_kv_heads, window=inputs.window, kernel=inputs.kernel,
+                         observation=observation)
+
+
+def tova_policy(inputs: PolicyInputs) -> Tensor:
+    """The ``tova`` record's scores (:func:`tova_scores`)."""
+    return tova_scores(inputs.rows, inputs.n_kv_heads, across=inputs.tova_across)
+
+
+def oracle_policy(inputs: PolicyInputs) -> Tensor:
+    """The ``oracle`` record's scores (:func:`oracle_scores`)."""
+    if inputs.future is None:
+        raise ValueError("the oracle needs the future rows")
+    return oracle_scores(inputs.future, inputs.n_kv_heads, inputs.rows.n_keys)
+
+
+def sinks_kept(inputs: PolicyInputs) -> Tensor:
+    """StreamingLLM's always-kept keys: the first ``n_sink``."""
+    return torch.arange(inputs.rows.n_keys) < inputs.n_sink
+
+
+def window_kept(inputs: PolicyInputs) -> Tensor:
+    """SnapKV's always-kept keys: its observation window, the last ``window`` keys (none with a question window)."""
+    n = inputs.rows.n_keys
+    if inputs.question_window:
+        return torch.zeros(n, dtype=torch.bool)
+    return torch.arange(n) >= n - min(inputs.window, inputs.rows.n_rows, n)
+
+
+def last_kept(inputs: PolicyInputs) -> Tensor:
+    """TOVA's always-kept key: the last."""
+    return torch.arange(inputs.rows.n_keys) == inputs.rows.n_keys - 1
+
+
+def pyramid_layer_budget(count: int, layer: int, n_layers: int, n_keys: int) -> int:
+    """PyramidKV's budget rule: ``layer``'s share of :func:`pyramid_budgets`."""
+    return pyramid_budgets(count, n_layers, n_keys)[layer]
 
 
 # -- what a kept set loses --------------------------------------------------------------------------------------

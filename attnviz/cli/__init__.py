@@ -64,11 +64,19 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(
         False, "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
     ),
 ) -> None:
     """attnviz: attention heatmaps, head summaries and step-by-step explanations."""
+    if ctx.invoked_subcommand == "kv":  # before kv's own --help: its --policy lists the registry, plugins loaded
+        from ..analysis.policies import policy_help
+
+        command = ctx.command.get_command(ctx, "kv") if hasattr(ctx.command, "get_command") else None
+        for param in getattr(command, "params", []):
+            if param.name == "policy":
+                param.help = policy_help()
 
 
 def plain_message(exc: ClickException) -> str:

@@ -23,7 +23,20 @@ from .options import (
 from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table
 
 KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
-POLICY_NAMES = ("streaming", "h2o", "snapkv", "tova", "pyramidkv", "oracle")
+
+
+def _policy_help() -> str:
+    """--policy's help from the registry (:mod:`attnviz.analysis.policies`); the root command writes it again once
+    plugins have loaded, so `attnviz kv --help` lists a plugin's policy too."""
+    from ..analysis.policies import policy_help
+
+    return policy_help()
+
+
+def _policy_names(incomplete: str) -> list[str]:
+    from ..analysis.policies import POLICIES
+
+    return [name for name in POLICIES if name.startswith(incomplete)]
 
 
 @cli_command
@@ -33,10 +46,7 @@ def kv(
     text: str | None = typer.Argument(None, metavar="TEXT", help="The prompt whose cache a policy cuts (- reads "
                                       "standard input).", show_default=False),
     text_file: Path | None = TextFile,
-    policy: str = typer.Option("all", "--policy", help="The policies, comma-separated, or all: streaming (sinks + "
-                               "recent window), h2o (accumulated attention), snapkv (the last queries' attention, "
-                               "pooled), tova (the last query's), pyramidkv (SnapKV, budgets falling with depth), "
-                               "oracle (the future queries' own: the upper bound)."),
+    policy: str = typer.Option("all", "--policy", help=_policy_help(), autocompletion=_policy_names),
     budget: str = Budget,
     question: str | None = typer.Option(None, "--question", help="The future queries: this text, appended to the "
                                         "prompt (as a question is).", show_default=False),
@@ -78,11 +88,13 @@ def kv(
     text = text_from_file(text, text_file)
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
-    policies = list(POLICY_NAMES) if policy.strip().lower() == "all" else [p.strip().lower() for p in policy.split(",")]
-    unknown = [p for p in policies if p not in POLICY_NAMES]
+    from ..analysis.policies import POLICIES
+
+    policies = list(POLICIES) if policy.strip().lower() == "all" else [p.strip().lower() for p in policy.split(",")]
+    unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise UsageError(f"--policy {unknown[0] if unknown else policy!r} is unknown; use all or some of "
-                         f"{', '.join(POLICY_NAMES)}")
+                         f"{', '.join(POLICIES)}")
     budgets = parse_budgets(budget)
     if question is not None and continue_tokens is not None:
         raise UsageError("--question and --continue are two futures: give one of them, not both")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 
 from ..analysis import kv_policies as kvp
+from ..analysis import policies as _policies
 from ..errors import AttnvizWarning, UsageError
 from ..limits import MAX_KV_RUNS
 from .budgets import distinct_budgets
@@ -24,7 +25,7 @@ from .result import HeadLoss, KVResult, PolicyRun
 
 __all__ = ["POLICIES", "KVResult", "kv"]
 
-POLICIES = kvp.POLICIES
+POLICIES = _policies.POLICIES
 DROPPED = 5  # the dropped keys the future needed most, per head
 MAX_FUTURE = 512  # future tokens at most: the question or the continuation
 
@@ -141,12 +142,13 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     say("reading the layers")
     n_kv = 1
     needs: list[torch.Tensor] = []
-    for parts in _layers(source, ids, every, n_context):
+    keys = any(POLICIES[policy].needs_keys for policy in policies)
+    for parts in _layers(source, ids, every, n_context, keys=keys):
         n_kv = parts.n_kv_heads
         # The future's rows are few (the question, the continuation): computed once, read by every policy and budget.
         future_rows = kvp.DenseRows(parts.future.block(0, parts.future.n_rows), offset=n_context)
         inputs = kvp.PolicyInputs(rows=parts.context, n_kv_heads=n_kv, future=future_rows,
-                                  question_window=question_window, tova_across=tova_across)
+                                  question_window=question_window, tova_across=tova_across, keys=parts.context.k)
         values = parts.values.double()
         future_mass = kvp.oracle_scores(future_rows, n_kv, n_context)  # [Hkv, T]: what the future attends
         if keep_sets:
@@ -155,9 +157,8 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
         for key in resolved:
             policy, count = key[0], key[2]
             if policy not in scores:
-                scores[policy] = kvp.policy_scores(policy, inputs)
-            if policy == "pyramidkv":
-                count = kvp.pyramid_budgets(count, n_layers, n_context)[parts.layer]
+                scores[policy] = POLICIES[policy].scores(inputs)
+            count = POLICIES[policy].layer_budget(count, parts.layer, n_layers, n_context)
             first = held_from[parts.layer]
             chosen = scores[policy]
             if first:
@@ -209,10 +210,11 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     return result
 
 
-def _layers(source: Any, ids: list[int], labels: list[str], n_context: int) -> Any:
+def _layers(source: Any, ids: list[int], labels: list[str], n_context: int, *, keys: bool = False) -> Any:
     from .layers import read_sequence
 
-    return read_sequence(source, ids, labels, n_context, narrow=True)  # the policies read narrow causal blocks
+    # The policies read narrow causal blocks; the prefix's keys too where a policy scores them (key norms).
+    return read_sequence(source, ids, labels, n_context, narrow=True, queries_keys=keys)
 
 
 def _label(source: Any, token: int) -> str:

@@ -104,8 +104,8 @@ def read_sequence(source: Any, ids: list[int], labels: list[str], n_context: int
     eager: list[Tensor] | None = None
     if not source.capabilities.queries_keys:  # transformers' eager attention: whole weights, values from its cache
         if queries_keys:
-            raise UsageError(f"the {source.engine} engine does not hand on the queries and keys block-sparse pooling "
-                             "needs; use [[engine=native]] or fused")
+            raise UsageError(f"the {source.engine} engine does not hand on the queries and keys that block-sparse "
+                             "pooling or a policy scoring keys needs; use [[engine=native]] or fused")
         eager = _cache_values(source, ids)
         stream = source.stream_infos([info], None, False)
     else:

@@ -1,0 +1,129 @@
+"""KV-cache policies as records: a registry that plugins extend (issue 51).
+
+A policy is one :class:`Policy`: its name, a score function over one layer's rows (``[Hkv, T]`` per-key scores,
+higher kept first; a GQA group's, or a layer's, choice is the function's to make), the keys it always keeps, its
+per-layer budget rule (PyramidKV's pyramid is a rule, not a special case), the inputs it reads and its citation.
+:func:`select` does the top-k once for every policy, as kvpress's ``ScorerPress`` does. The functions are named as
+``"module:function"`` and imported when a policy first runs, so reading the registry (``--help``) imports no torch.
+
+A plugin adds one with :func:`register` (``attnviz.plugins``' entry points); ``attnviz kv --policy NAME`` then runs it
+end to end, and ``attnviz kv --help`` lists it. docs/development.md shows kvpress's key-norm press added so.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..records import Registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+
+    from .kv_policies import PolicyInputs
+
+Function = str | Callable[..., Any]  # "module:function", or the function itself
+
+
+def _resolve(function: Function) -> Callable[..., Any]:
+    if callable(function):
+        return function
+    module, name = function.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One KV-cache policy (see the module). ``score(inputs) -> [Hkv, T]``; ``always(inputs) -> [T]`` bool, the keys
+    kept whatever they score (raised above every other key, their own order kept); ``budget(count, layer, n_layers,
+    n_keys) -> int``, a layer's keys (None: ``count`` in every layer); ``reads``: the :class:`PolicyInputs` fields
+    it uses besides the rows (``future``, ``keys``, ``window``, …): ``future`` and ``keys`` are read only for the
+    policies that name them."""
+
+    name: str
+    summary: str  # a few words, for --help
+    citation: str
+    score: Function
+    always: Function | None = None
+    budget: Function | None = None
+    reads: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name or not all(c.isalnum() or c in "-_" for c in self.name) or self.name != self.name.lower():
+            raise ValueError(f"a policy's name is lower-case letters, digits, - and _; got {self.name!r}")
+        if self.name == "all":
+            raise ValueError("'all' means every policy; give the policy another name")
+        for what, text in (("summary", self.summary), ("citation", self.citation)):
+            if not isinstance(text, str) or not text.isprintable():
+                raise ValueError(f"{self.name}: a policy's {what} is printable text")
+
+    @property
+    def needs_future(self) -> bool:
+        return "future" in self.reads
+
+    @property
+    def needs_keys(self) -> bool:
+        return "keys" in self.reads
+
+    def scores(self, inputs: PolicyInputs) -> Tensor:
+        """``[Hkv, T]`` float64: the score function's, its always-kept keys raised above the others."""
+        import torch
+
+        found = _resolve(self.score)(inputs)
+        shape = (inputs.n_kv_heads, inputs.rows.n_keys)
+        if not isinstance(found, torch.Tensor) or tuple(found.shape) != shape:
+            got = tuple(found.shape) if isinstance(found, torch.Tensor) else type(found).__name__
+            raise ValueError(f"policy {self.name}: its score function gave {got}, not key/value heads × keys {shape}")
+        scores = found.double()
+        if self.always is None:
+            return scores
+        kept = _resolve(self.always)(inputs).to(torch.bool)
+        if kept.any() and (~kept).any():
+            low, high = scores[:, kept].min(), scores[:, ~kept].max()
+            if low <= high:  # raise the always-kept keys above every other key, keeping their own order
+                scores = scores.clone()
+                scores[:, kept] += high - low + 1
+        return scores
+
+    def layer_budget(self, count: int, layer: int, n_layers: int, n_keys: int) -> int:
+        """The keys ``layer`` keeps at a budget of ``count`` (the rule, or ``count`` itself)."""
+        if self.budget is None:
+            return count
+        return max(1, min(n_keys, int(_resolve(self.budget)(count, layer, n_layers, n_keys))))
+
+
+def _check(registered: Registry[Policy], policy: Policy) -> None:
+    if not isinstance(policy, Policy):
+        raise TypeError(f"a policy is an attnviz.analysis.policies.Policy, not {type(policy).__name__}")
+
+
+POLICIES: Registry[Policy] = Registry("policy", _check)
+"""Every KV-cache policy, by name (the built-ins sealed, a plugin's added)."""
+register, unregister, registered = POLICIES.register, POLICIES.unregister, POLICIES.registered
+
+_OWN = "attnviz.analysis.kv_policies:"
+register(Policy("streaming", "sinks + recent window", "StreamingLLM, Xiao et al. 2023 (kvpress StreamingLLMPress)",
+                _OWN + "streaming_policy", always=_OWN + "sinks_kept", reads=("n_sink",)))
+register(Policy("h2o", "accumulated attention", "H2O, Zhang et al. 2023 (kvpress ObservedAttentionPress)",
+                _OWN + "h2o_policy"))
+register(Policy("snapkv", "the last queries' attention, pooled", "SnapKV, Li et al. 2024 (kvpress SnapKVPress)",
+                _OWN + "snapkv_policy", always=_OWN + "window_kept",
+                reads=("window", "kernel", "question_window", "future")))
+register(Policy("tova", "the last query's", "TOVA, Oren et al. 2024 (tova_cache.py; kvpress TOVAPress)",
+                _OWN + "tova_policy", always=_OWN + "last_kept", reads=("tova_across",)))
+register(Policy("pyramidkv", "SnapKV, budgets falling with depth", "PyramidKV, Cai et al. 2024 (kvpress "
+                "PyramidKVPress; attnviz's bottom differs, see pyramid_budgets)", _OWN + "snapkv_policy",
+                always=_OWN + "window_kept", budget=_OWN + "pyramid_layer_budget",
+                reads=("window", "kernel", "question_window", "future")))
+register(Policy("oracle", "the future queries' own: the upper bound", "the future's own attention (an upper bound)",
+                _OWN + "oracle_policy", reads=("future",)))
+BUILT_IN = POLICIES.seal()
+
+
+def policy_help() -> str:
+    """``--policy``'s help, from the registry (a plugin's policies too, once plugins have loaded)."""
+    listed = ", ".join(f"{p.name} ({p.summary})" for p in POLICIES.values())
+    return f"The policies, comma-separated, or all: {listed}."
+
