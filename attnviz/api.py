@@ -22,7 +22,10 @@ from .attribution import (  # noqa: F401 (what ``attnviz rollout`` shows: attnvi
     rollout_of_text,
     rollout_view,
 )
+from .kv import KVResult, kv  # noqa: F401 (what `attnviz kv` computes: every policy's loss, here for callers)
+from .kv.patterns import PatternsResult, patterns  # noqa: F401 (what `attnviz patterns` computes)
 from .labels import head_name
+from .needle import NeedleResult, needle  # noqa: F401 (what `attnviz needle` computes: the grid, each head's scores)
 from .sources.resolve import Engine, load_source
 from .views.compared import compare_heads_page, compare_runs_of_text  # noqa: F401 (compare-heads --vs, --out x.html)
 from .views.generated import generation_summary, generation_view  # noqa: F401 (what generate shows)

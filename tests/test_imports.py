@@ -26,7 +26,8 @@ PARTS = {
     "render": ("attnviz.render",),
     "data": ("attnviz.result", "attnviz.inputs"),
     "core": ("attnviz.errors", "attnviz.layer_range", "attnviz.limits", "attnviz.quiet", "attnviz.fileio",
-             "attnviz.labels", "attnviz.interrupts", "attnviz.plugins", "attnviz.cluster", "attnviz.records", "attnviz.spans", "attnviz.threads"),
+             "attnviz.labels", "attnviz.interrupts", "attnviz.plugins", "attnviz.cluster", "attnviz.records", "attnviz.spans", "attnviz.threads",
+             "attnviz.defaults"),
 }
 ORDER = tuple(PARTS)
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import typer
 
+from ..defaults import ANSWER_TOKENS, DEPTHS, NEEDLE, QUESTION
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console
 from .options import CausalModel, Column, Field, InputFormat, ModelOptions, Width, model_command
 from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table
 
 NEEDLE_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
-NEEDLE_TEXT = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
-QUESTION_TEXT = "What is the best thing to do in San Francisco?"
+NEEDLE_TEXT, QUESTION_TEXT = NEEDLE, QUESTION  # the library's (attnviz.defaults)
 
 
 @cli_command
@@ -34,9 +34,9 @@ def needle(
     lengths: str = typer.Option("auto", "--lengths", help="Prompt lengths in tokens, e.g. 1000,2000,4000 (k is 1,024 "
                                 "tokens: 4k is 4,096); auto: three up to the model's positions less the answer's, at "
                                 "most 4,096."),
-    depths: str = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Where the needle goes, as fractions of the "
+    depths: str = typer.Option(",".join(f"{d:g}" for d in DEPTHS), "--depths", help="Where the needle goes, as fractions of the "
                                "haystack (0.5, or 50%): 0 first, 1 last (moved back to a sentence's end)."),
-    max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, max=4096,
+    max_new_tokens: int = typer.Option(ANSWER_TOKENS, "--max-new-tokens", "-n", min=1, max=4096,
                                        help="How many tokens to generate at most (the answer stops earlier at a "
                                             "new line or the end-of-sequence token)."),
     seed: int = typer.Option(0, "--seed", help="The seed of what is random, so a run can be repeated: here, "

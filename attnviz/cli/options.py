@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ..defaults import BUDGETS
 from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,7 +120,7 @@ Renormalize = typer.Option(False, "--renormalize", help=RENORMALIZE_HELP)
 Words = typer.Option(False, "--words", help=WORDS_HELP)
 CmapOpt = typer.Option(Cmap.viridis, "--cmap", help=CMAP_HELP)
 Width = typer.Option(None, "--width", min=20, help="Terminal width to fit (default: the terminal's).")
-Budget = typer.Option("0.25", "--budget", "--budgets", help="Keys kept: per key/value head (kv) or per query row (patterns), "
+Budget = typer.Option(",".join(f"{b:g}" for b in BUDGETS), "--budget", "--budgets", help="Keys kept: per key/value head (kv) or per query row (patterns), "
                       "a number of keys or a fraction of the prompt's (0.25 or 25%); several, comma-separated, sweep "
                       "them.")
 Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its heads table as "

@@ -18,6 +18,7 @@ import torch
 
 from ..analysis import kv_policies as kvp
 from ..analysis import policies as _policies
+from ..defaults import ANSWER_TOKENS, BUDGETS
 from ..errors import AttnvizWarning, UsageError
 from ..limits import MAX_KV_RUNS
 from .budgets import distinct_budgets
@@ -37,13 +38,14 @@ def _future_ids(source: Any, question: str | None) -> tuple[list[int], list[str]
 
 
 @torch.no_grad()
-def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), budgets: Sequence[float] = (0.25,),
-       question: str | None = None, continue_tokens: int | None = None, answer_tokens: int = 20,
+def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, budgets: Sequence[float] = BUDGETS,
+       question: str | None = None, continue_tokens: int | None = None, answer_tokens: int = ANSWER_TOKENS,
        end_to_end: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
        trust_remote_code: bool = False, dtype: str | None = None, keep_sets: bool = False,
        question_window: bool = False, truncate: bool = False, tova_across: Literal["layer", "group"] = "layer",
        progress: Callable[[str], None] | None = None) -> KVResult:
-    """Score ``policies`` at ``budgets`` (keys per head, or fractions of the context's) on ``text``, the future
+    """Score ``policies`` (default: every registered one) at ``budgets`` (keys per head, or fractions of the
+    context's) on ``text``, the future
     being ``question`` (appended) or the model's greedy continuation of ``continue_tokens`` tokens (see the
     module). ``question_window``: SnapKV and PyramidKV observe the question's queries instead of the prompt's last
     ones (the question is known when the cache is cut). ``tova_across``: TOVA averages the last query's attention
@@ -52,6 +54,7 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] = ("snapkv",), b
     future and answer) to what fits, keeping its start. ``keep_sets``: keep each head's kept positions."""
     from ..sources.resolve import checked_engine, load_source
 
+    policies = list(POLICIES) if policies is None else list(policies)
     if len(set(policies)) < len(policies):
         warnings.warn(f"a policy named twice runs once: {', '.join(dict.fromkeys(policies))}", AttnvizWarning,
                       stacklevel=2)

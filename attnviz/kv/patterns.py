@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis import sparse_patterns as sp
+from ..defaults import BUDGETS
 from ..errors import UsageError
 from .budgets import distinct_budgets
 
@@ -78,7 +79,7 @@ class PatternsResult:
                 for budget in self.budgets for h in self.heads[budget]]
 
 
-def patterns(model: str | None, text: str, *, budgets: Sequence[float] = (0.1,), threshold: float = sp.DUO_THRESHOLD,
+def patterns(model: str | None, text: str, *, budgets: Sequence[float] = BUDGETS, threshold: float = sp.DUO_THRESHOLD,
              engine: str = "auto", revision: str | None = None, device: str = "cpu", trust_remote_code: bool = False,
              dtype: str | None = None, truncate: bool = False,
              progress: Callable[[str], None] | None = None) -> PatternsResult:

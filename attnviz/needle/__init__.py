@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..defaults import ANSWER_TOKENS, DEPTHS
 from ..errors import UsageError
 from .cells import check_grid, run_cell
 from .haystack import NEEDLE, QUESTION, PromptBuilder
@@ -19,9 +20,8 @@ from .result import NeedleResult, NeedleRun
 
 __all__ = ["DEPTHS", "NEEDLE", "QUESTION", "NeedleResult", "NeedleRun", "grid_lengths", "needle", "run_cell"]
 
-DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 MAX_DEFAULT_LENGTH = 4096  # the default grid's longest prompt: a laptop's afternoon, not its week
-MAX_NEW_TOKENS = 32
+MAX_NEW_TOKENS = ANSWER_TOKENS  # the default answer's tokens (attnviz.defaults, as the command's --max-new-tokens)
 
 
 def grid_lengths(max_positions: int | None, max_new_tokens: int, count: int = 3) -> list[int]:

@@ -13,11 +13,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..defaults import NEEDLE, QUESTION  # noqa: F401  (declared once, for the library and the command)
 from ..errors import InputError, UsageError
 from ..sources.stepping import Codec
 
-NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
-QUESTION = "What is the best thing to do in San Francisco?"
 CHUNK_CHARS = 1 << 16  # characters of a given haystack tokenized at a time (a piece, cut at a space)
 PLAIN_TEMPLATE = ("", "\n\nBased on the content above, answer the question.\nQuestion: {question}\nAnswer:")
 SENTENCE_ENDS = (".", "!", "?", "。", "！", "？")

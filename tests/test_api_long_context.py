@@ -1,0 +1,40 @@
+"""The long-context methods in the API (issue 51, item 4): attnviz.api.needle, kv and patterns are the commands'
+computations, with the commands' defaults declared once (attnviz.defaults): a default that drifts fails here."""
+
+from __future__ import annotations
+
+import inspect
+
+from conftest import built_command
+
+from attnviz import api, defaults
+from attnviz.cli import app
+from attnviz.cli.needle import parse_depths
+from attnviz.cli.options import parse_budgets
+
+
+def _option(command: str, flag: str) -> object:
+    return next(p.default for p in built_command(app).commands[command].params if flag in p.opts)
+
+
+def _default(function, name: str) -> object:
+    return inspect.signature(function).parameters[name].default
+
+
+def test_the_api_and_the_commands_share_their_defaults():
+    assert _default(api.needle, "max_new_tokens") == _option("needle", "--max-new-tokens") == defaults.ANSWER_TOKENS
+    assert _default(api.needle, "needle") == _option("needle", "--needle") == defaults.NEEDLE
+    assert _default(api.needle, "question") == _option("needle", "--question") == defaults.QUESTION
+    assert tuple(parse_depths(str(_option("needle", "--depths")))) == defaults.DEPTHS
+    assert _default(api.kv, "answer_tokens") == _option("kv", "--max-new-tokens") == defaults.ANSWER_TOKENS
+    for command, function in (("kv", api.kv), ("patterns", api.patterns)):
+        assert tuple(parse_budgets(str(_option(command, "--budget")))) == tuple(_default(function, "budgets"))
+    assert _default(api.kv, "policies") is None and _option("kv", "--policy") == "all"  # every registered policy
+
+
+def test_the_api_functions_are_the_methods():
+    from attnviz.kv import kv
+    from attnviz.kv.patterns import patterns
+    from attnviz.needle import needle
+
+    assert (api.kv, api.patterns, api.needle) == (kv, patterns, needle)
