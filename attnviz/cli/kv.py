@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from ..defaults import ANSWER_TOKENS
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console
 from .options import (
@@ -59,7 +60,7 @@ def kv(
     tova_per_group: bool = typer.Option(False, "--tova-per-group", help="TOVA averages the last query's attention "
                                         "within each grouped-query group (one kept set per key/value head), not "
                                         "over every head of the layer (the paper's and kvpress's form)."),
-    max_new_tokens: int = typer.Option(20, "--max-new-tokens", "-n", min=1, max=512,
+    max_new_tokens: int = typer.Option(ANSWER_TOKENS, "--max-new-tokens", "-n", min=1, max=512,
                                        help="How many tokens to generate at most: the answer after --question, on "
                                             "the full cache and on each cut one."),
     end_to_end: bool = typer.Option(True, "--end-to-end/--no-end-to-end", help="Apply each cut to a real cache "
