@@ -332,12 +332,27 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
 
 def heads_of(source: Source, texts: Sequence[str | None] | None = None, *, probe: str | None = None, truncate: bool = False,
              batch_size: int = 16, pair: str | None = None, reading: Reading = Reading(), kind: str = "self",
-             target: str | None = None, layer: int | None = None) -> HeadTable:
+             target: str | None = None, layer: int | None = None, retrieval: Any = None) -> HeadTable:
     """What ``attnviz heads`` shows: every statistic of every head, averaged over ``texts``, or on
     ``probe="induction"`` (random tokens repeated; causal models). ``kind="decoder"`` with
     ``target``: an encoder-decoder model's decoder self-attention (one text). ``layer``: that layer
-    alone, the only one computed (None: every layer)."""
+    alone, the only one computed (None: every layer). ``retrieval``: a needle run of the same model (its path, or
+    :func:`attnviz.needle.tables.read_retrieval`'s columns) adds each head's ``retrieval_score`` and
+    ``reasoning_score`` and the ``retrieval`` label, checked against the model before it runs."""
     from .errors import UsageError
+
+    if retrieval is not None:
+        from .needle.tables import RetrievalColumns, read_retrieval
+        from .sources.saved import SavedSource
+
+        found = retrieval if isinstance(retrieval, RetrievalColumns) else read_retrieval(retrieval)
+        model_layers = None if isinstance(source, SavedSource) else int(source.n_layers)
+        if model_layers is not None:
+            found.check_layers(model_layers, source.name)  # a needle run of another model, before this one runs
+        table = heads_of(source, texts, probe=probe, truncate=truncate, batch_size=batch_size, pair=pair,
+                         reading=reading, kind=kind, target=target, layer=layer)
+        found.attach(table, model_layers)
+        return table
 
     if (texts is None) == (probe is None):
         raise UsageError("give texts or probe='induction', one of the two")

@@ -117,6 +117,22 @@ def test_heads_retrieval_adds_the_scores_and_the_retrieval_label(run_cli, circui
     assert first.split()[:2] == ["1", "0"]
 
 
+def test_the_library_adds_the_retrieval_columns_as_the_command_does(run_cli, circuit, written):
+    """heads_of(..., retrieval=PATH) is what `heads --retrieval` prints: the command only parses and prints."""
+    from attnviz import api
+
+    _, paths = written
+    text = "h1 h2 . Answer: n1 n2 h3 . h4 Answer: n1"
+    table = api.heads_of(api.load(circuit[0]), [text], retrieval=paths["json"])
+    rows = {(row["layer"], row["head"]): row for row in table.select()}
+    printed = json.loads(run_cli("heads", text, "--model", circuit[0], "--retrieval", str(paths["json"]),
+                                 "--format", "json").stdout)["heads"]
+    for head in printed:
+        mine = rows[(head["layer"], head["head"])]
+        assert mine["retrieval_score"] == pytest.approx(head["retrieval_score"]) and mine["labels"] == head["labels"]
+    assert "retrieval" in rows[cc.RETRIEVAL_HEAD]["labels"]
+
+
 def test_heads_retrieval_of_another_model_is_refused(run_cli, written):
     _, paths = written
     result = run_cli("heads", "the cat sat", "--retrieval", str(paths["json"]))

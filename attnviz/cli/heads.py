@@ -169,9 +169,6 @@ def heads(
     if importance and options.engine == "auto":
         options = replace(options, engine="fused")  # the gates sit in attnviz's attention function (transformers')
     source = options.load()
-    model_layers = _model_layers(source)
-    if found_retrieval is not None and model_layers is not None:
-        found_retrieval.check_layers(model_layers, source.name)  # a needle run of another model, before this one runs
     if given == 0:  # the example sentence (a matrices config or a saved result has its own input)
         text = text_or_example(text, source)
     from ..api import heads_of
@@ -181,7 +178,7 @@ def heads(
     # One --layer is the only layer computed.
     table = heads_of(source, None if probe is not None else (texts if texts is not None else [text]),
                      probe=None if probe is None else probe.value, truncate=truncate, batch_size=BATCH, pair=pair,
-                     reading=view, kind=kind_name(kind), target=target, layer=one_layer)
+                     reading=view, kind=kind_name(kind), target=target, layer=one_layer, retrieval=found_retrieval)
     found = None
     if importance:
         from ..attribution.importance import head_importance
@@ -195,10 +192,6 @@ def heads(
     if found_retrieval is not None:
         from ..needle.tables import COLUMNS as RETRIEVAL_COLUMNS
 
-        n_layers, n_heads = table.shape
-        table.stats.update(found_retrieval.for_layers(table.layers or list(range(n_layers)), n_heads, table.model_name,
-                                                      model_layers))
-        table.extra_labels.update(found_retrieval.labels())
         if chosen is not None:
             chosen += [c for c in RETRIEVAL_COLUMNS if c not in chosen]
         if found_retrieval.model_name not in (None, table.model_name):
@@ -284,13 +277,6 @@ def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None
     path = found.write_parquet(out / "importance.parquet")
     if not quiet:
         say(f"{path}: each text's importance{' and ablation' if ablate else ''} per head ({found.objective})")
-
-
-def _model_layers(source: Any) -> int | None:
-    """The model's number of layers, where the source knows it (a saved result may hold only some)."""
-    from ..sources.saved import SavedSource
-
-    return None if isinstance(source, SavedSource) else int(source.n_layers)
 
 
 def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = False,

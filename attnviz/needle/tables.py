@@ -8,6 +8,7 @@ import io
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,6 +58,14 @@ class RetrievalColumns:
                              f"{layers[0]}–{layers[-1]} × {n_heads} heads: give the needle run of the same model")
         index = torch.tensor(layers)
         return {name: values[index] for name, values in self.columns.items()}
+
+    def attach(self, table: Any, model_layers: int | None = None) -> None:
+        """Add the two columns and the ``retrieval`` label to a head table (:class:`attnviz.analysis.heads.HeadTable`)
+        of the same model (checked: ``model_layers`` where the model's are known)."""
+        n_layers, n_heads = table.shape
+        table.stats.update(self.for_layers(table.layers or list(range(n_layers)), n_heads, table.model_name,
+                                           model_layers))
+        table.extra_labels.update(self.labels())
 
     @staticmethod
     def labels() -> dict[str, tuple[str, float]]:
