@@ -22,10 +22,7 @@ from .attribution import (  # noqa: F401 (what ``attnviz rollout`` shows: attnvi
     rollout_of_text,
     rollout_view,
 )
-from .kv import KVResult, kv  # noqa: F401 (what `attnviz kv` computes: every policy's loss, here for callers)
-from .kv.patterns import PatternsResult, patterns  # noqa: F401 (what `attnviz patterns` computes)
 from .labels import head_name
-from .needle import NeedleResult, needle  # noqa: F401 (what `attnviz needle` computes: the grid, each head's scores)
 from .sources.resolve import Engine, load_source
 from .views.compared import compare_heads_page, compare_runs_of_text  # noqa: F401 (compare-heads --vs, --out x.html)
 from .views.generated import generation_summary, generation_view  # noqa: F401 (what generate shows)
@@ -452,3 +449,20 @@ def show(what: AttentionResult | str, *, model: str | None = None, head: int = 0
         result, title = what, None
     return result_display(result, head=head, kind=kind, stats=stats, view=view, title=title, cmap=cmap,
                           height=HEIGHT if height is None else height)
+
+
+# The long-context methods (what `attnviz needle`, `kv` and `patterns` compute), here for callers: imported when first
+# asked for, so loading the API (every command's `options.load`) imports no torch before a model is needed.
+_LONG_CONTEXT = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
+                 "patterns": ("attnviz.kv.patterns", "patterns"),
+                 "PatternsResult": ("attnviz.kv.patterns", "PatternsResult"),
+                 "needle": ("attnviz.needle", "needle"), "NeedleResult": ("attnviz.needle", "NeedleResult")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LONG_CONTEXT:
+        import importlib
+
+        module, attribute = _LONG_CONTEXT[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'attnviz.api' has no attribute {name!r}")
