@@ -9,8 +9,7 @@ import warnings
 
 import pytest
 from conftest import TINY
-from processes import run_each
-from test_plugins import FAR_PLUGIN, _env, install
+from test_plugins import FAR_PLUGIN, install
 
 from attnviz import plugins
 from attnviz.analysis import statistics
@@ -132,17 +131,15 @@ def test_a_label_with_an_escape_is_refused_when_its_plugin_registers_it(fresh_pl
     assert "\x1b" not in said[0] and "shout" not in statistics.STATISTICS
 
 
-@pytest.mark.slow
-def test_the_command_names_the_plugin_that_failed(tmp_path):
-    _broken_distributions(tmp_path)
-    install(tmp_path, "failplug", "failplug_r5", BLAMED, "fails = failplug_r5")
-    install(tmp_path, "exitplug", "exitplug_r5", "import sys\nsys.exit(0)\n", "exits = exitplug_r5")
-    [(fails, _, fails_err)] = run_each([["heads", TEXT, "--model", TINY, "--format", "json"]], _env(tmp_path))
-    assert fails == 1, fails_err
-    lines = [line for line in fails_err.splitlines() if line.startswith("attnviz:")]
+def test_the_command_names_the_plugin_that_failed(run_cli, fresh_plugins):
+    _broken_distributions(fresh_plugins)
+    install(fresh_plugins, "failplug", "failplug_r5", BLAMED, "fails = failplug_r5")
+    install(fresh_plugins, "exitplug", "exitplug_r5", "import sys\nsys.exit(0)\n", "exits = exitplug_r5")
+    failed = run_cli("heads", TEXT, "--model", TINY, "--format", "json")
+    assert failed.exit_code == 1, failed.stderr
+    lines = failed.stderr.splitlines()
     assert any(line.startswith("attnviz: warning: plugin exits (exitplug) could not load: it called exit(0)")
                for line in lines)
     assert ("attnviz: error: plugin fails (failplug) failed (ZeroDivisionError: the plugin divided by "
             "zero); report it to that plugin's authors, or run without plugins (ATTNVIZ_NO_PLUGINS=1)") in lines
-    assert len(lines) == 2
-    assert "internal error" not in fails_err
+    assert len(lines) == 2 and "internal error" not in failed.stderr

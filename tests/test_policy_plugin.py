@@ -8,9 +8,8 @@ import json
 
 import pytest
 import torch
-from processes import run_each
 from test_kv import QUESTION, TEXT
-from test_plugins import _env, install
+from test_plugins import install
 
 from attnviz.analysis.policies import BUILT_IN, POLICIES, Policy
 from attnviz.kv import kv
@@ -90,13 +89,27 @@ def test_a_score_function_of_the_wrong_shape_is_named(llama):
         kv(llama, TEXT, policies=["flat"], budgets=[4], question=QUESTION, end_to_end=False)
 
 
-@pytest.mark.slow
-def test_an_installed_plugins_policy_shows_in_help_and_runs(llama, tmp_path):
-    install(tmp_path, "knormplug", "knormplug", KNORM, "knorm = knormplug")
-    (help_code, help_out, _), (code, out, err) = run_each(
-        [["kv", "--help"], ["kv", TEXT, "--model", llama, "--question", QUESTION, "--policy", "knorm", "--budget", "4",
-                            "-n", "2", "--format", "json", "--engine", "fused"]], _env(tmp_path))
-    assert help_code == 0 and "knorm (keys of small norm)" in " ".join(help_out.split())
-    assert code == 0, err
-    doc = json.loads(out)
-    assert [run["policy"] for run in doc["runs"]] == ["knorm"] and doc["runs"][0]["keys"] == [4] * doc["n_layers"]
+def test_an_installed_plugins_policy_shows_in_help_and_runs(run_cli, llama, monkeypatch, tmp_path):
+    """A distribution on the path (an entry point in attnviz.plugins, its module outside the package): `kv --help`
+    lists its policy and `kv --policy knorm` runs it, in a process whose plugins load afresh."""
+    from attnviz import plugins
+
+    install(tmp_path, "knormplug", "knormplug_r5", KNORM, "knorm = knormplug_r5")
+    monkeypatch.setattr(plugins, "_started", False)
+    monkeypatch.setattr(plugins, "LOADED", [])
+    monkeypatch.setattr(plugins, "MODULES", {})
+    monkeypatch.delenv(plugins.NO_PLUGINS_ENV, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        shown = run_cli("kv", "--help")
+        assert shown.exit_code == 0 and "knorm (keys of small norm)" in " ".join(shown.stdout.split())
+        done = run_cli("kv", TEXT, "--model", llama, "--question", QUESTION, "--policy", "knorm", "--budget", "4",
+                       "-n", "2", "--format", "json", "--engine", "fused")
+        assert done.exit_code == 0, done.stderr
+        doc = json.loads(done.stdout)
+        assert [run["policy"] for run in doc["runs"]] == ["knorm"] and doc["runs"][0]["keys"] == [4] * doc["n_layers"]
+        assert plugins.LOADED == ["knorm (knormplug)"]
+    finally:
+        if "knorm" in dict.keys(POLICIES):
+            POLICIES.unregister("knorm")
+        run_cli("kv", "--help")  # the worker's built command says the registry as it is again
