@@ -52,8 +52,8 @@ def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: in
                ) -> tuple[list[NeedleRun], list[RunPicture | None], str, str]:
     """Every cell's run and picture, in the order of ``cells``, the model's name and its engine;
     ``done(run, picture)`` as each comes back (in any order)."""
+    check_reachable(address)  # an address nobody answers at is one line, not Ray's retries for minutes (no Ray needed)
     ray = ray_module()
-    check_reachable(address)  # an address nobody answers at is one line, not Ray's retries for minutes
     started = start_ray(ray, address)
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
