@@ -9,6 +9,8 @@ import csv
 import io
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,7 +121,6 @@ def read_text_prefix(path: str | Path, max_chars: int, what: str = "text file") 
     folder, a FIFO or a device is refused before it is opened, as every reader here refuses them."""
     import codecs
 
-    from .errors import ResourceError
     from .limits import check_regular
 
     shown = "standard input" if str(path) == "-" else str(path)
@@ -127,18 +128,10 @@ def read_text_prefix(path: str | Path, max_chars: int, what: str = "text file") 
     if str(path) == "-":
         raw = sys.stdin.buffer.read(limit)
     else:
-        try:
+        with _reading(Path(path), what):
             check_regular(Path(path), what)
             with open(path, "rb") as handle:
                 raw = handle.read(limit)
-        except FileNotFoundError:
-            raise InputError(f"{path} does not exist; check the path") from None
-        except ResourceError as exc:
-            raise InputError(exc.message) from None
-        except IsADirectoryError:
-            raise InputError(f"{path} is a folder; give a {what} (or - for standard input)") from None
-        except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     whole = len(raw) < limit
     try:
         text = codecs.getincrementaldecoder("utf-8-sig")().decode(raw, final=whole)
@@ -150,17 +143,30 @@ def read_text_prefix(path: str | Path, max_chars: int, what: str = "text file") 
 def read_bounded(path: Path, limit: int, what: str) -> bytes:
     """The bytes of ``path``, a regular file of at most ``limit`` bytes (checked before it is opened, and
     again while it is read), or an :class:`InputError` naming it: the one reader for every file of text."""
+    from .limits import read_small
+
+    with _reading(path, what, limit):
+        return read_small(path, limit=limit, what=what)
+    raise AssertionError("unreachable")  # pragma: no cover  (the context manager raises or the read returns)
+
+
+@contextmanager
+def _reading(path: Path, what: str, limit: int | None = None) -> Iterator[None]:
+    """A read of ``path`` whose failures are one :class:`InputError` each, naming it: missing, a folder, not a regular
+    file, past ``limit`` bytes (where one is given), or refused by the machine."""
     from .errors import ResourceError
-    from .limits import human, read_small
+    from .limits import human
 
     try:
-        return read_small(path, limit=limit, what=what)
+        yield
     except FileNotFoundError:
         raise InputError(f"{path} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a folder; give a {what} (or - for standard input)") from None
     except ResourceError as exc:
         if "folder" in exc.message:
             raise InputError(f"{path} is a folder; give a {what} (or - for standard input)") from None
-        if "regular file" in exc.message:
+        if "regular file" in exc.message or limit is None:
             raise InputError(exc.message) from None
         raise InputError(f"{path} is larger than the {human(limit)} a {what} may be; split it, or cut it first") from None
     except OSError as exc:

@@ -157,18 +157,19 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
         if keep_sets:
             needs.append(future_mass.float())
         scores: dict[str, torch.Tensor] = {}
+        first = held_from[parts.layer]
         for key in resolved:
             policy, count = key[0], key[2]
             if policy not in scores:
-                scores[policy] = POLICIES[policy].scores(inputs)
+                scored = POLICIES[policy].scores(inputs)
+                if first:  # keys a windowed layer no longer holds: never kept
+                    scored = scored.clone()
+                    scored[:, :first] = float("-inf")
+                scores[policy] = scored
             count = POLICIES[policy].layer_budget(count, parts.layer, n_layers, n_context)
-            first = held_from[parts.layer]
-            chosen = scores[policy]
             if first:
                 count = min(count, n_context - first)
-                chosen = chosen.clone()
-                chosen[:, :first] = float("-inf")  # no longer held: never kept
-            keep = kvp.keep_top(chosen, count)
+            keep = kvp.keep_top(scores[policy], count)
             recall = kvp.group_mean(kvp.recall(future_rows, keep), n_kv)
             error = kvp.group_mean(kvp.output_error(future_rows, values, keep), n_kv)
             run = runs[key]
