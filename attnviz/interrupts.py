@@ -23,8 +23,8 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     global INTERRUPTED, KEPT
     INTERRUPTED = True
     KEPT = KEPT or stop_note()  # said by the line that reports it, after the blocks have unwound
-    if _importing(frame):
-        _exit_now()
+    if _importing(frame):  # the same line a command says once its blocks have unwound, what was kept too
+        _exit_now(f"attnviz: error: interrupted; {KEPT}\n" if KEPT else LINE)
     raise KeyboardInterrupt
 
 

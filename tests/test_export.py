@@ -292,7 +292,7 @@ def test_ctrl_c_then_sigkill_then_rerun_is_byte_identical(uninterrupted, tmp_pat
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == [
-        f"attnviz: error: interrupted; finished items are kept in {out}. Rerun the same command to resume"
+        f"attnviz: error: interrupted; what is finished is kept in {out}; rerun the same command to resume"
     ]
     stopped_at = len(journal.read_text().splitlines())
     assert stopped_at < len(SENTENCES) - 1, "the run was too near its end when it was stopped"

@@ -119,7 +119,8 @@ def export(
             said = (lambda source: note(source.describe())) if verbose else None
             summary = run_export(input, out, settings, on_start=start, on_item=advance, on_source=said)
         except KeyboardInterrupt:
-            raise fail(f"interrupted; finished items are kept in {out}. Rerun the same command to resume", 130) from None
+            # The export's own note (attnviz.export.run), as a Ctrl-C during a module's import says it too
+            raise fail(f"interrupted; what is finished is kept in {out}; rerun the same command to resume", 130) from None
     done = f"{summary.exported} exported, {summary.skipped} already done"
     if summary.removed:
         shown = ", ".join(summary.removed[:3]) + (f" and {len(summary.removed) - 3} more" if len(summary.removed) > 3 else "")
