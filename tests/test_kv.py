@@ -92,14 +92,16 @@ def test_a_planted_retrieval_head_keeps_the_needle_under_snapkv_and_loses_it_und
     assert runs["snapkv"].kl < runs["streaming"].kl
 
 
+@pytest.mark.parametrize("engine", ["native", "fused"])
 @pytest.mark.parametrize("which", ["circuit", "llama"])
-def test_the_cut_cache_equals_eager_attention_with_the_evicted_keys_masked(request, which):
+def test_the_cut_cache_equals_eager_attention_with_the_evicted_keys_masked(request, which, engine):
     """StreamingLLM keeps the same keys in every head: transformers' eager attention over the whole sequence with
     those keys hidden from the future rows is an independent reference for the cut cache's distributions (GPT-2's
     learned positions and LLaMA's rotary ones, under grouped-query attention)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from attnviz.kv.evict import CacheRunner
+    from attnviz.sources.causal import load_causal
 
     folder = request.getfixturevalue(which)
     context, question = _context_and_question() if which == "circuit" else (TEXT, QUESTION)
@@ -111,7 +113,9 @@ def test_the_cut_cache_equals_eager_attention_with_the_evicted_keys_masked(reque
     kept[:4] = True
     kept[-(len(ctx) // 3):] = True  # sinks + a recent window
     n_kv = model.config.get_text_config().num_key_value_heads if which == "llama" else 2
-    runner = CacheRunner(model, ctx, [])
+    stepper = load_causal(folder, engine=engine).stepper  # the native engine's cut KVCache, or transformers'
+    assert stepper.engine == engine
+    runner = CacheRunner(stepper, ctx, [])
     cut = runner.run(runner.cut([kept.expand(n_kv, -1)] * model.config.num_hidden_layers), future, 0)
     total = len(ctx) + len(future)
     allowed = torch.tril(torch.ones(total, total, dtype=torch.bool))

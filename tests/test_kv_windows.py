@@ -101,6 +101,7 @@ def test_the_cut_cache_of_local_and_global_layers_equals_eager_attention_with_th
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from attnviz.kv.evict import CacheRunner
+    from attnviz.sources.stepping import TransformersStepper
 
     model = AutoModelForCausalLM.from_pretrained(gemma3, attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(gemma3)
@@ -113,7 +114,7 @@ def test_the_cut_cache_of_local_and_global_layers_equals_eager_attention_with_th
     full = torch.zeros(2, t, dtype=torch.bool)
     full[0, [0, 1, 5, t - 1]] = True
     full[1, [0, 2, t - 4, t - 2]] = True
-    runner = CacheRunner(model, ctx, [])
+    runner = CacheRunner(TransformersStepper(model, "m"), ctx, [])
     cut = runner.run(runner.cut([local, full]), future, 0)
 
     i, j = torch.arange(total)[:, None], torch.arange(total)[None, :]

@@ -217,17 +217,24 @@ def test_each_steps_row_is_the_full_forward_pass_row(lm):
     from transformers import AutoModelForCausalLM
 
     from attnviz.generation.stepping import load_stepper
+    from attnviz.sources.stepping import prefill, step
 
     model = AutoModelForCausalLM.from_pretrained(lm["llama"], attn_implementation="eager").eval()
-    for engine in ("native", "fused"):
+    for engine in ("native", "fused", "hf"):
         stepper, codec = load_stepper(lm["llama"], engine=engine)
+        assert stepper.engine == engine
         ids = codec.start + codec.encode("the cat sat on the mat and the dog ran far away")
-        stepper.prefill(ids[:-1])
-        _, rows = stepper.step(ids[-1])
+        prefill(stepper, ids[:-1])
+        logits, rows = step(stepper, ids[-1])
         with torch.no_grad():
-            full = model(torch.tensor([ids]), output_attentions=True).attentions
-        expected = torch.stack([layer[0, :, -1] for layer in full])
+            out = model(torch.tensor([ids]), output_attentions=True)
+        expected = torch.stack([layer[0, :, -1] for layer in out.attentions])
         torch.testing.assert_close(rows, expected, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(logits, out.logits[0, -1], atol=1e-4, rtol=1e-4)
+        # every row of a feed (generate's matrix) on a fresh cache: the whole forward pass's
+        stepper.reset()
+        _, every = stepper.feed(ids, rows="all")
+        torch.testing.assert_close(every, torch.stack([layer[0] for layer in out.attentions]), atol=2e-6, rtol=1e-5)
 
 
 def test_a_result_saves_and_loads_and_a_damaged_one_is_refused(circuit, tmp_path):

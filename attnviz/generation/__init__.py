@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["MAX_NEW_TOKENS", "Sampling", "generate", "generated_summary"]
 
 
-
 def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20, sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              stop_at_eos: bool = True, engine: Engine = "auto", revision: str | None = None, device: str = "cpu",
@@ -49,9 +48,7 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     attention (``hf``); ``native``, ``fused`` or ``hf`` insist on one. ``dtype``: the model's precision on
     transformers (``bfloat16``, ``float16``; default float32 on the CPU), the weights computed in float32.
     """
-    from ..sources.files import read_config
-    from ..sources.hub import fetch_config, hub_reachable
-    from ..sources.resolve import check_dtype, check_run_options, locate, native_source
+    from ..sources.resolve import check_dtype, check_run_options
 
     check_run_options(engine, device)
     check_dtype(dtype)
@@ -63,43 +60,46 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     sampling.check()
     if not prompt or not prompt.strip():
         raise UsageError("the prompt is empty; give the text to continue")
-    if model is not None and model.lower().endswith(".toml"):
-        from ..sources.own import ConfigSource
-        from ..sources.resolve import load_source
-
-        source = load_source(model, engine=engine, revision=revision, device=device)
-        assert isinstance(source, ConfigSource)  # a .toml model's source
-        return source.generate(prompt, max_new_tokens=max_new_tokens, sampling=sampling,
-                               stop_at_eos=stop_at_eos)
-    place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(place.ref, revision)
-    config = read_config(folder)
-    if model is None or config.get("model_type") in ("bert", "roberta", "distilbert"):
-        raise UsageError(f"{place.name} is not a causal language model ({config.get('model_type')}); give one such as "
-                         "gpt2, a LLaMA-family folder, or sample_configs/causal.toml")
-    if revision is not None and place.hub_id is None:
-        raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
-    ref = place.ref
-    options: dict[str, Any] = {"name": place.name, "max_new_tokens": max_new_tokens, "sampling": sampling,
-                               "stop_at_eos": stop_at_eos}
-    hf_options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code, "device": device,
-                                  "local_files_only": place.hub_id is not None and not hub_reachable(),
-                                  "attention": {"hf": "eager", "fused": "fused"}.get(engine, "auto"), "dtype": dtype}
-    if config.get("is_encoder_decoder"):
+    options: dict[str, Any] = {"max_new_tokens": max_new_tokens, "sampling": sampling, "stop_at_eos": stop_at_eos}
+    seq2seq = _seq2seq_place(model, revision)
+    if seq2seq is not None:
         if engine == "native":
-            raise ModelNotFoundError(f"the native engine cannot generate with {place.name}: encoder-decoder models "
+            raise ModelNotFoundError(f"the native engine cannot generate with {seq2seq.name}: encoder-decoder models "
                                      "run on transformers; use [[engine=hf]] or auto")
+        from ..sources.hub import hub_reachable
         from .seq2seq import generate_seq2seq_hf
 
-        return generate_seq2seq_hf(ref, prompt, **options, **hf_options)
-    if engine in ("auto", "native") and dtype in (None, "float32"):
-        native = native_source(place, engine=engine, revision=revision, device=device)
-        if native is not None:
-            del options["name"]
-            return native.generate(prompt, **options)
+        return generate_seq2seq_hf(seq2seq.ref, prompt, name=seq2seq.name, **options, revision=revision,
+                                   trust_remote_code=trust_remote_code, device=device,
+                                   local_files_only=seq2seq.hub_id is not None and not hub_reachable(),
+                                   attention={"hf": "eager", "fused": "fused"}.get(engine, "auto"), dtype=dtype)
+    from ..sources.causal import load_causal
+
+    causal = load_causal(model, engine=engine, revision=revision, device=device,
+                         trust_remote_code=trust_remote_code, dtype=dtype)
+    if causal.stepper.engine in ("native", "config"):
+        result: AttentionResult = causal.source.generate(prompt, **options)
+        return result
     from .hf import generate_hf
 
-    return generate_hf(ref, prompt, **options, **hf_options)
+    return generate_hf(causal, prompt, **options)
+
+
+def _seq2seq_place(model: str | None, revision: str | None) -> Any:
+    """Where an encoder-decoder model is (generate runs those on transformers' own ``generate``), else None."""
+    if model is None or model.lower().endswith(".toml"):
+        return None
+    from ..sources.files import read_config
+    from ..sources.hub import fetch_config
+    from ..sources.resolve import locate
+
+    place = locate(model)
+    folder = place.folder if place.folder is not None else fetch_config(place.ref, revision)
+    if not read_config(folder).get("is_encoder_decoder"):
+        return None
+    if revision is not None and place.hub_id is None:
+        raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
+    return place
 
 
 def generated_summary(result: AttentionResult, *, layer: int | None = None, head: int | None = None,

@@ -1,65 +1,48 @@
-"""Generation with transformers' ``generate``: the prompt's rows from the first step, each generated
-token's row from the step that fed it back, and the last token's row from one more step on the cache."""
+"""Generation on transformers, on the one decoding loop (:func:`attnviz.sources.decoding.decode`): the prompt's
+rows from its feed, each generated token's row from the step that feeds it back; and the loading of a model with
+its head (:func:`load_for_generation`, for the encoder-decoders :mod:`.seq2seq` runs on transformers' own
+``generate``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
-from ..sources.cache import cache_of, with_cache
-from ..sources.decoding import sampling_metadata
+from ..sources.decoding import decode, sampling_metadata
 from ..sources.sampling import Sampling
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..sources.causal import CausalModel
 
-def generate_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool,
-                revision: str | None = None, trust_remote_code: bool = False, local_files_only: bool = False,
-                device: str = "cpu", attention: str = "auto", dtype: str | None = None) -> AttentionResult:
-    """Generate with transformers from ``ref`` (a folder or hub id) and keep every attention row; with
-    ``attention`` ``"auto"`` through attnviz's attention function where it gives eager's weights."""
-    import torch
 
-    tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
-                             local_files_only=local_files_only, device=device, attention=attention, dtype=dtype)
-    encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
-    if encoded["input_ids"].shape[1] == 0:
+def generate_hf(causal: CausalModel, prompt: str, *, max_new_tokens: int, sampling: Sampling,
+                stop_at_eos: bool) -> AttentionResult:
+    """Generate on transformers (``causal``'s stepper: the fused or the eager engine) and keep every row."""
+    source = causal.source
+    tokenizer, name = source.hf_tokenizer, causal.name
+    ids = [int(i) for i in tokenizer(prompt)["input_ids"]]
+    if not ids:
         raise UsageError("the tokenizer produced no tokens for the prompt")
-    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
-    if limit is not None and encoded["input_ids"].shape[1] + max_new_tokens > limit:
-        raise UsageError(f"the prompt ({encoded['input_ids'].shape[1]} tokens) and [[max_new_tokens={max_new_tokens}]] "
+    limit = causal.stepper.max_positions
+    if limit is not None and len(ids) + max_new_tokens > limit:
+        raise UsageError(f"the prompt ({len(ids)} tokens) and [[max_new_tokens={max_new_tokens}]] "
                          f"pass the {limit} positions {name} takes; ask for fewer tokens")
-    from ..sources.decoding import check_generation_memory
-
-    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
-    layers = getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 1)
-    heads = getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 1)
-    check_generation_memory(int(layers), int(heads), encoded["input_ids"].shape[1] + max_new_tokens)
-    eos = model.generation_config.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
-    extra: dict[str, Any] = {} if stop_at_eos else {"min_new_tokens": max_new_tokens}
-    from ..sources.hf_attention import whole_weights
-
-    with torch.random.fork_rng(devices=[]), torch.no_grad(), whole_weights(model):
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
-        out = sampling.generate(model, **encoded, max_new_tokens=max_new_tokens, output_attentions=True,
-                                return_dict_in_generate=True, pad_token_id=pad, stop_at_eos=stop_at_eos, **extra)
-        sequence = out.sequences[0]
-        # The last token was chosen but never fed back: one more step on the cache gives its row.
-        last = model(input_ids=sequence[-1:][None], output_attentions=True, use_cache=True,
-                     **with_cache(model, cache_of(out)))
-    attentions = rows_by_step([*out.attentions, last.attentions], sequence.shape[0], None)
-    ids = [int(i) for i in sequence]
-    labels = generated_labels(tokenizer, ids)
+    try:
+        done = decode(causal.stepper, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=causal.eos,
+                      stop_at_eos=stop_at_eos, keep="matrix")
+    except RuntimeError as exc:
+        if sampling.sample and "probability tensor contains" in str(exc):
+            raise sampling.overflow() from None
+        raise
+    assert done.attentions is not None  # keep="matrix" keeps them
+    labels = generated_labels(tokenizer, done.ids)
     special = set(tokenizer.all_special_ids)
-    prompt_length = int(encoded["input_ids"].shape[1])
     return AttentionResult(
-        tokens=labels, attentions=attentions, token_ids=ids, special=[i in special for i in ids], causal=True,
-        model_name=name,
-        metadata={"engine": engine_of(model), "generation": True, "prompt_length": prompt_length,
-                  "sampling": sampling_metadata(sampling),
-                  "stopped_at_eos": bool(stop_at_eos and eos is not None
-                                         and ids[-1] in (eos if isinstance(eos, list) else [eos]))},
+        tokens=labels, attentions=done.attentions, token_ids=done.ids, special=[i in special for i in done.ids],
+        causal=True, model_name=name,
+        metadata={"engine": causal.stepper.engine, "generation": True, "prompt_length": len(ids),
+                  "sampling": sampling_metadata(sampling), "stopped_at_eos": done.stopped_at_eos},
     )
 
 

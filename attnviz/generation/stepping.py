@@ -1,7 +1,6 @@
-"""Load a causal model to step (:mod:`attnviz.sources.stepping`), choosing the engine as ``attnviz generate``
-does: the native engine where it runs the model, else transformers on attnviz's attention function where it
-gives eager's weights, else eager attention. :func:`load_codec` reads the tokenizer and the config alone
-(a driver that hands the model to Ray actors never loads it itself)."""
+"""A needle run's model: its stepper from the one loader (:func:`attnviz.sources.causal.load_causal`), and its
+codec (the tokenizer, its chat template and end tokens); :func:`load_codec` reads the tokenizer and the config
+alone (a driver that hands the model to Ray actors never loads it itself)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
-from ..sources.stepping import Codec, NativeStepper, Stepper, TransformersStepper, codec_from_tokenizer
+from ..sources.stepping import Codec, Stepper, codec_from_tokenizer
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,7 @@ class _Found:
 
 def _find(model: str | None, *, engine: str, revision: str | None, device: str, trust_remote_code: bool,
           dtype: str | None) -> _Found:
+    from ..sources.causal import refuse_non_causal
     from ..sources.files import read_config
     from ..sources.hub import fetch_config, hub_reachable
     from ..sources.resolve import check_dtype, check_run_options, locate
@@ -49,10 +49,7 @@ def _find(model: str | None, *, engine: str, revision: str | None, device: str, 
     place = locate(model)
     folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
     config = read_config(folder)
-    if model is None or config.get("is_encoder_decoder") or config.get("model_type") in (
-            "bert", "roberta", "distilbert", "albert", "electra"):
-        raise UsageError(f"{place.name} is not a causal language model ({config.get('model_type')}); give one such "
-                         "as gpt2 or a LLaMA-family folder")
+    refuse_non_causal(config, place.name, embedded=model is None)
     if revision is not None and place.hub_id is None:
         raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
     ref = str(place.folder) if place.folder is not None else str(place.hub_id)
@@ -82,29 +79,20 @@ def load_codec(model: str | None, *, engine: str = "auto", revision: str | None 
     :func:`load_stepper`, without loading the weights)."""
     found = _find(model, engine=engine, revision=revision, device=device, trust_remote_code=trust_remote_code,
                   dtype=dtype)
-    cfg = found.config.get("text_config") or found.config
-    facts = ModelFacts(found.place.name, cfg.get("max_position_embeddings") or cfg.get("n_positions"),
-                       int(cfg.get("num_hidden_layers") or cfg.get("n_layer") or 1),
-                       int(cfg.get("num_attention_heads") or cfg.get("n_head") or 1))
-    return _codec(found), facts
+    from ..sources.causal import facts_of
+
+    positions, layers, heads = facts_of(found.config)
+    return _codec(found), ModelFacts(found.place.name, positions, layers, heads)
 
 
 def load_stepper(model: str | None, *, engine: str = "auto", revision: str | None = None, device: str = "cpu",
                  trust_remote_code: bool = False, dtype: str | None = None) -> tuple[Stepper, Codec]:
     """A causal model (a folder or a hub id) ready to step, and its codec (``engine``: auto, native, fused or
     hf; ``dtype``: the transformers engines' precision)."""
-    from ..sources.resolve import native_source
+    from ..sources.causal import load_causal
 
     found = _find(model, engine=engine, revision=revision, device=device, trust_remote_code=trust_remote_code,
                   dtype=dtype)
-    if engine in ("auto", "native") and dtype in (None, "float32"):
-        native = native_source(found.place, engine=engine, revision=revision, device=device)
-        if native is not None:
-            return NativeStepper(native), _codec(found)
-    from .hf import load_for_generation
-
-    _, loaded = load_for_generation(found.ref, name=found.place.name, revision=revision,
-                                    trust_remote_code=trust_remote_code, local_files_only=found.local_only,
-                                    device=device, attention={"hf": "eager", "fused": "fused"}.get(engine, "auto"),
-                                    dtype=dtype)
-    return TransformersStepper(loaded, found.place.name), _codec(found)
+    causal = load_causal(model, engine=engine, revision=revision, device=device,
+                         trust_remote_code=trust_remote_code, dtype=dtype)
+    return causal.stepper, _codec(found)

@@ -52,7 +52,8 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
     over every head of the layer (``"layer"``, the paper's and kvpress's) or within each GQA group (``"group"``).
     ``truncate``: cut a prompt too long for the model (with its
     future and answer) to what fits, keeping its start. ``keep_sets``: keep each head's kept positions."""
-    from ..sources.resolve import checked_engine, load_source
+    from ..sources.causal import load_causal
+    from ..sources.resolve import checked_engine
 
     policies = list(POLICIES) if policies is None else list(policies)
     if len(set(policies)) < len(policies):
@@ -75,8 +76,9 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
         raise UsageError(f"[[continue_tokens={continue_tokens}]] must be between 1 and {MAX_FUTURE}")
     if not budgets:
         raise UsageError("give at least one budget")
-    source: Any = load_source(model, engine=checked_engine(engine), revision=revision, device=device,
-                              trust_remote_code=trust_remote_code, dtype=dtype)
+    causal = load_causal(model, engine=checked_engine(engine), revision=revision, device=device,
+                         trust_remote_code=trust_remote_code, dtype=dtype, cut=end_to_end)
+    source: Any = causal.source
     if not source.causal:
         raise UsageError(f"{source.name} is not a causal model: a KV cache belongs to a decoder (give a GPT-2 or "
                          "LLaMA-family model)")
@@ -92,29 +94,15 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
         context, labels = context[:keep], labels[:keep]
     say = progress or (lambda _: None)
     runner = None
-    if end_to_end or continue_tokens is not None:
-        from ..generation.hf import load_for_generation
-        from ..sources.hub import hub_reachable
-        from ..sources.resolve import locate
-        from .evict import CacheRunner
-
-        place = locate(model)
-        ref = str(place.folder) if place.folder is not None else str(place.hub_id)
-        attention = {"hf": "eager", "fused": "fused"}.get(engine, "auto")
-        _, lm = load_for_generation(ref, name=source.name, revision=revision, trust_remote_code=trust_remote_code,
-                                    local_files_only=place.hub_id is not None and not hub_reachable(), device=device,
-                                    attention=attention,
-                                    dtype=dtype)
-        eos = lm.generation_config.eos_token_id
-        eos_ids = [int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
     if question is not None:
         future, future_labels = question_ids, question_labels
         n_context = len(context)
     else:
         assert continue_tokens is not None
         say("continuing the text")
-        runner = CacheRunner(lm, context[:-1], eos_ids)
-        continuation = runner.full([context[-1]], continue_tokens).answer
+        from ..sources.decoding import decode
+
+        continuation = decode(causal.stepper, context, max_new_tokens=continue_tokens, eos_ids=causal.eos).new
         continuation = [context[-1], *continuation]
         future = continuation[:-1] if len(continuation) > 1 else continuation
         future_labels = [labels[-1], *(_label(source, i) for i in continuation[1:-1])]
@@ -183,16 +171,14 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
                 run.heads.append(HeadLoss(parts.layer, head, int(keep[head].sum()), float(recall[head]),
                                           float(error[head]), dropped))
     result = KVResult(model_name=source.name, engine=source.engine, n_layers=n_layers,
-                      n_heads=int(getattr(source, "n_heads", 0) or 0) or _heads(source), n_kv_heads=n_kv,
+                      n_heads=causal.stepper.n_heads, n_kv_heads=n_kv,
                       n_context=n_context, future_mode="question" if question is not None else "continue",
                       future=future_labels, full_answer=None, tokens=every[:n_context])
     if end_to_end:
         from .evict import CacheRunner, kl_divergence
 
         say("running the cut caches")
-        runner = runner or CacheRunner(lm, context, eos_ids)
-        if runner.length != n_context:
-            runner = CacheRunner(lm, context, eos_ids)
+        runner = CacheRunner(causal.stepper, context, causal.eos)
         answer_length = answer_tokens if question is not None else 0
         full = runner.full(future, answer_length)
         result.full_answer = _decode(source, full.answer) if question is not None else None
@@ -226,13 +212,6 @@ def _label(source: Any, token: int) -> str:
 
     piece = source.tokenizer.id_to_token(token) if hasattr(source.tokenizer, "id_to_token") else None
     return label_from_piece(piece) if piece is not None else f"<{token}>"
-
-
-def _heads(source: Any) -> int:
-    config: Any = getattr(getattr(source, "model", None), "config", None) or {}
-    if not isinstance(config, dict):
-        config = config.to_dict()
-    return int(config.get("num_attention_heads") or config.get("n_head") or 0)
 
 
 def _decode(source: Any, ids: list[int]) -> str:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from torch import Tensor
+
 from ..errors import UsageError
+from ..sources.decoding import decode
 from ..sources.stepping import Codec, Stepper
 from .haystack import Prompt
 from .picture import RunPicture
@@ -19,20 +22,21 @@ def run_cell(stepper: Stepper, codec: Codec, prompt: Prompt, *, needle: str, max
              picture: RunPicture | None = None) -> NeedleRun:
     """One run: the prompt, then a greedy answer scored step by step (see the module's docs); ``picture``
     keeps what the page draws of it."""
-    stepper.prefill(prompt.ids[:-1])
     scores = RunScores(stepper.n_layers, stepper.n_heads, prompt.ids, prompt.start, prompt.end)
-    fed, answer = prompt.ids[-1], []
-    for _ in range(max_new_tokens):
-        logits, rows = stepper.step(fed)
-        token = int(logits.argmax())
+    answer: list[int] = []
+
+    def each(token: int, rows: Tensor | None) -> bool:
+        assert rows is not None  # keep="rows" hands them over
         scores.add(rows, token)
         if picture is not None:
             picture.add(rows)
         answer.append(token)
         if token in codec.eos or (_ends_line(codec, token) and codec.decode(answer[:-1]).strip()):
-            break
+            return True
         scores.extend_ids(token)
-        fed = token
+        return False
+
+    decode(stepper, prompt.ids, max_new_tokens=max_new_tokens, eos_ids=codec.eos, keep="rows", each=each)
     text = codec.decode([t for t in answer if t not in codec.eos]).strip()
     if picture is not None:
         picture.name_keys(prompt.ids + answer, codec.label)

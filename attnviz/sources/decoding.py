@@ -1,53 +1,28 @@
-"""Incremental decoding on attnviz's own attention: a prompt, then one token at a time on a key/value
-cache, every token's attention row kept from the step that processed it.
+"""The one decoding loop: a prompt, then one token at a time on a key/value cache.
 
-A source that can generate supplies one function, ``step(ids) -> (logits, weights)``: it runs the
-new tokens ``ids`` on its cache and returns the next-token logits of the last one (``[vocab]``)
-and each layer's attention of the new rows over every token so far (``[layers, heads, n, t]``).
-:func:`decode` does the rest as transformers' ``generate`` does: greedy, or sampling through
-temperature, then top-k, then top-p (the order of its logits warpers), ``torch.multinomial`` on the
-global generator, and the end-of-sequence token forbidden when generation must not stop at it
-(its ``min_new_tokens``). With the same seed and the same logits it picks the same tokens.
+Every place attnviz decodes runs :func:`decode` on a :class:`~attnviz.sources.stepping.Stepper` (the native engine,
+a config model, or transformers on the fused or eager engine): ``generate`` keeping every row of attention, a
+needle cell keeping only the newest row of each step, kv's cut caches keeping none. It chooses as transformers'
+``generate`` does: greedy, or sampling through temperature, then top-k, then top-p (the order of its logits
+warpers), ``torch.multinomial`` on the global generator, and the end-of-sequence token forbidden when generation
+must not stop at it (its ``min_new_tokens``). With the same seed and the same logits it picks the same tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
+from .sampling import Sampling
+
 if TYPE_CHECKING:  # pragma: no cover
-    from ..attention import AttentionOutput
-    from .sampling import Sampling
+    from .stepping import Stepper
 
-
-@dataclass
-class KVCache:
-    """Incremental decoding's state: each layer's keys and values so far (``[B, H, T, d]``, after RoPE,
-    repeated under grouped-query attention), how many tokens they cover, and the last layer's
-    output for the newest tokens (``hidden``, ``[B, n, d]``), from which the next token is read."""
-
-    layers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
-    length: int = 0
-    hidden: Tensor | None = None
-
-    def past(self, layer: int) -> tuple[Tensor, Tensor] | None:
-        return self.layers[layer] if layer < len(self.layers) else None
-
-    def keep(self, layer: int, out: AttentionOutput) -> None:
-        if out.keys is None:  # pragma: no cover - MultiHeadAttention always returns its keys
-            raise ValueError("the attention returned no keys to cache")
-        entry = (out.keys, out.values)
-        if layer < len(self.layers):
-            self.layers[layer] = entry
-        else:
-            self.layers.append(entry)
-
-
-Step = Callable[[list[int]], tuple[Tensor, Tensor]]
+_GREEDY = Sampling()
 
 
 def choose_next(logits: Tensor, sampling: Sampling, *, banned: Sequence[int] = ()) -> int:
@@ -85,41 +60,84 @@ def check_generation_memory(layers: int, heads: int, total: int) -> None:
 
 @dataclass
 class Decoded:
-    """What :func:`decode` returns: every token id, every row of attention, and why it stopped."""
+    """What :func:`decode` returns: the prompt's ids then the chosen ones, why it stopped, and what the loop was
+    asked to keep: every row of attention (``attentions`` ``[layers, heads, T, T]``, lower-triangular) and the
+    log-probabilities the model gave after each prompt token (``prompt_logprobs`` ``[n, vocab]``, float64)."""
 
     ids: list[int]
-    attentions: Tensor  # [layers, heads, T, T], lower-triangular
+    n_prompt: int
     stopped_at_eos: bool
+    attentions: Tensor | None = None
+    prompt_logprobs: Tensor | None = None
+
+    @property
+    def new(self) -> list[int]:
+        """The chosen tokens."""
+        return self.ids[self.n_prompt:]
 
 
-def decode(step: Step, prompt: list[int], *, max_new_tokens: int, sampling: Sampling, eos_ids: Sequence[int],
-           stop_at_eos: bool) -> Decoded:
-    """Run ``prompt``, then choose and feed back up to ``max_new_tokens`` tokens. The last token chosen
-    is fed back too, once, for its own attention row (its logits are not used)."""
-    n = len(prompt)
-    logits, weights = step(list(prompt))
-    layers, heads = weights.shape[:2]
-    total = n + max_new_tokens
-    check_generation_memory(layers, heads, total)
-    attentions = torch.zeros(layers, heads, total, total)
-    attentions[:, :, :n, :n] = weights
+Keep = Literal["matrix", "rows", "none"]
+
+
+def decode(stepper: Stepper, prompt: Sequence[int], *, max_new_tokens: int, sampling: Sampling | None = None,
+           eos_ids: Sequence[int] = (), stop_at_eos: bool = True, keep: Keep = "none", fresh: bool = True,
+           prompt_logprobs: bool = False, each: Callable[[int, Tensor | None], bool] | None = None) -> Decoded:
+    """The one decoding loop: feed ``prompt`` to ``stepper`` (on a fresh cache, or, not ``fresh``, after what it
+    holds), then choose up to ``max_new_tokens`` tokens as transformers' ``generate`` chooses them (greedy, or
+    ``sampling``; see the module), stopping after an end token unless not ``stop_at_eos`` (then none is chosen).
+
+    ``keep``: ``"matrix"`` keeps every row of attention (the prompt's from its feed, each chosen token's from the
+    step that feeds it back, the last one's too); ``"rows"`` hands each chosen token to ``each`` with the row that
+    chose it (the previous token's, ``[layers, heads, T]``; the prompt runs without weights but for its last
+    token); ``"none"`` computes no weights. ``each(token, row)`` returning True stops after that token.
+    ``prompt_logprobs``: keep the log-probabilities after each prompt token (the prompt fed a token at a time)."""
+    prompt = list(prompt)
+    if not prompt:
+        raise ValueError("decode needs at least one prompt token")  # pragma: no cover - callers check
+    if fresh:
+        stepper.reset()
+    rows: Tensor | None = None
+    attentions: Tensor | None = None
+    logprobs: Tensor | None = None
+    if keep == "matrix":
+        start = stepper.length
+        logits, weights = stepper.feed(prompt, rows="all")
+        assert weights is not None
+        total = start + len(prompt) + max_new_tokens
+        check_generation_memory(stepper.n_layers, stepper.n_heads, total)
+        attentions = torch.zeros(stepper.n_layers, stepper.n_heads, total, total)
+        attentions[:, :, start : stepper.length, : stepper.length] = weights
+    elif prompt_logprobs:  # a token at a time: a cut cache's keys are not in position order
+        every = torch.stack([stepper.feed([token])[0] for token in prompt])
+        logprobs, logits = torch.log_softmax(every.double(), dim=-1), every[-1]
+    elif keep == "rows":
+        if len(prompt) > 1:
+            stepper.feed(prompt[:-1])
+        logits, rows = stepper.feed(prompt[-1:], rows="last")
+    else:
+        logits, _ = stepper.feed(prompt)
     ids = list(prompt)
     banned = () if stop_at_eos else tuple(eos_ids)
     stopped = False
     with torch.random.fork_rng(devices=[]):
-        if sampling.seed is not None:
+        if sampling is not None and sampling.seed is not None:
             torch.manual_seed(sampling.seed)
-        for _ in range(max_new_tokens):
-            token = choose_next(logits, sampling, banned=banned)
+        for n in range(max_new_tokens):
+            token = choose_next(logits, sampling or _GREEDY, banned=banned)
             ids.append(token)
-            t = len(ids) - 1
-            logits, weights = step([token])
-            attentions[:, :, t, : t + 1] = weights[:, :, 0]
-            if stop_at_eos and token in eos_ids:
-                stopped = True
+            if attentions is not None:  # the chosen token's own row, from the step that feeds it back
+                logits, rows = stepper.feed([token], rows="last")
+                assert rows is not None  # rows="last" returns them
+                attentions[:, :, stepper.length - 1, : stepper.length] = rows
+            stop = each(token, rows) if each is not None else False
+            stopped = stop_at_eos and token in eos_ids
+            if stopped or stop or n == max_new_tokens - 1:
                 break
-    t = len(ids)
-    return Decoded(ids, attentions[:, :, :t, :t].contiguous(), stopped)
+            if attentions is None:
+                logits, rows = stepper.feed([token], rows="last" if keep == "rows" else "none")
+    if attentions is not None:
+        attentions = attentions[:, :, : stepper.length, : stepper.length].contiguous()
+    return Decoded(ids, len(prompt), stopped, attentions, logprobs)
 
 
 def sampling_metadata(sampling: Sampling) -> dict[str, object]:

@@ -60,9 +60,10 @@ def _load(
     local_files_only: bool,
     cpu: bool,
     precision: str | None = None,
+    head: str | None = None,
 ) -> tuple[Any, Any]:
     import transformers
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     # attnviz speaks for itself: transformers' progress bars and advice would bury the one line that matters.
     transformers.logging.set_verbosity_error()
@@ -79,8 +80,10 @@ def _load(
 
         AutoConfig.from_pretrained(ref, **kwargs)  # an unknown architecture fails here, clearly, first
         tokenizer = AutoTokenizer.from_pretrained(ref, **kwargs)
-        model = AutoModel.from_pretrained(
-            ref, attn_implementation="eager", device_map=device_map, **(dtype if cpu or precision else {}), **kwargs
+        auto: Any = AutoModelForCausalLM if head == "causal-lm" else AutoModel
+        model, info = auto.from_pretrained(
+            ref, attn_implementation="eager", device_map=device_map, output_loading_info=True,
+            **(dtype if cpu or precision else {}), **kwargs
         )
     except (ImportError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0]
@@ -103,6 +106,10 @@ def _load(
         ) from None
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise ModelNotFoundError(f"{name} has only a slow tokenizer; attnviz needs a fast (tokenizers) one")
+    missing = [key for key in info.get("missing_keys", []) if "lm_head" in key] if head else []
+    if missing:  # transformers would fill it with random numbers: every token would be noise
+        raise ModelNotFoundError(f"{name} has no language-model head ({missing[0]} is not in its weights), so it "
+                                 "cannot generate; give the checkpoint of a ...ForCausalLM model")
     return tokenizer, model.eval()
 
 
@@ -122,18 +129,24 @@ class HFSource(ModelSource):
         attention: str = "auto",
         why: str | None = None,
         dtype: str | None = None,
+        head: str | None = None,
     ) -> None:
         """``attention``: ``"auto"`` (attnviz's attention function where it gives eager's weights, else
-        eager), ``"fused"`` (that function or an error) or ``"eager"``; ``why``: why no native engine."""
-        hf_tokenizer, self.model = _load(
+        eager), ``"fused"`` (that function or an error) or ``"eager"``; ``why``: why no native engine.
+        ``head="causal-lm"``: load the checkpoint once with its language-model head (``lm``, which decodes: the
+        stepper, kv's cut caches), extraction running its base model (``model``)."""
+        hf_tokenizer, loaded = _load(
             ref, revision=revision, trust_remote_code=trust_remote_code, device_map=device_map, name=name,
             local_files_only=local_files_only, cpu=device == "cpu" and device_map is None, precision=dtype,
+            head=head,
         )
         if device_map is None:
-            self.model.to(device)
+            loaded.to(device)
+        self.lm: Any = loaded if head == "causal-lm" else None
+        self.model = loaded.base_model if self.lm is not None else loaded
         self._reload: _LoadArguments = {"ref": ref, "revision": revision, "trust_remote_code": trust_remote_code,
                         "device_map": device_map, "local_files_only": local_files_only}
-        self._task_models: dict[str, Any] = {}
+        self._task_models: dict[str, Any] = {} if self.lm is None else {"causal-lm": self.lm}
         config = self.model.config
         self.encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
         # streaming once each layer can be taken as it is computed (below)
@@ -192,11 +205,13 @@ class HFSource(ModelSource):
     def _try_fused(self, *, required: bool) -> None:
         """Switch the model to attnviz's attention function if it gives eager attention's weights on a short
         padded batch; else keep eager (or, ``required``, say why not)."""
-        from .hf_attention import switch_to_fused
+        from .hf_attention import mark_fused, switch_to_fused
 
         reason = switch_to_fused(self.model, self._probe_batch(), family=self.family,
                                  encoder_decoder=self.encoder_decoder)
         if reason is None:
+            if self.lm is not None:  # its head's model runs the same layers, on the same config
+                mark_fused(self.lm)
             return
         if required:
             raise ModelNotFoundError(f"the fused engine cannot run {self.name}: {reason}; use [[engine=hf]] or auto")

@@ -50,6 +50,12 @@ def is_fused(model: nn.Module) -> bool:
     return model in _fused
 
 
+def mark_fused(model: nn.Module) -> None:
+    """``model`` runs on attnviz's attention function too: a language model whose base model
+    :func:`switch_to_fused` switched (the same layers, the same config)."""
+    _fused.add(model)
+
+
 def whole_weights(model: nn.Module) -> Any:
     """Where ``output_attentions=True`` is asked of ``model``: the fused engine's whole weights (a model on
     eager attention returns its own)."""

@@ -15,6 +15,7 @@ from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions, Source
 from .contracts import ExplainInputs, PositionSteps
 from .own_model import OwnTransformer, matrix_attention, sinusoidal_positions
+from .stepping import Rows
 from .tokens import bound_characters
 from .words import word_id, word_tokens
 
@@ -136,10 +137,8 @@ class ConfigSource(Source):
         return result.narrowed(None if options.layers is None else list(options.layers), float16=options.float16)
 
 
-    def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
-        """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache."""
-        from .decoding import KVCache, decode, sampling_metadata
-
+    def check_generates(self) -> None:
+        """Refuse, in one line, a config model that cannot decode."""
         if self.seq2seq_network is not None:
             raise UsageError(f"{self.name} is an encoder-decoder config model, which does not generate; read its "
                              "attention over a target text with [[target]] and [[kind=cross]] (heatmap, view), or "
@@ -148,6 +147,12 @@ class ConfigSource(Source):
             raise UsageError(f"{self.name} has no language-model head to generate with: a config model generates "
                              "when it is causal and lists its words (causal = true and vocab = [...] in [model], "
                              "as in sample_configs/causal.toml)")
+
+    def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
+        """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache."""
+        from .decoding import decode, sampling_metadata
+
+        self.check_generates()
         network = self.network
         assert network is not None  # a config that generates is a transformer's
         cfg = network.cfg
@@ -155,18 +160,12 @@ class ConfigSource(Source):
         if len(ids) + max_new_tokens > cfg.max_positions:
             raise InputError(f"the prompt ({len(ids)} tokens) and [[max_new_tokens={max_new_tokens}]] pass the "
                              f"{cfg.max_positions} positions of {self.name}; ask for fewer tokens")
-        words = torch.tensor([word_id(w, cfg.vocab_size) for w in cfg.vocab])
-        cache = KVCache()
-
-        def step(new: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-            ids_new = torch.tensor([[int(words[i]) for i in new]]) if cache.length else torch.tensor([new])
-            outs = network(ids_new, causal=True, cache=cache)
-            return (network.next_token_logits(built(cache.hidden, "hidden states")[0, -1], words),
-                    torch.stack([built(out.weights)[0] for _, out in outs]))
-
+        stepper = ConfigStepper(self)
         eos = [cfg.vocab.index(cfg.eos)] if cfg.eos is not None else []
         # The prompt goes in as word ids; every later step feeds back a vocabulary index.
-        done = decode(step, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos, stop_at_eos=stop_at_eos)
+        done = decode(stepper, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos,
+                      stop_at_eos=stop_at_eos, keep="matrix")
+        assert done.attentions is not None  # keep="matrix" keeps them
         new = [cfg.vocab[i] for i in done.ids[len(ids):]]
         return AttentionResult(
             tokens=tokens + new, token_ids=ids + [word_id(w, cfg.vocab_size) for w in new],
@@ -259,3 +258,39 @@ def _cross_result(name: str, inputs: ExplainInputs, out: AttentionOutput, option
         metadata={"engine": "config", "config_type": "MatrixConfig", "attention": "cross"},
     )
     return result.narrowed(None, float16=options.float16)
+
+
+class ConfigStepper:
+    """A causal config model with a ``vocab`` stepping on a key/value cache (:mod:`attnviz.sources.stepping`): the
+    prompt goes in as word ids, every later feed as indices into ``vocab``, whose words its logits are over."""
+
+    engine = "config"
+
+    def __init__(self, source: ConfigSource) -> None:
+        network = source.network
+        assert network is not None  # a config that generates is a transformer's
+        self.network, self.name = network, source.name
+        cfg = network.cfg
+        self.words = torch.tensor([word_id(w, cfg.vocab_size) for w in cfg.vocab])
+        self.n_layers, self.n_heads = cfg.n_layers, cfg.n_heads
+        self.max_positions: int | None = cfg.max_positions
+        self.reset()
+
+    def reset(self) -> None:
+        from .kv_cache import KVCache
+
+        self.cache, self.length = KVCache(), 0
+
+    @torch.no_grad()
+    def feed(self, ids: list[int], *, rows: Rows = "none",
+             every_logit: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if every_logit:
+            raise UsageError(f"{self.name}: a config model gives the logits of its last token only")
+        ids_new = torch.tensor([[int(self.words[i]) for i in ids]]) if self.cache.length else torch.tensor([ids])
+        outs = list(self.network(ids_new, causal=True, cache=self.cache))  # (a generator: run it to the end)
+        self.length = self.cache.length
+        logits = self.network.next_token_logits(built(self.cache.hidden, "hidden states")[0, -1], self.words)
+        if rows == "none":
+            return logits, None
+        weights = torch.stack([built(out.weights)[0] for _, out in outs])
+        return logits, weights[:, :, -1] if rows == "last" else weights

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from ..attention import AttentionOutput, MultiHeadAttention, combine_masks, decoding_mask, padding_mask
 from ..config import MatrixConfig, TransformerConfig
 from ..config.types import Matrix
-from .decoding import KVCache
+from .kv_cache import KVCache
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:

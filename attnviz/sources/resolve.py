@@ -126,7 +126,7 @@ def load_source(
         raise UsageError("[[device_map]] is for [[engine=hf]] or fused; the native engine runs on one [[device]]")
     elif device_map is not None and engine == "auto":
         why = "[[device_map]] is for the transformers engines"
-    return _hf_source(place, revision=revision, device=device, device_map=device_map,
+    return hf_source(place, revision=revision, device=device, device_map=device_map,
                       trust_remote_code=trust_remote_code, attention={"hf": "eager"}.get(engine, engine), why=why,
                       dtype=dtype)
 
@@ -236,9 +236,9 @@ def native_source(place: ModelPlace, *, engine: str, revision: str | None, devic
     return None
 
 
-def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_map: str | None,
+def hf_source(place: ModelPlace, *, revision: str | None, device: str, device_map: str | None,
                trust_remote_code: bool, attention: str = "auto", why: str | None = None,
-               dtype: str | None = None) -> Source:
+               dtype: str | None = None, head: str | None = None) -> Source:
     from .files import read_config
 
     local_only = False
@@ -251,7 +251,8 @@ def _hf_source(place: ModelPlace, *, revision: str | None, device: str, device_m
 
     return HFSource(place.ref,
                     name=place.name, device=device, revision=revision, trust_remote_code=trust_remote_code,
-                    device_map=device_map, local_files_only=local_only, attention=attention, why=why, dtype=dtype)
+                    device_map=device_map, local_files_only=local_only, attention=attention, why=why, dtype=dtype,
+                    head=head)
 
 
 def _hub_native_folder(repo_id: str, revision: str | None, engine: str) -> Path | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
@@ -23,23 +23,44 @@ from torch import Tensor
 from ..errors import UsageError
 from .cache import cache_of, with_cache
 
+Rows = Literal["none", "last", "all"]
+"""What a feed returns of attention: nothing, the last new token's row ``[layers, heads, T]``, or every new
+token's rows ``[layers, heads, n, T]`` (``T`` every token so far)."""
+
 
 class Stepper(Protocol):
-    """A causal model decoding on a key/value cache (see the module's docs)."""
+    """A causal model decoding on a key/value cache (see the module's docs): every decoding loop in attnviz
+    (:func:`attnviz.sources.decoding.decode`) runs on one."""
 
     name: str
     engine: str
     n_layers: int
     n_heads: int
     max_positions: int | None
+    length: int  # positions fed so far (a cut cache holds fewer keys; the next token's position is this)
 
-    def prefill(self, ids: list[int]) -> None:
-        """Run ``ids`` on a fresh cache, computing no attention weights and no logits."""
+    def reset(self) -> None:
+        """Forget every token fed: the next feed starts a fresh cache."""
 
-    def step(self, token: int) -> tuple[Tensor, Tensor]:
-        """Feed ``token`` after everything so far: its next-token logits (``[vocab]``, float32) and its
-        attention over every token so far, itself included (``[layers, heads, T]``, float32, CPU)."""
+    def feed(self, ids: list[int], *, rows: Rows = "none", every_logit: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Run ``ids`` after everything so far: the next-token logits of the last one (``[vocab]``; of each one,
+        ``[n, vocab]``, with ``every_logit``), float32 on the CPU, and the attention ``rows`` asks for."""
         ...  # pragma: no cover - a protocol
+
+
+def prefill(stepper: Stepper, ids: list[int]) -> None:
+    """A fresh cache holding ``ids``, computing no attention weights."""
+    stepper.reset()
+    if ids:
+        stepper.feed(ids)
+
+
+def step(stepper: Stepper, token: int) -> tuple[Tensor, Tensor]:
+    """Feed ``token``: its next-token logits and its attention row over every token so far, itself included
+    (``[layers, heads, T]``)."""
+    logits, rows = stepper.feed([token], rows="last")
+    assert rows is not None  # rows="last" returns them
+    return logits, rows
 
 
 @dataclass
@@ -95,7 +116,8 @@ def codec_from_tokenizer(tokenizer: Any, eos: list[int]) -> Codec:
 
 
 class NativeStepper:
-    """Stepping on the native engine (:class:`attnviz.sources.native.NativeSource`)."""
+    """Stepping on the native engine (:class:`attnviz.sources.native.NativeSource`): the family's own forward pass
+    on a :class:`~attnviz.sources.kv_cache.KVCache`, the language-model head read from the checkpoint."""
 
     engine = "native"
 
@@ -110,37 +132,57 @@ class NativeStepper:
         self.n_heads = int(source.model.layers[0]["attn"].n_heads)
         self.device = torch.device(source.device)
         self.cache: Any = None
+        self.length = 0
 
-    def _run(self, ids: list[int], weights: bool) -> list[Tensor]:
-        from .decoding import KVCache
+    def reset(self) -> None:
+        self.cache, self.length = None, 0
+
+    def hold(self) -> Any:
+        """A copy of the cache as it is (to feed again from here: :meth:`restore`)."""
+        import copy
+
+        return copy.deepcopy(self.cache)
+
+    def restore(self, state: Any) -> None:
+        """Feed from ``state`` next (one :meth:`hold` or :meth:`cut` gave; copied, so it can be restored twice)."""
+        import copy
+
+        self.cache = copy.deepcopy(state)
+        self.length = self.cache.length
+
+    def cut(self, state: Any, keep: list[Tensor]) -> Any:
+        """``state`` (a held context) keeping in each layer and key/value head only the keys ``keep[layer]`` marks
+        (:class:`~attnviz.sources.kv_cache.CutKVCache`)."""
+        from .kv_cache import cut_kv_cache
+
+        return cut_kv_cache(state, keep, getattr(self.model, "window", None))
+
+    @torch.no_grad()
+    def feed(self, ids: list[int], *, rows: Rows = "none", every_logit: bool = False) -> tuple[Tensor, Tensor | None]:
+        from .kv_cache import KVCache
         from .stream import Capture
 
         if self.cache is None:
             self.cache = KVCache()
         new = torch.tensor([ids], device=self.device)
         mask = torch.ones(1, self.cache.length + len(ids), dtype=torch.long, device=self.device)
-        capture = Capture() if weights else Capture(layers=frozenset())
+        capture = Capture() if rows != "none" else Capture(layers=frozenset())
         outs = self.model.run(new, mask, None, self.n_layers, capture, self.cache)
-        return [out.weights[0, :, -1].float().cpu() for out in outs if weights and out.weights is not None]
-
-    @torch.no_grad()
-    def prefill(self, ids: list[int]) -> None:
-        from .decoding import KVCache
-
-        self.cache = KVCache()
-        if ids:
-            self._run(ids, weights=False)
-
-    @torch.no_grad()
-    def step(self, token: int) -> tuple[Tensor, Tensor]:
-        rows = self._run([token], weights=True)
-        logits = self.norm(self.cache.hidden[0, -1]) @ self.head.T
-        return logits.float().cpu(), torch.stack(rows)
+        weights = [out.weights[0] for out in outs if rows != "none" and out.weights is not None]
+        self.length = self.cache.length
+        hidden = self.cache.hidden[0] if every_logit else self.cache.hidden[0, -1]
+        logits = (self.norm(hidden) @ self.head.T).float().cpu()
+        if rows == "none":
+            return logits, None
+        stacked = torch.stack(weights).float()
+        return logits, (stacked[:, :, -1] if rows == "last" else stacked).cpu()
 
 
 class TransformersStepper:
-    """Stepping on transformers: the prompt through the base model alone (no language-model head, no
-    weights), each step through the whole model with ``output_attentions``."""
+    """Stepping on transformers (a ``...ForCausalLM``): a feed without weights runs through the base model alone
+    where no logits are wanted (a prompt: no language-model head over every position), each step through the whole
+    model, ``output_attentions`` when rows are asked for. Positions are passed explicitly, so a cut cache
+    (:mod:`attnviz.sources.cut_cache`: fewer keys than positions) continues at the right one."""
 
     def __init__(self, model: Any, name: str) -> None:
         from .hf_attention import is_fused
@@ -153,14 +195,71 @@ class TransformersStepper:
         self.max_positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
         self.past: Any = None
         self.length = 0
+        self.cutting: Any = None  # the plan of a cut cache being fed (:class:`attnviz.sources.cut_cache.Cut`)
+
+    def reset(self) -> None:
+        self.past, self.length, self.cutting = None, 0, None
+
+    def hold(self) -> Any:
+        """A copy of the cache as it is (to feed again from here: :meth:`restore`)."""
+        import copy
+
+        return copy.deepcopy(self.past), self.length
+
+    def restore(self, state: Any) -> None:
+        """Feed from ``state`` next: one :meth:`hold` gave (copied again, so it can be restored twice), or a cut
+        (:func:`attnviz.sources.cut_cache.cut_cache`), which it then holds."""
+        import copy
+
+        from .cut_cache import Cut
+
+        if isinstance(state, Cut):
+            self.past, self.length, self.cutting = copy.deepcopy(state.cache), state.n_context, state
+        else:
+            self.past, self.length, self.cutting = copy.deepcopy(state[0]), state[1], None
+
+    def cut(self, state: Any, keep: list[Tensor]) -> Any:
+        """``state`` (a held context) keeping in each layer and key/value head only the keys ``keep[layer]`` marks
+        (:func:`attnviz.sources.cut_cache.cut_cache`)."""
+        from .cut_cache import cut_cache
+
+        return cut_cache(state[0], state[1], keep)
 
     @torch.no_grad()
-    def prefill(self, ids: list[int]) -> None:
+    def feed(self, ids: list[int], *, rows: Rows = "none", every_logit: bool = False) -> tuple[Tensor, Tensor | None]:
+        if self.cutting is not None and len(ids) > 1:  # a cut cache's keys are not in position order: one at a time
+            fed = [self.feed([token], rows=rows, every_logit=every_logit) for token in ids]
+            if rows == "all":
+                raise UsageError("a cut cache gives no matrix of rows")  # pragma: no cover - no caller asks
+            return (torch.stack([f[0] for f in fed]) if every_logit else fed[-1][0]), fed[-1][1]
+        if rows == "none" and self.past is None and len(ids) > 1 and not every_logit:
+            return self._prefill(ids)
+        from .cut_cache import feeding
+        from .hf_attention import weights_mode, whole_weights
+
+        device = self.model.device
+        at = torch.arange(self.length, self.length + len(ids), device=device)
+        with feeding(self.model, self.cutting), (whole_weights(self.model) if rows != "none" else weights_mode("none")):
+            out = self.model(input_ids=torch.tensor([ids], device=device), use_cache=True, cache_position=at,
+                             position_ids=at[None], output_attentions=rows != "none",
+                             **with_cache(self.model, self.past))
+        self.past, self.length = cache_of(out), self.length + len(ids)
+        logits = (out.logits[0] if every_logit else out.logits[0, -1]).float().cpu()
+        if rows == "none":
+            return logits, None
+        n = 1 if rows == "last" else len(ids)
+        found = torch.zeros(self.n_layers, self.n_heads, n, self.length)
+        for layer, weights in enumerate(out.attentions):
+            width = weights.shape[-1]  # a sliding-window layer's cache keeps only its last keys
+            found[layer, :, :, self.length - width:] = weights[0, :, -n:].float().cpu()
+        return logits, (found[:, :, 0] if rows == "last" else found)
+
+    def _prefill(self, ids: list[int]) -> tuple[Tensor, Tensor | None]:
+        """A prompt through the base model alone, no weights and no language-model head over every position; its
+        last token through the whole model, for its next-token logits (as the model computes them: a final
+        soft-cap or scale included)."""
         from .hf_attention import weights_mode
 
-        self.past, self.length = None, 0
-        if not ids:
-            return
         if self.engine == "hf":  # eager attention builds each layer's [H, T, T] even when it returns none
             from ..limits import check_memory
 
@@ -168,21 +267,6 @@ class TransformersStepper:
                          f"eager attention over {len(ids):,} tokens ({self.n_heads} heads); the fused engine "
                          "([[engine=fused]]) computes no weights for the prompt")
         with weights_mode("none"):
-            out = self.model.base_model(input_ids=torch.tensor([ids], device=self.model.device), use_cache=True)
-        self.past, self.length = cache_of(out), len(ids)
-
-    @torch.no_grad()
-    def step(self, token: int) -> tuple[Tensor, Tensor]:
-        from .hf_attention import whole_weights
-
-        with whole_weights(self.model):
-            out = self.model(input_ids=torch.tensor([[token]], device=self.model.device), use_cache=True,
-                             output_attentions=True, **with_cache(self.model, self.past))
-        self.past, self.length = cache_of(out), self.length + 1
-        rows = torch.zeros(self.n_layers, self.n_heads, self.length)
-        for layer, weights in enumerate(out.attentions):
-            width = weights.shape[-1]  # a sliding-window layer's cache keeps only its last keys
-            rows[layer, :, self.length - width:] = weights[0, :, -1].float().cpu()
-        return out.logits[0, -1].float().cpu(), rows
-
-
+            out = self.model.base_model(input_ids=torch.tensor([ids[:-1]], device=self.model.device), use_cache=True)
+        self.past, self.length = cache_of(out), len(ids) - 1
+        return self.feed(ids[-1:])

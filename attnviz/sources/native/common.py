@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention
-from ..decoding import KVCache
 from ..engine import Capture
+from ..kv_cache import KVCache
 from .weights import take
 
 

@@ -14,13 +14,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ...attention import built
 from ...errors import AttnvizError, InputError
 from ...result import AttentionResult
-from ..decoding import KVCache, decode, sampling_metadata
-from ..stream import Capture, check_finite
+from ..decoding import decode, sampling_metadata
+from ..stream import check_finite
 from ..tokens import encode, label_from_piece
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,8 +44,6 @@ def generate_native(source: NativeSource, prompt: str, *, max_new_tokens: int, s
                     stop_at_eos: bool) -> AttentionResult:
     """Continue ``prompt`` on ``source``'s model with its own attention and a key/value cache."""
     model = source.model
-    norm, head = model.language_model_head(source.weights)
-    norm, head = norm.to(source.device), head.to(source.device)
     info = encode(source.tokenizer, prompt, model_name=source.name, special_ids=frozenset(source.special_ids()))
     limit = source.max_positions
     if limit is not None and len(info.ids) + max_new_tokens > limit:
@@ -57,20 +52,11 @@ def generate_native(source: NativeSource, prompt: str, *, max_new_tokens: int, s
     if source.vocab_rows is not None and max(info.ids) >= source.vocab_rows:
         raise InputError(f"{source.name}: the tokenizer gives token id {max(info.ids)} past the embedding's "
                          f"{source.vocab_rows} rows")
-    cache = KVCache()
-    capture = Capture()
-    device = torch.device(source.device)
+    from ..stepping import NativeStepper
 
-    @torch.no_grad()
-    def step(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        new = torch.tensor([ids], device=device)
-        mask = torch.ones(1, cache.length + len(ids), dtype=torch.long, device=device)
-        weights = [out.weights[0].float().cpu() for out in model.run(new, mask, None, model.n_layers, capture, cache)]
-        logits = norm(built(cache.hidden, "hidden states")[0, -1]) @ head.T
-        return logits.float().cpu(), torch.stack(weights)
-
-    done = decode(step, info.ids, max_new_tokens=max_new_tokens, sampling=sampling,
-                  eos_ids=end_of_sequence_ids(source.folder, model.config), stop_at_eos=stop_at_eos)
+    done = decode(NativeStepper(source), info.ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                  eos_ids=end_of_sequence_ids(source.folder, model.config), stop_at_eos=stop_at_eos, keep="matrix")
+    assert done.attentions is not None  # keep="matrix" keeps them
     for layer in range(done.attentions.shape[0]):
         check_finite(done.attentions[layer], layer, source.name)
     specials = source.special_ids()

@@ -9,8 +9,8 @@ from torch import Tensor, nn
 
 from ...attention import AttentionOutput, MultiHeadAttention
 from ...attention.rows import RowMask
-from ..decoding import KVCache
 from ..engine import Capture
+from ..kv_cache import KVCache
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_layer_norm, load_linear, set_parameter, tracked
 from .weights import take
 
@@ -78,7 +78,7 @@ class GPT2(NativeModel):
         x = tracked(self.wte[ids] + self.wpe[start : start + t], capture)  # (B, T, d)
         mask = RowMask.of(attention_mask, t, start=start)  # described: built only as far as a layer needs
         for i, layer in enumerate(self.layers[:n_layers]):
-            out = self.attend(i, layer["attn"], layer["ln_1"](x), capture, mask=mask,
+            out = self.attend(i, layer["attn"], layer["ln_1"](x), capture, mask=mask if cache is None else cache.mask_of(i, mask, t),
                               past=None if cache is None else cache.past(i))
             if cache is not None:
                 cache.keep(i, out)

@@ -18,8 +18,8 @@ from ...attention import (
     rotary_tables,
 )
 from ...attention.rows import RowMask
-from ..decoding import KVCache
 from ..engine import Capture
+from ..kv_cache import KVCache
 from .common import ACTIVATIONS, NativeModel, grad_as_captured, load_linear, tracked
 from .weights import take
 
@@ -117,7 +117,7 @@ class Llama(NativeModel):
         rotary = rotary_tables(torch.arange(start, start + t, device=ids.device), self.d_head, self.theta)
         mask = RowMask.of(attention_mask, t, start=start, window=self.window)  # described, built as far as needed
         for i, layer in enumerate(self.layers[:n_layers]):
-            out = self.attend(i, layer["attn"], layer["norm_attn"](x), capture, mask=mask, rotary=rotary,
+            out = self.attend(i, layer["attn"], layer["norm_attn"](x), capture, mask=mask if cache is None else cache.mask_of(i, mask, t), rotary=rotary,
                               past=None if cache is None else cache.past(i))
             if cache is not None:
                 cache.keep(i, out)

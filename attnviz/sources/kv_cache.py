@@ -1,0 +1,79 @@
+"""The key/value cache of attnviz's own attention (the native engine, config models): each layer's keys and values
+so far, and a copy cut to the keys a policy keeps (kv's end-to-end check)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..attention import AttentionOutput
+    from ..attention.rows import RowMask
+
+
+@dataclass
+class KVCache:
+    """Incremental decoding's state: each layer's keys and values so far (``[B, H, T, d]``, after RoPE,
+    repeated under grouped-query attention), how many tokens they cover, and the last layer's
+    output for the newest tokens (``hidden``, ``[B, n, d]``), from which the next token is read."""
+
+    layers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
+    length: int = 0
+    hidden: Tensor | None = None
+
+    def past(self, layer: int) -> tuple[Tensor, Tensor] | None:
+        return self.layers[layer] if layer < len(self.layers) else None
+
+    def mask_of(self, layer: int, mask: RowMask, t: int) -> RowMask | Tensor:
+        """The mask layer ``layer``'s ``t`` new queries run under: the family's own (a cut cache's differs)."""
+        return mask
+
+    def keep(self, layer: int, out: AttentionOutput) -> None:
+        if out.keys is None:  # pragma: no cover - MultiHeadAttention always returns its keys
+            raise ValueError("the attention returned no keys to cache")
+        entry = (out.keys, out.values)
+        if layer < len(self.layers):
+            self.layers[layer] = entry
+        else:
+            self.layers.append(entry)
+
+
+
+@dataclass
+class CutKVCache(KVCache):
+    """A :class:`KVCache` cut to the keys a policy keeps (kv's end-to-end check on the native engine): each layer
+    holds, per query head, only its key/value head's kept keys (``positions[layer]`` ``[H, b]``, ascending), then
+    the keys fed after the context; ``length`` counts positions (the next token's), not keys. A query sees a kept
+    key at or before its position, within the layer's ``window``."""
+
+    positions: list[Tensor] = field(default_factory=list)
+    n_context: int = 0
+    window: int | None = None
+
+    def mask_of(self, layer: int, mask: RowMask, t: int) -> RowMask | Tensor:
+        kept = self.positions[layer]
+        queries = torch.arange(self.length, self.length + t, device=kept.device)
+        fed = torch.arange(self.n_context, self.length + t, device=kept.device)
+        keys = torch.cat([kept, fed.expand(kept.shape[0], -1)], dim=1)  # [H, L]
+        allowed = keys[:, None, :] <= queries[None, :, None]
+        if self.window is not None:
+            allowed &= queries[None, :, None] - keys[:, None, :] < self.window
+        return allowed[None]  # [1, H, t, L]
+
+
+def cut_kv_cache(cache: KVCache, keep: list[Tensor], window: int | None) -> CutKVCache:
+    """A copy of ``cache`` (the context's, every key held) keeping in each layer and key/value head only the keys
+    ``keep[layer]`` (``[Hkv, T]`` bool, the same count in every head) marks (see :class:`CutKVCache`)."""
+    layers, positions = [], []
+    for (keys, values), kept in zip(cache.layers, keep, strict=True):
+        at = torch.stack([row.nonzero()[:, 0] for row in kept]).to(keys.device)  # [Hkv, b]
+        at = at.repeat_interleave(keys.shape[1] // at.shape[0], dim=0)  # per query head (keys repeated under GQA)
+        index = at[None, :, :, None]
+        layers.append((keys.gather(2, index.expand(keys.shape[0], -1, -1, keys.shape[-1])),
+                       values.gather(2, index.expand(values.shape[0], -1, -1, values.shape[-1]))))
+        positions.append(at)
+    return CutKVCache(layers=layers, length=cache.length, hidden=cache.hidden, positions=positions,
+                      n_context=cache.length, window=window)
