@@ -25,7 +25,7 @@ PARTS = {
     "analysis": ("attnviz.analysis", "attnviz.attention"),
     "render": ("attnviz.render",),
     "data": ("attnviz.result", "attnviz.inputs"),
-    "core": ("attnviz.errors", "attnviz.layer_range", "attnviz.limits", "attnviz.quiet", "attnviz.fileio",
+    "core": ("attnviz.errors", "attnviz.tables", "attnviz.result_formats", "attnviz.layer_range", "attnviz.limits", "attnviz.quiet", "attnviz.fileio",
              "attnviz.labels", "attnviz.interrupts", "attnviz.plugins", "attnviz.cluster", "attnviz.records", "attnviz.spans", "attnviz.threads",
              "attnviz.defaults"),
 }

@@ -97,12 +97,12 @@ def test_the_command_reaches_both_forms_of_tova(run_cli, llama):
 
 def _curves(monkeypatch, result) -> object:
     """The figure kv's PNG is drawn from (the command's own curves), caught before it is saved."""
-    from attnviz.cli.kv import write_kv_output
+    from attnviz.kv.outputs import write_figure
     from attnviz.render import figure_style
 
     caught = {}
     monkeypatch.setattr(figure_style, "save_figure", lambda fig, path: caught.setdefault("fig", fig))
-    write_kv_output(result, __import__("pathlib").Path("unused.png"))
+    write_figure(result, __import__("pathlib").Path("unused.png"))
     return caught["fig"]
 
 

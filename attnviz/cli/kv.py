@@ -9,6 +9,7 @@ import typer
 
 from ..defaults import ANSWER_TOKENS
 from ..errors import UsageError
+from ..result_formats import suffixes
 from .common import cli_command, echo_json, note, stdout_console
 from .options import (
     Budget,
@@ -21,9 +22,7 @@ from .options import (
     parse_budgets,
     text_from_file,
 )
-from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table
-
-KV_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
+from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 
 
 def _policy_help() -> str:
@@ -101,7 +100,7 @@ def kv(
         raise UsageError("--question and --continue are two futures: give one of them, not both")
     if question is None and continue_tokens is None:
         raise UsageError("give the future queries: --question TEXT or --continue N")
-    outputs = check_outputs(out, KV_OUTPUTS)
+    outputs = check_outputs(out, suffixes("kv"))
     from ..kv import kv as run_kv
 
     def progress(what: str) -> None:
@@ -118,13 +117,15 @@ def kv(
     if options.verbose:
         note(f"{result.model_name}: {result.engine} engine, on {options.device}")
     for path in outputs:
-        write_kv_output(result, path)
+        result.save(path)
         announcer(fmt)(path)
     rows = result.rows()
     if fmt is StdoutFormat.json:
         echo_json(result.to_dict())
         return
     if fmt is StdoutFormat.csv:
+        from ..kv.outputs import ROW_COLUMNS
+
         typer.echo(csv_text(rows, ROW_COLUMNS), nl=False)
         return
     from ..render.kv import heads_table, summary_table
@@ -156,27 +157,3 @@ def _dropped(row: dict[str, Any]) -> list[tuple[int, str, float]]:
     import json
 
     return [(int(p), str(t), float(m)) for p, t, m in json.loads(row["dropped"])]
-
-
-ROW_COLUMNS = ("policy", "budget", "layer", "kv_head", "kept", "recall", "error", "kl", "changed", "dropped")
-
-
-def write_kv_output(result: Any, path: Path) -> None:
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        result.save(path)
-    elif suffix in (".csv", ".parquet"):
-        write_table(path, result.rows(), ROW_COLUMNS)
-    elif suffix == ".html":
-        from ..kv.page import page_document
-        from ..render.kv_page import render_kv_page
-
-        render_kv_page(page_document(result, result.need), path)
-    else:
-        from ..render.kv import curves_figure
-
-        curves: dict[str, list[tuple[float, float, float | None]]] = {}
-        for run in sorted(result.runs, key=lambda r: (r.policy, sum(r.keys))):
-            curves.setdefault(run.policy, []).append((sum(run.keys) / len(run.keys), run.recall, run.kl))
-        curves_figure(curves, n_context=result.n_context, path=path,
-                      title=f"{result.model_name}: what each policy keeps of {result.n_context:,} tokens")

@@ -10,11 +10,11 @@ import typer
 
 from ..defaults import ANSWER_TOKENS, DEPTHS, NEEDLE, QUESTION
 from ..errors import UsageError
+from ..result_formats import suffixes
 from .common import cli_command, echo_json, note, stdout_console
 from .options import CausalModel, Column, Field, InputFormat, ModelOptions, Width, model_command
-from .outputs import StdoutFormat, announcer, check_outputs, csv_text, write_table
+from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 
-NEEDLE_OUTPUTS = (".json", ".csv", ".parquet", ".png", ".svg", ".pdf", ".html")
 NEEDLE_TEXT, QUESTION_TEXT = NEEDLE, QUESTION  # the library's (attnviz.defaults)
 
 
@@ -72,7 +72,7 @@ def needle(
         raise UsageError("[[ray_address]] goes with [[backend=ray]]")
     chosen_lengths = parse_lengths(lengths)
     chosen_depths = parse_depths(depths)
-    outputs = check_outputs(out, NEEDLE_OUTPUTS)
+    outputs = check_outputs(out, suffixes("needle"))
     text = None
     if haystack is not None:
         from ..needle.haystack import haystack_chars, read_haystack
@@ -106,13 +106,15 @@ def needle(
     if options.verbose:
         note(f"{result.model_name}: {result.engine} engine, on {options.device}")
     for path in outputs:
-        write_needle_output(result, path)
+        result.save(path)
         announcer(fmt)(path)
     ranked = result.heads()[:top] if top else result.heads()
     if fmt is StdoutFormat.json:
         echo_json(result.to_dict())
         return
     if fmt is StdoutFormat.csv:
+        from ..needle.outputs import HEAD_COLUMNS
+
         typer.echo(csv_text(ranked, HEAD_COLUMNS), nl=False)
         return
     from ..render.needle import heads_table, runs_table, success_table
@@ -181,25 +183,3 @@ def parse_depths(text: str) -> list[float]:
             raise UsageError(f"[[depths]]: {part} is not a fraction from 0 to 1 (or 0% to 100%){hint}")
         values.append(value)
     return values
-
-
-HEAD_COLUMNS = ("rank", "layer", "head", "name", "retrieval_score", "reasoning_score", "retrieval")
-
-
-def write_needle_output(result: Any, path: Path) -> None:
-    """Write ``result`` to ``path`` in the kind its extension names."""
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        result.save(path)
-    elif suffix in (".csv", ".parquet"):
-        write_table(path, result.heads(), HEAD_COLUMNS)
-    elif suffix == ".html":
-        from ..needle.page import page_document
-        from ..render.needle_page import render_needle_page
-
-        render_needle_page(page_document(result), path)
-    else:
-        from ..render.needle import needle_figure
-
-        needle_figure(result.success(), result.lengths, result.depths, result.retrieval_scores(),
-                      title=f"{result.model_name}: needle in a haystack ({result.engine})", path=path)

@@ -7,8 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
+from ..tables import csv_text, write_text
+from ..tables import write_rows as write_table
+
+__all__ = ["StdoutFormat", "announcer", "check_distinct", "check_outputs", "check_view_outputs", "csv_text",
+           "write_table", "write_text"]
 
 class StdoutFormat(str, Enum):
     table = "table"
@@ -27,7 +31,7 @@ def check_outputs(paths: Sequence[Path], allowed: Sequence[str]) -> list[Path]:
             raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
                                      f"{', '.join(allowed)}")
         if path.suffix.lower() == ".parquet":
-            from ..export.table import pyarrow
+            from ..tables import pyarrow
 
             pyarrow()
     checked = [check_writable(path) for path in paths]
@@ -63,38 +67,6 @@ def check_distinct(named: Sequence[tuple[str, Path | None]]) -> None:
             raise UsageError(f"{path} is given for {given}; the second would replace the first: give each output "
                              "its own file")
         seen[key] = option
-
-
-def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    """``rows`` as CSV with a header of ``columns`` (None written empty)."""
-    import csv
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(["" if row[c] is None else row[c] for c in columns])
-    return buffer.getvalue()
-
-
-def write_text(path: Path, text: str) -> None:
-    from ..fileio import atomic_write
-
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
-def write_table(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """``rows`` to ``path``: CSV, or Parquet by its extension."""
-    if path.suffix.lower() != ".parquet":
-        write_text(path, csv_text(rows, columns))
-        return
-    from ..export.table import pyarrow
-    from ..fileio import atomic_write
-
-    pa = pyarrow()
-    table = pa.table({c: [row[c] for row in rows] for c in columns})
-    atomic_write(path, lambda tmp: pa.parquet.write_table(table, tmp))
 
 
 def announcer(fmt: StdoutFormat) -> Callable[[Path], None]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from ..errors import UsageError
+from ..result_formats import suffixes
 from .common import cli_command, echo_json, note, stdout_console
 from .options import (
     Budget,
@@ -20,9 +20,7 @@ from .options import (
     parse_budgets,
     text_from_file,
 )
-from .outputs import StdoutFormat, announcer, check_distinct, check_outputs, csv_text, write_table, write_text
-
-PATTERN_OUTPUTS = (".json", ".csv", ".parquet")
+from .outputs import StdoutFormat, announcer, check_distinct, check_outputs, csv_text, write_text
 
 
 @cli_command
@@ -64,7 +62,7 @@ def patterns(
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
     budgets = parse_budgets(budget)
-    check_outputs(out, PATTERN_OUTPUTS)
+    check_outputs(out, suffixes("patterns"))
     from ..fileio import check_writable
 
     for path in (p for p in (minference, duo) if p is not None):
@@ -78,7 +76,7 @@ def patterns(
                           progress=None if quiet or fmt is not StdoutFormat.table else note)
     said = announcer(fmt)
     for path in out:
-        write_patterns_output(result, path)
+        result.save(path)
         said(path)
     if minference is not None:
         write_text(minference, result.minference_json() + "\n")
@@ -92,6 +90,8 @@ def patterns(
         echo_json(result.to_dict())
         return
     if fmt is StdoutFormat.csv:
+        from ..kv.patterns_outputs import COLUMNS
+
         typer.echo(csv_text(result.rows(), COLUMNS), nl=False)
         return
     from ..render.kv import patterns_table
@@ -106,14 +106,3 @@ def patterns(
                          f"{wins['block_sparse']} of {result.n_layers * result.n_heads} heads; {streaming} of "
                          f"{result.n_layers * result.n_kv_heads} key/value heads stream (DuoAttention, ≥ "
                          f"{result.threshold:g})", patterns_table(rows[:top] if top else rows)))
-
-
-COLUMNS = ("budget", "layer", "head", "kv_head", "recall_a_shape", "recall_vertical_slash", "recall_block_sparse",
-           "winner", "streaming_mass", "duo")
-
-
-def write_patterns_output(result: Any, path: Path) -> None:
-    if path.suffix.lower() == ".json":
-        result.save(path)
-    else:
-        write_table(path, result.rows(), COLUMNS)

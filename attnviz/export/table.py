@@ -20,24 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, UsageError
+from ..errors import InputError
 from ..fileio import atomic_write
+from ..tables import pyarrow
 
 HEADS_TABLE = "heads.parquet"
 TEXTS_TABLE = "texts.parquet"
 PART = re.compile(r"heads-(\d{6})\.parquet")
 TEXT_COLUMNS = ("text_index", "text_hash", "text", "n_tokens", "model")
-
-
-def pyarrow() -> Any:
-    """The pyarrow module, or a message saying how to get it (it is the optional extra ``parquet``)."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet
-    except ImportError:
-        raise UsageError("Parquet needs pyarrow, which is not installed: pip install 'attnviz[parquet]' "
-                         "(or pip install pyarrow)") from None
-    return pa
 
 
 def part_name(first: int) -> str:

@@ -56,9 +56,11 @@ class PatternsResult:
         return data
 
     def save(self, path: str | Path) -> None:
-        from ..fileio import write_json
+        """Write the result to ``path`` in the format its extension names (:mod:`attnviz.result_formats`: .json,
+        .csv, .parquet, or one a plugin registered)."""
+        from ..result_formats import save
 
-        write_json(path, self.to_dict())
+        save("patterns", self, path)
 
     def minference_json(self, budget: int | None = None) -> str:
         """MInference's per-head config (``configs/*_best_pattern.json``) at ``budget`` (default the first)."""

@@ -92,9 +92,11 @@ class KVResult:
         return _finite(data)
 
     def save(self, path: str | Path) -> None:
-        from ..fileio import write_json
+        """Write the result to ``path`` in the format its extension names (:mod:`attnviz.result_formats`: .json,
+        .csv, .parquet, .png, .svg, .pdf, .html, or one a plugin registered)."""
+        from ..result_formats import save
 
-        write_json(path, self.to_dict())
+        save("kv", self, path)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per run × layer × key/value head, worst first (the CSV and Parquet tables)."""

@@ -111,9 +111,11 @@ class NeedleResult:
         return data
 
     def save(self, path: str | Path) -> None:
-        from ..fileio import write_json
+        """Write the result to ``path`` in the format its extension names (:mod:`attnviz.result_formats`: .json,
+        .csv, .parquet, .png, .svg, .pdf, .html, or one a plugin registered)."""
+        from ..result_formats import save
 
-        write_json(path, self.to_dict())
+        save("needle", self, path)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "the needle result") -> NeedleResult:

@@ -1,0 +1,84 @@
+"""One registry of the files the long-context results write (needle, kv, patterns): a result kind and an extension
+→ the function that writes it, with one signature, ``writer(result, path)``.
+
+Every ``save`` goes through here (``NeedleResult.save``, ``KVResult.save``, ``PatternsResult.save``, by the file's
+extension), and the commands' ``--out`` checks its extensions against it before the model runs: so a format is
+one function and one :func:`register` call, here, in a user's code or in a plugin (:mod:`attnviz.plugins`).
+Writers are named ``"module:function"`` and imported only when used (``--help`` loads no matplotlib or pyarrow).
+:data:`RESULT_FORMATS` is a :class:`~attnviz.records.Registry` keyed ``"kind.suffix"`` (``"kv.json"``); the
+built-in ones are sealed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .records import Registry
+
+KINDS = ("needle", "kv", "patterns")
+
+
+@dataclass(frozen=True)
+class ResultFormat:
+    kind: str  # the result it writes: needle, kv or patterns
+    suffix: str  # of the file it writes
+    writer: str  # "module:function" writing (result, path)
+    description: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}{self.suffix}"
+
+    def write(self, result: Any, path: str | Path) -> None:
+        module, function = self.writer.split(":")
+        write: Callable[[Any, Path], object] = getattr(importlib.import_module(module), function)
+        write(result, Path(path))
+
+
+def _check(registered: Registry[ResultFormat], fmt: ResultFormat) -> None:
+    if fmt.kind not in KINDS:
+        raise ValueError(f"a result format writes one of {', '.join(KINDS)}; got {fmt.kind!r}")
+    if not fmt.suffix.startswith(".") or fmt.suffix != fmt.suffix.lower() or len(fmt.suffix) < 2:
+        raise ValueError(f"a result format's suffix is a lower-case extension such as .json; got {fmt.suffix!r}")
+    if ":" not in fmt.writer:
+        raise ValueError(f"a result format's writer is 'module:function'; got {fmt.writer!r}")
+
+
+RESULT_FORMATS: Registry[ResultFormat] = Registry("result format", _check)
+
+
+register, unregister, registered = RESULT_FORMATS.register, RESULT_FORMATS.unregister, RESULT_FORMATS.registered
+
+
+def suffixes(kind: str) -> list[str]:
+    """The extensions a ``kind`` result writes (what ``--out`` accepts), in registration order."""
+    return [f.suffix for f in RESULT_FORMATS.values() if f.kind == kind]
+
+
+def save(kind: str, result: Any, path: str | Path) -> Path:
+    """Write ``result`` (a ``kind`` result) to ``path`` in the format its extension names."""
+    from .errors import UnknownFormatError
+
+    path = Path(path)
+    fmt = RESULT_FORMATS.get(f"{kind}{path.suffix.lower()}")
+    if fmt is None:
+        raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
+                                 f"{', '.join(suffixes(kind))}")
+    fmt.write(result, path)
+    return path
+
+
+for _kind, _module in (("needle", "attnviz.needle.outputs"), ("kv", "attnviz.kv.outputs"),
+                       ("patterns", "attnviz.kv.patterns_outputs")):
+    register(ResultFormat(_kind, ".json", f"{_module}:write_json", "the whole result (its load reads it)"))
+    register(ResultFormat(_kind, ".csv", f"{_module}:write_rows", "one row per head (per run and head in kv)"))
+    register(ResultFormat(_kind, ".parquet", f"{_module}:write_rows", "the CSV's rows as Parquet (pyarrow)"))
+for _kind, _module in (("needle", "attnviz.needle.outputs"), ("kv", "attnviz.kv.outputs")):
+    for _suffix in (".png", ".svg", ".pdf"):
+        register(ResultFormat(_kind, _suffix, f"{_module}:write_figure", "the figure (matplotlib)"))
+    register(ResultFormat(_kind, ".html", f"{_module}:write_page", "an interactive page, one self-contained file"))
+BUILT_IN = RESULT_FORMATS.seal()
