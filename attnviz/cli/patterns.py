@@ -90,19 +90,21 @@ def patterns(
         echo_json(result.to_dict())
         return
     if fmt is StdoutFormat.csv:
-        from ..kv.patterns_outputs import COLUMNS
+        from ..kv.patterns_outputs import columns
 
-        typer.echo(csv_text(result.rows(), COLUMNS), nl=False)
+        typer.echo(csv_text(result.rows(), columns()), nl=False)
         return
     from ..render.kv import patterns_table
     from ..render.tables import titled
 
     console = stdout_console(width)
     streaming = sum(not x for row in result.full_attention for x in row)
-    wins = {p: sum(r["winner"] == p for r in result.rows() if r["budget"] == result.budgets[0])
-            for p in ("a_shape", "vertical_slash", "block_sparse")}
+    from ..analysis.patterns_registry import PATTERNS
+    from ..render.kv import pattern_label
+
+    wins = {p: sum(r["winner"] == p for r in result.rows() if r["budget"] == result.budgets[0]) for p in PATTERNS}
+    winners = ", ".join(f"{pattern_label(p)} {count}" for p, count in wins.items())
     console.print(titled(f"{result.model_name}: {result.n_tokens:,} tokens; at {result.budgets[0]:,} keys per row "
-                         f"A-shape wins {wins['a_shape']}, vertical-slash {wins['vertical_slash']}, block-sparse "
-                         f"{wins['block_sparse']} of {result.n_layers * result.n_heads} heads; {streaming} of "
+                         f"the winners are {winners} of {result.n_layers * result.n_heads} heads; {streaming} of "
                          f"{result.n_layers * result.n_kv_heads} key/value heads stream (DuoAttention, ≥ "
                          f"{result.threshold:g})", patterns_table(rows[:top] if top else rows)))

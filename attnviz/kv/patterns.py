@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis import sparse_patterns as sp
+from ..analysis.patterns_registry import PATTERNS
 from ..defaults import BUDGETS
 from ..errors import UsageError
 from .budgets import distinct_budgets
@@ -27,7 +28,7 @@ class HeadPattern:
     layer: int
     head: int
     kv_head: int
-    recall: dict[str, float]  # a_shape, vertical_slash, block_sparse
+    recall: dict[str, float]  # a_shape, vertical_slash, block_sparse, and any pattern a plugin registered
     winner: str
     streaming_mass: float  # DuoAttention: the attention mass sinks + a recent window keep
 
@@ -75,7 +76,7 @@ class PatternsResult:
     def rows(self) -> list[dict[str, Any]]:
         """One row per budget × layer × head (CSV, Parquet)."""
         return [{"budget": budget, "layer": h.layer, "head": h.head, "kv_head": h.kv_head,
-                 **{f"recall_{p}": round(h.recall[p], 6) for p in sp.PATTERNS}, "winner": h.winner,
+                 **{f"recall_{p}": round(h.recall[p], 6) for p in h.recall}, "winner": h.winner,
                  "streaming_mass": round(h.streaming_mass, 6),
                  "duo": "full" if self.full_attention[h.layer][h.kv_head] else "streaming"}
                 for budget in self.budgets for h in self.heads[budget]]
@@ -114,10 +115,14 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = BUDGETS
             search = sp.search_patterns(rows, budget)
             searches[budget].append(search)
             mass = search.streaming_mass
+            recall = {**search.recall, **{name: pattern.measure(rows, search.budget) for name, pattern in
+                                          PATTERNS.items() if pattern.recall is not None}}  # plugins' patterns
             for head in range(rows.n_heads):
+                found = {p: float(recall[p][head]) for p in PATTERNS}
+                best = max(found.values())
                 result.heads.setdefault(budget, []).append(HeadPattern(
-                    parts.layer, head, head // group, {p: float(search.recall[p][head]) for p in sp.PATTERNS},
-                    search.winner[head], float(search.streaming_mass[head])))
+                    parts.layer, head, head // group, found, next(p for p, r in found.items() if r >= best - sp.TIE),
+                    float(search.streaming_mass[head])))
         assert mass is not None
         result.full_attention.append([bool(x) for x in sp.full_attention_heads(mass, n_kv, threshold)])
     for budget in resolved:

@@ -6,8 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("budget", "layer", "head", "kv_head", "recall_a_shape", "recall_vertical_slash", "recall_block_sparse",
-           "winner", "streaming_mass", "duo")
+
+def columns() -> tuple[str, ...]:
+    """The rows' columns: a recall column for every registered pattern (:mod:`attnviz.analysis.patterns_registry`)."""
+    from ..analysis.patterns_registry import PATTERNS
+
+    return ("budget", "layer", "head", "kv_head", *(f"recall_{p}" for p in PATTERNS), "winner", "streaming_mass",
+            "duo")
 
 
 def write_json(result: Any, path: Path) -> None:
@@ -19,4 +24,4 @@ def write_json(result: Any, path: Path) -> None:
 def write_rows(result: Any, path: Path) -> None:
     from ..tables import write_rows as write
 
-    write(path, result.rows(), COLUMNS)
+    write(path, result.rows(), columns())

@@ -123,18 +123,24 @@ def curves_figure(curves: dict[str, list[tuple[float, float, float | None]]], *,
 PATTERN_NAMES = {"a_shape": "A-shape", "vertical_slash": "vert-slash", "block_sparse": "block"}
 
 
+def pattern_label(name: str) -> str:
+    """A pattern's short column name (a plugin's pattern: its registered name)."""
+    return PATTERN_NAMES.get(name, name)
+
+
 def patterns_table(rows: Sequence[dict[str, Any]]) -> Table:
     """One row per head: each pattern's recall (the winner bold), the winner, and DuoAttention's class."""
     table = Table(box=None, pad_edge=False)
+    names = [key.removeprefix("recall_") for key in (rows[0] if rows else {}) if key.startswith("recall_")] \
+        or list(PATTERN_NAMES)
     columns: tuple[tuple[str, JustifyMethod], ...] = (("budget", "right"), ("L", "right"), ("H", "right"),
-        ("KV", "right"), ("A-shape", "right"), ("vert-slash", "right"), ("block", "right"), ("winner", "left"),
+        ("KV", "right"), *((pattern_label(p), "right") for p in names), ("winner", "left"),
         ("sink+recent", "right"), ("duo", "left"))
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for row in rows:
-        cells = [Text(f"{row['recall_' + p]:.3f}", style="bold" if row["winner"] == p else "")
-                 for p in PATTERN_NAMES]
+        cells = [Text(f"{row['recall_' + p]:.3f}", style="bold" if row["winner"] == p else "") for p in names]
         table.add_row(f"{row['budget']:,}", str(row["layer"]), str(row["head"]), str(row["kv_head"]), *cells,
-                      PATTERN_NAMES[row["winner"]], f"{row['streaming_mass']:.3f}",
+                      pattern_label(row["winner"]), f"{row['streaming_mass']:.3f}",
                       Text(row["duo"], style="cyan" if row["duo"] == "full" else "dim"))
     return table
