@@ -67,6 +67,18 @@ print(json.dumps({"seconds": time.perf_counter() - start, "rc": done.returncode,
 """
 
 
+def peak_mib(args: list[str], env: dict[str, str] | None = None, limit_gib: float = 64.0) -> float:
+    """A command's peak resident memory (MiB), in a fresh process (its exit must be 0)."""
+    import json
+
+    out = subprocess.run([PY, "-c", _LIMITED, str(int(limit_gib * 2**30)), *args], capture_output=True, text=True,
+                         env=env)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if got["rc"]:
+        raise SystemExit(f"{' '.join(args[:4])} … failed: {got['error']}")
+    return float(got["peak_mib"])
+
+
 def report_limited(title: str, args: list[str], limit_gib: float, env: dict[str, str] | None = None) -> bool:
     """Run a command under an address-space limit of ``limit_gib`` GiB; print its time, exit and peak RSS; return
     whether it finished within the limit."""

@@ -11,10 +11,11 @@ Three ways run it, chosen by :func:`generate`:
 - the native engine (GPT-2, the LLaMA family): attnviz's own attention with a key/value cache
   (:mod:`attnviz.sources.native.generate`, :mod:`attnviz.sources.decoding`);
 - a causal config model with a vocabulary (``sample_configs/causal.toml``), offline;
-- transformers (``generate(output_attentions=True, return_dict_in_generate=True)``), for every other
-  causal model and for encoder-decoder models (:mod:`attnviz.generation.seq2seq`): the prompt's rows
-  come from the first step, each generated token's row from the step that fed it back, and the
-  last token's row from one more step on the cache.
+- transformers, for every other causal model (:mod:`attnviz.generation.hf`: its stepper, the same loop);
+  encoder-decoder models run on transformers' own ``generate`` (:mod:`attnviz.generation.seq2seq`).
+
+Every causal model loads through :func:`attnviz.sources.causal.load_causal` and decodes through
+:func:`attnviz.sources.decoding.decode`.
 
 Greedy by default; ``sample=True`` with ``temperature``, ``top_k``, ``top_p`` and ``seed`` (the same
 seed gives the same tokens, on every engine: they sample as transformers does).

@@ -83,41 +83,38 @@ def engine_of(model: Any) -> str:
 
 
 def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remote_code: bool, local_files_only: bool,
-          device: str, seq2seq: bool = False, attention: str = "auto", dtype: str | None = None) -> tuple[Any, Any]:
-    """The tokenizer and the float32 model, with its language-model head: ``...ForCausalLM``, or
-    ``...ForConditionalGeneration`` when ``seq2seq`` (an encoder-decoder such as T5 or BART); on attnviz's
-    attention function (``attention`` ``"auto"`` where it gives eager's weights on a probe, ``"fused"`` or an
-    error), else eager attention."""
+                        device: str, attention: str = "auto", dtype: str | None = None) -> tuple[Any, Any]:
+    """The tokenizer and an encoder-decoder model with its language-model head (``...ForConditionalGeneration``: T5,
+    BART; causal models load through :func:`attnviz.sources.causal.load_causal`), on attnviz's attention function
+    (``attention`` ``"auto"`` where it gives eager's weights on a probe, ``"fused"`` or an error), else eager."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    auto, what, example = ((AutoModelForSeq2SeqLM, "an encoder-decoder language model", "...ForConditionalGeneration")
-                           if seq2seq else (AutoModelForCausalLM, "a causal language model", "...ForCausalLM"))
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "local_files_only": local_files_only}
     precision = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype":
                  getattr(torch, dtype or "float32")}
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref, **kwargs)
-        # transformers types from_pretrained as returning the model, also with output_loading_info=True (a pair)
-        model, info = auto.from_pretrained(  # type: ignore[misc]  # transformers' stub: no (model, info) overload
+        model, info = AutoModelForSeq2SeqLM.from_pretrained(
             ref, attn_implementation="eager", output_loading_info=True, **precision, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ModelNotFoundError(f"{name} cannot generate: it is not {what} transformers can load ({first})") from None
+        raise ModelNotFoundError(f"{name} cannot generate: it is not an encoder-decoder language model transformers "
+                                 f"can load ({first})") from None
     missing = [key for key in info.get("missing_keys", []) if "lm_head" in key]
     if missing:  # transformers would fill it with random numbers: every token would be noise
         raise ModelNotFoundError(f"{name} has no language-model head ({missing[0]} is not in its weights), so it "
-                                 f"cannot generate; give the checkpoint of a {example} model")
+                                 "cannot generate; give the checkpoint of a ...ForConditionalGeneration model")
     model = model.to(device).eval()
     if attention != "eager":
         from ..sources.hf_attention import probe_inputs, switch_to_fused
 
         vocab = model.get_input_embeddings().num_embeddings
-        reason = switch_to_fused(model, probe_inputs(vocab, model.device, encoder_decoder=seq2seq),
-                                 family=model.config.model_type, encoder_decoder=seq2seq)
+        reason = switch_to_fused(model, probe_inputs(vocab, model.device, encoder_decoder=True),
+                                 family=model.config.model_type, encoder_decoder=True)
         if reason is not None and attention == "fused":
             raise ModelNotFoundError(f"the fused engine cannot generate with {name}: {reason}; use [[engine=hf]] or auto")
     return tokenizer, model

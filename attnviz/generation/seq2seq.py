@@ -44,7 +44,7 @@ def generate_seq2seq_hf(ref: str, prompt: str, *, name: str, max_new_tokens: int
     import torch
 
     tokenizer, model = load_for_generation(ref, name=name, revision=revision, trust_remote_code=trust_remote_code,
-                             local_files_only=local_files_only, device=device, seq2seq=True, attention=attention,
+                             local_files_only=local_files_only, device=device, attention=attention,
                                            dtype=dtype)
     encoded = tokenizer(prompt, return_tensors="pt").to(model.device)
     source = {"input_ids": encoded["input_ids"],
