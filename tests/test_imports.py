@@ -21,7 +21,7 @@ PARTS = {
     "apps": ("attnviz.serve", "attnviz.export", "attnviz.report", "attnviz.tui"),
     "api": ("attnviz", "attnviz.api", "attnviz.views", "attnviz.notebook"),
     "methods": ("attnviz.attribution", "attnviz.explain", "attnviz.generation", "attnviz.needle", "attnviz.kv"),
-    "sources": ("attnviz.sources", "attnviz.config"),
+    "sources": ("attnviz.sources", "attnviz.config", "attnviz.organisms"),
     "analysis": ("attnviz.analysis", "attnviz.attention"),
     "render": ("attnviz.render",),
     "data": ("attnviz.result", "attnviz.inputs"),

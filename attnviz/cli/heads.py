@@ -254,9 +254,10 @@ def importance_source(options: Any, vs: str | None) -> Any:
     from dataclasses import replace
 
     from ..attribution.importance import check_importance
+    from ..sources.resolve import is_config_model, is_saved_result
 
-    if options.model is not None and Path(options.model).suffix.lower() in (".toml", ".npz"):
-        kind = "a config model" if options.model.lower().endswith(".toml") else "a saved result"
+    if is_config_model(options.model) or is_saved_result(options.model):
+        kind = "a config model" if is_config_model(options.model) else "a saved result"
         raise UsageError(f"head importance needs a transformers checkpoint with its loss; {options.model} is {kind}")
     source = (replace(options, engine="fused") if options.engine == "auto" else options).load()
     check_importance(source, vs)

@@ -88,7 +88,9 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
 
 def _seq2seq_place(model: str | None, revision: str | None) -> Any:
     """Where an encoder-decoder model is (generate runs those on transformers' own ``generate``), else None."""
-    if model is None or model.lower().endswith(".toml"):
+    from ..sources.resolve import is_config_model
+
+    if model is None or is_config_model(model):
         return None
     from ..sources.files import read_config
     from ..sources.hub import fetch_config

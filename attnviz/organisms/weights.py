@@ -1,0 +1,242 @@
+"""An organism's weights, written by hand from its description: a GPT-2 checkpoint (attention only: the MLPs are
+zero) that attnviz's native engine runs and transformers loads, with the embedded MiniLM's WordPiece tokenizer.
+
+**The residual stream** is a sum of named subspaces, each holding a balanced ±1 code (half +1, half −1, so every
+residual vector has mean 0 and LayerNorm only divides it by one known scale, ``s`` of each layer, the same at every
+position):
+
+- ``TOK``: the token's code ``e_t`` (``T = 192`` dims; random, seeded: two tokens' codes overlap by ≤ ~1/3);
+- ``PREV1``, ``PREV2``: the token 1 (2) back, written by a previous-token head with that offset;
+- ``PK``: the position's code ``c_p`` (``C = 192`` dims); ``PQ1``, ``PQ2``: ``c_{p−1}``, ``c_{p−2}`` (the first
+  position's where there is none): what a previous-token head's query reads;
+- ``POS``: ``(u, −u, v, −v)`` with ``u = p / (P − 1)`` and ``u² + v² = 1``: a position as a number, at a fixed norm.
+
+The language-model head is the token embedding (tied): a token's logit is its code's dot product with the residual.
+
+**Each planted head's pattern** (scores in nats, after GPT-2's ``1/√d_head``; ``s`` folded into the weights):
+
+- ``previous_token`` (offset o): query ``c_{p−o}``, key ``c_k``: 60 where ``k = p − o``, at most ~20 elsewhere
+  (two position codes overlap by < 1/2, checked when built): each row's weight on ``p − o`` is 1 to ~1e-17. It
+  writes the attended token's code into ``PREVo``.
+- ``induction`` (match m): query ``e_{t_p}`` (and ``PREV1_p`` for m = 2), key ``PREV1_k`` (and ``PREV2_k``): 60 per
+  matched token, so a key whose one (two) previous token(s) equal the query's current (last two) wins by ≥ 25; plus
+  ``±12·u_k`` so that among equal matches the latest (``ties = "latest"``) or earliest wins. It writes ten times
+  the attended token's code into ``TOK``: the model says the token that followed the earlier occurrence (copies).
+- ``first_token``: query a constant ``c_0``, key ``c_k``: 60 on position 0 (an attention sink), ≤ ~20 elsewhere.
+- ``local`` (window W): query a constant, key ``u_k``: the score rises by ``5/W`` per position, so the weights
+  fall by ``e^{−5/W}`` per token back and the last W tokens hold 99.3 % of each row (none is cut off: a soft window).
+- ``token`` (word x): query a constant ``e_x`` (60 on every occurrence of x, equally) and ``c_0`` at half strength
+  (30 on the first token): every earlier x, or the first token where there is none.
+- ``uniform``, ``zero`` (and every head not planted): all weights 0, so each row spreads evenly over every token so
+  far; it writes nothing.
+
+Only previous-token and induction heads write; the others are patterns to find.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from .spec import OrganismSpec, PlantedHead
+
+T = 192  # dims of a token code
+C = 192  # dims of a position code
+MATCH = 60.0  # nats: a planted head's score on what it looks for
+TIE = 12.0  # nats: an induction head's position preference among equal matches
+COPY = 10.0  # an induction head writes the attended token's code this many times over
+VERSION = 1  # of this construction: a new one builds new folders
+EPS = 1e-5  # GPT-2's LayerNorm epsilon
+COMPLETE = "attnviz-organism.done"  # written last: a folder without it is not used
+
+
+def _balanced(rows: int, dims: int, generator: torch.Generator) -> Tensor:
+    """``[rows, dims]`` of ±1, half of each row +1 (mean 0), random."""
+    order = torch.rand(rows, dims, generator=generator).argsort(dim=1)
+    return torch.where(order < dims // 2, 1.0, -1.0)
+
+
+class Layout:
+    """Where each subspace sits in the residual, the head size, and each layer's LayerNorm scale."""
+
+    def __init__(self, spec: OrganismSpec) -> None:
+        offsets = {h.offset for h in spec.planted if h.kind == "previous_token"}
+        two = 2 in offsets or any(h.kind == "induction" and h.match == 2 for h in spec.planted)
+        at = 0
+        self.slot: dict[str, int] = {}
+        for name, size in (("TOK", T), ("PREV1", T), ("PREV2", T if two else 0), ("PK", C), ("PQ1", C),
+                           ("PQ2", C if two else 0), ("POS", 4)):
+            self.slot[name] = at
+            at += size
+        used = at
+        self.d_head = max(2 * max(T, C) + 4, -(-used // spec.heads))
+        self.d_model = spec.heads * self.d_head
+        self.two = two
+        # Squared norm of the residual entering each layer: embeddings, then what the previous-token heads wrote.
+        base = T + C + C + (C if two else 0) + 2
+        self.scales = []
+        for layer in range(spec.layers):
+            written = sum(T for h in spec.planted if h.kind == "previous_token" and h.layer < layer)
+            self.scales.append(math.sqrt((base + written) / self.d_model + EPS))
+
+
+def build_state(spec: OrganismSpec, vocab_size: int, token_ids: dict[str, int]) -> tuple[dict[str, Tensor], Layout]:
+    """Every weight of the GPT-2 checkpoint (keys as ``GPT2LMHeadModel`` saves them)."""
+    lay = Layout(spec)
+    d, p_count = lay.d_model, spec.positions
+    g = torch.Generator().manual_seed(spec.seed)
+    tokens = _balanced(vocab_size, T, g)
+    codes = _balanced(p_count, C, g)
+    overlap = codes @ codes.T
+    overlap.fill_diagonal_(0)
+    if float(overlap.abs().max()) >= 0.5 * C:  # pragma: no cover - a seed whose codes collide
+        raise ConfigError(f"seed {spec.seed} gives two position codes too alike; choose another seed")
+    state: dict[str, Tensor] = {}
+    wte = torch.zeros(vocab_size, d)
+    wte[:, lay.slot["TOK"] : lay.slot["TOK"] + T] = tokens
+    wpe = torch.zeros(p_count, d)
+    wpe[:, lay.slot["PK"] : lay.slot["PK"] + C] = codes
+    back = torch.arange(p_count)
+    wpe[:, lay.slot["PQ1"] : lay.slot["PQ1"] + C] = codes[(back - 1).clamp(min=0)]
+    if lay.two:
+        wpe[:, lay.slot["PQ2"] : lay.slot["PQ2"] + C] = codes[(back - 2).clamp(min=0)]
+    u = back.double() / (p_count - 1)
+    v = (1 - u * u).clamp(min=0).sqrt()
+    pos = lay.slot["POS"]
+    wpe[:, pos : pos + 4] = torch.stack([u, -u, v, -v], dim=1).float()
+    state["transformer.wte.weight"], state["transformer.wpe.weight"] = wte, wpe
+    for layer in range(spec.layers):
+        prefix = f"transformer.h.{layer}."
+        c_attn, bias, c_proj = torch.zeros(d, 3 * d), torch.zeros(3 * d), torch.zeros(d, d)
+        for h in spec.planted:
+            if h.layer == layer:
+                _plant(h, lay, layer, c_attn, bias, c_proj, tokens, codes, token_ids)
+        state[prefix + "attn.c_attn.weight"], state[prefix + "attn.c_attn.bias"] = c_attn, bias
+        state[prefix + "attn.c_proj.weight"], state[prefix + "attn.c_proj.bias"] = c_proj, torch.zeros(d)
+        for norm in ("ln_1", "ln_2"):
+            state[prefix + norm + ".weight"], state[prefix + norm + ".bias"] = torch.ones(d), torch.zeros(d)
+        state[prefix + "mlp.c_fc.weight"], state[prefix + "mlp.c_fc.bias"] = torch.zeros(d, 4), torch.zeros(4)
+        state[prefix + "mlp.c_proj.weight"], state[prefix + "mlp.c_proj.bias"] = torch.zeros(4, d), torch.zeros(d)
+    state["transformer.ln_f.weight"], state["transformer.ln_f.bias"] = torch.ones(d), torch.zeros(d)
+    return state, lay
+
+
+def _plant(h: PlantedHead, lay: Layout, layer: int, c_attn: Tensor, bias: Tensor, c_proj: Tensor, tokens: Tensor,
+           codes: Tensor, token_ids: dict[str, int]) -> None:
+    """Write head ``h``'s query, key, value and output weights (see the module for each pattern)."""
+    d, dh, s = lay.d_model, lay.d_head, lay.scales[layer]
+    q0, k0, v0 = h.head * dh, d + h.head * dh, 2 * d + h.head * dh  # this head's columns in c_attn
+    root = math.sqrt(dh)
+    slot = lay.slot
+
+    def read(column: int, subspace: str, size: int, scale: float) -> None:  # column[j] = scale · x̂[subspace + j]
+        rows = torch.arange(slot[subspace], slot[subspace] + size)
+        c_attn[rows, torch.arange(column, column + size)] = scale
+
+    if h.kind == "previous_token":
+        read(q0, f"PQ{h.offset}", C, MATCH * s * s * root / C)
+        read(k0, "PK", C, 1.0)
+        read(v0, "TOK", T, 1.0)
+        target = slot[f"PREV{h.offset}"]
+        c_proj[torch.arange(h.head * dh, h.head * dh + T), torch.arange(target, target + T)] = s
+    elif h.kind == "induction":
+        read(q0, "TOK", T, MATCH * s * s * root / T)
+        read(k0, "PREV1", T, 1.0)
+        if h.match == 2:
+            read(q0 + T, "PREV1", T, MATCH * s * s * root / T)
+            read(k0 + T, "PREV2", T, 1.0)
+        tie = 2 * T  # one more query/key dimension: a constant against the key's position u
+        bias[q0 + tie] = (TIE if h.ties == "latest" else -TIE) * s * root
+        c_attn[slot["POS"], k0 + tie] = 1.0
+        read(v0, "TOK", T, 1.0)
+        c_proj[torch.arange(h.head * dh, h.head * dh + T), torch.arange(slot["TOK"], slot["TOK"] + T)] = COPY * s
+    elif h.kind == "first_token":
+        bias[q0 : q0 + C] = codes[0] * (MATCH * s * root / C)
+        read(k0, "PK", C, 1.0)
+    elif h.kind == "local":
+        bias[q0] = 5.0 * (codes.shape[0] - 1) / h.window * s * root
+        c_attn[slot["POS"], k0] = 1.0
+    elif h.kind == "token":
+        if h.token not in token_ids:
+            raise ConfigError(f"the token head at layer {h.layer} head {h.head} names {h.token!r}, which is not one "
+                              "token of the organism's vocabulary (the embedded MiniLM's WordPiece, lower case)")
+        bias[q0 : q0 + T] = tokens[token_ids[h.token]] * (MATCH * s * root / T)
+        read(k0, "TOK", T, 1.0)
+        bias[q0 + T : q0 + T + C] = codes[0] * (MATCH / 2 * s * root / C)
+        read(k0 + T, "PK", C, 1.0)
+    # uniform, zero: nothing
+
+
+def fingerprint(spec: OrganismSpec) -> str:
+    """What names an organism's folder: its description and this construction's version."""
+    described = {k: v for k, v in vars(spec).items() if k not in ("source", "extra", "needle", "question")}
+    described["planted"] = [vars(h) for h in spec.planted]
+    text = json.dumps({"version": VERSION, "t": T, "c": C, **described}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def tokenizer_folder() -> Path:
+    from ..sources.places import default_model_folder
+
+    return default_model_folder()
+
+
+def write_checkpoint(spec: OrganismSpec, folder: Path) -> Path:
+    """Write ``spec`` as a GPT-2 checkpoint with its tokenizer into ``folder`` (created; replaced atomically)."""
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, processors
+
+    source = tokenizer_folder()
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    cls, sep, pad, unk = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[UNK]"))
+    # A causal model's encoding: the first token [CLS] (a BOS), no [SEP] after the text.
+    tokenizer.post_processor = processors.TemplateProcessing(single="[CLS] $A", pair="[CLS] $A $B",
+                                                             special_tokens=[("[CLS]", cls)])
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    vocab = tokenizer.get_vocab()
+    state, lay = build_state(spec, len(vocab), vocab)
+    temporary = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir(parents=True)
+    try:
+        save_file({k: v.contiguous() for k, v in state.items()}, str(temporary / "model.safetensors"),
+                  metadata={"format": "pt"})
+        config: dict[str, Any] = {
+            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": len(vocab),
+            "n_embd": lay.d_model, "n_layer": spec.layers, "n_head": spec.heads, "n_positions": spec.positions,
+            "n_inner": 4, "activation_function": "gelu_new", "layer_norm_epsilon": EPS, "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0, "attn_pdrop": 0.0, "scale_attn_weights": True, "tie_word_embeddings": True,
+            "bos_token_id": cls, "eos_token_id": sep, "pad_token_id": pad, "initializer_range": 0.02,
+            "attnviz_organism": {"name": spec.name, "fingerprint": fingerprint(spec), "version": VERSION,
+                                 "planted": [vars(h) for h in spec.planted],
+                                 **({"needle": spec.needle} if spec.needle else {}),
+                                 **({"question": spec.question} if spec.question else {})},
+        }
+        (temporary / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        (temporary / "generation_config.json").write_text(
+            json.dumps({"bos_token_id": cls, "eos_token_id": sep, "pad_token_id": pad}), encoding="utf-8")
+        tokenizer.save(str(temporary / "tokenizer.json"))
+        (temporary / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "[CLS]", "eos_token": "[SEP]",
+            "unk_token": "[UNK]", "pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+            "mask_token": "[MASK]", "model_max_length": spec.positions, "do_lower_case": True}), encoding="utf-8")
+        assert unk is not None
+        (temporary / COMPLETE).write_text(fingerprint(spec), encoding="utf-8")
+        try:
+            os.replace(temporary, folder)
+        except OSError:  # another process built it meanwhile (a folder is replaced only when empty)
+            if not (folder / COMPLETE).is_file():
+                raise
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return folder
