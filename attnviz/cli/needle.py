@@ -29,8 +29,8 @@ def needle(
     field: str | None = Field,
     column: str | None = Column,
     input_format: str | None = InputFormat,
-    needle_text: str = typer.Option(NEEDLE_TEXT, "--needle", help="The sentence to hide."),
-    question: str = typer.Option(QUESTION_TEXT, "--question", help="The question whose answer is the needle."),
+    needle_text: str | None = typer.Option(None, "--needle", help=f"The sentence to hide (default: a model organism's own, else {NEEDLE_TEXT!r}).", show_default=False),
+    question: str | None = typer.Option(None, "--question", help=f"The question whose answer is the needle (default: a model organism's own, else {QUESTION_TEXT!r}).", show_default=False),
     lengths: str = typer.Option("auto", "--lengths", help="Prompt lengths in tokens, e.g. 1000,2000,4000 (k is 1,024 "
                                 "tokens: 4k is 4,096); auto: three up to the model's positions less the answer's, at "
                                 "most 4,096."),

@@ -31,7 +31,7 @@ def grid_lengths(max_positions: int | None, max_new_tokens: int, count: int = 3)
     return sorted({max(1, round(top * (n + 1) / count)) for n in range(count)})
 
 
-def needle(model: str | None, *, haystack: str | None = None, needle: str = NEEDLE, question: str = QUESTION,
+def needle(model: str | None, *, haystack: str | None = None, needle: str | None = None, question: str | None = None,
            lengths: Sequence[int] | None = None, depths: Sequence[float] = DEPTHS,
            max_new_tokens: int = MAX_NEW_TOKENS, seed: int = 0, engine: str = "auto", revision: str | None = None,
            device: str = "cpu", trust_remote_code: bool = False, dtype: str | None = None,
@@ -39,12 +39,19 @@ def needle(model: str | None, *, haystack: str | None = None, needle: str = NEED
            pictures: bool = False, progress: Callable[[int, int, NeedleRun | None], None] | None = None) -> NeedleResult:
     """Run the depth × length grid on ``model`` (a causal model's folder or hub id) and score every head.
 
-    ``haystack``: the text to hide the needle in (default: attnviz's own seeded prose, ``seed``); ``lengths``:
+    ``needle``, ``question``: the sentence to hide and the question whose answer it is (default: the ones a model
+    organism declares, else :data:`NEEDLE` and :data:`QUESTION`). ``haystack``: the text to hide the needle in (default: attnviz's own seeded prose, ``seed``); ``lengths``:
     prompt lengths in tokens (default :func:`grid_lengths`); ``depths``: where the needle goes, 0 (first) to 1
     (last). ``pictures``: keep what the page draws of each run (``result.pictures``). ``backend="ray"``: the cells on a Ray cluster, ``jobs`` actors with a model each (a local cluster,
     or the one at ``ray_address``); the runs are the same as a local grid's. ``progress(done, total, run)`` is
     called before the first run and after each."""
     from ..generation.stepping import load_codec, load_stepper
+    from ..organisms import declared_needle
+
+    if needle is None or question is None:
+        own_needle, own_question = declared_needle(model)
+        needle = needle if needle is not None else own_needle or NEEDLE
+        question = question if question is not None else own_question or QUESTION
 
     if backend not in ("local", "ray"):
         raise UsageError(f"[[backend={backend}]] is unknown; use local or ray")

@@ -54,3 +54,24 @@ def save_organism(path: str | Path, out: str | Path) -> Path:
         out.rmdir()
     out.parent.mkdir(parents=True, exist_ok=True)
     return write_checkpoint(read_spec(path), out)
+
+
+def declared_needle(model: str | None) -> tuple[str | None, str | None]:
+    """The needle and question a model organism declares (its TOML's ``[model] needle``/``question``, or a saved
+    organism's ``config.json``), for ``attnviz needle`` to use when none is given; ``(None, None)`` otherwise."""
+    import json
+
+    if model is None:
+        return None, None
+    if is_organism_file(model):
+        spec = read_spec(model)
+        return spec.needle, spec.question
+    config = Path(model).expanduser() / "config.json"
+    try:
+        found = json.loads(config.read_text(encoding="utf-8")).get("attnviz_organism") if config.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    if not isinstance(found, dict):
+        return None, None
+    needle, question = found.get("needle"), found.get("question")
+    return (needle if isinstance(needle, str) else None), (question if isinstance(question, str) else None)
