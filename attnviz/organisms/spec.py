@@ -45,7 +45,7 @@ class PlantedHead:
     offset: int = 1  # previous_token: 1 (the previous token) or 2 (the one before it)
     match: int = 1  # induction: tokens matched (1: the current token; 2: it and the one before)
     ties: str = "latest"  # induction: which earlier occurrence wins a tie
-    window: int = 16  # local: the tokens that hold 99.3 % of each row's weight
+    window: int = 16  # local: the tokens that hold all but ~1e-7 of each row's weight
     token: str = ""  # token: the word it attends to
 
 

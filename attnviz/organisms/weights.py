@@ -23,10 +23,11 @@ The language-model head is the token embedding (tied): a token's logit is its co
   ``±12·u_k`` so that among equal matches the latest (``ties = "latest"``) or earliest wins. It writes ten times
   the attended token's code into ``TOK``: the model says the token that followed the earlier occurrence (copies).
 - ``first_token``: query a constant ``c_0``, key ``c_k``: 60 on position 0 (an attention sink), ≤ ~20 elsewhere.
-- ``local`` (window W): query a constant, key ``u_k``: the score rises by ``5/W`` per position, so the weights
-  fall by ``e^{−5/W}`` per token back and the last W tokens hold 99.3 % of each row (none is cut off: a soft window).
-- ``token`` (word x): query a constant ``e_x`` (60 on every occurrence of x, equally) and ``c_0`` at half strength
-  (30 on the first token): every earlier x, or the first token where there is none.
+- ``local`` (window W): query a constant, key ``u_k``: the score rises by ``16/W`` per position, so the weights
+  fall by ``e^{−16/W}`` per token back and the last W tokens hold all but ~1e-7 of each row (a softmax over scores
+  linear in position cannot cut off: the window is exponential; half of a row lies within its last W/23 tokens).
+- ``token`` (word x): query a constant ``e_x`` (60 on every occurrence of x, equally) and the code of the first
+  token, ``[CLS]``, at half strength (30 on it): every earlier x, or the first token where there is none.
 - ``uniform``, ``zero`` (and every head not planted): all weights 0, so each row spreads evenly over every token so
   far; it writes nothing.
 
@@ -53,8 +54,9 @@ T = 192  # dims of a token code
 C = 192  # dims of a position code
 MATCH = 60.0  # nats: a planted head's score on what it looks for
 TIE = 12.0  # nats: an induction head's position preference among equal matches
+LOCAL = 16.0  # nats: a local head's score rise over its window (e^-16 ≈ 1e-7 of a row beyond it)
 COPY = 10.0  # an induction head writes the attended token's code this many times over
-VERSION = 1  # of this construction: a new one builds new folders
+VERSION = 3  # of this construction: a new one builds new folders
 EPS = 1e-5  # GPT-2's LayerNorm epsilon
 COMPLETE = "attnviz-organism.done"  # written last: a folder without it is not used
 
@@ -163,16 +165,17 @@ def _plant(h: PlantedHead, lay: Layout, layer: int, c_attn: Tensor, bias: Tensor
         bias[q0 : q0 + C] = codes[0] * (MATCH * s * root / C)
         read(k0, "PK", C, 1.0)
     elif h.kind == "local":
-        bias[q0] = 5.0 * (codes.shape[0] - 1) / h.window * s * root
+        bias[q0] = LOCAL * (codes.shape[0] - 1) / h.window * s * root
         c_attn[slot["POS"], k0] = 1.0
     elif h.kind == "token":
         if h.token not in token_ids:
             raise ConfigError(f"the token head at layer {h.layer} head {h.head} names {h.token!r}, which is not one "
                               "token of the organism's vocabulary (the embedded MiniLM's WordPiece, lower case)")
-        bias[q0 : q0 + T] = tokens[token_ids[h.token]] * (MATCH * s * root / T)
+        # The word's code, and the first token's ([CLS]) at half strength: every occurrence of the word scores the
+        # same (one token, one code), so they share the row equally.
+        target = tokens[token_ids[h.token]] + 0.5 * tokens[token_ids["[CLS]"]]
+        bias[q0 : q0 + T] = target * (MATCH * s * root / T)
         read(k0, "TOK", T, 1.0)
-        bias[q0 + T : q0 + T + C] = codes[0] * (MATCH / 2 * s * root / C)
-        read(k0 + T, "PK", C, 1.0)
     # uniform, zero: nothing
 
 

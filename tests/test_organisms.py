@@ -1,0 +1,243 @@
+"""Model organisms (issue 52): each planted head's attention is its documented pattern on random texts; the saved
+checkpoint equals attnviz's own run on every engine; the commands find what was planted."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnviz.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+NEEDLE_ORGANISM = str(ROOT / "sample_configs" / "organism_needle.toml")
+WORDS = ("cat dog sat mat ran far hill home sleep ball river bird tree day long green small house road lake stone "
+         "cloud rain wind boat door wall book lamp chair table apple bread milk salt gold iron glass paper").split()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache(tmp_path_factory):
+    """Organisms built into one folder for the whole run (xdist keeps a file on one worker)."""
+    import os
+
+    folder = tmp_path_factory.getbasetemp().parent / "organism-cache"
+    before = os.environ.get("ATTNVIZ_CACHE")
+    os.environ["ATTNVIZ_CACHE"] = str(folder)
+    yield folder
+    if before is None:
+        del os.environ["ATTNVIZ_CACHE"]
+    else:
+        os.environ["ATTNVIZ_CACHE"] = before
+
+
+def _organism(tmp_path: Path, heads: str, layers: int = 2) -> str:
+    path = tmp_path / "organism.toml"
+    path.write_text(f'[model]\ntype = "organism"\nname = "t"\nlayers = {layers}\nheads = 4\n{heads}', encoding="utf-8")
+    return str(path)
+
+
+def _text(rng: random.Random, n: int, dots: bool = False) -> str:
+    words = [rng.choice(WORDS) for _ in range(n)]
+    if dots:
+        for i in range(5, n, rng.randrange(5, 9)):
+            words[i] = "."
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory):
+    heads = "".join(f'[[head]]\n{body}\n' for body in (
+        'kind = "previous_token"\nlayer = 0\nhead = 0', 'kind = "previous_token"\nlayer = 0\nhead = 1\noffset = 2',
+        'kind = "first_token"\nlayer = 0\nhead = 2', 'kind = "local"\nlayer = 0\nhead = 3\nwindow = 8',
+        'kind = "induction"\nlayer = 1\nhead = 0\nmatch = 2', 'kind = "token"\nlayer = 1\nhead = 1\ntoken = "."',
+        'kind = "induction"\nlayer = 1\nhead = 2\nties = "earliest"', 'kind = "uniform"\nlayer = 1\nhead = 3'))
+    return _organism(tmp_path_factory.mktemp("kinds"), heads)
+
+
+def test_each_planted_head_attends_as_documented_on_random_texts(every_kind):
+    from attnviz.api import extract
+
+    rng = random.Random(0)
+    for trial in range(3):
+        segment = _text(rng, 30, dots=True)
+        text = f"{_text(rng, 20, dots=True)} {segment} {_text(rng, 10)} {segment}"  # repeats: inductions to find
+        result = extract(text, model=every_kind)
+        assert result.metadata["engine"] == "native"
+        a = result.attentions.double()
+        ids = result.token_ids
+        n = len(ids)
+        rows = torch.arange(n)
+        # previous token (offset 1, 2): the token o back (the first where there is none)
+        for head, offset in ((0, 1), (1, 2)):
+            target = (rows - offset).clamp(min=0)
+            assert bool((a[0, head, rows, target] > 0.999).all()), (trial, head)
+        assert bool((a[0, 2, :, 0] > 0.999).all())  # first token: a sink
+        # local, W = 8: weights fall by e^(-16/8) a token back; the last 8 tokens hold all but ~1e-7 of a row
+        for p in range(n):
+            distances = torch.arange(p, -1, -1, dtype=torch.float64)
+            expected = torch.exp(-16 * distances / 8)
+            torch.testing.assert_close(a[0, 3, p, : p + 1], expected / expected.sum(), atol=1e-4, rtol=1e-3)
+        assert bool((a[0, 3].cumsum(-1)[torch.arange(8, n), torch.arange(8, n) - 8] < 1e-6).all())
+        # uniform: every token so far equally
+        torch.testing.assert_close(a[1, 3], torch.tril(torch.ones(n, n)) / torch.arange(1, n + 1)[:, None].double(),
+                                   atol=1e-6, rtol=1e-5)
+        # token ".": every earlier full stop equally, else the first token
+        dot = ids[result.tokens.index(".")]
+        for p in range(n):
+            stops = [k for k in range(p + 1) if ids[k] == dot]
+            if stops:
+                assert float(a[1, 1, p, stops].sum()) > 0.999 and float(a[1, 1, p, stops].std(unbiased=False)) < 1e-4
+            else:
+                assert float(a[1, 1, p, 0]) > 0.999
+        # induction: its strongest key follows the latest (earliest) earlier occurrence of the last two (one) tokens
+        for p in range(2, n):
+            bigram = [j + 1 for j in range(1, p - 1) if ids[j - 1] == ids[p - 1] and ids[j] == ids[p]]
+            if bigram:
+                assert int(a[1, 0, p].argmax()) == max(bigram), (trial, p)
+            unigram = [j + 1 for j in range(p - 1) if ids[j] == ids[p]]
+            if unigram:
+                assert int(a[1, 2, p].argmax()) == min(unigram), (trial, p)
+
+
+def test_the_saved_checkpoint_equals_attnvizs_own_run_on_every_engine(every_kind, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from attnviz.api import extract
+    from attnviz.organisms import save_organism
+
+    folder = save_organism(every_kind, tmp_path / "checkpoint")
+    text = _text(random.Random(1), 40, dots=True)
+    own = extract(text, model=every_kind)
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    ids = AutoTokenizer.from_pretrained(folder)(text)["input_ids"]
+    assert ids == own.token_ids and ids[0] == 101  # [CLS] first, no [SEP] after: a causal encoding
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_attentions=True)
+    torch.testing.assert_close(own.attentions, torch.stack([x[0] for x in out.attentions]), atol=1e-5, rtol=1e-5)
+    for engine in ("fused", "hf"):
+        other = extract(text, model=str(folder), engine=engine)
+        assert other.metadata["engine"] == engine
+        torch.testing.assert_close(other.attentions, own.attentions, atol=1e-5, rtol=1e-5)
+    from attnviz.sources.causal import load_causal
+    from attnviz.sources.stepping import prefill, step
+
+    native = load_causal(every_kind).stepper
+    prefill(native, ids[:-1])
+    logits, _ = step(native, ids[-1])
+    reference = out.logits[0, -1]
+    scale = float(reference.abs().max())  # logits in the hundreds: 1e-5 of their scale (float32 sums of 1,552 terms)
+    assert float((logits - reference).abs().max()) <= 1e-5 * scale and int(logits.argmax()) == int(reference.argmax())
+    with pytest.raises(Exception, match="not an empty folder"):
+        save_organism(every_kind, folder)
+
+
+def test_an_organism_generates_by_copying(tmp_path):
+    import attnviz
+
+    rng = random.Random(2)
+    segment = [rng.choice(WORDS) for _ in range(12)]
+    prompt = " ".join([rng.choice(WORDS) for _ in range(6)] + segment + ["."] + segment[:3])
+    result = attnviz.generate(prompt, model=NEEDLE_ORGANISM, max_new_tokens=8)
+    new = result.tokens[result.metadata["prompt_length"]:]
+    assert new == segment[3:11]
+
+
+def test_needle_finds_the_needle_and_ranks_the_planted_retrieval_head_first():
+    from attnviz.api import needle
+
+    result = needle(NEEDLE_ORGANISM, lengths=[512], depths=[0.0, 0.5, 1.0], max_new_tokens=12)
+    assert result.needle.startswith("Answer: eat a sandwich")  # the organism's own needle, picked up
+    assert all(run.retrieved for run in result.runs)
+    top = result.heads()[0]
+    assert (top["layer"], top["head"]) == (1, 0) and top["retrieval_score"] >= 0.5
+
+
+@pytest.mark.slow  # 25 cells up to 4,096 tokens
+def test_needle_retrieves_in_every_cell_up_to_4096_tokens_and_on_the_saved_checkpoint(tmp_path):
+    from attnviz.api import needle
+    from attnviz.organisms import save_organism
+
+    result = needle(NEEDLE_ORGANISM, lengths=[512, 1024, 2048, 3072, 4096], max_new_tokens=12)
+    assert len(result.runs) == 25 and all(run.retrieved for run in result.runs)
+    top = result.heads()[0]
+    assert (top["layer"], top["head"]) == (1, 0) and top["retrieval_score"] >= 0.5
+    saved = needle(str(save_organism(NEEDLE_ORGANISM, tmp_path / "saved")), lengths=[1024], depths=[0.0, 1.0],
+                   max_new_tokens=12)
+    same = needle(NEEDLE_ORGANISM, lengths=[1024], depths=[0.0, 1.0], max_new_tokens=12)
+    assert [r.answer for r in saved.runs] == [r.answer for r in same.runs]
+    assert saved.heads() == [dict(h) for h in same.heads()]
+
+
+def _needle_context() -> tuple[str, str]:
+    from attnviz.needle.haystack import prose
+
+    words = prose(60, seed=3).split()
+    needle = "Answer: eat a sandwich and sit in Dolores Park until sunset."
+    return " ".join(words[: len(words) // 3]) + " " + needle + " " + " ".join(words[len(words) // 3 :]), "Answer:"
+
+
+def test_kv_streaming_loses_the_needle_snapkv_with_the_question_keeps_it():
+    from attnviz.api import kv
+
+    context, question = _needle_context()
+    result = kv(NEEDLE_ORGANISM, context, policies=["streaming", "snapkv", "oracle"], budgets=[48],
+                question=question, answer_tokens=6, question_window=True)
+    assert result.full_answer.split()[:4] == ["eat", "a", "sandwich", "and"]
+    runs = {run.policy: run for run in result.runs}
+    assert runs["streaming"].changed is True and not {"eat", "sandwich"} & set(runs["streaming"].answer.split())
+    # SnapKV keeps what the question's rows attend (the needle's start, pooled): the answer's first words survive;
+    # the rest of the needle, which only later answer steps read, was not among them (a known truth of the method)
+    assert runs["snapkv"].answer.split()[:3] == ["eat", "a", "sandwich"]
+    retrieval = {p: next(h for h in run.heads if (h.layer, h.kv_head) == (1, 0)) for p, run in runs.items()}
+    assert retrieval["snapkv"].recall > 0.75 and retrieval["streaming"].recall < retrieval["snapkv"].recall - 0.5
+    assert all(h.recall <= retrieval["oracle"].recall + 1e-9 for h in retrieval.values())
+
+
+def test_patterns_class_sinks_and_local_heads_streaming_and_the_copy_head_not():
+    from attnviz.api import patterns
+
+    text = (ROOT / "examples" / "report.txt").read_text(encoding="utf-8")
+    text = " ".join([text] * 4)
+    result = patterns(str(ROOT / "sample_configs" / "organism_duo.toml"), text, budgets=[64])
+    full = result.full_attention
+    assert full[1][0] is True and full[1][3] is True  # induction, every full stop: full attention
+    assert full[1][1] is False and full[1][2] is False  # local, sink: streaming
+    winners = {(h.layer, h.head): h.winner for h in result.heads[64]}
+    assert winners[(0, 2)] == "a_shape" and winners[(1, 1)] == "a_shape"  # local heads
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('[[head]]\nkind = "induction"\nlayer = 1\nhead = 0', "previous_token head with offset = 1"),
+    ('[[head]]\nkind = "previous_token"\nlayer = 0\nhead = 0\n[[head]]\nkind = "induction"\nlayer = 0\nhead = 1',
+     "earlier layer"),
+    ('[[head]]\nkind = "sideways"\nlayer = 0\nhead = 0', "kind must be one of"),
+    ('[[head]]\nkind = "local"\nlayer = 2\nhead = 0', "layer must be"),
+    ('[[head]]\nkind = "local"\nlayer = 0\nhead = 0\n[[head]]\nkind = "uniform"\nlayer = 0\nhead = 0', "twice"),
+    ('[[head]]\nkind = "local"\nlayer = 0\nhead = 0\ntoken = "x"', "takes"),
+])
+def test_a_wrong_description_is_one_line_naming_what_to_fix(tmp_path, run_cli, body, message):
+    path = _organism(tmp_path, body)
+    with pytest.raises(ConfigError, match=message):
+        from attnviz.organisms import read_spec
+
+        read_spec(path)
+    result = run_cli("heads", "the cat", "--model", path)
+    assert result.exit_code != 0 and message.split()[0] in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_token_that_is_not_one_wordpiece_is_refused(tmp_path, run_cli):
+    path = _organism(tmp_path, '[[head]]\nkind = "token"\nlayer = 0\nhead = 0\ntoken = "sandwiches!"')
+    result = run_cli("heads", "the cat", "--model", path)
+    assert result.exit_code != 0 and "not one token" in result.stderr
+
+
+def test_a_saved_checkpoint_declares_its_needle(tmp_path):
+    from attnviz.organisms import declared_needle, save_organism
+
+    folder = save_organism(NEEDLE_ORGANISM, tmp_path / "saved")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["attnviz_organism"]["name"] == "needle-organism"
+    assert declared_needle(str(folder)) == declared_needle(NEEDLE_ORGANISM) != (None, None)
