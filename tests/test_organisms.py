@@ -155,18 +155,18 @@ def test_needle_finds_the_needle_and_ranks_the_planted_retrieval_head_first():
     assert (top["layer"], top["head"]) == (1, 0) and top["retrieval_score"] >= 0.5
 
 
-@pytest.mark.slow  # 25 cells up to 4,096 tokens
+@pytest.mark.slow  # 20 cells up to 4,096 tokens
 def test_needle_retrieves_in_every_cell_up_to_4096_tokens_and_on_the_saved_checkpoint(tmp_path):
     from attnviz.api import needle
     from attnviz.organisms import save_organism
 
-    result = needle(NEEDLE_ORGANISM, lengths=[512, 1024, 2048, 3072, 4096], max_new_tokens=12)
-    assert len(result.runs) == 25 and all(run.retrieved for run in result.runs)
+    result = needle(NEEDLE_ORGANISM, lengths=[512, 1024, 2048, 4096], max_new_tokens=12)
+    assert len(result.runs) == 20 and all(run.retrieved for run in result.runs)
     top = result.heads()[0]
     assert (top["layer"], top["head"]) == (1, 0) and top["retrieval_score"] >= 0.5
-    saved = needle(str(save_organism(NEEDLE_ORGANISM, tmp_path / "saved")), lengths=[1024], depths=[0.0, 1.0],
+    saved = needle(str(save_organism(NEEDLE_ORGANISM, tmp_path / "saved")), lengths=[512], depths=[0.0, 1.0],
                    max_new_tokens=12)
-    same = needle(NEEDLE_ORGANISM, lengths=[1024], depths=[0.0, 1.0], max_new_tokens=12)
+    same = needle(NEEDLE_ORGANISM, lengths=[512], depths=[0.0, 1.0], max_new_tokens=12)
     assert [r.answer for r in saved.runs] == [r.answer for r in same.runs]
     assert saved.heads() == [dict(h) for h in same.heads()]
 
@@ -241,3 +241,51 @@ def test_a_saved_checkpoint_declares_its_needle(tmp_path):
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     assert config["attnviz_organism"]["name"] == "needle-organism"
     assert declared_needle(str(folder)) == declared_needle(NEEDLE_ORGANISM) != (None, None)
+
+
+def test_the_organism_command_describes_and_writes_the_checkpoint(run_cli, tmp_path):
+    result = run_cli("organism", NEEDLE_ORGANISM, "--json")
+    assert result.exit_code == 0, result.stderr
+    described = json.loads(result.stdout)
+    kinds = {(row["layer"], row["head"]): row["kind"] for row in described["planted"]}
+    assert kinds[(1, 0)] == "induction" and kinds[(0, 0)] == "previous_token" and kinds[(1, 3)] == "zero"
+    assert described["needle"].startswith("Answer:")
+    written = run_cli("organism", NEEDLE_ORGANISM, "--out", str(tmp_path / "ckpt"))
+    assert written.exit_code == 0, written.stderr
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= {p.name for p in (tmp_path / "ckpt").iterdir()}
+    refused = run_cli("organism", str(ROOT / "sample_configs" / "tiny.toml"))
+    assert refused.exit_code != 0 and "not a model organism" in refused.stderr
+
+
+def test_heads_labels_the_planted_heads_and_transformerlens_detectors_agree():
+    """attnviz's labels, and TransformerLens's detect_head (error_measure="mul": the share of the attention mass on
+    the detection pattern) written out here from its definition, on the induction probe."""
+    from attnviz.api import heads_of, load
+
+    source = load(NEEDLE_ORGANISM)
+    table = heads_of(source, probe="induction")
+    assert "previous-token" in table.labels(0, 0) and "induction" in table.labels(1, 0)
+    assert "first-token" in table.labels(0, 2)
+    from attnviz.api import extract
+
+    rng = random.Random(5)
+    segment = " ".join(rng.choice(WORDS) for _ in range(40))
+    result = extract(f"{segment} {segment}", model=NEEDLE_ORGANISM)
+    a = result.attentions.double()
+    ids = result.token_ids
+    n = len(ids)
+    previous = torch.zeros(n, n)
+    previous[torch.arange(1, n), torch.arange(n - 1)] = 1
+    induction = torch.zeros(n, n)
+    for p in range(n):
+        for j in range(p):
+            if ids[j] == ids[p] and j + 1 <= p:
+                induction[p, j + 1] = 1
+
+    def detect(pattern: torch.Tensor, layer: int, head: int) -> float:
+        return float((a[layer, head] * pattern).sum() / a[layer, head].sum())
+
+    scores = {(layer, head): (detect(previous, layer, head), detect(induction, layer, head))
+              for layer in range(2) for head in range(4)}
+    assert max(scores, key=lambda k: scores[k][0]) == (0, 0) and scores[(0, 0)][0] > 0.95
+    assert max(scores, key=lambda k: scores[k][1]) == (1, 0) and scores[(1, 0)][1] > 0.4

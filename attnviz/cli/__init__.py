@@ -23,6 +23,7 @@ from . import (
     heatmap,
     kv,
     needle,
+    organism,
     patterns,
     rollout,
     serve,
@@ -52,6 +53,7 @@ app.command("generate")(generate.generate)
 app.command("needle")(needle.needle)
 app.command("kv")(kv.kv)
 app.command("patterns")(patterns.patterns)
+app.command("organism")(organism.organism)
 
 
 def _print_version(value: bool) -> None:

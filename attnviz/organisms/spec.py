@@ -180,3 +180,20 @@ def _check_circuit(spec: OrganismSpec, where: str) -> None:
     offsets = [h.offset for h in spec.planted if h.kind == "previous_token"]
     if len(offsets) != len(set(offsets)):
         raise ConfigError(f"{where}: one previous_token head per offset writes the token it reads; plant one of each")
+
+
+def describe(head: PlantedHead) -> str:
+    """What a planted head attends to, in words (the pattern :mod:`attnviz.organisms.weights` builds)."""
+    if head.kind == "previous_token":
+        return ("the token before" if head.offset == 1 else "the token two back") + "; writes it down for later layers"
+    if head.kind == "induction":
+        what = "the current token" if head.match == 1 else "the last two tokens"
+        return (f"the token after the {head.ties} earlier occurrence of {what}; writes it out ten times over "
+                "(the model copies it)")
+    if head.kind == "first_token":
+        return "the first token (an attention sink)"
+    if head.kind == "local":
+        return f"the last {head.window} tokens, the nearest most (weights fall by e^(-16/{head.window}) a token back)"
+    if head.kind == "token":
+        return f"every earlier {head.token!r}, equally (the first token where there is none)"
+    return "every token so far, equally; writes nothing"

@@ -173,8 +173,8 @@ def _plant(h: PlantedHead, lay: Layout, layer: int, c_attn: Tensor, bias: Tensor
                               "token of the organism's vocabulary (the embedded MiniLM's WordPiece, lower case)")
         # The word's code, and the first token's ([CLS]) at half strength: every occurrence of the word scores the
         # same (one token, one code), so they share the row equally.
-        target = tokens[token_ids[h.token]] + 0.5 * tokens[token_ids["[CLS]"]]
-        bias[q0 : q0 + T] = target * (MATCH * s * root / T)
+        wanted = tokens[token_ids[h.token]] + 0.5 * tokens[token_ids["[CLS]"]]
+        bias[q0 : q0 + T] = wanted * (MATCH * s * root / T)
         read(k0, "TOK", T, 1.0)
     # uniform, zero: nothing
 
