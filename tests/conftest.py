@@ -117,12 +117,20 @@ def pytest_collection_finish(session):
     gc.set_threshold(10_000, 10, 10)
 
 
+@pytest.fixture(scope="session")
+def organism_cache(tmp_path_factory) -> Path:
+    """One folder of built model organisms for the whole run, every worker (each built once, atomically)."""
+    root = tmp_path_factory.getbasetemp()
+    return (root.parent if root.name.startswith("popen-gw") else root) / "organism-cache"
+
+
 @pytest.fixture(autouse=True)
-def _independent_of_the_users_environment(monkeypatch):
+def _independent_of_the_users_environment(monkeypatch, organism_cache):
     for name in USER_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(organism_cache))  # organisms built here, not in the user's cache
 
 
 @pytest.fixture

@@ -18,21 +18,6 @@ WORDS = ("cat dog sat mat ran far hill home sleep ball river bird tree day long 
          "cloud rain wind boat door wall book lamp chair table apple bread milk salt gold iron glass paper").split()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    """Organisms built into one folder for the whole run (xdist keeps a file on one worker)."""
-    import os
-
-    folder = tmp_path_factory.getbasetemp().parent / "organism-cache"
-    before = os.environ.get("ATTNVIZ_CACHE")
-    os.environ["ATTNVIZ_CACHE"] = str(folder)
-    yield folder
-    if before is None:
-        del os.environ["ATTNVIZ_CACHE"]
-    else:
-        os.environ["ATTNVIZ_CACHE"] = before
-
-
 def _organism(tmp_path: Path, heads: str, layers: int = 2) -> str:
     path = tmp_path / "organism.toml"
     path.write_text(f'[model]\ntype = "organism"\nname = "t"\nlayers = {layers}\nheads = 4\n{heads}', encoding="utf-8")
