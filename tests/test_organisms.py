@@ -274,3 +274,18 @@ def test_heads_labels_the_planted_heads_and_transformerlens_detectors_agree():
               for layer in range(2) for head in range(4)}
     assert max(scores, key=lambda k: scores[k][0]) == (0, 0) and scores[(0, 0)][0] > 0.95
     assert max(scores, key=lambda k: scores[k][1]) == (1, 0) and scores[(1, 0)][1] > 0.4
+
+
+def test_streamingllm_loses_nothing_the_streaming_organism_reads_and_patterns_class_it_streaming():
+    from attnviz.api import kv, patterns
+
+    organism = str(ROOT / "sample_configs" / "organism_streaming.toml")
+    text = " ".join([(ROOT / "examples" / "report.txt").read_text(encoding="utf-8")] * 2)
+    result = kv(organism, text, policies=["streaming", "h2o"], budgets=[72], question="what changed ?",
+                answer_tokens=4)
+    streaming = next(run for run in result.runs if run.policy == "streaming")
+    assert all(h.recall > 1 - 1e-5 for h in streaming.heads) and streaming.changed is False
+    assert streaming.kl < 1e-6
+    found = patterns(organism, text, budgets=[160])  # a band of 96 ≥ every window (64)
+    assert all(not full for layer in found.full_attention for full in layer)  # every head streams
+    assert {h.winner for h in found.heads[160]} == {"a_shape"}

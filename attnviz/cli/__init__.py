@@ -116,7 +116,12 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(0) from None
         ctx = getattr(exc, "ctx", None)
         command = ctx.command_path if ctx is not None else "attnviz"
-        raise SystemExit(fail(f"{plain_message(exc)} (see {command} --help)", exc.exit_code).exit_code) from None
+        hint = ""
+        param = getattr(exc, "param", None)
+        if type(exc).__name__ == "MissingParameter" and getattr(param, "name", None) == "model":
+            hint = ("; a causal model: sample_configs/organism_needle.toml (a model organism, offline), a folder, or "
+                    "a hub id such as gpt2")
+        raise SystemExit(fail(f"{plain_message(exc)}{hint} (see {command} --help)", exc.exit_code).exit_code) from None
     except typer.Abort:
         raise SystemExit(fail("aborted", 1).exit_code) from None
     if code == 130 and not common.REPORTED:  # Ctrl-C that typer turned into exit 130 before a command ran

@@ -66,9 +66,10 @@ GenerateModel = typer.Option(None, "--model", "-m", help=MODEL_HELP.split(" Defa
                              f"{GENERATING_MODEL}, a tiny causal config shipped with attnviz (offline; random "
                              "weights, so its words mean nothing: give e.g. gpt2 for real text).", show_default=False)
 CausalModel = typer.Option(..., "--model", "-m", show_default=False,
-                           help="A trained causal language model: a Hugging Face folder or a hub id such as gpt2 or "
-                                "Qwen/Qwen2.5-0.5B-Instruct (required: the embedded MiniLM is an encoder, and a "
-                                "config model's random words retrieve nothing).")
+                           help="A causal language model: a model organism such as "
+                                "sample_configs/organism_needle.toml (offline, heads planted by hand), a Hugging Face "
+                                "folder, or a hub id such as gpt2 or Qwen/Qwen2.5-0.5B-Instruct (required: the "
+                                "embedded MiniLM is an encoder, and a config model's random words retrieve nothing).")
 """``--model`` of the commands that need a trained decoder (needle, kv, patterns): no default."""
 ENGINE_HELP = ("native: attnviz's attention on the weights; fused: transformers with attnviz's attention function "
                "(fused kernel, weights from the queries and keys); hf: transformers' eager attention; auto: the first "
