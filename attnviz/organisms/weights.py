@@ -5,7 +5,7 @@ zero) that attnviz's native engine runs and transformers loads, with the embedde
 residual vector has mean 0 and LayerNorm only divides it by one known scale, ``s`` of each layer, the same at every
 position):
 
-- ``TOK``: the token's code ``e_t`` (``T = 192`` dims; random, seeded: two tokens' codes overlap by ≤ ~1/3);
+- ``TOK``: the token's code ``e_t`` (``T = 192`` dims; random, seeded: two tokens' codes mostly overlap by ~1/16);
 - ``PREV1``, ``PREV2``: the token 1 (2) back, written by a previous-token head with that offset;
 - ``PK``: the position's code ``c_p`` (``C = 192`` dims); ``PQ1``, ``PQ2``: ``c_{p−1}``, ``c_{p−2}`` (the first
   position's where there is none): what a previous-token head's query reads;
@@ -15,14 +15,15 @@ The language-model head is the token embedding (tied): a token's logit is its co
 
 **Each planted head's pattern** (scores in nats, after GPT-2's ``1/√d_head``; ``s`` folded into the weights):
 
-- ``previous_token`` (offset o): query ``c_{p−o}``, key ``c_k``: 60 where ``k = p − o``, at most ~20 elsewhere
-  (two position codes overlap by < 1/2, checked when built): each row's weight on ``p − o`` is 1 to ~1e-17. It
+- ``previous_token`` (offset o): query ``c_{p−o}``, key ``c_k``: 60 where ``k = p − o``, below 30 elsewhere
+  (two position codes overlap by < 1/2, checked when built; ≤ 26 for seed 0): each row's weight on ``p − o`` is 1
+  to ~1e-14. It
   writes the attended token's code into ``PREVo``.
 - ``induction`` (match m): query ``e_{t_p}`` (and ``PREV1_p`` for m = 2), key ``PREV1_k`` (and ``PREV2_k``): 60 per
   matched token, so a key whose one (two) previous token(s) equal the query's current (last two) wins by ≥ 25; plus
   ``±12·u_k`` so that among equal matches the latest (``ties = "latest"``) or earliest wins. It writes ten times
   the attended token's code into ``TOK``: the model says the token that followed the earlier occurrence (copies).
-- ``first_token``: query a constant ``c_0``, key ``c_k``: 60 on position 0 (an attention sink), ≤ ~20 elsewhere.
+- ``first_token``: query a constant ``c_0``, key ``c_k``: 60 on position 0 (an attention sink), below 30 elsewhere.
 - ``local`` (window W): query a constant, key ``u_k``: the score rises by ``16/W`` per position, so the weights
   fall by ``e^{−16/W}`` per token back and the last W tokens hold all but ~1e-7 of each row (a softmax over scores
   linear in position cannot cut off: the window is exponential; half of a row lies within its last W/23 tokens).
