@@ -14,8 +14,7 @@ from attnviz.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 NEEDLE_ORGANISM = str(ROOT / "sample_configs" / "organism_needle.toml")
-WORDS = ("cat dog sat mat ran far hill home sleep ball river bird tree day long green small house road lake stone "
-         "cloud rain wind boat door wall book lamp chair table apple bread milk salt gold iron glass paper").split()
+WORDS = ["cat", "dog", "sat", "mat", "ran", "far", "hill", "home", "sleep", "ball", "river", "bird", "tree", "day", "long", "green", "small", "house", "road", "lake", "stone", "cloud", "rain", "wind", "boat", "door", "wall", "book", "lamp", "chair", "table", "apple", "bread", "milk", "salt", "gold", "iron", "glass", "paper"]
 
 
 def _organism(tmp_path: Path, heads: str, layers: int = 2) -> str:
@@ -289,3 +288,23 @@ def test_streamingllm_loses_nothing_the_streaming_organism_reads_and_patterns_cl
     found = patterns(organism, text, budgets=[160])  # a band of 96 ≥ every window (64)
     assert all(not full for layer in found.full_attention for full in layer)  # every head streams
     assert {h.winner for h in found.heads[160]} == {"a_shape"}
+
+
+def test_the_atlas_finds_the_planted_heads_across_a_corpus(run_cli, tmp_path):
+    rng = random.Random(6)
+    lines = []
+    for _ in range(6):
+        segment = " ".join(rng.choice(WORDS) for _ in range(15))
+        lines.append(f"{' '.join(rng.choice(WORDS) for _ in range(5))} {segment} {segment}")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_cli("atlas", str(corpus), "--model", NEEDLE_ORGANISM, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    heads = {(h["layer"], h["head"]): h for h in json.loads(result.stdout)["heads"]}
+
+    def best(statistic: str) -> tuple[int, int]:
+        return max(heads, key=lambda k: heads[k]["means"][statistic])
+
+    assert best("prev_score") == (0, 0) and heads[(0, 0)]["labels"].get("previous-token") == 1.0
+    assert best("induction") == (1, 0) and heads[(1, 0)]["labels"].get("induction") == 1.0
+    assert heads[(0, 2)]["means"]["first"] > 0.99 and heads[(0, 2)]["labels"].get("first-token") == 1.0

@@ -20,7 +20,8 @@ The language-model head is the token embedding (tied): a token's logit is its co
   to ~1e-14. It
   writes the attended token's code into ``PREVo``.
 - ``induction`` (match m): query ``e_{t_p}`` (and ``PREV1_p`` for m = 2), key ``PREV1_k`` (and ``PREV2_k``): 60 per
-  matched token, so a key whose one (two) previous token(s) equal the query's current (last two) wins by ≥ 25; plus
+  matched token (another token's code adds well under half of that), so a key whose previous token(s) equal the
+  query's current (last two) outscores one that matches fewer; plus
   ``±12·u_k`` so that among equal matches the latest (``ties = "latest"``) or earliest wins. It writes ten times
   the attended token's code into ``TOK``: the model says the token that followed the earlier occurrence (copies).
 - ``first_token``: query a constant ``c_0``, key ``c_k``: 60 on position 0 (an attention sink), below 30 elsewhere.
