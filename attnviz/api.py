@@ -390,7 +390,10 @@ def show(what: AttentionResult | str, *, model: str | None = None, head: int = 0
 _LONG_CONTEXT = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
                  "patterns": ("attnviz.kv.patterns", "patterns"),
                  "PatternsResult": ("attnviz.kv.patterns", "PatternsResult"),
-                 "needle": ("attnviz.needle", "needle"), "NeedleResult": ("attnviz.needle", "NeedleResult")}
+                 "needle": ("attnviz.needle", "needle"), "NeedleResult": ("attnviz.needle", "NeedleResult"),
+                 # model organisms: causal models with planted heads (attnviz.organisms)
+                 "save_organism": ("attnviz.organisms", "save_organism"),
+                 "read_organism": ("attnviz.organisms", "read_spec")}
 
 
 def __getattr__(name: str) -> Any:

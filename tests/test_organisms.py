@@ -228,7 +228,7 @@ def test_a_saved_checkpoint_declares_its_needle(tmp_path):
 
 
 def test_the_organism_command_describes_and_writes_the_checkpoint(run_cli, tmp_path):
-    result = run_cli("organism", NEEDLE_ORGANISM, "--json")
+    result = run_cli("organism", NEEDLE_ORGANISM, "--format", "json")
     assert result.exit_code == 0, result.stderr
     described = json.loads(result.stdout)
     kinds = {(row["layer"], row["head"]): row["kind"] for row in described["planted"]}

@@ -9,6 +9,7 @@ import typer
 
 from .common import cli_command, note, stdout_console, wrote
 from .options import Width
+from .outputs import StdoutFormat
 
 
 @cli_command
@@ -18,14 +19,15 @@ def organism(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write its checkpoint (GPT-2 layout, with its "
                                     "tokenizer) into this new folder, for transformers, kvpress, TransformerLens or "
                                     "a notebook to load by path.", show_default=False),
-    as_json: bool = typer.Option(False, "--json", help="Print the description as JSON."),
+    fmt: StdoutFormat = typer.Option(StdoutFormat.table, "--format", help="What is printed on stdout: the table, "
+                                       "or json (the description, its needle and every head), csv (one row per head)."),
     width: int | None = Width,
 ) -> None:
     """Show what each planted head of a model organism attends to (heads written by hand, so their behaviour is
     known exactly), the needle and question it declares, and where its checkpoint is built; --out writes that
     checkpoint to a folder of your own. Every command takes the organism as --model (built once, offline).
 
-    Example: attnviz organism sample_configs/organism_needle.toml --out needle-organism
+    Example: attnviz organism sample_configs/organism_needle.toml --out needle-organism · attnviz organism sample_configs/organism_duo.toml --format json
     """
     from ..errors import UsageError
     from ..organisms import is_organism_file, read_spec
@@ -40,7 +42,11 @@ def organism(
              "attends to": describe(planted[(layer, head)]) if (layer, head) in planted else
              "every token so far, equally; writes nothing (not planted)"}
             for layer in range(spec.layers) for head in range(spec.heads)]
-    if as_json:
+    if fmt is StdoutFormat.csv:
+        from .outputs import csv_text
+
+        typer.echo(csv_text(rows, ("layer", "head", "kind", "attends to")), nl=False)
+    elif fmt is StdoutFormat.json:
         typer.echo(json.dumps({"name": spec.name, "layers": spec.layers, "heads": spec.heads,
                                "positions": spec.positions, "seed": spec.seed, "needle": spec.needle,
                                "question": spec.question, "planted": rows}, ensure_ascii=False, indent=2))

@@ -18,7 +18,7 @@ from typing import Any
 # What each option shared by several commands means, in one line. An option of one command is described by
 # the first sentence of its help.
 MEANINGS = {
-    "--model": "the model: a Hugging Face folder, a hub id, a .toml config, or a saved result (.npz)",
+    "--model": "the model: a Hugging Face folder, a hub id, a .toml config or model organism, or a saved result (.npz)",
     "--engine": "what runs a trained model: attnviz's attention on the weights (native), transformers with "
                 "attnviz's attention function (fused), transformers' eager attention (hf), or the first that runs",
     "--dtype": "the model's precision on the transformers engines (weights computed in float32 either way)",
@@ -43,7 +43,8 @@ MEANINGS = {
     "--cmap": "the colormap of pictures",
     "--width": "the terminal width to fit",
     "--out": "a file to write, its kind from its extension, repeatable (one run, several files); without it the "
-             "command prints (export: the folder it fills, required; atlas: its one page)",
+             "command prints (export: the folder it fills, required; atlas: its one page; organism: the folder of its "
+             "checkpoint)",
     "--format": "what is printed on stdout: a table, or json, csv (parquet: tables written with --out)",
     "--top": "show only the first N heads (heads: after --sort; atlas: of each ranking)",
     "--seed": "the seed of what is random, so a run can be repeated",
