@@ -94,7 +94,8 @@ def test_unknown_hub_id_offline_is_one_line(run_cli, tmp_path, monkeypatch):
     assert r.stderr.strip().splitlines() == [
         "attnviz: error: 'nobody/nothing' is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set; "
         "download it once with network access, or pass a local model folder (run with no --model for the "
-        "embedded default)"
+        "embedded default encoder; for a causal model that generates, retrieves a needle and has a cache to cut, "
+        "offline, a model organism: --model sample_configs/organism_needle.toml)"
     ]
 
 
@@ -181,7 +182,8 @@ def test_no_network_without_offline_flag_fails_fast_in_one_line(without_network)
         assert err.strip().splitlines() == [
             "attnviz: error: 'gpt2' is not in the local Hugging Face cache and the hub cannot be reached "
             "(no network?); download it once with network access, or pass a local model folder (run with no "
-            "--model for the embedded default)"
+            "--model for the embedded default encoder; for a causal model that generates, retrieves a needle and has "
+            "a cache to cut, offline, a model organism: --model sample_configs/organism_needle.toml)"
         ]
 
 

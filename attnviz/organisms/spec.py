@@ -18,17 +18,11 @@ head = 0
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 KINDS = ("previous_token", "induction", "first_token", "local", "token", "uniform", "zero")
 MIN_POSITIONS, MAX_POSITIONS = 4096, 16384
@@ -76,12 +70,13 @@ def is_organism_file(path: str | Path) -> bool:
     from ..sources.places import sample_config
 
     found = sample_config(path)
-    if not found.is_file():
+    if not found.is_file():  # (a FIFO, a device: not a regular file; the config reader says so)
         return False
+    from ..config import read_toml
+
     try:
-        with open(found, "rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        data = read_toml(found, "a model config")
+    except ConfigError:
         return False  # the config reader says what is wrong with it
     model = data.get("model")
     return isinstance(model, dict) and model.get("type") == "organism"
@@ -96,16 +91,11 @@ def _int(table: dict[str, Any], key: str, default: int, where: str, low: int, hi
 
 def read_spec(path: str | Path) -> OrganismSpec:
     """Read and check an organism's TOML (errors name the table and the key)."""
+    from ..config import read_toml
     from ..sources.places import sample_config
 
     found = sample_config(path)
-    try:
-        with open(found, "rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    data = read_toml(found, "an organism")  # bounded, regular, UTF-8, not nested past the parser's depth
     model = data.get("model", {})
     where = f"{path} [model]"
     unknown = set(model) - {"type", "name", "layers", "heads", "positions", "seed", "needle", "question"}
