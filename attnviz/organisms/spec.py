@@ -4,6 +4,7 @@
 [model]
 type = "organism"
 name = "needle-organism"
+tokenizer = "embedded"  # the embedded MiniLM's WordPiece vocabulary (offline)
 layers = 2            # attention-only blocks
 heads = 4             # per layer
 positions = 4608      # at least 4,096
@@ -98,10 +99,13 @@ def read_spec(path: str | Path) -> OrganismSpec:
     data = read_toml(found, "an organism")  # bounded, regular, UTF-8, not nested past the parser's depth
     model = data.get("model", {})
     where = f"{path} [model]"
-    unknown = set(model) - {"type", "name", "layers", "heads", "positions", "seed", "needle", "question"}
+    unknown = set(model) - {"type", "name", "tokenizer", "layers", "heads", "positions", "seed", "needle", "question"}
     if unknown:
-        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; an organism has type, name, layers, heads, "
-                          "positions, seed, needle and question")
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; an organism has type, name, tokenizer, layers, "
+                          "heads, positions, seed, needle and question")
+    if model.get("tokenizer", "embedded") != "embedded":
+        raise ConfigError(f"{where}: tokenizer = {model['tokenizer']!r}; an organism reads text with the embedded "
+                          "MiniLM's WordPiece vocabulary: tokenizer = \"embedded\" (offline, 30,522 tokens)")
     name = model.get("name", Path(path).stem)
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
         raise ConfigError(f"{where}: name is letters, digits, -, _ and .; got {name!r}")
