@@ -34,24 +34,16 @@ class _Found:
 
 def _find(model: str | None, *, engine: str, revision: str | None, device: str, trust_remote_code: bool,
           dtype: str | None) -> _Found:
-    from ..sources.causal import refuse_non_causal
-    from ..sources.files import read_config
-    from ..sources.hub import fetch_config, hub_reachable
-    from ..sources.resolve import check_dtype, check_run_options, is_config_model, locate
+    from ..sources.causal import causal_place
+    from ..sources.hub import hub_reachable
+    from ..sources.resolve import check_dtype, check_run_options, is_config_model
 
     check_run_options(engine, device)
     check_dtype(dtype)
     if is_config_model(model):
         raise UsageError(f"{model} is a config model; a needle run needs a causal language model with a tokenizer: "
                          "a model organism (sample_configs/organism_needle.toml), a folder or a hub id such as gpt2")
-    if dtype not in (None, "float32") and engine == "native":
-        raise UsageError(f"the native engine computes in float32; [[dtype={dtype}]] is for [[engine=fused]] or hf")
-    place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
-    config = read_config(folder)
-    refuse_non_causal(config, place.name, embedded=model is None)
-    if revision is not None and place.hub_id is None:
-        raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
+    place, folder, config = causal_place(model, engine=engine, revision=revision, dtype=dtype)
     ref = str(place.folder) if place.folder is not None else str(place.hub_id)
     local_only = place.hub_id is not None and not hub_reachable()
     import transformers

@@ -52,6 +52,24 @@ def refuse_non_causal(config: dict[str, Any], name: str, *, embedded: bool = Fal
         raise UsageError(f"{name} is not a causal language model ({kind}); give one such as {EXAMPLES}")
 
 
+def causal_place(model: str | None, *, engine: str, revision: str | None, dtype: str | None) -> tuple[Any, Path, dict[str, Any]]:
+    """Where a trained causal model is, its folder (a hub id's fetched config) and its config, each refusal said
+    once: half precision on the native engine, a model that does not decode, a revision of a folder."""
+    from .files import read_config
+    from .hub import fetch_config
+    from .resolve import locate
+
+    if dtype not in (None, "float32") and engine == "native":
+        raise UsageError(f"the native engine computes in float32; [[dtype={dtype}]] is for [[engine=fused]] or hf")
+    place = locate(model)
+    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
+    config = read_config(folder)
+    refuse_non_causal(config, place.name, embedded=model is None)
+    if revision is not None and place.hub_id is None:
+        raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
+    return place, Path(folder), config
+
+
 @dataclass
 class CausalModel:
     """A causal model loaded once (see the module): ``source`` for extraction, ``stepper`` for decoding, ``eos`` the
@@ -81,7 +99,6 @@ def load_causal(model: str | None, *, engine: str = "auto", revision: str | None
         hf_source,
         is_config_model,
         load_source,
-        locate,
         native_source,
     )
 
@@ -99,17 +116,7 @@ def load_causal(model: str | None, *, engine: str = "auto", revision: str | None
         cfg: Any = source.cfg  # a transformer's config (check_generates refused the rest)
         vocab, eos = cfg.vocab, cfg.eos
         return CausalModel(source, ConfigStepper(source), [vocab.index(eos)] if eos is not None else [], None)
-    if dtype not in (None, "float32") and engine == "native":
-        raise UsageError(f"the native engine computes in float32; [[dtype={dtype}]] is for [[engine=fused]] or hf")
-    from .files import read_config
-    from .hub import fetch_config
-
-    place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
-    config = read_config(folder)
-    refuse_non_causal(config, place.name, embedded=model is None)
-    if revision is not None and place.hub_id is None:
-        raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
+    place, folder, config = causal_place(model, engine=engine, revision=revision, dtype=dtype)
     from .native.generate import end_of_sequence_ids
 
     eos = end_of_sequence_ids(Path(folder), config)
