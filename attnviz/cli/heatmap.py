@@ -15,6 +15,7 @@ from .options import (
     CmapOpt,
     Fit,
     HideSpecial,
+    ImageFiles,
     Kind,
     KindChoice,
     Layer,
@@ -77,6 +78,7 @@ def heatmap(
     renormalize: bool = Renormalize,
     words: bool = Words,
     out: list[Path] = OutFiles,
+    image: list[Path] = ImageFiles,
     values: bool = typer.Option(False, "--values", help="Write each weight into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     vmax: float | None = typer.Option(None, "--vmax", help="Top of the colour scale (default: the largest weight shown)."),
@@ -88,11 +90,20 @@ def heatmap(
     """Draw attention as heatmaps, rows are queries and columns keys: --head in every layer (--layer all,
     the default) or in one, every head of a layer with --head all, every head of every layer with both 'all'.
 
+    With --image, an image encoder's attention over the picture's patches, as heat over the picture: the CLS
+    token's (or --query's) weights, a panel per layer × head.
+
     Example: attnviz heatmap "The cat sat on the mat." --layer 2 --head all
     """
     query = renamed(query, old_query, "-q", "--query")
     head_choice = parse_head("all" if query is not None and not given("head") else head)
     layer_choice = parse_layer(layer)
+    if image:
+        from .images import image_heatmap
+
+        image_heatmap(options, text, image, layer=layer_choice, head=head_choice, query=query, out=out,
+                      cmap=cmap.value, width=width)
+        return
     if query is not None and head_choice == "mean":
         raise UsageError("--query lists heads one by one; give --head N or leave --head out (every head)")
     pages = [path for path in out if path.suffix.lower() == ".html"]  # the interactive page

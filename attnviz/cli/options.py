@@ -127,6 +127,11 @@ Budget = typer.Option(",".join(f"{b:g}" for b in BUDGETS), "--budget", "--budget
 Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its heads table as "
                          ".csv or .parquet): add each head's retrieval_score and reasoning_score, and the label "
                          "retrieval (score ≥ 0.1).", show_default=False)
+ImageFiles = typer.Option(
+    [], "--image", help="A picture the model reads (PNG, JPEG or WebP): an image encoder's patches (ViT, CLIP's and "
+    "SigLIP's vision towers, DINOv2), drawn as heat over the picture (--out x.png: a panel per layer × head).",
+    show_default=False,
+)
 OutFiles = typer.Option(
     [], "--out", "-o", help="Write a file instead of drawing in the terminal (repeatable: one run, several files), its "
     "kind from its extension: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).",

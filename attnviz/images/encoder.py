@@ -1,0 +1,67 @@
+"""An image encoder's attention over its patches (ViT, CLIP's and SigLIP's vision towers, DINOv2), run by transformers
+with eager attention, as an :class:`~attnviz.result.AttentionResult` whose tokens are the layout's (``[CLS]``,
+registers, ``r{row}c{col}``) and whose ``metadata["image"]`` says where each patch sits in the picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelNotFoundError, UsageError
+from ..result import AttentionResult
+from .layouts import boxes, layout_for
+
+VISION_TOWERS = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel"}  # a full model's vision tower alone
+
+
+def image_attention(picture: str | Path, model: str, *, device: str = "cpu", revision: str | None = None,
+                    trust_remote_code: bool = False) -> AttentionResult:
+    """Every layer's and head's attention of ``model`` (a folder or hub id of an image encoder) over ``picture``."""
+    import torch
+    import transformers
+
+    from ..sources.files import read_config
+    from ..sources.hub import fetch_config, hub_reachable
+    from ..sources.resolve import check_device, locate
+    from .files import read_image
+
+    check_device(device)
+    if model.lower().endswith((".toml", ".npz")):
+        raise UsageError(f"{model} is not an image encoder; --image reads a ViT, CLIP, SigLIP or DINOv2 checkpoint "
+                         "(a folder or a hub id)")
+    place = locate(model)
+    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
+    config = read_config(folder)
+    kind = config.get("model_type")
+    layout = layout_for(kind, place.name)
+    image = read_image(picture)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code,
+                               "local_files_only": place.hub_id is not None and not hub_reachable()}
+    try:
+        processor = transformers.AutoImageProcessor.from_pretrained(place.ref, **options)
+        auto = getattr(transformers, VISION_TOWERS.get(str(kind), "AutoModel"))
+        network = auto.from_pretrained(place.ref, attn_implementation="eager", dtype=torch.float32, **options)
+    except (OSError, ValueError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ModelNotFoundError(f"{place.name}: cannot load its image processor and encoder ({first})") from None
+    network = network.to(device).eval()
+    pixels = processor(images=image, return_tensors="pt")["pixel_values"].to(device)
+    with torch.no_grad():
+        out = network(pixel_values=pixels, output_attentions=True)
+    if not out.attentions:
+        raise UsageError(f"{place.name} returned no attention weights")
+    attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
+    grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
+    if grid.n_tokens != attentions.shape[-1]:
+        raise ModelNotFoundError(f"{place.name}: the {layout.name} layout gives {grid.n_tokens} image tokens for a "
+                                 f"{pixels.shape[-1]}×{pixels.shape[-2]} input, the model made {attentions.shape[-1]}")
+    return AttentionResult(
+        tokens=grid.labels(), attentions=attentions, causal=False, model_name=place.name,
+        special=[label.startswith("[") for label in grid.labels()],
+        metadata={"engine": "hf", "image": {
+            "path": str(picture), "size": list(image.size), "layout": layout.name, "specials": len(grid.specials),
+            "rows": grid.rows, "cols": grid.cols, "patch": grid.patch,
+            "boxes": [[round(v, 3) for v in box] for box in boxes(grid, processor, image.size)]}},
+    )

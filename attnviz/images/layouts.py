@@ -1,0 +1,148 @@
+"""Patch layouts as records: for every image token of a model's sequence, which row and column of the patch grid it
+is and which box of the original picture it covers, derived from the model's config and the processor's outputs,
+never hard-coded. A family without a layout is refused by name; a plugin adds one with :func:`register`.
+
+A layout's ``grid(config, height, width)`` says, for a picture processed to ``height × width`` pixels, the tokens
+before the patches (a CLS token, DINOv2's registers) and the grid of patches after them (row-major).
+:func:`boxes` maps each patch back through the processor's resize and centre crop to the original picture.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..records import Registry
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The image tokens of one picture: ``specials`` (labels of the tokens before the patches), then ``rows × cols``
+    patches of ``patch`` processed pixels, row-major."""
+
+    specials: tuple[str, ...]
+    rows: int
+    cols: int
+    patch: int
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.specials) + self.rows * self.cols
+
+    def labels(self) -> list[str]:
+        return [*self.specials, *(f"r{r}c{c}" for r in range(self.rows) for c in range(self.cols))]
+
+
+@dataclass(frozen=True)
+class PatchLayout:
+    """One family's layout (see the module)."""
+
+    name: str
+    model_types: tuple[str, ...]
+    summary: str
+    grid: str | Callable[[dict[str, Any], int, int], Grid]
+
+    def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
+        function = self.grid
+        if not callable(function):
+            module, name = function.split(":")
+            function = getattr(importlib.import_module(module), name)
+        return function(config, height, width)
+
+
+LAYOUTS: Registry[PatchLayout] = Registry("patch layout")
+register, unregister, registered = LAYOUTS.register, LAYOUTS.unregister, LAYOUTS.registered
+
+
+def vision_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The vision tower's part of a config (``vision_config`` of a CLIP or SigLIP model, else the config)."""
+    inner = config.get("vision_config")
+    return inner if isinstance(inner, dict) else config
+
+
+def _patches(config: dict[str, Any], height: int, width: int) -> tuple[int, int, int]:
+    patch = int(vision_config(config).get("patch_size") or 16)
+    return height // patch, width // patch, patch
+
+
+def cls_grid(config: dict[str, Any], height: int, width: int) -> Grid:
+    """A CLS token, then the patches (ViT, CLIP's vision tower)."""
+    rows, cols, patch = _patches(config, height, width)
+    return Grid(("[CLS]",), rows, cols, patch)
+
+
+def plain_grid(config: dict[str, Any], height: int, width: int) -> Grid:
+    """The patches alone (SigLIP's vision tower: no CLS token; its pooled output comes from an attention head)."""
+    rows, cols, patch = _patches(config, height, width)
+    return Grid((), rows, cols, patch)
+
+
+def dinov2_grid(config: dict[str, Any], height: int, width: int) -> Grid:
+    """A CLS token, DINOv2's register tokens where it has them, then the patches."""
+    rows, cols, patch = _patches(config, height, width)
+    registers = int(vision_config(config).get("num_register_tokens") or 0)
+    return Grid(("[CLS]", *(f"[reg{i}]" for i in range(registers))), rows, cols, patch)
+
+
+register(PatchLayout("vit", ("vit",), "ViT: a CLS token, then the patches row by row", "attnviz.images.layouts:cls_grid"))
+register(PatchLayout("clip", ("clip", "clip_vision_model"), "CLIP's vision tower: a CLS token, then the patches",
+                     "attnviz.images.layouts:cls_grid"))
+register(PatchLayout("siglip", ("siglip", "siglip_vision_model"), "SigLIP's vision tower: the patches, no CLS",
+                     "attnviz.images.layouts:plain_grid"))
+register(PatchLayout("dinov2", ("dinov2", "dinov2_with_registers"), "DINOv2: a CLS token, its registers, the patches",
+                     "attnviz.images.layouts:dinov2_grid"))
+BUILT_IN = LAYOUTS.seal()
+
+
+def layout_for(model_type: str | None, name: str) -> PatchLayout:
+    """The layout of a family, or one line naming it and the families there are."""
+    from ..errors import ModelNotFoundError
+
+    found = next((layout for layout in LAYOUTS.values() if model_type in layout.model_types), None)
+    if found is None:
+        known = ", ".join(t for layout in LAYOUTS.values() for t in layout.model_types)
+        raise ModelNotFoundError(f"{name} is a {model_type} model, for which attnviz knows no patch layout (it knows "
+                                 f"{known}); a plugin can register one (attnviz.images.layouts.register)")
+    return found
+
+
+def boxes(grid: Grid, processor: Any, original: tuple[int, int]) -> list[tuple[float, float, float, float]]:
+    """Each patch's box ``(x0, y0, x1, y1)`` in the original picture's pixels (``original`` is its ``(width,
+    height)``), inverting the processor's resize (to a size, or its shortest edge) and centre crop."""
+    width, height = original
+    size = _sizes(getattr(processor, "size", None))
+    if getattr(processor, "do_resize", True) and size:
+        if "shortest_edge" in size:
+            scale = size["shortest_edge"] / min(width, height)
+            resized = (width * scale, height * scale)
+        else:
+            resized = (float(size.get("width", width)), float(size.get("height", height)))
+    else:
+        resized = (float(width), float(height))
+    left = top = 0.0
+    crop = _sizes(getattr(processor, "crop_size", None)) if getattr(processor, "do_center_crop", False) else {}
+    if crop:
+        left, top = (resized[0] - crop["width"]) / 2, (resized[1] - crop["height"]) / 2
+    sx, sy = width / resized[0], height / resized[1]
+    out = []
+    for r in range(grid.rows):
+        for c in range(grid.cols):
+            x0, y0 = left + c * grid.patch, top + r * grid.patch
+            out.append((x0 * sx, y0 * sy, (x0 + grid.patch) * sx, (y0 + grid.patch) * sy))
+    return out
+
+
+def _sizes(value: Any) -> dict[str, int]:
+    """A processor's ``size``/``crop_size`` (a dict, transformers' ``SizeDict``, or one number) as a dict."""
+    if value is None:
+        return {}
+    if isinstance(value, int):
+        return {"height": value, "width": value}
+    found = {}
+    for key in ("height", "width", "shortest_edge"):
+        item = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+        if item is not None:
+            found[key] = int(item)
+    return found

@@ -1,0 +1,86 @@
+"""Attention over a picture: one query's weights on the image tokens, as heat over the original image, a panel per
+layer × head (PNG), and as coloured half-blocks at the patch grid (the terminal)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def patch_weights(result: Any, layer: int, head: int | None, query: int | None) -> np.ndarray:
+    """``[rows, cols]``: the weights of ``query`` (a token index; None: the mean over the patches' own queries) on
+    each patch, in ``layer`` and ``head`` (None: the mean of the heads)."""
+    image = result.metadata["image"]
+    first, rows, cols = image["specials"], image["rows"], image["cols"]
+    attn = result.attentions[layer].double()  # [H, T, T]
+    attn = attn.mean(0) if head is None else attn[head]
+    row = attn[first:].mean(0) if query is None else attn[query]
+    return row[first : first + rows * cols].reshape(rows, cols).numpy()
+
+
+def _heat(image: Any, weights: np.ndarray, boxes: list[list[float]], size: tuple[int, int], cmap: str) -> Any:
+    """The picture at ``size`` in grey, each patch's box coloured by its weight (scaled to the largest)."""
+    from matplotlib import colormaps
+    from PIL import Image
+
+    width, height = image.size
+    heat = np.zeros((height, width))
+    top = float(weights.max()) or 1.0
+    for weight, (x0, y0, x1, y1) in zip(weights.reshape(-1), boxes, strict=True):
+        heat[max(0, int(y0)) : max(0, int(np.ceil(y1))), max(0, int(x0)) : max(0, int(np.ceil(x1)))] = weight / top
+    grey = np.asarray(image.convert("L").convert("RGB").resize(size), dtype=np.float64) / 255.0
+    colour = colormaps[cmap](np.asarray(Image.fromarray((heat * 255).astype(np.uint8)).resize(size)) / 255.0)[..., :3]
+    blended = 0.45 * grey + 0.55 * colour
+    return Image.fromarray((blended * 255).round().astype(np.uint8))
+
+
+def overlay_png(result: Any, path: str | Path, *, layers: list[int], heads: list[int] | None, query: int | None,
+                cmap: str = "magma", panel: int = 160) -> Path:
+    """A PNG of panels, a row per layer and a column per head (``heads`` None: one panel, the heads' mean), each
+    the picture with ``query``'s weights on its patches as heat."""
+    from PIL import Image, ImageDraw
+
+    from ..fileio import atomic_write
+    from ..images.files import read_image
+
+    meta = result.metadata["image"]
+    picture = read_image(meta["path"])
+    width, height = picture.size
+    size = (panel, max(1, round(panel * height / width)))
+    label = 14
+    columns = heads if heads is not None else [None]
+    canvas = Image.new("RGB", (len(columns) * (size[0] + 4) + 4, len(layers) * (size[1] + label + 4) + 4), "white")
+    draw = ImageDraw.Draw(canvas)
+    for r, layer in enumerate(layers):
+        for c, head in enumerate(columns):
+            x, y = 4 + c * (size[0] + 4), 4 + r * (size[1] + label + 4)
+            draw.text((x, y), f"L{layer} " + ("mean" if head is None else f"H{head}"), fill="black")
+            weights = patch_weights(result, layer, head, query)
+            canvas.paste(_heat(picture, weights, meta["boxes"], size, cmap), (x, y + label))
+    path = Path(path)
+    atomic_write(path, lambda tmp: canvas.save(tmp, format="PNG"))
+    return path
+
+
+def terminal_grid(weights: np.ndarray, cmap: str = "magma") -> Any:
+    """A rich ``Text`` of the grid, two patch rows per line (upper half-block ▀ in the upper row's colour on the
+    lower row's), each weight scaled to the largest."""
+    from matplotlib import colormaps
+    from rich.style import Style
+    from rich.text import Text
+
+    top = float(weights.max()) or 1.0
+    colours = colormaps[cmap](weights / top)[..., :3]
+    out = Text()
+    def hex_of(rgb: np.ndarray) -> str:
+        red, green, blue = (int(v * 255) for v in rgb)
+        return f"#{red:02x}{green:02x}{blue:02x}"
+
+    for r in range(0, weights.shape[0], 2):
+        for c in range(weights.shape[1]):
+            lower = hex_of(colours[r + 1, c]) if r + 1 < weights.shape[0] else None
+            out.append("▀", style=Style(color=hex_of(colours[r, c]), bgcolor=lower))
+        out.append("\n")
+    return out
