@@ -34,6 +34,7 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
     checked = [check_writable(path) for path in out]
     check_distinct([("out", path) for path in checked])
     from ..images.encoder import image_attention
+    from ..images.files import read_image
 
     result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
                              trust_remote_code=options.trust_remote_code)
@@ -52,7 +53,7 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         if path.suffix.lower() == ".npz":
             result.save(path)
         else:
-            overlay_png(result, path, layers=layers, heads=heads, query=chosen, cmap=cmap)
+            overlay_png(result, read_image(images[0]), path, layers=layers, heads=heads, query=chosen, cmap=cmap)
         wrote(path)
     if checked:
         return

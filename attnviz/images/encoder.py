@@ -27,7 +27,7 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
 
     check_device(device)
     if model.lower().endswith((".toml", ".npz")):
-        raise UsageError(f"{model} is not an image encoder; --image reads a ViT, CLIP, SigLIP or DINOv2 checkpoint "
+        raise UsageError(f"{model} is not an image encoder; [[image]] needs a ViT, CLIP, SigLIP or DINOv2 checkpoint "
                          "(a folder or a hub id)")
     place = locate(model)
     folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)

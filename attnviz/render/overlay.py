@@ -36,17 +36,15 @@ def _heat(image: Any, weights: np.ndarray, boxes: list[list[float]], size: tuple
     return Image.fromarray((blended * 255).round().astype(np.uint8))
 
 
-def overlay_png(result: Any, path: str | Path, *, layers: list[int], heads: list[int] | None, query: int | None,
-                cmap: str = "magma", panel: int = 160) -> Path:
+def overlay_png(result: Any, picture: Any, path: str | Path, *, layers: list[int], heads: list[int] | None,
+                query: int | None, cmap: str = "magma", panel: int = 160) -> Path:
     """A PNG of panels, a row per layer and a column per head (``heads`` None: one panel, the heads' mean), each
-    the picture with ``query``'s weights on its patches as heat."""
+    ``picture`` (the RGB ``PIL.Image`` the result was computed on) with ``query``'s weights on its patches as heat."""
     from PIL import Image, ImageDraw
 
     from ..fileio import atomic_write
-    from ..images.files import read_image
 
     meta = result.metadata["image"]
-    picture = read_image(meta["path"])
     width, height = picture.size
     size = (panel, max(1, round(panel * height / width)))
     label = 14

@@ -1,0 +1,194 @@
+"""Attention over images, first step (issue 53): each encoder family's attention equals transformers' eager
+attention on the processor's own pixels, its layout's token count equals the model's sequence, a planted head draws
+its heat on the patch it was built to read, and a picture that is not one is one line."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+FAMILIES = ("vit", "clip", "siglip", "dinov2")
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random image encoders with their processors (transformers' test-sized configs), saved offline."""
+    import transformers
+    from transformers import (
+        BitImageProcessor,
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        CLIPVisionModel,
+        Dinov2Config,
+        Dinov2Model,
+        SiglipImageProcessor,
+        SiglipVisionConfig,
+        SiglipVisionModel,
+        ViTConfig,
+        ViTImageProcessor,
+        ViTModel,
+    )
+
+    transformers.logging.set_verbosity_error()
+    root = tmp_path_factory.mktemp("encoders")
+    common = {"image_size": 32, "patch_size": 8, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 37}
+    torch.manual_seed(0)
+    built = {
+        "vit": (ViTModel(ViTConfig(**common)), ViTImageProcessor(size={"height": 32, "width": 32})),
+        "clip": (CLIPVisionModel(CLIPVisionConfig(**common)),
+                 CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})),
+        "siglip": (SiglipVisionModel(SiglipVisionConfig(**common)), SiglipImageProcessor(size={"height": 32, "width": 32})),
+        "dinov2": (Dinov2Model(Dinov2Config(**common)),
+                   BitImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32},
+                                     do_center_crop=True)),
+    }
+    folders = {}
+    for name, (model, processor) in built.items():
+        folders[name] = root / name
+        model.save_pretrained(folders[name])
+        processor.save_pretrained(folders[name])
+    return folders
+
+
+@pytest.fixture
+def picture(tmp_path) -> Path:
+    from PIL import Image
+
+    path = tmp_path / "picture.png"
+    Image.fromarray((np.random.RandomState(0).rand(48, 64, 3) * 255).astype(np.uint8)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_equals_transformers_eager_attention_and_its_layout_counts_its_tokens(encoders, picture, family):
+    import transformers
+    from PIL import Image
+
+    from attnviz.images.encoder import image_attention
+
+    result = image_attention(picture, str(encoders[family]))
+    processor = transformers.AutoImageProcessor.from_pretrained(encoders[family])
+    auto = {"clip": transformers.CLIPVisionModel, "siglip": transformers.SiglipVisionModel}.get(family,
+                                                                                                transformers.AutoModel)
+    model = auto.from_pretrained(encoders[family], attn_implementation="eager").eval()
+    pixels = processor(images=Image.open(picture).convert("RGB"), return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        reference = torch.stack([a[0] for a in model(pixel_values=pixels, output_attentions=True).attentions])
+    torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
+    meta = result.metadata["image"]
+    assert len(result.tokens) == meta["specials"] + meta["rows"] * meta["cols"] == reference.shape[-1]
+    assert (meta["specials"] == 0) == (family == "siglip")  # SigLIP has no CLS token
+    assert result.tokens[meta["specials"]] == "r0c0" and result.tokens[-1] == f"r{meta['rows'] - 1}c{meta['cols'] - 1}"
+    assert len(meta["boxes"]) == meta["rows"] * meta["cols"]
+
+
+def test_the_boxes_invert_the_processors_resize_and_crop(encoders, picture):
+    from attnviz.images.encoder import image_attention
+
+    vit = image_attention(picture, str(encoders["vit"])).metadata["image"]["boxes"]
+    assert vit[0] == [0.0, 0.0, 16.0, 12.0] and vit[-1] == [48.0, 36.0, 64.0, 48.0]  # 64×48 → 32×32: x·2, y·1.5
+    clip = image_attention(picture, str(encoders["clip"])).metadata["image"]["boxes"]
+    # shortest edge 48 → 32 (scale 2/3: 64 → 42.67), a centre crop of 32: 5.33 px cut each side
+    assert clip[0] == pytest.approx([8.0, 0.0, 20.0, 12.0]) and clip[-1] == pytest.approx([44.0, 36.0, 56.0, 48.0])
+
+
+def test_a_planted_head_draws_its_heat_on_the_patch_it_reads(tmp_path, picture):
+    """ViT with zero patch projections: each patch token is its position embedding. The CLS token's and patch 5's
+    embeddings share one direction, every other patch's is small and random, and layer 0's query and key maps
+    are the identity on head 0's dimensions: CLS's weight on patches is largest on patch 5 (row 1, column 1), whose
+    box in the 64 × 48 picture is x 16–32, y 12–24."""
+    import transformers
+    from transformers import ViTConfig, ViTImageProcessor, ViTModel
+
+    from attnviz.images.encoder import image_attention
+    from attnviz.render.overlay import _heat, patch_weights
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(1)
+    model = ViTModel(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                               intermediate_size=37))
+    target = 5
+    with torch.no_grad():
+        model.embeddings.patch_embeddings.projection.weight.zero_()
+        model.embeddings.patch_embeddings.projection.bias.zero_()
+        direction = torch.zeros(32)
+        direction[:8] = torch.tensor([1.0, -1.0] * 4) * 3
+        position = torch.randn(17, 32) * 0.1
+        position[0] = 0
+        position[1 + target] = direction
+        model.embeddings.position_embeddings.copy_(position[None])
+        model.embeddings.cls_token.copy_(direction[None, None])
+        attention = model.layers[0].attention  # transformers 5's layout of ViT (q_proj, k_proj)
+        for linear in (attention.q_proj, attention.k_proj):
+            linear.weight.copy_(torch.eye(32) * 4)
+            linear.bias.zero_()
+    folder = tmp_path / "planted"
+    model.save_pretrained(folder)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    result = image_attention(picture, str(folder))
+    weights = patch_weights(result, 0, 0, 0)
+    assert int(weights.argmax()) == target and float(weights.max()) > 0.9 * float(result.attentions[0, 0, 0, 1:].sum())
+    from PIL import Image
+
+    heat = _heat(Image.open(picture).convert("RGB"), weights, result.metadata["image"]["boxes"], (64, 48), "magma")
+    bright = np.asarray(heat, dtype=np.float64).sum(-1)
+    inside, outside = bright[12:24, 16:32].mean(), np.delete(bright, np.s_[12:24], axis=0).mean()
+    assert inside > 1.5 * outside  # the heat is on the planted patch's box
+
+
+def test_the_command_draws_the_picture_and_writes_the_numbers(run_cli, encoders, picture, tmp_path):
+    from attnviz.result import AttentionResult
+
+    shown = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["clip"]), "--layer", "1",
+                    "--head", "mean")
+    assert shown.exit_code == 0, shown.stderr
+    assert "▀" in shown.stdout and "4 × 4 grid" in shown.stdout
+    png, npz = tmp_path / "heat.png", tmp_path / "heat.npz"
+    written = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["dinov2"]), "--head", "all",
+                      "--out", str(png), "--out", str(npz))
+    assert written.exit_code == 0, written.stderr
+    assert png.read_bytes().startswith(b"\x89PNG")
+    loaded = AttentionResult.load(npz)
+    assert loaded.metadata["image"]["layout"] == "dinov2" and loaded.tokens[0] == "[CLS]"
+
+
+def test_what_is_not_a_picture_or_not_an_encoder_is_one_line(run_cli, encoders, picture, tmp_path, tiny_hf):
+    from PIL import Image
+
+    fake = tmp_path / "fake.png"
+    fake.write_text("not a picture", encoding="utf-8")
+    truncated = tmp_path / "truncated.png"
+    truncated.write_bytes(picture.read_bytes()[:200])
+    gif = tmp_path / "x.gif"
+    Image.new("RGB", (4, 4)).save(gif)
+    cases = [(fake, "not a picture"), (truncated, "truncated"), (gif, "GIF"), (tmp_path / "missing.png", "does not exist")]
+    for path, message in cases:
+        result = run_cli("heatmap", "--image", str(path), "--model", str(encoders["vit"]))
+        assert result.exit_code != 0 and message in result.stderr, (path, result.stderr)
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    refused = run_cli("heatmap", "--image", str(picture), "--model", tiny_hf["bert"])
+    assert refused.exit_code != 0 and "knows no patch layout" in refused.stderr
+    both = run_cli("heatmap", "a text", "--image", str(picture), "--model", str(encoders["vit"]))
+    assert both.exit_code != 0 and "vision-language model" in both.stderr
+    wrong = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["vit"]), "--out", str(tmp_path / "x.svg"))
+    assert wrong.exit_code != 0 and ".png" in wrong.stderr
+
+
+def test_a_decompression_bomb_is_refused_by_its_header_before_it_is_decoded(tmp_path):
+    from PIL import Image
+
+    from attnviz.errors import ResourceError
+    from attnviz.images.files import read_image
+
+    path = tmp_path / "big.png"
+    buffer = io.BytesIO()
+    Image.new("L", (400, 300)).save(buffer, format="PNG")
+    path.write_bytes(buffer.getvalue())
+    with pytest.raises(ResourceError, match="400 × 300 pixels"):
+        read_image(path, max_pixels=100_000)
+    assert read_image(path).size == (400, 300)
