@@ -174,7 +174,7 @@ def test_what_is_not_a_picture_or_not_an_encoder_is_one_line(run_cli, encoders, 
     refused = run_cli("heatmap", "--image", str(picture), "--model", tiny_hf["bert"])
     assert refused.exit_code != 0 and "knows no patch layout" in refused.stderr
     both = run_cli("heatmap", "a text", "--image", str(picture), "--model", str(encoders["vit"]))
-    assert both.exit_code != 0 and "vision-language model" in both.stderr
+    assert both.exit_code != 0 and "image encoder" in both.stderr and "leave the text out" in both.stderr
     wrong = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["vit"]), "--out", str(tmp_path / "x.svg"))
     assert wrong.exit_code != 0 and ".png" in wrong.stderr
 
@@ -192,3 +192,80 @@ def test_a_decompression_bomb_is_refused_by_its_header_before_it_is_decoded(tmp_
     with pytest.raises(ResourceError, match="400 × 300 pixels"):
         read_image(path, max_pixels=100_000)
     assert read_image(path).size == (400, 300)
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory) -> Path:
+    """A tiny LLaVA-1.5 (CLIP vision tower of 4 × 4 patches, a grouped-query LLaMA), its processor and a word-level
+    tokenizer with the image token, saved offline, as transformers' own tests build theirs."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
+
+    transformers.logging.set_verbosity_error()
+    words = ["<unk>", "<s>", "</s>", "<image>", "what", "is", "in", "the", "picture", "?", "a", "cat", "dog"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                       num_attention_heads=4, intermediate_size=37, projection_dim=32),
+        text_config=LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128),
+        image_token_id=3, vision_feature_select_strategy="default", vision_feature_layer=-2, image_seq_length=16)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("llava") / "llava"
+    LlavaForConditionalGeneration(config).save_pretrained(folder)
+    LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+                   tokenizer=fast, patch_size=8, vision_feature_select_strategy="default", image_token="<image>",
+                   num_additional_image_tokens=1).save_pretrained(folder)
+    return folder
+
+
+def test_llava_attention_over_text_and_picture_equals_transformers_and_its_layout_is_the_processors(llava, picture):
+    import transformers
+    from PIL import Image
+
+    from attnviz.images.vlm import vlm_attention
+
+    result = vlm_attention("what is in the picture ?", picture, str(llava))
+    processor = transformers.AutoProcessor.from_pretrained(llava)
+    inputs = processor(text="<image> what is in the picture ?", images=[Image.open(picture).convert("RGB")],
+                       return_tensors="pt")
+    model = transformers.AutoModelForImageTextToText.from_pretrained(llava, attn_implementation="eager").eval()
+    with torch.no_grad():
+        reference = torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
+    torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
+    meta = result.metadata["image"]
+    image_tokens = [i for i, t in enumerate(inputs["input_ids"][0].tolist()) if t == 3]  # the processor's own count
+    assert len(image_tokens) == meta["rows"] * meta["cols"] == 16 and meta["first"] == image_tokens[0]
+    assert result.tokens[image_tokens[0]] == "<img r0c0>" and result.tokens[-1] == "?"
+    assert meta["boxes"][0] == pytest.approx([8.0, 0.0, 20.0, 12.0])  # CLIP's resize and crop, as the encoder's
+
+
+def test_the_command_shows_what_the_last_word_reads_of_the_picture(run_cli, llava, picture, tmp_path):
+    from attnviz.render.overlay import patch_weights
+
+    png = tmp_path / "llava.png"
+    drawn = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava),
+                    "--head", "all", "--out", str(png), "--out", str(tmp_path / "llava.npz"))
+    assert drawn.exit_code == 0, drawn.stderr
+    assert png.read_bytes().startswith(b"\x89PNG")
+    from attnviz.result import AttentionResult
+
+    saved = AttentionResult.load(tmp_path / "llava.npz")
+    weights = patch_weights(saved, 1, 0, len(saved.tokens) - 1)
+    first = saved.metadata["image"]["first"]
+    expected = saved.attentions[1, 0, -1, first : first + 16].reshape(4, 4).double().numpy()
+    np.testing.assert_allclose(weights, expected)  # the last word's row, on the image tokens, in grid order
+    alone = run_cli("heatmap", "--image", str(picture), "--model", str(llava))
+    assert alone.exit_code != 0 and "give the text" in alone.stderr

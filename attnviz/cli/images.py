@@ -18,13 +18,12 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
     from ..fileio import check_writable
     from .outputs import check_distinct
 
-    if text is not None:
-        raise UsageError("TEXT with --image needs a vision-language model; attnviz reads image encoders so far (ViT, "
-                         "CLIP, SigLIP, DINOv2): give the picture alone")
     if len(images) > 1:
-        raise UsageError(f"{len(images)} pictures: an image encoder reads one at a time; give one --image")
+        raise UsageError(f"{len(images)} pictures: one --image per run so far (LLaVA-1.5 and the image encoders read "
+                         "one)")
     if options.model is None:
-        raise UsageError("--image needs an image encoder as --model: a ViT, CLIP, SigLIP or DINOv2 folder or hub id")
+        raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
+                         "DINOv2) or a vision-language model (LLaVA-1.5), a folder or hub id")
     if options.engine not in ("auto", "hf"):
         raise UsageError(f"--engine {options.engine}: an image encoder runs on transformers' eager attention (hf)")
     for path in out:
@@ -35,11 +34,13 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
     check_distinct([("out", path) for path in checked])
     from ..images.encoder import image_attention
     from ..images.files import read_image
+    from ..images.vlm import vlm_attention
 
-    result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
-                             trust_remote_code=options.trust_remote_code)
+    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
+    result = image_attention(images[0], options.model, **load) if text is None else \
+        vlm_attention(text, images[0], options.model, **load)
     meta = result.metadata["image"]
-    chosen = _query(query, result.tokens, meta["specials"])
+    chosen = _query(query, result.tokens, meta["specials"], text_last=text is not None)
     n_layers, n_heads = result.attentions.shape[:2]
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
@@ -65,20 +66,22 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         for h in heads if heads is not None else [None]:
             console.print(f"layer {each} " + ("mean of heads" if h is None else f"head {h}"), markup=False)
             console.print(terminal_grid(patch_weights(result, each, h, chosen), cmap))
-    if meta["specials"] == 0 and query is None:
+    if meta["specials"] == 0 and query is None and text is None:
         note("no CLS token in this layout: the mean over the patches' own queries is shown (--query rNcM for one)")
 
 
-def _query(query: str | None, tokens: list[str], specials: int) -> int | None:
-    """The query token: ``--query`` as an index or a label (``[CLS]``, ``r3c4``), ``mean`` for the patches' mean;
-    by default the CLS token, or the mean where the layout has none."""
+def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bool = False) -> int | None:
+    """The query token: ``--query`` as an index or a label (``[CLS]``, ``r3c4``, a word), ``mean`` for the patches'
+    mean; by default the text's last token (a vision-language model: what it reads of the picture as it answers), the
+    CLS token, or the mean where the layout has none."""
     if query is None:
-        return 0 if specials else None
+        return len(tokens) - 1 if text_last else 0 if specials else None
     if query == "mean":
         return None
     if query.isdigit() and int(query) < len(tokens):
         return int(query)
-    if query in tokens:
-        return tokens.index(query)
+    for label in (query, f"<img {query}>"):  # a patch of a vision-language model's prompt: <img r1c2>
+        if label in tokens:
+            return tokens.index(label)
     raise UsageError(f"--query {query!r} is not one of the image tokens ({tokens[0]}, {tokens[-1]}, an index up to "
                      f"{len(tokens) - 1}, or mean)")

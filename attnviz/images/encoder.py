@@ -34,6 +34,9 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     config = read_config(folder)
     kind = config.get("model_type")
     layout = layout_for(kind, place.name)
+    if layout.language:
+        raise UsageError(f"{place.name} is a vision-language model ({layout.name}): give the text it reads beside "
+                         "the picture")
     image = read_image(picture)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()

@@ -43,6 +43,7 @@ class PatchLayout:
     model_types: tuple[str, ...]
     summary: str
     grid: str | Callable[[dict[str, Any], int, int], Grid]
+    language: bool = False  # a vision-language model: the grid stands in its text's image tokens
 
     def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
         function = self.grid
@@ -93,6 +94,17 @@ register(PatchLayout("siglip", ("siglip", "siglip_vision_model"), "SigLIP's visi
                      "attnviz.images.layouts:plain_grid"))
 register(PatchLayout("dinov2", ("dinov2", "dinov2_with_registers"), "DINOv2: a CLS token, its registers, the patches",
                      "attnviz.images.layouts:dinov2_grid"))
+def llava_grid(config: dict[str, Any], height: int, width: int) -> Grid:
+    """LLaVA-1.5: the vision tower's patches, row-major, in place of the prompt's image token; its CLS dropped under
+    ``vision_feature_select_strategy = "default"`` (kept first under ``"full"``)."""
+    rows, cols, patch = _patches(config, height, width)
+    kept = ("[vCLS]",) if config.get("vision_feature_select_strategy") == "full" else ()
+    return Grid(kept, rows, cols, patch)
+
+
+register(PatchLayout("llava", ("llava",), "LLaVA-1.5: the image token expanded to the vision tower's patches, row-major "
+                     "(its CLS dropped by the default feature strategy)", "attnviz.images.layouts:llava_grid",
+                     language=True))
 BUILT_IN = LAYOUTS.seal()
 
 

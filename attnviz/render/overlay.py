@@ -10,13 +10,14 @@ import numpy as np
 
 
 def patch_weights(result: Any, layer: int, head: int | None, query: int | None) -> np.ndarray:
-    """``[rows, cols]``: the weights of ``query`` (a token index; None: the mean over the patches' own queries) on
-    each patch, in ``layer`` and ``head`` (None: the mean of the heads)."""
+    """``[rows, cols]``: the weights of ``query`` (a token index: a text token's, CLS's, a patch's; None: the mean
+    over the patches' own queries) on each patch, in ``layer`` and ``head`` (None: the mean of the heads)."""
     image = result.metadata["image"]
-    first, rows, cols = image["specials"], image["rows"], image["cols"]
+    first = image.get("first", 0) + image["specials"]  # the first patch (after a CLS, registers)
+    rows, cols = image["rows"], image["cols"]
     attn = result.attentions[layer].double()  # [H, T, T]
     attn = attn.mean(0) if head is None else attn[head]
-    row = attn[first:].mean(0) if query is None else attn[query]
+    row = attn[first : first + rows * cols].mean(0) if query is None else attn[query]
     return row[first : first + rows * cols].reshape(rows, cols).numpy()
 
 

@@ -1,0 +1,77 @@
+"""A vision-language model's attention over a text and a picture: the processor puts the picture's tokens in the
+prompt (its image token expanded), the language model attends over all of them, and the family's patch layout
+(:mod:`.layouts`) says which row and column, and which box of the picture, each image token is. The token count
+is the processor's own, checked against the layout's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelNotFoundError, UsageError
+from ..result import AttentionResult
+from .layouts import boxes, layout_for
+
+
+def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "cpu", revision: str | None = None,
+                  trust_remote_code: bool = False) -> AttentionResult:
+    """Every layer's and head's attention of a vision-language ``model`` over ``text`` and ``picture`` (the image
+    where the text puts the processor's image token, else before the text)."""
+    import torch
+    import transformers
+
+    from ..sources.files import read_config
+    from ..sources.hub import fetch_config, hub_reachable
+    from ..sources.resolve import check_device, locate
+    from ..sources.tokens import label_from_piece
+    from .files import read_image
+
+    check_device(device)
+    place = locate(model)
+    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
+    config = read_config(folder)
+    layout = layout_for(config.get("model_type"), place.name)
+    if not layout.language:
+        raise UsageError(f"{place.name} is an image encoder ({layout.name}): it reads a picture without a text; leave "
+                         "the text out")
+    image = read_image(picture)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code,
+                               "local_files_only": place.hub_id is not None and not hub_reachable()}
+    try:
+        processor = transformers.AutoProcessor.from_pretrained(place.ref, **options)
+        auto: Any = transformers.AutoModelForImageTextToText
+        network = auto.from_pretrained(place.ref, attn_implementation="eager", dtype=torch.float32, **options)
+    except (OSError, ValueError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ModelNotFoundError(f"{place.name}: cannot load its processor and model ({first})") from None
+    network = network.to(device).eval()
+    marker = getattr(processor, "image_token", "<image>")
+    prompt = text if marker in text else f"{marker} {text}"
+    inputs = processor(text=prompt, images=[image], return_tensors="pt").to(device)
+    ids = [int(i) for i in inputs["input_ids"][0]]
+    token_id = config.get("image_token_id", config.get("image_token_index"))
+    where = [i for i, t in enumerate(ids) if t == token_id]
+    pixels = inputs["pixel_values"]
+    grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
+    if len(where) != grid.n_tokens or where != list(range(where[0], where[0] + len(where))):
+        raise ModelNotFoundError(f"{place.name}: the processor put {len(where)} image tokens in the prompt; the "
+                                 f"{layout.name} layout gives {grid.n_tokens} for a {pixels.shape[-1]}×"
+                                 f"{pixels.shape[-2]} input")
+    with torch.no_grad():
+        out = network(**inputs, output_attentions=True)
+    attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
+    pieces = processor.tokenizer.convert_ids_to_tokens(ids)
+    names = grid.labels()
+    labels = [f"<img {names[where.index(i)]}>" if i in where else label_from_piece(piece or f"<{t}>")
+              for i, (t, piece) in enumerate(zip(ids, pieces, strict=True))]
+    special = set(getattr(processor.tokenizer, "all_special_ids", []) or [])
+    return AttentionResult(
+        tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids], causal=True,
+        model_name=place.name,
+        metadata={"engine": "hf", "image": {
+            "path": str(picture), "size": list(image.size), "layout": layout.name, "first": where[0],
+            "specials": len(grid.specials), "rows": grid.rows, "cols": grid.cols, "patch": grid.patch,
+            "boxes": [[round(v, 3) for v in box] for box in boxes(grid, processor.image_processor, image.size)]}},
+    )
