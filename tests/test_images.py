@@ -55,6 +55,34 @@ def encoders(tmp_path_factory) -> dict[str, Path]:
     return folders
 
 
+def planted_vit(folder: Path, target: int) -> Path:
+    """A one-layer ViT whose layer 0, head 0 makes the CLS token read patch ``target`` (see the test below)."""
+    import transformers
+    from transformers import ViTConfig, ViTImageProcessor, ViTModel
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(1)
+    model = ViTModel(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                               intermediate_size=37))
+    with torch.no_grad():
+        model.embeddings.patch_embeddings.projection.weight.zero_()
+        model.embeddings.patch_embeddings.projection.bias.zero_()
+        direction = torch.zeros(32)
+        direction[:8] = torch.tensor([1.0, -1.0] * 4) * 3
+        position = torch.randn(17, 32) * 0.1
+        position[0] = 0
+        position[1 + target] = direction
+        model.embeddings.position_embeddings.copy_(position[None])
+        model.embeddings.cls_token.copy_(direction[None, None])
+        attention = model.layers[0].attention  # transformers 5's layout of ViT (q_proj, k_proj)
+        for linear in (attention.q_proj, attention.k_proj):
+            linear.weight.copy_(torch.eye(32) * 4)
+            linear.bias.zero_()
+    model.save_pretrained(folder)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def picture(tmp_path) -> Path:
     from PIL import Image
@@ -102,34 +130,11 @@ def test_a_planted_head_draws_its_heat_on_the_patch_it_reads(tmp_path, picture):
     embeddings share one direction, every other patch's is small and random, and layer 0's query and key maps
     are the identity on head 0's dimensions: CLS's weight on patches is largest on patch 5 (row 1, column 1), whose
     box in the 64 × 48 picture is x 16–32, y 12–24."""
-    import transformers
-    from transformers import ViTConfig, ViTImageProcessor, ViTModel
-
     from attnviz.images.encoder import image_attention
     from attnviz.render.overlay import _heat, patch_weights
 
-    transformers.logging.set_verbosity_error()
-    torch.manual_seed(1)
-    model = ViTModel(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                               intermediate_size=37))
     target = 5
-    with torch.no_grad():
-        model.embeddings.patch_embeddings.projection.weight.zero_()
-        model.embeddings.patch_embeddings.projection.bias.zero_()
-        direction = torch.zeros(32)
-        direction[:8] = torch.tensor([1.0, -1.0] * 4) * 3
-        position = torch.randn(17, 32) * 0.1
-        position[0] = 0
-        position[1 + target] = direction
-        model.embeddings.position_embeddings.copy_(position[None])
-        model.embeddings.cls_token.copy_(direction[None, None])
-        attention = model.layers[0].attention  # transformers 5's layout of ViT (q_proj, k_proj)
-        for linear in (attention.q_proj, attention.k_proj):
-            linear.weight.copy_(torch.eye(32) * 4)
-            linear.bias.zero_()
-    folder = tmp_path / "planted"
-    model.save_pretrained(folder)
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    folder = planted_vit(tmp_path / "planted", target)
     result = image_attention(picture, str(folder))
     weights = patch_weights(result, 0, 0, 0)
     assert int(weights.argmax()) == target and float(weights.max()) > 0.9 * float(result.attentions[0, 0, 0, 1:].sum())
@@ -269,3 +274,44 @@ def test_the_command_shows_what_the_last_word_reads_of_the_picture(run_cli, llav
     np.testing.assert_allclose(weights, expected)  # the last word's row, on the image tokens, in grid order
     alone = run_cli("heatmap", "--image", str(picture), "--model", str(llava))
     assert alone.exit_code != 0 and "give the text" in alone.stderr
+
+
+def test_heads_on_a_picture_match_a_direct_reading_of_transformers_attention(run_cli, llava, picture):
+    """heads --image: each head's share on the picture, spread over it and sink, against the same sums written out on
+    transformers' own attention (the text's queries after the picture)."""
+    import json
+
+    import transformers
+    from PIL import Image
+
+    result = run_cli("heads", "what is in the picture ?", "--image", str(picture), "--model", str(llava),
+                     "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    rows = {(r["layer"], r["head"]): r for r in json.loads(result.stdout)["heads"]}
+    processor = transformers.AutoProcessor.from_pretrained(llava)
+    inputs = processor(text="<image> what is in the picture ?", images=[Image.open(picture).convert("RGB")],
+                       return_tensors="pt")
+    model = transformers.AutoModelForImageTextToText.from_pretrained(llava, attn_implementation="eager").eval()
+    with torch.no_grad():
+        attentions = model(**inputs, output_attentions=True).attentions
+    for (layer, head), row in rows.items():
+        a = attentions[layer][0, head].double()
+        text_rows = a[16:]  # the 5 words after the 16 image tokens
+        share = text_rows[:, :16].sum(-1).mean()
+        spread = text_rows[:, :16] / text_rows[:, :16].sum(-1, keepdim=True)
+        entropy = (-(spread * spread.log()).sum(-1) / np.log(16)).mean()
+        top = int(text_rows[:, :16].mean(0).argmax())
+        assert row["image_share"] == pytest.approx(float(share), abs=1e-5)
+        assert row["patch_entropy"] == pytest.approx(float(entropy), abs=1e-5)
+        assert (row["sink_row"], row["sink_col"]) == (top // 4, top % 4)
+
+
+def test_the_planted_patch_is_the_encoder_heads_sink(run_cli, tmp_path, picture):
+    """The planted ViT of the test above: layer 0 head 0's sink is its patch (row 1, column 1)."""
+    import json
+
+    planted_vit(tmp_path / "planted", 5)
+    result = run_cli("heads", "--image", str(picture), "--model", str(tmp_path / "planted"), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    row = next(r for r in json.loads(result.stdout)["heads"] if (r["layer"], r["head"]) == (0, 0))
+    assert row["sink"] == "r1c1"

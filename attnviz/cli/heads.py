@@ -15,6 +15,7 @@ from .options import (
     Column,
     Field,
     HideSpecial,
+    ImageFiles,
     InputFormat,
     Kind,
     KindChoice,
@@ -74,6 +75,7 @@ def heads(
     columns: str | None = typer.Option(None, "--columns", help="The statistics the table shows, in this order, e.g. prev,ind,dup (full or short names; 'all' for every one). JSON and CSV always have every statistic.", show_default=False),
     fmt: Format = typer.Option(Format.table, "--format", help="What is printed on stdout: table, json (one object: model, text, tokens, heads) or csv (one row per head). (parquet, with --file and --out FOLDER, is kept for this release: use --out heads.parquet, or attnviz export for a corpus's rows per text.)"),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: .json (the whole table), .csv or .parquet (one row per head).", show_default=False),
+    image: list[Path] = ImageFiles,
     column: str | None = Column,
     field: str | None = Field,
     input_format: str | None = InputFormat,
@@ -111,6 +113,11 @@ def heads(
                    "--head", "--only-head")
     head = None if head == "all" else head
     text = text_from_file(text, text_file)
+    if image:
+        from .images import image_heads
+
+        image_heads(options, text, image, fmt=fmt, out=out, top=top, width=width)
+        return
     found_retrieval = None
     if retrieval is not None:
         from ..needle.tables import read_retrieval

@@ -85,3 +85,59 @@ def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bo
             return tokens.index(label)
     raise UsageError(f"--query {query!r} is not one of the image tokens ({tokens[0]}, {tokens[-1]}, an index up to "
                      f"{len(tokens) - 1}, or mean)")
+
+
+def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any, out: list[Path], top: int | None,
+                width: int | None) -> None:
+    """``heads --image``: each head's share on the picture, its spread over the patches and its sink patch."""
+    import json
+
+    from ..images.encoder import image_attention
+    from ..images.statistics import COLUMNS, image_head_rows
+    from ..images.vlm import vlm_attention
+    from .outputs import check_outputs, csv_text
+
+    if len(images) > 1:
+        raise UsageError(f"{len(images)} pictures: one --image per run so far")
+    if options.model is None:
+        raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
+                         "DINOv2) or a vision-language model (LLaVA-1.5), a folder or hub id")
+    outputs = check_outputs(out, (".json", ".csv", ".parquet"))
+    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
+    result = image_attention(images[0], options.model, **load) if text is None else \
+        vlm_attention(text, images[0], options.model, **load)
+    rows = sorted(image_head_rows(result), key=lambda r: -r["image_share"] if text is not None else r["patch_entropy"])
+    document = {"model": result.model_name, "image": {k: v for k, v in result.metadata["image"].items()
+                                                      if k != "boxes"}, "tokens": result.tokens, "heads": rows}
+    for path in outputs:
+        if path.suffix.lower() == ".json":
+            from ..fileio import write_json
+
+            write_json(path, document)
+        else:
+            from ..tables import write_rows
+
+            write_rows(path, rows, COLUMNS)
+        wrote(path)
+    shown = rows[:top] if top else rows
+    if fmt.value == "json":
+        typer_echo(json.dumps(document, ensure_ascii=False))
+    elif fmt.value == "csv":
+        typer_echo(csv_text(shown, COLUMNS), nl=False)
+    else:
+        from rich.table import Table
+
+        what = "the text's" if text is not None else "every token's"
+        table = Table(title=f"{result.model_name}: {what} attention on the picture, by head", box=None, pad_edge=False)
+        for name in ("L", "H", "image", "entropy", "sink", "sink share"):
+            table.add_column(name, justify="right")
+        for row in shown:
+            table.add_row(str(row["layer"]), str(row["head"]), f"{row['image_share']:.3f}",
+                          f"{row['patch_entropy']:.3f}", row["sink"], f"{row['sink_share']:.3f}")
+        stdout_console(width).print(table)
+
+
+def typer_echo(text: str, nl: bool = True) -> None:
+    import typer
+
+    typer.echo(text, nl=nl)
