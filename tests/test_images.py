@@ -315,3 +315,60 @@ def test_the_planted_patch_is_the_encoder_heads_sink(run_cli, tmp_path, picture)
     assert result.exit_code == 0, result.stderr
     row = next(r for r in json.loads(result.stdout)["heads"] if (r["layer"], r["head"]) == (0, 0))
     assert row["sink"] == "r1c1"
+
+
+@pytest.fixture(scope="module")
+def paligemma(tmp_path_factory) -> Path:
+    """A tiny PaliGemma (SigLIP's 4 × 4 patches, a Gemma with one key/value head) and its processor, offline."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (
+        PaliGemmaConfig,
+        PaliGemmaForConditionalGeneration,
+        PaliGemmaProcessor,
+        PreTrainedTokenizerFast,
+        SiglipImageProcessor,
+    )
+
+    transformers.logging.set_verbosity_error()
+    words = ["<pad>", "<eos>", "<bos>", "<unk>", "<image>", "what", "is", "in", "the", "picture", "?"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>", bos_token="<bos>",
+                                   pad_token="<pad>")
+    fast.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    config = PaliGemmaConfig(
+        vision_config={"model_type": "siglip_vision_model", "image_size": 32, "patch_size": 8, "hidden_size": 32,
+                       "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37,
+                       "projection_dim": 32},
+        text_config={"model_type": "gemma", "vocab_size": len(words), "hidden_size": 32, "intermediate_size": 37,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
+                     "max_position_embeddings": 512},
+        image_token_index=4, projection_dim=32)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("paligemma") / "paligemma"
+    PaliGemmaForConditionalGeneration(config).save_pretrained(folder)
+    PaliGemmaProcessor(image_processor=SiglipImageProcessor(size={"height": 32, "width": 32}, image_seq_length=16),
+                       tokenizer=fast).save_pretrained(folder)
+    return folder
+
+
+def test_paligemma_puts_its_patches_before_the_prompt_and_attends_over_a_prefix(paligemma, picture):
+    import transformers
+    from PIL import Image
+
+    from attnviz.images.vlm import vlm_attention
+
+    result = vlm_attention("what is in the picture ?", picture, str(paligemma))
+    processor = transformers.AutoProcessor.from_pretrained(paligemma)
+    inputs = processor(text="what is in the picture ?", images=[Image.open(picture).convert("RGB")],
+                       return_tensors="pt")
+    model = transformers.AutoModelForImageTextToText.from_pretrained(paligemma, attn_implementation="eager").eval()
+    with torch.no_grad():
+        reference = torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
+    torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
+    meta = result.metadata["image"]
+    assert meta["first"] == 0 and meta["specials"] == 0 and meta["rows"] * meta["cols"] == 16
+    assert result.tokens[:2] == ["<img r0c0>", "<img r0c1>"] and result.tokens[-1] == "?"
+    assert result.causal is False  # the image and the prompt see each other: a prefix, read off the weights
+    assert float(result.attentions[0, 0, 0, 16]) > 0  # the first patch attends to the prompt after it

@@ -5,6 +5,7 @@ is the processor's own, checked against the layout's."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,10 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
         raise ModelNotFoundError(f"{place.name}: cannot load its processor and model ({first})") from None
     network = network.to(device).eval()
     marker = getattr(processor, "image_token", "<image>")
-    prompt = text if marker in text else f"{marker} {text}"
-    inputs = processor(text=prompt, images=[image], return_tensors="pt").to(device)
+    prompt = text if layout.inserts or marker in text else f"{marker} {text}"
+    with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformers")
+        inputs = processor(text=prompt, images=[image], return_tensors="pt").to(device)
     ids = [int(i) for i in inputs["input_ids"][0]]
     token_id = config.get("image_token_id", config.get("image_token_index"))
     where = [i for i, t in enumerate(ids) if t == token_id]
@@ -68,7 +71,9 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
               for i, (t, piece) in enumerate(zip(ids, pieces, strict=True))]
     special = set(getattr(processor.tokenizer, "all_special_ids", []) or [])
     return AttentionResult(
-        tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids], causal=True,
+        # causal as the weights are: PaliGemma's image and prompt attend to each other (a prefix), LLaVA's do not
+        tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids],
+        causal=bool((attentions.triu(1) == 0).all()),
         model_name=place.name,
         metadata={"engine": "hf", "image": {
             "path": str(picture), "size": list(image.size), "layout": layout.name, "first": where[0],
