@@ -372,3 +372,75 @@ def test_paligemma_puts_its_patches_before_the_prompt_and_attends_over_a_prefix(
     assert result.tokens[:2] == ["<img r0c0>", "<img r0c1>"] and result.tokens[-1] == "?"
     assert result.causal is False  # the image and the prompt see each other: a prefix, read off the weights
     assert float(result.attentions[0, 0, 0, 16]) > 0  # the first patch attends to the prompt after it
+
+
+@pytest.fixture(scope="module")
+def llava_next(tmp_path_factory) -> Path:
+    """A tiny LLaVA-NeXT: a 32-pixel tower of 8-pixel patches, pinpoints 32×64, 64×32, 64×64, offline."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextImageProcessor,
+        LlavaNextProcessor,
+        PreTrainedTokenizerFast,
+    )
+
+    transformers.logging.set_verbosity_error()
+    words = ["<unk>", "<s>", "</s>", "<image>", "what", "is", "in", "the", "picture", "?"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    pinpoints = [[32, 64], [64, 32], [64, 64]]
+    config = LlavaNextConfig(
+        vision_config=CLIPVisionConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                       num_attention_heads=4, intermediate_size=37, projection_dim=32),
+        text_config=LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512),
+        image_token_index=3, vision_feature_select_strategy="default", vision_feature_layer=-2,
+        image_grid_pinpoints=pinpoints)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("llava_next") / "llava_next"
+    LlavaNextForConditionalGeneration(config).save_pretrained(folder)
+    processor = LlavaNextImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
+                                        image_grid_pinpoints=pinpoints)
+    LlavaNextProcessor(image_processor=processor, tokenizer=fast, patch_size=8, vision_feature_select_strategy="default",
+                       image_token="<image>", num_additional_image_tokens=1).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("size", [(64, 48), (48, 64), (40, 40)])
+def test_llava_next_places_the_base_grid_the_unpadded_canvas_and_its_newlines(llava_next, tmp_path, size):
+    """The any-resolution layout's count equals the processor's for wide, tall and square pictures; the tokens are
+    the base grid, then each canvas row and its newline; the attention equals transformers' eager attention."""
+    import transformers
+    from PIL import Image
+
+    from attnviz.images.vlm import vlm_attention
+
+    path = tmp_path / "picture.png"
+    Image.fromarray((np.random.RandomState(1).rand(size[1], size[0], 3) * 255).astype(np.uint8)).save(path)
+    result = vlm_attention("what is in the picture ?", path, str(llava_next))
+    processor = transformers.AutoProcessor.from_pretrained(llava_next)
+    inputs = processor(text="<image> what is in the picture ?", images=[Image.open(path).convert("RGB")],
+                       return_tensors="pt")
+    count = inputs["input_ids"][0].tolist().count(3)
+    model = transformers.AutoModelForImageTextToText.from_pretrained(llava_next, attn_implementation="eager").eval()
+    with torch.no_grad():
+        reference = torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
+    torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
+    meta = result.metadata["image"]
+    base, canvas = meta["grids"]
+    assert base["rows"] == base["cols"] == 4 and base["positions"] == meta["image_positions"][:16]
+    assert len(meta["image_positions"]) == count == 16 + canvas["rows"] * (canvas["cols"] + 1)
+    labels = [result.tokens[i] for i in meta["image_positions"]]
+    assert labels[:2] == ["<img b r0c0>", "<img b r0c1>"] and labels[16] == "<img r0c0>"
+    assert labels[16 + canvas["cols"]] == "<img ⏎0>" and labels[-1] == f"<img ⏎{canvas['rows'] - 1}>"
+    # the canvas boxes cover the picture: from its top-left corner to its bottom-right, within a patch's rounding
+    x0 = min(b[0] for b in canvas["boxes"])
+    y1 = max(b[3] for b in canvas["boxes"])
+    assert x0 == pytest.approx(0, abs=size[0] / 8) and y1 == pytest.approx(size[1], abs=size[1] / 8)

@@ -45,6 +45,7 @@ class PatchLayout:
     grid: str | Callable[[dict[str, Any], int, int], Grid]
     language: bool = False  # a vision-language model: the grid stands in its text's image tokens
     inserts: bool = False  # its processor puts the image tokens in the prompt itself (else the text names the image)
+    place: str | None = None  # "module:function" placing tokens of several grids (any-resolution tiles), else grid
 
     def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
         function = self.grid
@@ -106,6 +107,9 @@ def llava_grid(config: dict[str, Any], height: int, width: int) -> Grid:
 register(PatchLayout("llava", ("llava",), "LLaVA-1.5: the image token expanded to the vision tower's patches, row-major "
                      "(its CLS dropped by the default feature strategy)", "attnviz.images.layouts:llava_grid",
                      language=True))
+register(PatchLayout("llava_next", ("llava_next",), "LLaVA-NeXT: the base grid, then the any-resolution canvas "
+                     "unpadded to the picture, a newline token after each row", "attnviz.images.layouts:llava_grid",
+                     language=True, place="attnviz.images.anyres:llava_next_place"))
 register(PatchLayout("paligemma", ("paligemma",), "PaliGemma: SigLIP's patches, row-major, before the prompt (its "
                      "processor puts them there; image and prompt attend to each other, a prefix)",
                      "attnviz.images.layouts:plain_grid", language=True, inserts=True))

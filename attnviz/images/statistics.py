@@ -5,10 +5,10 @@ it is over the patches, and the patch it favours whatever the query (a visual si
 The queries are the text tokens after the picture for a vision-language model (what it reads of the picture as it
 reads the text), every token for an image encoder. Per head, over those queries:
 
-- ``image_share``: the mean attention mass on the picture's patches (an encoder's CLS and registers are not
-  patches);
-- ``patch_entropy``: the mean entropy of each query's distribution over the patches (its weights on them renormalised),
-  divided by ln(patches): 0 one patch, 1 even;
+- ``image_share``: the mean attention mass on the picture's tokens (a vision-language model's every image token:
+  LLaVA-NeXT's base grid and newlines too; an encoder's patches, its CLS and registers not counted);
+- ``patch_entropy``: the mean entropy of each query's distribution over the (finest) grid's patches (its weights on
+  them renormalised), divided by ln(patches): 0 one patch, 1 even;
 - ``sink``, ``sink_share``: the patch with the largest mean weight, and its share of the mass on patches.
 """
 
@@ -28,15 +28,17 @@ def image_head_rows(result: Any) -> list[dict[str, Any]]:
     first = meta.get("first", 0) + meta["specials"]
     rows, cols = meta["rows"], meta["cols"]
     n = rows * cols
+    at = meta.get("positions") or list(range(first, first + n))  # the (finest) grid's tokens
+    every = meta.get("image_positions") or list(range(meta.get("first", 0), first + n))
     total = result.attentions.shape[-1]
-    end = meta.get("first", 0) + meta["specials"] + n
-    queries = list(range(end, total)) if "first" in meta else list(range(total))  # the text after the picture
+    queries = list(range(max(every) + 1, total)) if "first" in meta else list(range(total))  # the text after it
     if not queries:  # a picture at the end of the prompt: its own tokens read it
-        queries = list(range(first, end))
+        queries = list(at)
     chosen = result.attentions.double()[:, :, queries, :]  # [L, H, q, T]
-    patches = chosen[..., first : first + n]
-    share = patches.sum(-1)  # [L, H, q]
-    spread = patches / share.clamp_min(1e-300)[..., None]
+    patches = chosen[..., at]
+    share = chosen[..., every].sum(-1)  # [L, H, q]: on every image token (a base grid, newlines included)
+    on_grid = patches.sum(-1)
+    spread = patches / on_grid.clamp_min(1e-300)[..., None]
     entropy = -(spread * torch.log(spread.clamp_min(1e-300))).sum(-1) / math.log(n) if n > 1 else share * 0
     mean_patch = patches.mean(-2)  # [L, H, n]
     top = mean_patch.argmax(-1)

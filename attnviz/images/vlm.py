@@ -56,20 +56,33 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
     ids = [int(i) for i in inputs["input_ids"][0]]
     token_id = config.get("image_token_id", config.get("image_token_index"))
     where = [i for i, t in enumerate(ids) if t == token_id]
-    pixels = inputs["pixel_values"]
-    grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
-    if len(where) != grid.n_tokens or where != list(range(where[0], where[0] + len(where))):
-        raise ModelNotFoundError(f"{place.name}: the processor put {len(where)} image tokens in the prompt; the "
-                                 f"{layout.name} layout gives {grid.n_tokens} for a {pixels.shape[-1]}×"
-                                 f"{pixels.shape[-2]} input")
+    if not where:
+        raise ModelNotFoundError(f"{place.name}: the processor put no image token (id {token_id}) in the prompt")
+    if layout.place is not None:  # several grids (any-resolution tiles), placed by the family's own function
+        import importlib
+
+        module, function = layout.place.split(":")
+        placed = getattr(importlib.import_module(module), function)(config, processor, inputs, where)
+        names, grids, specials, patch = placed["labels"], placed["grids"], placed["specials"], placed["patch"]
+    else:
+        pixels = inputs["pixel_values"]
+        grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
+        if len(where) != grid.n_tokens or where != list(range(where[0], where[0] + len(where))):
+            raise ModelNotFoundError(f"{place.name}: the processor put {len(where)} image tokens in the prompt; the "
+                                     f"{layout.name} layout gives {grid.n_tokens} for a {pixels.shape[-1]}×"
+                                     f"{pixels.shape[-2]} input")
+        names, specials, patch = grid.labels(), len(grid.specials), grid.patch
+        grids = [{"name": "patches", "rows": grid.rows, "cols": grid.cols,
+                  "positions": where[specials:], "boxes": boxes(grid, processor.image_processor, image.size)}]
     with torch.no_grad():
         out = network(**inputs, output_attentions=True)
     attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
     pieces = processor.tokenizer.convert_ids_to_tokens(ids)
-    names = grid.labels()
-    labels = [f"<img {names[where.index(i)]}>" if i in where else label_from_piece(piece or f"<{t}>")
+    at = {position: n for n, position in enumerate(where)}
+    labels = [f"<img {names[at[i]]}>" if i in at else label_from_piece(piece or f"<{t}>")
               for i, (t, piece) in enumerate(zip(ids, pieces, strict=True))]
     special = set(getattr(processor.tokenizer, "all_special_ids", []) or [])
+    main = grids[-1]  # the finest grid: what the overlay draws and the statistics read
     return AttentionResult(
         # causal as the weights are: PaliGemma's image and prompt attend to each other (a prefix), LLaVA's do not
         tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids],
@@ -77,6 +90,8 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
         model_name=place.name,
         metadata={"engine": "hf", "image": {
             "path": str(picture), "size": list(image.size), "layout": layout.name, "first": where[0],
-            "specials": len(grid.specials), "rows": grid.rows, "cols": grid.cols, "patch": grid.patch,
-            "boxes": [[round(v, 3) for v in box] for box in boxes(grid, processor.image_processor, image.size)]}},
+            "specials": specials, "rows": main["rows"], "cols": main["cols"], "patch": patch,
+            "image_positions": where, "positions": main["positions"],
+            "boxes": [[round(v, 3) for v in box] for box in main["boxes"]],
+            "grids": [{**g, "boxes": [[round(v, 3) for v in box] for box in g["boxes"]]} for g in grids]}},
     )

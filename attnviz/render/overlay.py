@@ -12,13 +12,16 @@ import numpy as np
 def patch_weights(result: Any, layer: int, head: int | None, query: int | None) -> np.ndarray:
     """``[rows, cols]``: the weights of ``query`` (a token index: a text token's, CLS's, a patch's; None: the mean
     over the patches' own queries) on each patch, in ``layer`` and ``head`` (None: the mean of the heads)."""
+    import torch
+
     image = result.metadata["image"]
-    first = image.get("first", 0) + image["specials"]  # the first patch (after a CLS, registers)
     rows, cols = image["rows"], image["cols"]
+    first = image.get("first", 0) + image["specials"]  # the first patch (after a CLS, registers)
+    at = torch.tensor(image.get("positions") or list(range(first, first + rows * cols)))  # the grid's tokens
     attn = result.attentions[layer].double()  # [H, T, T]
     attn = attn.mean(0) if head is None else attn[head]
-    row = attn[first : first + rows * cols].mean(0) if query is None else attn[query]
-    return row[first : first + rows * cols].reshape(rows, cols).numpy()
+    row = attn[at].mean(0) if query is None else attn[query]
+    return row[at].reshape(rows, cols).numpy()
 
 
 def _heat(image: Any, weights: np.ndarray, boxes: list[list[float]], size: tuple[int, int], cmap: str) -> Any:
