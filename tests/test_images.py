@@ -444,3 +444,10 @@ def test_llava_next_places_the_base_grid_the_unpadded_canvas_and_its_newlines(ll
     x0 = min(b[0] for b in canvas["boxes"])
     y1 = max(b[3] for b in canvas["boxes"])
     assert x0 == pytest.approx(0, abs=size[0] / 8) and y1 == pytest.approx(size[1], abs=size[1] / 8)
+
+
+def test_a_picture_whose_attention_would_not_fit_is_refused_before_the_model_runs(run_cli, llava, picture,
+                                                                                    monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "10K")  # 22 tokens: 2 × 4 bytes × 2 layers × 4 heads × 22² = 31 KB
+    result = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava))
+    assert result.exit_code != 0 and "16 of them the picture's" in result.stderr and "ATTNVIZ_MAX_MEMORY" in result.stderr

@@ -74,6 +74,15 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
         names, specials, patch = grid.labels(), len(grid.specials), grid.patch
         grids = [{"name": "patches", "rows": grid.rows, "cols": grid.cols,
                   "positions": where[specials:], "boxes": boxes(grid, processor.image_processor, image.size)}]
+    text_config = config.get("text_config") or {}
+    layers = int(text_config.get("num_hidden_layers") or 32)
+    heads = int(text_config.get("num_attention_heads") or 32)
+    from ..limits import check_memory
+
+    # Eager attention returns every layer's [H, T, T] at once, and builds each once more as it runs.
+    check_memory(2 * 4 * layers * heads * len(ids) ** 2,
+                 f"the attention of {len(ids):,} tokens ({len(where):,} of them the picture's) in {layers} layers × "
+                 f"{heads} heads")
     with torch.no_grad():
         out = network(**inputs, output_attentions=True)
     attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
