@@ -51,12 +51,18 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
         raise ModelNotFoundError(f"{place.name}: cannot load its image processor and encoder ({first})") from None
     network = network.to(device).eval()
     pixels = processor(images=image, return_tensors="pt")["pixel_values"].to(device)
+    grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
+    tower = config.get("vision_config") or config
+    layers, heads = int(tower.get("num_hidden_layers") or 12), int(tower.get("num_attention_heads") or 12)
+    from ..limits import check_memory
+
+    check_memory(2 * 4 * layers * heads * grid.n_tokens ** 2,
+                 f"the attention of {grid.n_tokens:,} image tokens in {layers} layers × {heads} heads")
     with torch.no_grad():
         out = network(pixel_values=pixels, output_attentions=True)
     if not out.attentions:
         raise UsageError(f"{place.name} returned no attention weights")
     attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
-    grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
     if grid.n_tokens != attentions.shape[-1]:
         raise ModelNotFoundError(f"{place.name}: the {layout.name} layout gives {grid.n_tokens} image tokens for a "
                                  f"{pixels.shape[-1]}×{pixels.shape[-2]} input, the model made {attentions.shape[-1]}")
