@@ -393,7 +393,13 @@ _LONG_CONTEXT = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResul
                  "needle": ("attnviz.needle", "needle"), "NeedleResult": ("attnviz.needle", "NeedleResult"),
                  # model organisms: causal models with planted heads (attnviz.organisms)
                  "save_organism": ("attnviz.organisms", "save_organism"),
-                 "read_organism": ("attnviz.organisms", "read_spec")}
+                 "read_organism": ("attnviz.organisms", "read_spec"),
+                 # pictures (attnviz.images): an encoder's attention over its patches, a vision-language model's over
+                 # its text and picture, each head's share on the picture; the layouts (records)
+                 "image_attention": ("attnviz.images.encoder", "image_attention"),
+                 "vlm_attention": ("attnviz.images.vlm", "vlm_attention"),
+                 "image_heads": ("attnviz.images.statistics", "image_head_rows"),
+                 "LAYOUTS": ("attnviz.images.layouts", "LAYOUTS")}
 
 
 def __getattr__(name: str) -> Any:
