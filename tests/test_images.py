@@ -83,6 +83,18 @@ def planted_vit(folder: Path, target: int) -> Path:
     return folder
 
 
+def transformers_reference(folder: Path, text: str, picture: Path) -> tuple[dict, torch.Tensor]:
+    """The processor's inputs and transformers' own eager attention ``[L, H, T, T]`` for ``text`` and ``picture``."""
+    import transformers
+    from PIL import Image
+
+    processor = transformers.AutoProcessor.from_pretrained(folder)
+    inputs = processor(text=text, images=[Image.open(picture).convert("RGB")], return_tensors="pt")
+    model = transformers.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return inputs, torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
+
+
 @pytest.fixture
 def picture(tmp_path) -> Path:
     from PIL import Image
@@ -237,18 +249,10 @@ def llava(tmp_path_factory) -> Path:
 
 
 def test_llava_attention_over_text_and_picture_equals_transformers_and_its_layout_is_the_processors(llava, picture):
-    import transformers
-    from PIL import Image
-
     from attnviz.images.vlm import vlm_attention
 
     result = vlm_attention("what is in the picture ?", picture, str(llava))
-    processor = transformers.AutoProcessor.from_pretrained(llava)
-    inputs = processor(text="<image> what is in the picture ?", images=[Image.open(picture).convert("RGB")],
-                       return_tensors="pt")
-    model = transformers.AutoModelForImageTextToText.from_pretrained(llava, attn_implementation="eager").eval()
-    with torch.no_grad():
-        reference = torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
+    inputs, reference = transformers_reference(llava, "<image> what is in the picture ?", picture)
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
     meta = result.metadata["image"]
     image_tokens = [i for i, t in enumerate(inputs["input_ids"][0].tolist()) if t == 3]  # the processor's own count
@@ -354,18 +358,10 @@ def paligemma(tmp_path_factory) -> Path:
 
 
 def test_paligemma_puts_its_patches_before_the_prompt_and_attends_over_a_prefix(paligemma, picture):
-    import transformers
-    from PIL import Image
-
     from attnviz.images.vlm import vlm_attention
 
     result = vlm_attention("what is in the picture ?", picture, str(paligemma))
-    processor = transformers.AutoProcessor.from_pretrained(paligemma)
-    inputs = processor(text="what is in the picture ?", images=[Image.open(picture).convert("RGB")],
-                       return_tensors="pt")
-    model = transformers.AutoModelForImageTextToText.from_pretrained(paligemma, attn_implementation="eager").eval()
-    with torch.no_grad():
-        reference = torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
+    _, reference = transformers_reference(paligemma, "what is in the picture ?", picture)
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
     meta = result.metadata["image"]
     assert meta["first"] == 0 and meta["specials"] == 0 and meta["rows"] * meta["cols"] == 16
@@ -417,7 +413,6 @@ def llava_next(tmp_path_factory) -> Path:
 def test_llava_next_places_the_base_grid_the_unpadded_canvas_and_its_newlines(llava_next, tmp_path, size):
     """The any-resolution layout's count equals the processor's for wide, tall and square pictures; the tokens are
     the base grid, then each canvas row and its newline; the attention equals transformers' eager attention."""
-    import transformers
     from PIL import Image
 
     from attnviz.images.vlm import vlm_attention
@@ -425,13 +420,8 @@ def test_llava_next_places_the_base_grid_the_unpadded_canvas_and_its_newlines(ll
     path = tmp_path / "picture.png"
     Image.fromarray((np.random.RandomState(1).rand(size[1], size[0], 3) * 255).astype(np.uint8)).save(path)
     result = vlm_attention("what is in the picture ?", path, str(llava_next))
-    processor = transformers.AutoProcessor.from_pretrained(llava_next)
-    inputs = processor(text="<image> what is in the picture ?", images=[Image.open(path).convert("RGB")],
-                       return_tensors="pt")
+    inputs, reference = transformers_reference(llava_next, "<image> what is in the picture ?", path)
     count = inputs["input_ids"][0].tolist().count(3)
-    model = transformers.AutoModelForImageTextToText.from_pretrained(llava_next, attn_implementation="eager").eval()
-    with torch.no_grad():
-        reference = torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
     meta = result.metadata["image"]
     base, canvas = meta["grids"]

@@ -5,11 +5,10 @@ registers, ``r{row}c{col}``) and whose ``metadata["image"]`` says where each pat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
-from .layouts import boxes, layout_for
+from .layouts import boxes
 
 VISION_TOWERS = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel"}  # a full model's vision tower alone
 
@@ -20,28 +19,16 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     import torch
     import transformers
 
-    from ..sources.files import read_config
-    from ..sources.hub import fetch_config, hub_reachable
-    from ..sources.resolve import check_device, locate
     from .files import read_image
+    from .found import find
 
-    check_device(device)
     if model.lower().endswith((".toml", ".npz")):
         raise UsageError(f"{model} is not an image encoder; [[image]] needs a ViT, CLIP, SigLIP or DINOv2 checkpoint "
                          "(a folder or a hub id)")
-    place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
-    config = read_config(folder)
+    found = find(model, language=False, device=device, revision=revision, trust_remote_code=trust_remote_code)
+    place, config, layout, options = found.place, found.config, found.layout, found.options
     kind = config.get("model_type")
-    layout = layout_for(kind, place.name)
-    if layout.language:
-        raise UsageError(f"{place.name} is a vision-language model ({layout.name}): give the text it reads beside "
-                         "the picture")
     image = read_image(picture)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code,
-                               "local_files_only": place.hub_id is not None and not hub_reachable()}
     try:
         processor = transformers.AutoImageProcessor.from_pretrained(place.ref, **options)
         auto = getattr(transformers, VISION_TOWERS.get(str(kind), "AutoModel"))

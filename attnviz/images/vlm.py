@@ -9,9 +9,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelNotFoundError, UsageError
+from ..errors import ModelNotFoundError
 from ..result import AttentionResult
-from .layouts import boxes, layout_for
+from .layouts import boxes
 
 
 def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "cpu", revision: str | None = None,
@@ -21,25 +21,13 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
     import torch
     import transformers
 
-    from ..sources.files import read_config
-    from ..sources.hub import fetch_config, hub_reachable
-    from ..sources.resolve import check_device, locate
     from ..sources.tokens import label_from_piece
     from .files import read_image
+    from .found import find
 
-    check_device(device)
-    place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
-    config = read_config(folder)
-    layout = layout_for(config.get("model_type"), place.name)
-    if not layout.language:
-        raise UsageError(f"{place.name} is an image encoder ({layout.name}): it reads a picture without a text; leave "
-                         "the text out")
+    found = find(model, language=True, device=device, revision=revision, trust_remote_code=trust_remote_code)
+    place, config, layout, options = found.place, found.config, found.layout, found.options
     image = read_image(picture)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    options: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code,
-                               "local_files_only": place.hub_id is not None and not hub_reachable()}
     try:
         processor = transformers.AutoProcessor.from_pretrained(place.ref, **options)
         auto: Any = transformers.AutoModelForImageTextToText

@@ -1,0 +1,45 @@
+"""What a picture-reading command needs before its model loads, found once for the encoders and the vision-language
+models: where the model is, its config and its family's layout (refused by name), transformers quieted, and the
+options every ``from_pretrained`` takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from .layouts import PatchLayout, layout_for
+
+
+@dataclass
+class Found:
+    place: Any
+    config: dict[str, Any]
+    layout: PatchLayout
+    options: dict[str, Any]
+
+
+def find(model: str, *, language: bool, device: str, revision: str | None, trust_remote_code: bool) -> Found:
+    """The model (``language``: a vision-language model is wanted, else an image encoder), its config and layout."""
+    import transformers
+
+    from ..sources.files import read_config
+    from ..sources.hub import fetch_config, hub_reachable
+    from ..sources.resolve import check_device, locate
+
+    check_device(device)
+    place = locate(model)
+    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
+    config = read_config(folder)
+    layout = layout_for(config.get("model_type"), place.name)
+    if layout.language and not language:
+        raise UsageError(f"{place.name} is a vision-language model ({layout.name}): give the text it reads beside "
+                         "the picture")
+    if language and not layout.language:
+        raise UsageError(f"{place.name} is an image encoder ({layout.name}): it reads a picture without a text; leave "
+                         "the text out")
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    options = {"revision": revision, "trust_remote_code": trust_remote_code,
+               "local_files_only": place.hub_id is not None and not hub_reachable()}
+    return Found(place, config, layout, options)
