@@ -441,3 +441,35 @@ def test_a_picture_whose_attention_would_not_fit_is_refused_before_the_model_run
     monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "10K")  # 22 tokens: 2 × 4 bytes × 2 layers × 4 heads × 22² = 31 KB
     result = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava))
     assert result.exit_code != 0 and "16 of them the picture's" in result.stderr and "ATTNVIZ_MAX_MEMORY" in result.stderr
+
+
+def test_generate_with_a_picture_answers_as_transformers_and_keeps_each_new_tokens_row(run_cli, llava, picture,
+                                                                                       tmp_path):
+    """The answer is transformers' greedy one; each answer token's row (read off one forward over the whole sequence)
+    equals the row transformers computed for it while generating (the step that fed it back)."""
+    import transformers
+    from PIL import Image
+
+    from attnviz.images.vlm import vlm_attention
+
+    result = vlm_attention("what is in the picture ?", picture, str(llava), max_new_tokens=4)
+    processor = transformers.AutoProcessor.from_pretrained(llava)
+    inputs = processor(text="<image> what is in the picture ?", images=[Image.open(picture).convert("RGB")],
+                       return_tensors="pt")
+    model = transformers.AutoModelForImageTextToText.from_pretrained(llava, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=4, do_sample=False, output_attentions=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+    assert result.token_ids == out.sequences[0].tolist()
+    start = result.metadata["prompt_length"]
+    assert start == inputs["input_ids"].shape[1]
+    for step in range(1, len(out.attentions)):  # step k fed the token at start + k - 1
+        position = start + step - 1
+        expected = torch.stack([layer[0, :, -1] for layer in out.attentions[step]])  # [L, H, T]
+        torch.testing.assert_close(result.attentions[:, :, position, : position + 1], expected, atol=1e-5, rtol=1e-5)
+    shown = run_cli("generate", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "-n", "3",
+                    "--out", str(tmp_path / "answer.png"))
+    assert shown.exit_code == 0, shown.stderr
+    assert (tmp_path / "answer.png").read_bytes().startswith(b"\x89PNG")
+    printed = run_cli("generate", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "-n", "2")
+    assert printed.exit_code == 0 and "on the picture, most on r" in printed.stdout

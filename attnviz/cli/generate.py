@@ -15,6 +15,7 @@ from .options import (
     Cmap,
     CmapOpt,
     GenerateModel,
+    ImageFiles,
     ModelOptions,
     TextFile,
     Width,
@@ -49,6 +50,7 @@ def generate(
                                      "token (the most attended first)."),
     old_top: int | None = typer.Option(None, "--top", min=1, hidden=True),  # --top: the first N rows (heads, atlas)
     out: list[Path] = typer.Option([], "--out", "-o", help="Write the result (repeatable), its kind from its extension: .npz (every row), or the generated rows as .png, .svg, .pdf, or the page as .html.", show_default=False),
+    image: list[Path] = ImageFiles,
     cmap: Cmap = CmapOpt,
     width: int | None = Width,
 ) -> None:
@@ -57,6 +59,9 @@ def generate(
     key/value cache where it can (GPT-2, LLaMA family, causal config models), else on transformers.
     An encoder-decoder model (T5, BART) reads PROMPT as its source: each new token is shown with what it
     attended to in the source and in the target, and the heatmap is its cross-attention over the source.
+
+    With --image, a vision-language model (LLaVA-1.5, LLaVA-NeXT, PaliGemma) answers about the picture, and each
+    new token's attention over it is shown (--out x.png: a panel per new token).
 
     Example: attnviz generate "The cat sat on the" --model gpt2 --max-new-tokens 10
     """
@@ -77,6 +82,12 @@ def generate(
     prompt = text_from_file(prompt, text_file)
     if prompt is None:
         raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
+    if image:
+        from .images import image_generate
+
+        image_generate(options, prompt, image, max_new_tokens=max_new_tokens, layer=chosen_layer, head=chosen_head,
+                       out=list(out), cmap=cmap.value, width=width)
+        return
     if options.model is None:
         options = replace(options, model=GENERATING_MODEL)
         import sys

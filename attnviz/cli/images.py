@@ -141,3 +141,59 @@ def typer_echo(text: str, nl: bool = True) -> None:
     import typer
 
     typer.echo(text, nl=nl)
+
+
+def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tokens: int, layer: int | None,
+                   head: int | None, out: list[Path], cmap: str, width: int | None) -> None:
+    """``generate --image``: the vision-language model answers greedily; each new token's attention over the
+    picture (its share on the image, the patch it reads most, a grid), and ``--out x.png`` a panel per new token."""
+    from ..fileio import check_writable
+    from ..images.files import read_image
+    from ..images.vlm import vlm_attention
+    from ..render.overlay import Panel, panels_png, patch_weights, terminal_grid
+    from .outputs import check_distinct
+
+    if len(images) > 1:
+        raise UsageError(f"{len(images)} pictures: one --image per run so far")
+    if options.model is None:
+        raise UsageError("generate --image needs a vision-language model as --model (LLaVA-1.5, LLaVA-NeXT, "
+                         "PaliGemma), a folder or hub id")
+    for path in out:
+        if path.suffix.lower() not in IMAGE_OUTPUTS:
+            raise UnknownFormatError(f"cannot write {path}: with --image, --out writes .png (a panel per new token) "
+                                     "or .npz (every row)")
+    checked = [check_writable(path) for path in out]
+    check_distinct([("out", path) for path in checked])
+    result = vlm_attention(prompt, images[0], options.model, device=options.device, revision=options.revision,
+                           trust_remote_code=options.trust_remote_code, max_new_tokens=max_new_tokens)
+    start = result.metadata["prompt_length"]
+    new = list(range(start, len(result.tokens)))
+    n_layers, n_heads = result.attentions.shape[:2]
+    if layer is not None and not 0 <= layer < n_layers:
+        raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
+    if head is not None and not 0 <= head < n_heads:
+        raise UsageError(f"--only-head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
+    where = ("every layer" if layer is None else f"layer {layer}") + (", mean of heads" if head is None
+                                                                      else f", head {head}")
+    every = result.metadata["image"]["image_positions"]
+    for path in checked:
+        if path.suffix.lower() == ".npz":
+            result.save(path)
+        else:
+            grid: list[list[Panel]] = [[(f"{result.tokens[q][:18]} ({where})", layer, head, q)] for q in new]
+            panels_png(result, read_image(images[0]), path, grid, cmap=cmap)
+        wrote(path)
+    console = stdout_console(width)
+    console.print(f"{result.model_name} answered {len(new)} tokens; what each read of the picture ({where}):",
+                  markup=False)
+    attn = result.attentions.double()
+    attn = attn.mean(0) if layer is None else attn[layer]
+    attn = attn.mean(0) if head is None else attn[head]
+    for q in new:
+        weights = patch_weights(result, layer, head, q)
+        index = int(weights.argmax())
+        cols = weights.shape[1]
+        share = float(attn[q, every].sum())
+        console.print(f"{result.tokens[q]!r}: {share:.0%} on the picture, most on r{index // cols}c{index % cols}",
+                      markup=False)
+        console.print(terminal_grid(weights, cmap))

@@ -15,9 +15,13 @@ from .layouts import boxes
 
 
 def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "cpu", revision: str | None = None,
-                  trust_remote_code: bool = False) -> AttentionResult:
+                  trust_remote_code: bool = False, max_new_tokens: int = 0) -> AttentionResult:
     """Every layer's and head's attention of a vision-language ``model`` over ``text`` and ``picture`` (the image
-    where the text puts the processor's image token, else before the text)."""
+    where the text puts the processor's image token, else before the text). ``max_new_tokens``: first let the model
+    answer greedily (up to that many tokens, stopping at its end token); the result then holds every row of the
+    prompt and the answer, each answer token's row the attention with which it was read (one forward over the whole
+    sequence, the picture included: the rows a step-by-step decoding computes), ``metadata["prompt_length"]``
+    where the answer starts."""
     import torch
     import transformers
 
@@ -37,10 +41,13 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
         raise ModelNotFoundError(f"{place.name}: cannot load its processor and model ({first})") from None
     network = network.to(device).eval()
     marker = getattr(processor, "image_token", "<image>")
-    prompt = text if layout.inserts or marker in text else f"{marker} {text}"
+    # The picture where the text names it, else first: PaliGemma's processor expands its marker in place (before
+    # its BOS), LLaVA's wants it as a word of the prompt.
+    prompt = text if marker in text else f"{marker}{text}" if layout.inserts else f"{marker} {text}"
     with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformers")
         inputs = processor(text=prompt, images=[image], return_tensors="pt").to(device)
+    inputs.pop("labels", None)  # PaliGemma's processor adds a suffix's labels: no loss is wanted
     ids = [int(i) for i in inputs["input_ids"][0]]
     token_id = config.get("image_token_id", config.get("image_token_index"))
     where = [i for i, t in enumerate(ids) if t == token_id]
@@ -71,6 +78,22 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
     check_memory(2 * 4 * layers * heads * len(ids) ** 2,
                  f"the attention of {len(ids):,} tokens ({len(where):,} of them the picture's) in {layers} layers × "
                  f"{heads} heads")
+    prompt_length = len(ids)
+    if max_new_tokens:
+        eos = getattr(network.generation_config, "eos_token_id", None)
+        pad = processor.tokenizer.pad_token_id if processor.tokenizer.pad_token_id is not None else \
+            (eos[0] if isinstance(eos, list) else eos)
+        with torch.no_grad():
+            sequence = network.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                        pad_token_id=pad)[0]
+        ids = [int(i) for i in sequence]
+        added = len(ids) - prompt_length
+        inputs["input_ids"] = sequence[None]
+        inputs["attention_mask"] = torch.ones_like(sequence)[None]
+        if "token_type_ids" in inputs:  # PaliGemma: the answer is the suffix
+            inputs["token_type_ids"] = torch.cat([inputs["token_type_ids"],
+                                                  torch.ones(1, added, dtype=inputs["token_type_ids"].dtype)], dim=1)
+        check_memory(2 * 4 * layers * heads * len(ids) ** 2, f"the attention of {len(ids):,} tokens with the answer")
     with torch.no_grad():
         out = network(**inputs, output_attentions=True)
     attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
@@ -90,5 +113,6 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
             "specials": specials, "rows": main["rows"], "cols": main["cols"], "patch": patch,
             "image_positions": where, "positions": main["positions"],
             "boxes": [[round(v, 3) for v in box] for box in main["boxes"]],
-            "grids": [{**g, "boxes": [[round(v, 3) for v in box] for box in g["boxes"]]} for g in grids]}},
+            "grids": [{**g, "boxes": [[round(v, 3) for v in box] for box in g["boxes"]]} for g in grids]},
+            **({"generation": True, "prompt_length": prompt_length} if max_new_tokens else {})},
     )

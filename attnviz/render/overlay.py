@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+Panel = tuple[str, "int | None", "int | None", "int | None"]  # title, layer, head, query (None: a mean)
 
-def patch_weights(result: Any, layer: int, head: int | None, query: int | None) -> np.ndarray:
+
+def patch_weights(result: Any, layer: int | None, head: int | None, query: int | None) -> np.ndarray:
     """``[rows, cols]``: the weights of ``query`` (a token index: a text token's, CLS's, a patch's; None: the mean
     over the patches' own queries) on each patch, in ``layer`` and ``head`` (None: the mean of the heads)."""
     import torch
@@ -18,7 +20,7 @@ def patch_weights(result: Any, layer: int, head: int | None, query: int | None) 
     rows, cols = image["rows"], image["cols"]
     first = image.get("first", 0) + image["specials"]  # the first patch (after a CLS, registers)
     at = torch.tensor(image.get("positions") or list(range(first, first + rows * cols)))  # the grid's tokens
-    attn = result.attentions[layer].double()  # [H, T, T]
+    attn = result.attentions.double().mean(0) if layer is None else result.attentions[layer].double()  # [H, T, T]
     attn = attn.mean(0) if head is None else attn[head]
     row = attn[at].mean(0) if query is None else attn[query]
     return row[at].reshape(rows, cols).numpy()
@@ -44,6 +46,15 @@ def overlay_png(result: Any, picture: Any, path: str | Path, *, layers: list[int
                 query: int | None, cmap: str = "magma", panel: int = 160) -> Path:
     """A PNG of panels, a row per layer and a column per head (``heads`` None: one panel, the heads' mean), each
     ``picture`` (the RGB ``PIL.Image`` the result was computed on) with ``query``'s weights on its patches as heat."""
+    grid: list[list[Panel]] = [[(f"L{layer} " + ("mean" if head is None else f"H{head}"), layer, head, query)
+                                for head in (heads if heads is not None else [None])] for layer in layers]
+    return panels_png(result, picture, path, grid, cmap=cmap, panel=panel)
+
+
+def panels_png(result: Any, picture: Any, path: str | Path, grid: list[list[Panel]], *, cmap: str = "magma",
+               panel: int = 160) -> Path:
+    """A PNG of panels in rows, each ``(title, layer, head, query)`` (None: the mean of the layers, of the heads, of
+    the patches' queries): ``picture`` with those weights on its patches as heat."""
     from PIL import Image, ImageDraw
 
     from ..fileio import atomic_write
@@ -52,13 +63,13 @@ def overlay_png(result: Any, picture: Any, path: str | Path, *, layers: list[int
     width, height = picture.size
     size = (panel, max(1, round(panel * height / width)))
     label = 14
-    columns = heads if heads is not None else [None]
-    canvas = Image.new("RGB", (len(columns) * (size[0] + 4) + 4, len(layers) * (size[1] + label + 4) + 4), "white")
+    columns = max(len(row) for row in grid)
+    canvas = Image.new("RGB", (columns * (size[0] + 4) + 4, len(grid) * (size[1] + label + 4) + 4), "white")
     draw = ImageDraw.Draw(canvas)
-    for r, layer in enumerate(layers):
-        for c, head in enumerate(columns):
+    for r, row in enumerate(grid):
+        for c, (title, layer, head, query) in enumerate(row):
             x, y = 4 + c * (size[0] + 4), 4 + r * (size[1] + label + 4)
-            draw.text((x, y), f"L{layer} " + ("mean" if head is None else f"H{head}"), fill="black")
+            draw.text((x, y), title, fill="black")
             weights = patch_weights(result, layer, head, query)
             canvas.paste(_heat(picture, weights, meta["boxes"], size, cmap), (x, y + label))
     path = Path(path)
