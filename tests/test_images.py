@@ -473,3 +473,53 @@ def test_generate_with_a_picture_answers_as_transformers_and_keeps_each_new_toke
     assert (tmp_path / "answer.png").read_bytes().startswith(b"\x89PNG")
     printed = run_cli("generate", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "-n", "2")
     assert printed.exit_code == 0 and "on the picture, most on r" in printed.stdout
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory) -> Path:
+    """A tiny Gemma 3: SigLIP's 8 × 8 patches pooled to 16 tokens, a Gemma 3 text model with sliding windows."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3ImageProcessor,
+        Gemma3Processor,
+        PreTrainedTokenizerFast,
+    )
+
+    transformers.logging.set_verbosity_error()
+    words = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_image>", "<end_of_image>", "<image_soft_token>", "what",
+             "is", "in", "the", "picture", "?"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>", bos_token="<bos>",
+                                   pad_token="<pad>", extra_special_tokens={
+                                       "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                                       "image_token": "<image_soft_token>"})
+    config = Gemma3Config(
+        vision_config={"model_type": "siglip_vision_model", "image_size": 32, "patch_size": 4, "hidden_size": 32,
+                       "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37},
+        text_config={"model_type": "gemma3_text", "vocab_size": len(words), "hidden_size": 32,
+                     "intermediate_size": 37, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "num_key_value_heads": 1, "head_dim": 8, "max_position_embeddings": 512, "sliding_window": 16},
+        mm_tokens_per_image=16, boi_token_index=4, eoi_token_index=5, image_token_index=6)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("gemma3") / "gemma3"
+    Gemma3ForConditionalGeneration(config).save_pretrained(folder)
+    Gemma3Processor(image_processor=Gemma3ImageProcessor(size={"height": 32, "width": 32}), tokenizer=fast,
+                    image_seq_length=16).save_pretrained(folder)
+    return folder
+
+
+def test_gemma3_pools_its_patches_to_a_square_grid_between_its_image_markers(gemma3, picture):
+    from attnviz.images.vlm import vlm_attention
+
+    result = vlm_attention("what is in the picture ?", picture, str(gemma3))
+    inputs, reference = transformers_reference(gemma3, "<start_of_image> what is in the picture ?", picture)
+    torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
+    meta = result.metadata["image"]
+    assert inputs["input_ids"][0].tolist().count(6) == meta["rows"] * meta["cols"] == 16  # the processor's count
+    assert result.tokens[0] == "<start_of_image>" and result.tokens[1] == "<img r0c0>"
+    assert result.tokens[17] == "<end_of_image>"
+    assert meta["boxes"][0] == pytest.approx([0.0, 0.0, 16.0, 12.0])  # 8 px of 32 pooled: a quarter of each side

@@ -19,11 +19,10 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
     from .outputs import check_distinct
 
     if len(images) > 1:
-        raise UsageError(f"{len(images)} pictures: one --image per run so far (LLaVA-1.5 and the image encoders read "
-                         "one)")
+        raise UsageError(f"{len(images)} pictures: one --image per run so far (the models attnviz reads take one)")
     if options.model is None:
         raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
-                         "DINOv2) or a vision-language model (LLaVA-1.5), a folder or hub id")
+                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma), a folder or hub id")
     if options.engine not in ("auto", "hf"):
         raise UsageError(f"--engine {options.engine}: an image encoder runs on transformers' eager attention (hf)")
     for path in out:
@@ -101,7 +100,7 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
         raise UsageError(f"{len(images)} pictures: one --image per run so far")
     if options.model is None:
         raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
-                         "DINOv2) or a vision-language model (LLaVA-1.5), a folder or hub id")
+                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma), a folder or hub id")
     outputs = check_outputs(out, (".json", ".csv", ".parquet"))
     load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
     result = image_attention(images[0], options.model, **load) if text is None else \

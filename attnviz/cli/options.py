@@ -128,8 +128,9 @@ Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle
                          ".csv or .parquet): add each head's retrieval_score and reasoning_score, and the label "
                          "retrieval (score ≥ 0.1).", show_default=False)
 ImageFiles = typer.Option(
-    [], "--image", help="A picture the model reads (PNG, JPEG or WebP): an image encoder's patches (ViT, CLIP's and "
-    "SigLIP's vision towers, DINOv2), drawn as heat over the picture (--out x.png: a panel per layer × head).",
+    [], "--image", help="A picture the model reads (PNG, JPEG or WebP): alone, an image encoder's patches (ViT, "
+    "CLIP's and SigLIP's towers, DINOv2); beside TEXT, a vision-language model's (LLaVA-1.5, LLaVA-NeXT, Gemma 3, "
+    "PaliGemma); the attention drawn as heat over the picture (--out x.png).",
     show_default=False,
 )
 OutFiles = typer.Option(

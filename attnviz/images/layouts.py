@@ -110,6 +110,18 @@ register(PatchLayout("llava", ("llava",), "LLaVA-1.5: the image token expanded t
 register(PatchLayout("llava_next", ("llava_next",), "LLaVA-NeXT: the base grid, then the any-resolution canvas "
                      "unpadded to the picture, a newline token after each row", "attnviz.images.layouts:llava_grid",
                      language=True, place="attnviz.images.anyres:llava_next_place"))
+def gemma3_grid(config: dict[str, Any], height: int, width: int) -> Grid:
+    """Gemma 3: SigLIP's patches average-pooled to ``mm_tokens_per_image`` tokens, a square grid, row-major."""
+    import math
+
+    tokens = int(config.get("mm_tokens_per_image") or 256)
+    side = math.isqrt(tokens)
+    return Grid((), side, side, height // side)
+
+
+register(PatchLayout("gemma3", ("gemma3",), "Gemma 3: SigLIP's patches pooled to a square grid (16 × 16 at 896 "
+                     "pixels) between its start- and end-of-image tokens", "attnviz.images.layouts:gemma3_grid",
+                     language=True))
 register(PatchLayout("paligemma", ("paligemma",), "PaliGemma: SigLIP's patches, row-major, before the prompt (its "
                      "processor puts them there; image and prompt attend to each other, a prefix)",
                      "attnviz.images.layouts:plain_grid", language=True, inserts=True))
