@@ -12,9 +12,8 @@ from .common import note, stdout_console, wrote
 IMAGE_OUTPUTS = (".png", ".npz")
 
 
-def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: int | None, head: Any,
-                  query: str | None, out: list[Path], cmap: str, width: int | None) -> None:
-    """Check, run and show (see the module)."""
+def _checked(options: Any, images: list[Path], out: list[Path], allowed: tuple[str, ...], written: str) -> list[Path]:
+    """The checks every picture command makes before a model loads: one picture, a model, the --out files."""
     from ..fileio import check_writable
     from .outputs import check_distinct
 
@@ -22,15 +21,26 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         raise UsageError(f"{len(images)} pictures: one --image per run so far (the models attnviz reads take one)")
     if options.model is None:
         raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
-                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma), a folder or hub id")
-    if options.engine not in ("auto", "hf"):
-        raise UsageError(f"--engine {options.engine}: an image encoder runs on transformers' eager attention (hf)")
+                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma), a folder "
+                         "or hub id")
     for path in out:
-        if path.suffix.lower() not in IMAGE_OUTPUTS:
-            raise UnknownFormatError(f"cannot write {path}: with --image, --out writes .png (heat over the picture) "
-                                     "or .npz (the numbers)")
+        if path.suffix.lower() not in allowed:
+            raise UnknownFormatError(f"cannot write {path}: with --image, --out writes {written}")
+        if path.suffix.lower() == ".parquet":  # pyarrow, before the model runs
+            from ..tables import pyarrow
+
+            pyarrow()
     checked = [check_writable(path) for path in out]
     check_distinct([("out", path) for path in checked])
+    return checked
+
+
+def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: int | None, head: Any,
+                  query: str | None, out: list[Path], cmap: str, width: int | None) -> None:
+    """Check, run and show (see the module)."""
+    if options.engine not in ("auto", "hf"):
+        raise UsageError(f"--engine {options.engine}: pictures run on transformers' eager attention (hf)")
+    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the numbers)")
     from ..images.encoder import image_attention
     from ..images.files import read_image
     from ..images.vlm import vlm_attention
@@ -94,14 +104,9 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     from ..images.encoder import image_attention
     from ..images.statistics import COLUMNS, image_head_rows
     from ..images.vlm import vlm_attention
-    from .outputs import check_outputs, csv_text
+    from .outputs import csv_text
 
-    if len(images) > 1:
-        raise UsageError(f"{len(images)} pictures: one --image per run so far")
-    if options.model is None:
-        raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
-                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma), a folder or hub id")
-    outputs = check_outputs(out, (".json", ".csv", ".parquet"))
+    outputs = _checked(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet")
     load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
     result = image_attention(images[0], options.model, **load) if text is None else \
         vlm_attention(text, images[0], options.model, **load)
@@ -146,23 +151,11 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
                    head: int | None, out: list[Path], cmap: str, width: int | None) -> None:
     """``generate --image``: the vision-language model answers greedily; each new token's attention over the
     picture (its share on the image, the patch it reads most, a grid), and ``--out x.png`` a panel per new token."""
-    from ..fileio import check_writable
     from ..images.files import read_image
     from ..images.vlm import vlm_attention
     from ..render.overlay import Panel, panels_png, patch_weights, terminal_grid
-    from .outputs import check_distinct
 
-    if len(images) > 1:
-        raise UsageError(f"{len(images)} pictures: one --image per run so far")
-    if options.model is None:
-        raise UsageError("generate --image needs a vision-language model as --model (LLaVA-1.5, LLaVA-NeXT, "
-                         "PaliGemma), a folder or hub id")
-    for path in out:
-        if path.suffix.lower() not in IMAGE_OUTPUTS:
-            raise UnknownFormatError(f"cannot write {path}: with --image, --out writes .png (a panel per new token) "
-                                     "or .npz (every row)")
-    checked = [check_writable(path) for path in out]
-    check_distinct([("out", path) for path in checked])
+    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
     result = vlm_attention(prompt, images[0], options.model, device=options.device, revision=options.revision,
                            trust_remote_code=options.trust_remote_code, max_new_tokens=max_new_tokens)
     start = result.metadata["prompt_length"]
