@@ -523,3 +523,32 @@ def test_gemma3_pools_its_patches_to_a_square_grid_between_its_image_markers(gem
     assert result.tokens[0] == "<start_of_image>" and result.tokens[1] == "<img r0c0>"
     assert result.tokens[17] == "<end_of_image>"
     assert meta["boxes"][0] == pytest.approx([0.0, 0.0, 16.0, 12.0])  # 8 px of 32 pooled: a quarter of each side
+
+
+def test_rollout_over_the_patches_equals_the_chain_written_out(run_cli, encoders, picture, tmp_path):
+    """rollout --image: Â_l = (mean of heads + I), rows renormalised, chained; its CLS row over the patches, against
+    the same written out on transformers' eager attention."""
+    import transformers
+    from PIL import Image
+
+    from attnviz.render.overlay import patch_weights
+    from attnviz.result import AttentionResult
+
+    saved = tmp_path / "rollout.npz"
+    result = run_cli("rollout", "--image", str(picture), "--model", str(encoders["vit"]), "--out", str(saved))
+    assert result.exit_code == 0, result.stderr
+    rolled = AttentionResult.load(saved)
+    processor = transformers.AutoImageProcessor.from_pretrained(encoders["vit"])
+    model = transformers.AutoModel.from_pretrained(encoders["vit"], attn_implementation="eager").eval()
+    pixels = processor(images=Image.open(picture).convert("RGB"), return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        attentions = model(pixel_values=pixels, output_attentions=True).attentions
+    chain = None
+    for layer in attentions:
+        hat = layer[0].double().mean(0) + torch.eye(layer.shape[-1], dtype=torch.float64)
+        hat = hat / hat.sum(-1, keepdim=True)
+        chain = hat if chain is None else hat @ chain
+    expected = chain[0, 1:].reshape(4, 4).numpy()  # CLS's row over the 16 patches, after the last layer
+    np.testing.assert_allclose(patch_weights(rolled, 1, 0, 0), expected, rtol=1e-5, atol=1e-6)
+    refused = run_cli("rollout", "a text", "--image", str(picture), "--model", str(encoders["vit"]))
+    assert refused.exit_code != 0 and "no text" in refused.stderr

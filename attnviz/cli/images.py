@@ -189,3 +189,44 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
         console.print(f"{result.tokens[q]!r}: {share:.0%} on the picture, most on r{index // cols}c{index % cols}",
                       markup=False)
         console.print(terminal_grid(weights, cmap))
+
+
+def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer: int | None, query: str | None,
+                  out: list[Path], cmap: str, width: int | None) -> None:
+    """``rollout --image``: attention rollout over an image encoder's patches (Abnar & Zuidema 2020): how much of
+    each patch reaches the CLS token (or ``--query``) after each layer, as heat over the picture."""
+    from dataclasses import replace
+
+    from ..attribution.rollout import rollout
+    from ..images.encoder import image_attention
+    from ..images.files import read_image
+    from ..render.overlay import panels_png, patch_weights, terminal_grid
+
+    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the rollout)")
+    result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
+                             trust_remote_code=options.trust_remote_code)
+    chained = rollout(result.attentions, head_fusion=fusion or "mean")  # type: ignore[arg-type]  # [L, T, T]
+    n_layers = chained.shape[0]
+    if layer is not None and not 0 <= layer < n_layers:
+        raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
+    rolled = replace(result, attentions=chained[:, None].float(),
+                     metadata={**result.metadata, "rollout": {"fusion": fusion or "mean"}})
+    meta = rolled.metadata["image"]
+    chosen = _query(query, rolled.tokens, meta["specials"])
+    layers = list(range(n_layers)) if layer is None else [layer]
+    who = "the patches' mean query" if chosen is None else rolled.tokens[chosen]
+    for path in checked:
+        if path.suffix.lower() == ".npz":
+            rolled.save(path)
+        else:
+            panels_png(rolled, read_image(images[0]), path, [[(f"rollout to L{each}", each, 0, chosen)
+                                                              for each in layers]], cmap=cmap)
+        wrote(path)
+    if checked:
+        return
+    console = stdout_console(width)
+    console.print(f"{result.model_name}: how much of each patch reaches {who} (attention rollout, heads fused by "
+                  f"{fusion or 'mean'})", markup=False)
+    for each in layers:
+        console.print(f"after layer {each}", markup=False)
+        console.print(terminal_grid(patch_weights(rolled, each, 0, chosen), cmap))

@@ -17,6 +17,7 @@ from .options import (
     Cmap,
     Fit,
     HideSpecial,
+    ImageFiles,
     Kind,
     KindChoice,
     Layer,
@@ -82,6 +83,9 @@ def rollout(
     kind: KindChoice = Kind,
     target: str | None = Target,
     out: list[Path] = OutFiles,
+    image: list[Path] = ImageFiles,
+    query: str | None = typer.Option(None, "--query", help="With --image: the token whose rollout is drawn (a patch "
+                                     "such as r2c3, or mean; default the CLS token).", show_default=False),
     values: bool = typer.Option(False, "--values", help="Write each value into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     cmap: Cmap | None = typer.Option(None, "--cmap", help=CMAP_HELP + " Default: coolwarm for attn-grad, else viridis.", show_default=False),
@@ -96,9 +100,22 @@ def rollout(
     gradient-weighted attention (Chefer et al. 2021), norm-based mixing with the residual and LayerNorm
     (Kobayashi et al. 2020, 2021).
 
+    With --image, an image encoder's rollout over the picture's patches, as heat over the picture.
+
     Example: attnviz rollout "The cat sat on the mat." --method flow
     """
     vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
+    if image:
+        if method != "rollout" or norm or text is not None or text_file is not None:
+            raise UsageError("with --image, rollout chains an image encoder's attention over the picture's patches: "
+                             "--method rollout (the default), no text")
+        from .images import image_rollout
+
+        image_rollout(options, image, fusion=None if fusion is None else fusion.value, layer=parse_layer(layer),
+                      query=query, out=list(out), cmap="magma" if cmap is None else cmap.value, width=width)
+        return
+    if query is not None:
+        raise UsageError("--query goes with --image here (the token whose rollout over the picture is drawn)")
     from ..attribution.methods import method_named
 
     if norm and method not in ("rollout", "norm"):
