@@ -83,6 +83,19 @@ def planted_vit(folder: Path, target: int) -> Path:
     return folder
 
 
+def word_tokenizer(words: list[str], *, image: str | None = None, **special: object) -> object:
+    """A word-level fast tokenizer over ``words`` (``<unk>`` for the rest), ``image`` added as a special token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", **special)
+    if image is not None:
+        fast.add_special_tokens({"additional_special_tokens": [image]})
+    return fast
+
+
 def transformers_reference(folder: Path, text: str, picture: Path) -> tuple[dict, torch.Tensor]:
     """The processor's inputs and transformers' own eager attention ``[L, H, T, T]`` for ``text`` and ``picture``."""
     import transformers
@@ -216,7 +229,6 @@ def llava(tmp_path_factory) -> Path:
     """A tiny LLaVA-1.5 (CLIP vision tower of 4 × 4 patches, a grouped-query LLaMA), its processor and a word-level
     tokenizer with the image token, saved offline, as transformers' own tests build theirs."""
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
@@ -224,15 +236,11 @@ def llava(tmp_path_factory) -> Path:
         LlavaConfig,
         LlavaForConditionalGeneration,
         LlavaProcessor,
-        PreTrainedTokenizerFast,
     )
 
     transformers.logging.set_verbosity_error()
     words = ["<unk>", "<s>", "</s>", "<image>", "what", "is", "in", "the", "picture", "?", "a", "cat", "dog"]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    fast.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    fast = word_tokenizer(words, bos_token="<s>", eos_token="</s>", image="<image>")
     config = LlavaConfig(
         vision_config=CLIPVisionConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
                                        num_attention_heads=4, intermediate_size=37, projection_dim=32),
@@ -325,22 +333,16 @@ def test_the_planted_patch_is_the_encoder_heads_sink(run_cli, tmp_path, picture)
 def paligemma(tmp_path_factory) -> Path:
     """A tiny PaliGemma (SigLIP's 4 × 4 patches, a Gemma with one key/value head) and its processor, offline."""
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (
         PaliGemmaConfig,
         PaliGemmaForConditionalGeneration,
         PaliGemmaProcessor,
-        PreTrainedTokenizerFast,
         SiglipImageProcessor,
     )
 
     transformers.logging.set_verbosity_error()
     words = ["<pad>", "<eos>", "<bos>", "<unk>", "<image>", "what", "is", "in", "the", "picture", "?"]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>", bos_token="<bos>",
-                                   pad_token="<pad>")
-    fast.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    fast = word_tokenizer(words, eos_token="<eos>", bos_token="<bos>", pad_token="<pad>", image="<image>")
     config = PaliGemmaConfig(
         vision_config={"model_type": "siglip_vision_model", "image_size": 32, "patch_size": 8, "hidden_size": 32,
                        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37,
@@ -374,7 +376,6 @@ def test_paligemma_puts_its_patches_before_the_prompt_and_attends_over_a_prefix(
 def llava_next(tmp_path_factory) -> Path:
     """A tiny LLaVA-NeXT: a 32-pixel tower of 8-pixel patches, pinpoints 32×64, 64×32, 64×64, offline."""
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (
         CLIPVisionConfig,
         LlamaConfig,
@@ -382,15 +383,11 @@ def llava_next(tmp_path_factory) -> Path:
         LlavaNextForConditionalGeneration,
         LlavaNextImageProcessor,
         LlavaNextProcessor,
-        PreTrainedTokenizerFast,
     )
 
     transformers.logging.set_verbosity_error()
     words = ["<unk>", "<s>", "</s>", "<image>", "what", "is", "in", "the", "picture", "?"]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    fast.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    fast = word_tokenizer(words, bos_token="<s>", eos_token="</s>", image="<image>")
     pinpoints = [[32, 64], [64, 32], [64, 64]]
     config = LlavaNextConfig(
         vision_config=CLIPVisionConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
@@ -479,24 +476,18 @@ def test_generate_with_a_picture_answers_as_transformers_and_keeps_each_new_toke
 def gemma3(tmp_path_factory) -> Path:
     """A tiny Gemma 3: SigLIP's 8 × 8 patches pooled to 16 tokens, a Gemma 3 text model with sliding windows."""
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (
         Gemma3Config,
         Gemma3ForConditionalGeneration,
         Gemma3ImageProcessor,
         Gemma3Processor,
-        PreTrainedTokenizerFast,
     )
 
     transformers.logging.set_verbosity_error()
     words = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_image>", "<end_of_image>", "<image_soft_token>", "what",
              "is", "in", "the", "picture", "?"]
-    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>", bos_token="<bos>",
-                                   pad_token="<pad>", extra_special_tokens={
-                                       "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                                       "image_token": "<image_soft_token>"})
+    fast = word_tokenizer(words, eos_token="<eos>", bos_token="<bos>", pad_token="<pad>", extra_special_tokens={
+        "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
     config = Gemma3Config(
         vision_config={"model_type": "siglip_vision_model", "image_size": 32, "patch_size": 4, "hidden_size": 32,
                        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37},

@@ -202,6 +202,7 @@ def test_patterns_class_sinks_and_local_heads_streaming_and_the_copy_head_not():
     ('[[head]]\nkind = "local"\nlayer = 0\nhead = 0\n[[head]]\nkind = "uniform"\nlayer = 0\nhead = 0', "twice"),
     ('[[head]]\nkind = "local"\nlayer = 0\nhead = 0\ntoken = "x"', "takes"),
     ('tokenizer = "gpt2"', "embedded"),
+    ('needle = "answer \\u001b[2J"', "printable"),
 ])
 def test_a_wrong_description_is_one_line_naming_what_to_fix(tmp_path, run_cli, body, message):
     path = _organism(tmp_path, body)

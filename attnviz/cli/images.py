@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import typer
+
 from ..errors import UnknownFormatError, UsageError
+from ..labels import safe_text
 from .common import note, stdout_console, wrote
 
 IMAGE_OUTPUTS = (".png", ".npz")
@@ -69,7 +72,7 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         return
     console = stdout_console(width)
     who = "the patches' mean query" if chosen is None else result.tokens[chosen]
-    console.print(f"{result.model_name}: {who} over a {meta['rows']} × {meta['cols']} grid of {meta['patch']}-pixel "
+    console.print(f"{safe_text(result.model_name)}: {safe_text(who)} over a {meta['rows']} × {meta['cols']} grid of {meta['patch']}-pixel "
                   f"patches ({meta['layout']} layout; each weight scaled to the largest)", markup=False)
     for each in layers:
         for h in heads if heads is not None else [None]:
@@ -125,26 +128,20 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
         wrote(path)
     shown = rows[:top] if top else rows
     if fmt.value == "json":
-        typer_echo(json.dumps(document, ensure_ascii=False))
+        typer.echo(json.dumps(document, ensure_ascii=False))
     elif fmt.value == "csv":
-        typer_echo(csv_text(shown, COLUMNS), nl=False)
+        typer.echo(csv_text(shown, COLUMNS), nl=False)
     else:
         from rich.table import Table
 
         what = "the text's" if text is not None else "every token's"
-        table = Table(title=f"{result.model_name}: {what} attention on the picture, by head", box=None, pad_edge=False)
+        table = Table(title=f"{safe_text(result.model_name)}: {what} attention on the picture, by head", box=None, pad_edge=False)
         for name in ("L", "H", "image", "entropy", "sink", "sink share"):
             table.add_column(name, justify="right")
         for row in shown:
             table.add_row(str(row["layer"]), str(row["head"]), f"{row['image_share']:.3f}",
                           f"{row['patch_entropy']:.3f}", row["sink"], f"{row['sink_share']:.3f}")
         stdout_console(width).print(table)
-
-
-def typer_echo(text: str, nl: bool = True) -> None:
-    import typer
-
-    typer.echo(text, nl=nl)
 
 
 def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tokens: int, layer: int | None,
@@ -176,7 +173,7 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
             panels_png(result, read_image(images[0]), path, grid, cmap=cmap)
         wrote(path)
     console = stdout_console(width)
-    console.print(f"{result.model_name} answered {len(new)} tokens; what each read of the picture ({where}):",
+    console.print(f"{safe_text(result.model_name)} answered {len(new)} tokens; what each read of the picture ({where}):",
                   markup=False)
     attn = result.attentions.double()
     attn = attn.mean(0) if layer is None else attn[layer]
@@ -186,7 +183,7 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
         index = int(weights.argmax())
         cols = weights.shape[1]
         share = float(attn[q, every].sum())
-        console.print(f"{result.tokens[q]!r}: {share:.0%} on the picture, most on r{index // cols}c{index % cols}",
+        console.print(f"{safe_text(repr(result.tokens[q]))}: {share:.0%} on the picture, most on r{index // cols}c{index % cols}",
                       markup=False)
         console.print(terminal_grid(weights, cmap))
 
@@ -225,7 +222,7 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
     if checked:
         return
     console = stdout_console(width)
-    console.print(f"{result.model_name}: how much of each patch reaches {who} (attention rollout, heads fused by "
+    console.print(f"{safe_text(result.model_name)}: how much of each patch reaches {safe_text(who)} (attention rollout, heads fused by "
                   f"{fusion or 'mean'})", markup=False)
     for each in layers:
         console.print(f"after layer {each}", markup=False)

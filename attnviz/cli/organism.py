@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ..labels import safe_text
 from .common import cli_command, note, stdout_console, wrote
 from .options import Width
 from .outputs import StdoutFormat
@@ -58,11 +59,12 @@ def organism(
         for name in ("L", "H", "kind", "attends to"):
             table.add_column(name, justify="right" if len(name) == 1 else "left")
         for row in rows:
-            table.add_row(str(row["layer"]), str(row["head"]), str(row["kind"]), str(row["attends to"]))
+            table.add_row(str(row["layer"]), str(row["head"]), str(row["kind"]), safe_text(str(row["attends to"])))
         console = stdout_console(width)
         console.print(table)
         if spec.needle:
-            console.print(f"needle: {spec.needle}\nquestion: {spec.question or '(needle default)'}", markup=False)
+            console.print(f"needle: {safe_text(spec.needle)}\nquestion: {safe_text(spec.question or '(needle default)')}",
+                          markup=False)
     if out is not None:
         from ..organisms import save_organism
 

@@ -114,8 +114,8 @@ def read_spec(path: str | Path) -> OrganismSpec:
     positions = _int(model, "positions", 4608, where, MIN_POSITIONS, MAX_POSITIONS)
     seed = _int(model, "seed", 0, where, 0, 2**31 - 1)
     for key in ("needle", "question"):
-        if key in model and (not isinstance(model[key], str) or not model[key].strip()):
-            raise ConfigError(f"{where}: {key} is a sentence; got {model[key]!r}")
+        if key in model and (not isinstance(model[key], str) or not model[key].strip() or not model[key].isprintable()):
+            raise ConfigError(f"{where}: {key} is a sentence of printable characters; got {model[key]!r}")
     tables = data.get("head", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise ConfigError(f"{path}: each planted head is a [[head]] table")
@@ -148,7 +148,7 @@ def _head(table: dict[str, Any], where: str, layers: int, heads: int) -> Planted
     if ties not in TIES:
         raise ConfigError(f"{where}: ties is latest or earliest; got {ties!r}")
     token = table.get("token", "")
-    if kind == "token" and (not isinstance(token, str) or not token.strip()):
+    if kind == "token" and (not isinstance(token, str) or not token.strip() or not token.isprintable()):
         raise ConfigError(f"{where}: a token head names its word: token = \".\"")
     return PlantedHead(kind, layer, head, offset=_int(table, "offset", 1, where, 1, 2),
                        match=_int(table, "match", 1, where, 1, 2), ties=ties,
