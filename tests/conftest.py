@@ -79,7 +79,10 @@ SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 # test_ray_backend.py near the end). test_export.py is second: it needs none of tiny_hf's models, which the first
 # worker builds meanwhile (a second worker that asked for them would wait). A file not named here runs after these,
 # files with more tests first.
-LONGEST_FIRST = ("test_readme_commands.py", "test_export.py", "test_doc_examples.py", "test_needle.py", "test_kv.py",
+# test_organisms_long.py (a needle grid to 4,096 tokens on an organism, ~40 s) leads: it also builds the organism the
+# README's lines then find built.
+LONGEST_FIRST = ("test_organisms_long.py", "test_readme_commands.py", "test_export.py", "test_doc_examples.py",
+                 "test_organisms.py", "test_needle.py", "test_kv.py", "test_images.py",
                  "test_tui.py",
                  "test_cli_models.py", "test_ray_backend.py", "test_page_round4.py", "test_hostile_tables.py",
                  "test_serve_bounds.py", "test_page_zoom.py", "test_hostile_round4.py", "test_page_long.py",
