@@ -96,13 +96,15 @@ def word_tokenizer(words: list[str], *, image: str | None = None, **special: obj
     return fast
 
 
-def transformers_reference(folder: Path, text: str, picture: Path) -> tuple[dict, torch.Tensor]:
-    """The processor's inputs and transformers' own eager attention ``[L, H, T, T]`` for ``text`` and ``picture``."""
+def transformers_reference(folder: Path, text: str, picture: Path | list[Path]) -> tuple[dict, torch.Tensor]:
+    """The processor's inputs and transformers' own eager attention ``[L, H, T, T]`` for ``text`` and ``picture``
+    (or several)."""
     import transformers
     from PIL import Image
 
     processor = transformers.AutoProcessor.from_pretrained(folder)
-    inputs = processor(text=text, images=[Image.open(picture).convert("RGB")], return_tensors="pt")
+    pictures = picture if isinstance(picture, list) else [picture]
+    inputs = processor(text=text, images=[Image.open(p).convert("RGB") for p in pictures], return_tensors="pt")
     model = transformers.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
     with torch.no_grad():
         return inputs, torch.stack([a[0] for a in model(**inputs, output_attentions=True).attentions])
@@ -133,7 +135,7 @@ def test_every_family_equals_transformers_eager_attention_and_its_layout_counts_
     with torch.no_grad():
         reference = torch.stack([a[0] for a in model(pixel_values=pixels, output_attentions=True).attentions])
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
-    meta = result.metadata["image"]
+    meta = result.metadata["images"][0]
     assert len(result.tokens) == meta["specials"] + meta["rows"] * meta["cols"] == reference.shape[-1]
     assert (meta["specials"] == 0) == (family == "siglip")  # SigLIP has no CLS token
     assert result.tokens[meta["specials"]] == "r0c0" and result.tokens[-1] == f"r{meta['rows'] - 1}c{meta['cols'] - 1}"
@@ -143,9 +145,9 @@ def test_every_family_equals_transformers_eager_attention_and_its_layout_counts_
 def test_the_boxes_invert_the_processors_resize_and_crop(encoders, picture):
     from attnviz.images.encoder import image_attention
 
-    vit = image_attention(picture, str(encoders["vit"])).metadata["image"]["boxes"]
+    vit = image_attention(picture, str(encoders["vit"])).metadata["images"][0]["boxes"]
     assert vit[0] == [0.0, 0.0, 16.0, 12.0] and vit[-1] == [48.0, 36.0, 64.0, 48.0]  # 64×48 → 32×32: x·2, y·1.5
-    clip = image_attention(picture, str(encoders["clip"])).metadata["image"]["boxes"]
+    clip = image_attention(picture, str(encoders["clip"])).metadata["images"][0]["boxes"]
     # shortest edge 48 → 32 (scale 2/3: 64 → 42.67), a centre crop of 32: 5.33 px cut each side
     assert clip[0] == pytest.approx([8.0, 0.0, 20.0, 12.0]) and clip[-1] == pytest.approx([44.0, 36.0, 56.0, 48.0])
 
@@ -165,7 +167,7 @@ def test_a_planted_head_draws_its_heat_on_the_patch_it_reads(tmp_path, picture):
     assert int(weights.argmax()) == target and float(weights.max()) > 0.9 * float(result.attentions[0, 0, 0, 1:].sum())
     from PIL import Image
 
-    heat = _heat(Image.open(picture).convert("RGB"), weights, result.metadata["image"]["boxes"], (64, 48), "magma")
+    heat = _heat(Image.open(picture).convert("RGB"), weights, result.metadata["images"][0]["boxes"], (64, 48), "magma")
     bright = np.asarray(heat, dtype=np.float64).sum(-1)
     inside, outside = bright[12:24, 16:32].mean(), np.delete(bright, np.s_[12:24], axis=0).mean()
     assert inside > 1.5 * outside  # the heat is on the planted patch's box
@@ -184,7 +186,7 @@ def test_the_command_draws_the_picture_and_writes_the_numbers(run_cli, encoders,
     assert written.exit_code == 0, written.stderr
     assert png.read_bytes().startswith(b"\x89PNG")
     loaded = AttentionResult.load(npz)
-    assert loaded.metadata["image"]["layout"] == "dinov2" and loaded.tokens[0] == "[CLS]"
+    assert loaded.metadata["images"][0]["layout"] == "dinov2" and loaded.tokens[0] == "[CLS]"
 
 
 def test_what_is_not_a_picture_or_not_an_encoder_is_one_line(run_cli, encoders, picture, tmp_path, tiny_hf):
@@ -262,7 +264,7 @@ def test_llava_attention_over_text_and_picture_equals_transformers_and_its_layou
     result = vlm_attention("what is in the picture ?", picture, str(llava))
     inputs, reference = transformers_reference(llava, "<image> what is in the picture ?", picture)
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
-    meta = result.metadata["image"]
+    meta = result.metadata["images"][0]
     image_tokens = [i for i, t in enumerate(inputs["input_ids"][0].tolist()) if t == 3]  # the processor's own count
     assert len(image_tokens) == meta["rows"] * meta["cols"] == 16 and meta["first"] == image_tokens[0]
     assert result.tokens[image_tokens[0]] == "<img r0c0>" and result.tokens[-1] == "?"
@@ -281,7 +283,7 @@ def test_the_command_shows_what_the_last_word_reads_of_the_picture(run_cli, llav
 
     saved = AttentionResult.load(tmp_path / "llava.npz")
     weights = patch_weights(saved, 1, 0, len(saved.tokens) - 1)
-    first = saved.metadata["image"]["first"]
+    first = saved.metadata["images"][0]["first"]
     expected = saved.attentions[1, 0, -1, first : first + 16].reshape(4, 4).double().numpy()
     np.testing.assert_allclose(weights, expected)  # the last word's row, on the image tokens, in grid order
     alone = run_cli("heatmap", "--image", str(picture), "--model", str(llava))
@@ -365,7 +367,7 @@ def test_paligemma_puts_its_patches_before_the_prompt_and_attends_over_a_prefix(
     result = vlm_attention("what is in the picture ?", picture, str(paligemma))
     _, reference = transformers_reference(paligemma, "what is in the picture ?", picture)
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
-    meta = result.metadata["image"]
+    meta = result.metadata["images"][0]
     assert meta["first"] == 0 and meta["specials"] == 0 and meta["rows"] * meta["cols"] == 16
     assert result.tokens[:2] == ["<img r0c0>", "<img r0c1>"] and result.tokens[-1] == "?"
     assert result.causal is False  # the image and the prompt see each other: a prefix, read off the weights
@@ -420,7 +422,7 @@ def test_llava_next_places_the_base_grid_the_unpadded_canvas_and_its_newlines(ll
     inputs, reference = transformers_reference(llava_next, "<image> what is in the picture ?", path)
     count = inputs["input_ids"][0].tolist().count(3)
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
-    meta = result.metadata["image"]
+    meta = result.metadata["images"][0]
     base, canvas = meta["grids"]
     assert base["rows"] == base["cols"] == 4 and base["positions"] == meta["image_positions"][:16]
     assert len(meta["image_positions"]) == count == 16 + canvas["rows"] * (canvas["cols"] + 1)
@@ -509,7 +511,7 @@ def test_gemma3_pools_its_patches_to_a_square_grid_between_its_image_markers(gem
     result = vlm_attention("what is in the picture ?", picture, str(gemma3))
     inputs, reference = transformers_reference(gemma3, "<start_of_image> what is in the picture ?", picture)
     torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
-    meta = result.metadata["image"]
+    meta = result.metadata["images"][0]
     assert inputs["input_ids"][0].tolist().count(6) == meta["rows"] * meta["cols"] == 16  # the processor's count
     assert result.tokens[0] == "<start_of_image>" and result.tokens[1] == "<img r0c0>"
     assert result.tokens[17] == "<end_of_image>"
@@ -543,3 +545,48 @@ def test_rollout_over_the_patches_equals_the_chain_written_out(run_cli, encoders
     np.testing.assert_allclose(patch_weights(rolled, 1, 0, 0), expected, rtol=1e-5, atol=1e-6)
     refused = run_cli("rollout", "a text", "--image", str(picture), "--model", str(encoders["vit"]))
     assert refused.exit_code != 0 and "no text" in refused.stderr
+
+
+def test_several_pictures_each_get_their_own_tokens_grid_and_heat(llava_next, llava, run_cli, tmp_path):
+    """Two pictures of different shapes (LLaVA-NeXT: 70 and 52 tokens) placed where the text names them: each
+    picture's tokens are its own layout's, in order, labelled by number; the attention equals transformers'; the
+    heads' statistics cover both; the command draws a panel per picture; a count that disagrees is one line."""
+    from PIL import Image
+
+    from attnviz.images.statistics import image_head_rows
+    from attnviz.images.vlm import vlm_attention
+
+    paths = []
+    for n, size in enumerate([(64, 48), (40, 40)]):
+        paths.append(tmp_path / f"p{n}.png")
+        Image.fromarray((np.random.RandomState(n).rand(size[1], size[0], 3) * 255).astype(np.uint8)).save(paths[-1])
+    text = "<image> what is in the picture ? <image> what is in the picture ?"
+    result = vlm_attention(text, paths, str(llava_next))
+    inputs, reference = transformers_reference(llava_next, text, paths)
+    torch.testing.assert_close(result.attentions, reference, atol=1e-5, rtol=1e-5)
+    first, second = result.metadata["images"]
+    image_tokens = [i for i, t in enumerate(inputs["input_ids"][0].tolist()) if t == 3]
+    assert first["image_positions"] + second["image_positions"] == image_tokens
+    assert len(first["image_positions"]) == 16 + 6 * 9 and first["path"] == str(paths[0])
+    assert max(first["image_positions"]) < image_tokens.index(second["first"]) + second["first"]
+    assert result.tokens[first["first"]] == "<img 1 b r0c0>" and result.tokens[second["first"]] == "<img 2 b r0c0>"
+    assert result.tokens[image_tokens[-1] + 1] == "what"  # the text between and after is the text's own
+    rows = image_head_rows(result)
+    after = list(range(image_tokens[-1] + 1, len(result.tokens)))
+    expected = reference[1, 2][after][:, image_tokens].sum(-1).double().mean()
+    row = next(r for r in rows if r["layer"] == 1 and r["head"] == 2)
+    assert row["image_share"] == pytest.approx(float(expected), abs=1e-6)
+    assert row["sink_image"] in (1, 2) and row["sink"].startswith(f"{row['sink_image']} r")
+    png = tmp_path / "two.png"
+    drawn = run_cli("heatmap", "what is in the picture ?", "--image", str(paths[0]), "--image", str(paths[1]),
+                    "--model", str(llava), "--layer", "1", "--out", str(png))
+    assert drawn.exit_code == 0, drawn.stderr
+    from PIL import Image as PILImage
+
+    assert PILImage.open(png).size[0] > 2 * 160  # a panel per picture, side by side
+    shown = run_cli("heatmap", "what is in the picture ?", "--image", str(paths[0]), "--image", str(paths[1]),
+                    "--model", str(llava), "--layer", "1")
+    assert shown.exit_code == 0 and "picture 1" in shown.stdout and "picture 2" in shown.stdout
+    named = run_cli("heatmap", "<image> what is in the picture ?", "--image", str(paths[0]), "--image", str(paths[1]),
+                    "--model", str(llava))
+    assert named.exit_code != 0 and "names 1 pictures" in named.stderr and named.stderr.count("\n") == 1

@@ -15,13 +15,16 @@ from .common import note, stdout_console, wrote
 IMAGE_OUTPUTS = (".png", ".npz")
 
 
-def _checked(options: Any, images: list[Path], out: list[Path], allowed: tuple[str, ...], written: str) -> list[Path]:
-    """The checks every picture command makes before a model loads: one picture, a model, the --out files."""
+def _checked(options: Any, images: list[Path], out: list[Path], allowed: tuple[str, ...], written: str, *,
+             text: str | None = "") -> list[Path]:
+    """The checks every picture command makes before a model loads: the pictures (an encoder reads one, ``text``
+    None), a model, the --out files."""
     from ..fileio import check_writable
     from .outputs import check_distinct
 
-    if len(images) > 1:
-        raise UsageError(f"{len(images)} pictures: one --image per run so far (the models attnviz reads take one)")
+    if text is None and len(images) > 1:
+        raise UsageError(f"{len(images)} pictures without a text: an image encoder reads one picture a run (several "
+                         "--image go with a text, to a vision-language model)")
     if options.model is None:
         raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
                          "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma), a folder "
@@ -43,16 +46,13 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
     """Check, run and show (see the module)."""
     if options.engine not in ("auto", "hf"):
         raise UsageError(f"--engine {options.engine}: pictures run on transformers' eager attention (hf)")
-    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the numbers)")
-    from ..images.encoder import image_attention
+    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the numbers)",
+                       text=text)
     from ..images.files import read_image
-    from ..images.vlm import vlm_attention
 
-    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
-    result = image_attention(images[0], options.model, **load) if text is None else \
-        vlm_attention(text, images[0], options.model, **load)
-    meta = result.metadata["image"]
-    chosen = _query(query, result.tokens, meta["specials"], text_last=text is not None)
+    result = _attention(options, text, images)
+    metas = result.metadata["images"]
+    chosen = _query(query, result.tokens, metas[0]["specials"], text_last=text is not None)
     n_layers, n_heads = result.attentions.shape[:2]
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
@@ -66,20 +66,37 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         if path.suffix.lower() == ".npz":
             result.save(path)
         else:
-            overlay_png(result, read_image(images[0]), path, layers=layers, heads=heads, query=chosen, cmap=cmap)
+            overlay_png(result, [read_image(image) for image in images], path, layers=layers, heads=heads,
+                        query=chosen, cmap=cmap)
         wrote(path)
     if checked:
         return
     console = stdout_console(width)
     who = "the patches' mean query" if chosen is None else result.tokens[chosen]
-    console.print(f"{safe_text(result.model_name)}: {safe_text(who)} over a {meta['rows']} × {meta['cols']} grid of {meta['patch']}-pixel "
-                  f"patches ({meta['layout']} layout; each weight scaled to the largest)", markup=False)
+    grids = ", ".join(f"{m['rows']} × {m['cols']}" for m in metas)
+    console.print(f"{safe_text(result.model_name)}: {safe_text(who)} over {len(metas)} picture"
+                  f"{'s' if len(metas) > 1 else ''} ({grids} grid of {metas[0]['patch']}-pixel patches, "
+                  f"{metas[0]['layout']} layout; each weight scaled to the largest)", markup=False)
     for each in layers:
         for h in heads if heads is not None else [None]:
-            console.print(f"layer {each} " + ("mean of heads" if h is None else f"head {h}"), markup=False)
-            console.print(terminal_grid(patch_weights(result, each, h, chosen), cmap))
-    if meta["specials"] == 0 and query is None and text is None:
+            for n in range(len(metas)):
+                console.print(f"layer {each} " + ("mean of heads" if h is None else f"head {h}")
+                              + (f", picture {n + 1}" if len(metas) > 1 else ""), markup=False)
+                console.print(terminal_grid(patch_weights(result, each, h, chosen, n), cmap))
+    if metas[0]["specials"] == 0 and query is None and text is None:
         note("no CLS token in this layout: the mean over the patches' own queries is shown (--query rNcM for one)")
+
+
+def _attention(options: Any, text: str | None, images: list[Path], **extra: Any) -> Any:
+    """An image encoder's attention over the picture (no text), else the vision-language model's over text and
+    pictures."""
+    from ..images.encoder import image_attention
+    from ..images.vlm import vlm_attention
+
+    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
+    if text is None:
+        return image_attention(images[0], options.model, **load)
+    return vlm_attention(text, images, options.model, **load, **extra)
 
 
 def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bool = False) -> int | None:
@@ -104,18 +121,15 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     """``heads --image``: each head's share on the picture, its spread over the patches and its sink patch."""
     import json
 
-    from ..images.encoder import image_attention
     from ..images.statistics import COLUMNS, image_head_rows
-    from ..images.vlm import vlm_attention
     from .outputs import csv_text
 
-    outputs = _checked(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet")
-    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
-    result = image_attention(images[0], options.model, **load) if text is None else \
-        vlm_attention(text, images[0], options.model, **load)
+    outputs = _checked(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
+    result = _attention(options, text, images)
     rows = sorted(image_head_rows(result), key=lambda r: -r["image_share"] if text is not None else r["patch_entropy"])
-    document = {"model": result.model_name, "image": {k: v for k, v in result.metadata["image"].items()
-                                                      if k != "boxes"}, "tokens": result.tokens, "heads": rows}
+    document = {"model": result.model_name, "images": [{k: v for k, v in meta.items() if k not in ("boxes", "grids")}
+                                                       for meta in result.metadata["images"]],
+                "tokens": result.tokens, "heads": rows}
     for path in outputs:
         if path.suffix.lower() == ".json":
             from ..fileio import write_json
@@ -149,12 +163,10 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     """``generate --image``: the vision-language model answers greedily; each new token's attention over the
     picture (its share on the image, the patch it reads most, a grid), and ``--out x.png`` a panel per new token."""
     from ..images.files import read_image
-    from ..images.vlm import vlm_attention
     from ..render.overlay import Panel, panels_png, patch_weights, terminal_grid
 
     checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
-    result = vlm_attention(prompt, images[0], options.model, device=options.device, revision=options.revision,
-                           trust_remote_code=options.trust_remote_code, max_new_tokens=max_new_tokens)
+    result = _attention(options, prompt, images, max_new_tokens=max_new_tokens)
     start = result.metadata["prompt_length"]
     new = list(range(start, len(result.tokens)))
     n_layers, n_heads = result.attentions.shape[:2]
@@ -164,13 +176,15 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
         raise UsageError(f"--only-head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
     where = ("every layer" if layer is None else f"layer {layer}") + (", mean of heads" if head is None
                                                                       else f", head {head}")
-    every = result.metadata["image"]["image_positions"]
+    metas = result.metadata["images"]
+    every = [p for meta in metas for p in meta["image_positions"]]
     for path in checked:
         if path.suffix.lower() == ".npz":
             result.save(path)
         else:
-            grid: list[list[Panel]] = [[(f"{result.tokens[q][:18]} ({where})", layer, head, q)] for q in new]
-            panels_png(result, read_image(images[0]), path, grid, cmap=cmap)
+            grid: list[list[Panel]] = [[(f"{result.tokens[q][:18]} ({where})", layer, head, q, n)
+                                        for n in range(len(metas))] for q in new]
+            panels_png(result, [read_image(image) for image in images], path, grid, cmap=cmap)
         wrote(path)
     console = stdout_console(width)
     console.print(f"{safe_text(result.model_name)} answered {len(new)} tokens; what each read of the picture ({where}):",
@@ -179,13 +193,16 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     attn = attn.mean(0) if layer is None else attn[layer]
     attn = attn.mean(0) if head is None else attn[head]
     for q in new:
-        weights = patch_weights(result, layer, head, q)
-        index = int(weights.argmax())
-        cols = weights.shape[1]
         share = float(attn[q, every].sum())
-        console.print(f"{safe_text(repr(result.tokens[q]))}: {share:.0%} on the picture, most on r{index // cols}c{index % cols}",
-                      markup=False)
-        console.print(terminal_grid(weights, cmap))
+        found = []
+        for n in range(len(metas)):
+            weights = patch_weights(result, layer, head, q, n)
+            index, cols = int(weights.argmax()), weights.shape[1]
+            found.append((weights, f"{'picture ' + str(n + 1) + ' ' if len(metas) > 1 else ''}r{index // cols}c{index % cols}"))
+        console.print(f"{safe_text(repr(result.tokens[q]))}: {share:.0%} on the picture{'s' if len(metas) > 1 else ''}, "
+                      f"most on {', '.join(where for _, where in found)}", markup=False)
+        for weights, _ in found:
+            console.print(terminal_grid(weights, cmap))
 
 
 def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer: int | None, query: str | None,
@@ -199,7 +216,8 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
     from ..images.files import read_image
     from ..render.overlay import panels_png, patch_weights, terminal_grid
 
-    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the rollout)")
+    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the rollout)",
+                       text=None)
     result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
                              trust_remote_code=options.trust_remote_code)
     chained = rollout(result.attentions, head_fusion=fusion or "mean")  # type: ignore[arg-type]  # [L, T, T]
@@ -208,7 +226,7 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
         raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
     rolled = replace(result, attentions=chained[:, None].float(),
                      metadata={**result.metadata, "rollout": {"fusion": fusion or "mean"}})
-    meta = rolled.metadata["image"]
+    meta = rolled.metadata["images"][0]
     chosen = _query(query, rolled.tokens, meta["specials"])
     layers = list(range(n_layers)) if layer is None else [layer]
     who = "the patches' mean query" if chosen is None else rolled.tokens[chosen]
@@ -216,8 +234,8 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
         if path.suffix.lower() == ".npz":
             rolled.save(path)
         else:
-            panels_png(rolled, read_image(images[0]), path, [[(f"rollout to L{each}", each, 0, chosen)
-                                                              for each in layers]], cmap=cmap)
+            panels_png(rolled, [read_image(images[0])], path, [[(f"rollout to L{each}", each, 0, chosen, 0)
+                                                                for each in layers]], cmap=cmap)
         wrote(path)
     if checked:
         return

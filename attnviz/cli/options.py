@@ -130,7 +130,8 @@ Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle
 ImageFiles = typer.Option(
     [], "--image", help="A picture the model reads (PNG, JPEG or WebP): alone, an image encoder's patches (ViT, "
     "CLIP's and SigLIP's towers, DINOv2); beside TEXT, a vision-language model's (LLaVA-1.5, LLaVA-NeXT, Gemma 3, "
-    "PaliGemma); the attention drawn as heat over the picture (--out x.png).",
+    "PaliGemma; repeatable, each where TEXT names it with the image token, else before TEXT); the attention drawn "
+    "as heat over the picture (--out x.png).",
     show_default=False,
 )
 OutFiles = typer.Option(

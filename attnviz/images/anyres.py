@@ -43,15 +43,16 @@ def unpadded(rows: int, cols: int, original: tuple[int, int]) -> tuple[range, ra
     return range(rows), range(pad, cols - pad)
 
 
-def llava_next_place(config: dict[str, Any], processor: Any, inputs: Any, positions: list[int]) -> dict[str, Any]:
-    """Where each of the prompt's image tokens (``positions``) is: the base grid, then the canvas rows and their
-    newline tokens; each patch's box in the original picture."""
+def llava_next_place(config: dict[str, Any], processor: Any, inputs: Any, positions: list[int],
+                     index: int = 0) -> dict[str, Any]:
+    """Where picture ``index``'s tokens are, the first of ``positions`` (the prompt's image tokens not yet placed):
+    the base grid, then the canvas rows and their newline tokens; each patch's box in the original picture."""
     from ..errors import ModelNotFoundError
 
     tower = vision_config(config)
     patch, size = int(tower["patch_size"]), int(tower["image_size"])
     side = size // patch
-    height, width = (int(v) for v in inputs["image_sizes"][0])
+    height, width = (int(v) for v in inputs["image_sizes"][index])
     pinpoints = config.get("image_grid_pinpoints") or getattr(processor.image_processor, "image_grid_pinpoints", None)
     if not pinpoints:
         raise ModelNotFoundError("a LLaVA-NeXT model without image_grid_pinpoints (its config's or its processor's)")
@@ -60,7 +61,7 @@ def llava_next_place(config: dict[str, Any], processor: Any, inputs: Any, positi
     strategy = config.get("vision_feature_select_strategy", "default")
     base = Grid(("[vCLS]",) if strategy == "full" else (), side, side, patch)
     expected = base.n_tokens + len(rows) * (len(cols) + 1)
-    if len(positions) != expected:
+    if len(positions) < expected:
         raise ModelNotFoundError(f"the llava_next layout gives {expected} image tokens for a {width}×{height} picture, "
                                  f"the processor put {len(positions)}")
     labels: list[str] = [f"b {label}" for label in base.labels()]

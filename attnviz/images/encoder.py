@@ -1,6 +1,6 @@
 """An image encoder's attention over its patches (ViT, CLIP's and SigLIP's vision towers, DINOv2), run by transformers
 with eager attention, as an :class:`~attnviz.result.AttentionResult` whose tokens are the layout's (``[CLS]``,
-registers, ``r{row}c{col}``) and whose ``metadata["image"]`` says where each patch sits in the picture."""
+registers, ``r{row}c{col}``) and whose ``metadata["images"]`` (one picture) says where each patch sits in it."""
 
 from __future__ import annotations
 
@@ -56,8 +56,10 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     return AttentionResult(
         tokens=grid.labels(), attentions=attentions, causal=False, model_name=place.name,
         special=[label.startswith("[") for label in grid.labels()],
-        metadata={"engine": "hf", "image": {
-            "path": str(picture), "size": list(image.size), "layout": layout.name, "specials": len(grid.specials),
-            "rows": grid.rows, "cols": grid.cols, "patch": grid.patch,
-            "boxes": [[round(v, 3) for v in box] for box in boxes(grid, processor, image.size)]}},
+        metadata={"engine": "hf", "images": [{
+            "path": str(picture), "size": list(image.size), "layout": layout.name, "first": 0,
+            "specials": len(grid.specials), "rows": grid.rows, "cols": grid.cols, "patch": grid.patch,
+            "image_positions": list(range(grid.n_tokens)),
+            "positions": list(range(len(grid.specials), grid.n_tokens)),
+            "boxes": [[round(v, 3) for v in box] for box in boxes(grid, processor, image.size)]}]},
     )

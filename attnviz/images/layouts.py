@@ -45,7 +45,10 @@ class PatchLayout:
     grid: str | Callable[[dict[str, Any], int, int], Grid]
     language: bool = False  # a vision-language model: the grid stands in its text's image tokens
     inserts: bool = False  # its processor puts the image tokens in the prompt itself (else the text names the image)
-    place: str | None = None  # "module:function" placing tokens of several grids (any-resolution tiles), else grid
+    # "module:function" placing one picture's tokens where a picture is several grids (tiles), else ``grid``:
+    # ``place(config, processor, inputs, positions, index)`` -> {labels, grids, specials, patch} for picture
+    # ``index``, whose tokens are the first of ``positions`` (the prompt's image tokens not yet placed)
+    place: str | None = None
 
     def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
         function = self.grid

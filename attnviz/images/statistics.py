@@ -19,21 +19,25 @@ from typing import Any
 
 import torch
 
-COLUMNS = ("layer", "head", "image_share", "patch_entropy", "sink", "sink_row", "sink_col", "sink_share")
+COLUMNS = ("layer", "head", "image_share", "patch_entropy", "sink", "sink_image", "sink_row", "sink_col",
+           "sink_share")
 
 
 def image_head_rows(result: Any) -> list[dict[str, Any]]:
-    """One row per layer × head (see the module), for a result with ``metadata["image"]``."""
-    meta = result.metadata["image"]
-    first = meta.get("first", 0) + meta["specials"]
-    rows, cols = meta["rows"], meta["cols"]
-    n = rows * cols
-    at = meta.get("positions") or list(range(first, first + n))  # the (finest) grid's tokens
-    every = meta.get("image_positions") or list(range(meta.get("first", 0), first + n))
+    """One row per layer × head (see the module), for a result with ``metadata["images"]``; with several pictures
+    the share is on all of them, the entropy over all their patches, the sink in whichever it is
+    (``sink_image``, from 1)."""
+    pictures = result.metadata["images"]
+    at = [p for picture in pictures for p in picture["positions"]]  # every picture's (finest) grid
+    where = [(number, r, c) for number, picture in enumerate(pictures, start=1)
+             for r in range(picture["rows"]) for c in range(picture["cols"])]
+    every = [p for picture in pictures for p in picture["image_positions"]]
     total = result.attentions.shape[-1]
-    queries = list(range(max(every) + 1, total)) if "first" in meta else list(range(total))  # the text after it
-    if not queries:  # a picture at the end of the prompt: its own tokens read it
+    encoder = not result.causal and len(every) == total  # an image encoder: every token is the picture's
+    queries = list(range(total)) if encoder else list(range(max(every) + 1, total))  # the text after the pictures
+    if not queries:  # the pictures at the end of the prompt: their own tokens read them
         queries = list(at)
+    n = len(at)
     chosen = result.attentions.double()[:, :, queries, :]  # [L, H, q, T]
     patches = chosen[..., at]
     share = chosen[..., every].sum(-1)  # [L, H, q]: on every image token (a base grid, newlines included)
@@ -42,15 +46,17 @@ def image_head_rows(result: Any) -> list[dict[str, Any]]:
     entropy = -(spread * torch.log(spread.clamp_min(1e-300))).sum(-1) / math.log(n) if n > 1 else share * 0
     mean_patch = patches.mean(-2)  # [L, H, n]
     top = mean_patch.argmax(-1)
+    several = len(pictures) > 1
     out = []
     for layer in range(chosen.shape[0]):
         for head in range(chosen.shape[1]):
             index = int(top[layer, head])
+            number, row, col = where[index]
             on_patches = float(mean_patch[layer, head].sum())
             out.append({"layer": layer, "head": head, "image_share": round(float(share[layer, head].mean()), 6),
                         "patch_entropy": round(float(entropy[layer, head].mean()), 6),
-                        "sink": f"r{index // cols}c{index % cols}", "sink_row": index // cols,
-                        "sink_col": index % cols,
+                        "sink": f"{number} r{row}c{col}" if several else f"r{row}c{col}", "sink_image": number,
+                        "sink_row": row, "sink_col": col,
                         "sink_share": round(float(mean_patch[layer, head, index]) / on_patches, 6)
                         if on_patches > 0 else 0.0})
     return out

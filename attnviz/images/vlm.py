@@ -6,22 +6,24 @@ is the processor's own, checked against the layout's."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelNotFoundError
+from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .layouts import boxes
 
 
-def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "cpu", revision: str | None = None,
-                  trust_remote_code: bool = False, max_new_tokens: int = 0) -> AttentionResult:
-    """Every layer's and head's attention of a vision-language ``model`` over ``text`` and ``picture`` (the image
-    where the text puts the processor's image token, else before the text). ``max_new_tokens``: first let the model
-    answer greedily (up to that many tokens, stopping at its end token); the result then holds every row of the
-    prompt and the answer, each answer token's row the attention with which it was read (one forward over the whole
-    sequence, the picture included: the rows a step-by-step decoding computes), ``metadata["prompt_length"]``
-    where the answer starts."""
+def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model: str, *, device: str = "cpu",
+                  revision: str | None = None, trust_remote_code: bool = False,
+                  max_new_tokens: int = 0) -> AttentionResult:
+    """Every layer's and head's attention of a vision-language ``model`` over ``text`` and ``pictures`` (one path or
+    several, each where the text puts the processor's image token, in order, else all before the text).
+    ``max_new_tokens``: first let the model answer greedily (up to that many tokens, stopping at its end token); the
+    result then holds every row of the prompt and the answer, each answer token's row the attention with which it was
+    read (one forward over the whole sequence, the pictures included: the rows a step-by-step decoding computes),
+    ``metadata["prompt_length"]`` where the answer starts. ``metadata["images"]`` places every picture's tokens."""
     import torch
     import transformers
 
@@ -29,54 +31,42 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
     from .files import read_image
     from .found import find
 
+    paths = [pictures] if isinstance(pictures, (str, Path)) else list(pictures)
+    if not paths:
+        raise UsageError("no picture given: a vision-language model reads a text beside at least one picture")
     found = find(model, language=True, device=device, revision=revision, trust_remote_code=trust_remote_code)
     place, config, layout, options = found.place, found.config, found.layout, found.options
-    image = read_image(picture)
+    images = [read_image(path) for path in paths]
+    from .processors import load_processor
+
     try:
-        processor = transformers.AutoProcessor.from_pretrained(place.ref, **options)
+        processor = load_processor(place.ref, options)
         auto: Any = transformers.AutoModelForImageTextToText
         network = auto.from_pretrained(place.ref, attn_implementation="eager", dtype=torch.float32, **options)
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelNotFoundError(f"{place.name}: cannot load its processor and model ({first})") from None
     network = network.to(device).eval()
-    marker = getattr(processor, "image_token", "<image>")
-    # The picture where the text names it, else first: PaliGemma's processor expands its marker in place (before
-    # its BOS), LLaVA's wants it as a word of the prompt.
-    prompt = text if marker in text else f"{marker}{text}" if layout.inserts else f"{marker} {text}"
+    prompt = _prompt(text, len(images), processor, layout)
     with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformers")
-        inputs = processor(text=prompt, images=[image], return_tensors="pt").to(device)
+        inputs = processor(text=prompt, images=images, return_tensors="pt").to(device)
     inputs.pop("labels", None)  # PaliGemma's processor adds a suffix's labels: no loss is wanted
     ids = [int(i) for i in inputs["input_ids"][0]]
     token_id = config.get("image_token_id", config.get("image_token_index"))
     where = [i for i, t in enumerate(ids) if t == token_id]
     if not where:
         raise ModelNotFoundError(f"{place.name}: the processor put no image token (id {token_id}) in the prompt")
-    if layout.place is not None:  # several grids (any-resolution tiles), placed by the family's own function
-        import importlib
-
-        module, function = layout.place.split(":")
-        placed = getattr(importlib.import_module(module), function)(config, processor, inputs, where)
-        names, grids, specials, patch = placed["labels"], placed["grids"], placed["specials"], placed["patch"]
-    else:
-        pixels = inputs["pixel_values"]
-        grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
-        if len(where) != grid.n_tokens or where != list(range(where[0], where[0] + len(where))):
-            raise ModelNotFoundError(f"{place.name}: the processor put {len(where)} image tokens in the prompt; the "
-                                     f"{layout.name} layout gives {grid.n_tokens} for a {pixels.shape[-1]}×"
-                                     f"{pixels.shape[-2]} input")
-        names, specials, patch = grid.labels(), len(grid.specials), grid.patch
-        grids = [{"name": "patches", "rows": grid.rows, "cols": grid.cols,
-                  "positions": where[specials:], "boxes": boxes(grid, processor.image_processor, image.size)}]
+    placed = _place(place.name, layout, config, processor, inputs, where, images)
     text_config = config.get("text_config") or {}
     layers = int(text_config.get("num_hidden_layers") or 32)
     heads = int(text_config.get("num_attention_heads") or 32)
     from ..limits import check_memory
 
     # Eager attention returns every layer's [H, T, T] at once, and builds each once more as it runs.
+    whose = "the pictures'" if len(images) > 1 else "the picture's"
     check_memory(2 * 4 * layers * heads * len(ids) ** 2,
-                 f"the attention of {len(ids):,} tokens ({len(where):,} of them the picture's) in {layers} layers × "
+                 f"the attention of {len(ids):,} tokens ({len(where):,} of them {whose}) in {layers} layers × "
                  f"{heads} heads")
     prompt_length = len(ids)
     if max_new_tokens:
@@ -90,29 +80,84 @@ def vlm_attention(text: str, picture: str | Path, model: str, *, device: str = "
         added = len(ids) - prompt_length
         inputs["input_ids"] = sequence[None]
         inputs["attention_mask"] = torch.ones_like(sequence)[None]
-        if "token_type_ids" in inputs:  # PaliGemma: the answer is the suffix
-            inputs["token_type_ids"] = torch.cat([inputs["token_type_ids"],
-                                                  torch.ones(1, added, dtype=inputs["token_type_ids"].dtype)], dim=1)
+        for key in ("token_type_ids", "mm_token_type_ids"):  # PaliGemma: the answer is the suffix; Qwen: text
+            if key in inputs:
+                inputs[key] = torch.cat([inputs[key], torch.full((1, added), 1 if key == "token_type_ids" else 0,
+                                                                 dtype=inputs[key].dtype)], dim=1)
         check_memory(2 * 4 * layers * heads * len(ids) ** 2, f"the attention of {len(ids):,} tokens with the answer")
     with torch.no_grad():
         out = network(**inputs, output_attentions=True)
     attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
     pieces = processor.tokenizer.convert_ids_to_tokens(ids)
-    at = {position: n for n, position in enumerate(where)}
-    labels = [f"<img {names[at[i]]}>" if i in at else label_from_piece(piece or f"<{t}>")
-              for i, (t, piece) in enumerate(zip(ids, pieces, strict=True))]
+    at: dict[int, str] = {}
+    for number, picture in enumerate(placed, start=1):
+        prefix = "" if len(placed) == 1 else f"{number} "
+        at.update({position: f"<img {prefix}{name}>" for position, name in zip(picture.pop("at"), picture.pop("names"),
+                                                                               strict=True)})
+    labels = [at.get(i) or label_from_piece(piece or f"<{t}>") for i, (t, piece) in enumerate(zip(ids, pieces,
+                                                                                                  strict=True))]
     special = set(getattr(processor.tokenizer, "all_special_ids", []) or [])
-    main = grids[-1]  # the finest grid: what the overlay draws and the statistics read
     return AttentionResult(
         # causal as the weights are: PaliGemma's image and prompt attend to each other (a prefix), LLaVA's do not
         tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids],
         causal=bool((attentions.triu(1) == 0).all()),
         model_name=place.name,
-        metadata={"engine": "hf", "image": {
-            "path": str(picture), "size": list(image.size), "layout": layout.name, "first": where[0],
-            "specials": specials, "rows": main["rows"], "cols": main["cols"], "patch": patch,
-            "image_positions": where, "positions": main["positions"],
-            "boxes": [[round(v, 3) for v in box] for box in main["boxes"]],
-            "grids": [{**g, "boxes": [[round(v, 3) for v in box] for box in g["boxes"]]} for g in grids]},
-            **({"generation": True, "prompt_length": prompt_length} if max_new_tokens else {})},
+        metadata={"engine": "hf", "images": [{"path": str(path), **picture} for path, picture in zip(paths, placed,
+                                                                                                   strict=True)],
+                  **({"generation": True, "prompt_length": prompt_length} if max_new_tokens else {})},
     )
+
+
+def _prompt(text: str, count: int, processor: Any, layout: Any) -> str:
+    """The text with one image marker per picture: as the user placed them, else all before the text (PaliGemma's
+    processor expands its marker in place, before its BOS; LLaVA's wants it as a word of the prompt)."""
+    marker = getattr(processor, "image_token", "<image>")
+    placed = text.count(marker)
+    if placed == count:
+        return text
+    if placed:
+        raise UsageError(f"the text names {placed} pictures ({marker}) but {count} were given: name each picture once, "
+                         "or none (they then come before the text)")
+    start = getattr(processor, "vision_start_token", None) if layout.name == "qwen2_vl" else None
+    one = f"{start}{marker}{getattr(processor, 'vision_end_token', '')}" if start else marker
+    return one * count + text if layout.inserts else " ".join([one] * count + [text])
+
+
+def _place(name: str, layout: Any, config: dict[str, Any], processor: Any, inputs: Any, where: list[int],
+           images: list[Any]) -> list[dict[str, Any]]:
+    """Each picture's tokens, in order: its share of ``where`` (the prompt's image tokens), its labels, grids and
+    boxes, by the family's layout; the counts checked against the processor's."""
+    out = []
+    left = list(where)
+    for index, image in enumerate(images):
+        if layout.place is not None:  # several grids (tiles), placed by the family's own function
+            import importlib
+
+            module, function = layout.place.split(":")
+            placed = getattr(importlib.import_module(module), function)(config, processor, inputs, left, index)
+            names, grids, specials, patch = placed["labels"], placed["grids"], placed["specials"], placed["patch"]
+            count = len(names)
+        else:
+            pixels = inputs["pixel_values"][index]
+            grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
+            count, names, specials, patch = grid.n_tokens, grid.labels(), len(grid.specials), grid.patch
+            grids = [{"name": "patches", "rows": grid.rows, "cols": grid.cols,
+                      "positions": left[specials:count], "boxes": boxes(grid, processor.image_processor, image.size)}]
+        mine = left[:count]
+        if len(mine) != count or (layout.place is None and mine != list(range(mine[0], mine[0] + count))):
+            raise ModelNotFoundError(f"{name}: the processor put {len(where)} image tokens in the prompt; the "
+                                     f"{layout.name} layout gives {count} for picture {index + 1}")
+        left = left[count:]
+        main = grids[-1]  # the finest grid: what the overlay draws and the statistics read
+        out.append({"size": list(image.size), "layout": layout.name, "first": mine[0], "specials": specials,
+                    "rows": main["rows"], "cols": main["cols"], "patch": patch, "image_positions": mine,
+                    "positions": main["positions"], "boxes": _rounded(main["boxes"]),
+                    "grids": [{**g, "boxes": _rounded(g["boxes"])} for g in grids], "at": mine, "names": names})
+    if left:
+        raise ModelNotFoundError(f"{name}: the processor put {len(where)} image tokens in the prompt; the "
+                                 f"{layout.name} layout places {len(where) - len(left)} for {len(images)} pictures")
+    return out
+
+
+def _rounded(found: list[Any]) -> list[list[float]]:
+    return [[round(v, 3) for v in box] for box in found]

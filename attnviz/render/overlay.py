@@ -8,18 +8,20 @@ from typing import Any
 
 import numpy as np
 
-Panel = tuple[str, "int | None", "int | None", "int | None"]  # title, layer, head, query (None: a mean)
+# title, layer, head, query (None: a mean), picture (its index in the result's metadata["images"])
+Panel = tuple[str, "int | None", "int | None", "int | None", int]
 
 
-def patch_weights(result: Any, layer: int | None, head: int | None, query: int | None) -> np.ndarray:
+def patch_weights(result: Any, layer: int | None, head: int | None, query: int | None,
+                  picture: int = 0) -> np.ndarray:
     """``[rows, cols]``: the weights of ``query`` (a token index: a text token's, CLS's, a patch's; None: the mean
-    over the patches' own queries) on each patch, in ``layer`` and ``head`` (None: the mean of the heads)."""
+    over the patches' own queries) on each patch of picture ``picture`` (its finest grid), in ``layer`` and ``head``
+    (None: the mean of the layers, of the heads)."""
     import torch
 
-    image = result.metadata["image"]
+    image = result.metadata["images"][picture]
     rows, cols = image["rows"], image["cols"]
-    first = image.get("first", 0) + image["specials"]  # the first patch (after a CLS, registers)
-    at = torch.tensor(image.get("positions") or list(range(first, first + rows * cols)))  # the grid's tokens
+    at = torch.tensor(image["positions"])  # the grid's tokens
     attn = result.attentions.double().mean(0) if layer is None else result.attentions[layer].double()  # [H, T, T]
     attn = attn.mean(0) if head is None else attn[head]
     row = attn[at].mean(0) if query is None else attn[query]
@@ -42,36 +44,40 @@ def _heat(image: Any, weights: np.ndarray, boxes: list[list[float]], size: tuple
     return Image.fromarray((blended * 255).round().astype(np.uint8))
 
 
-def overlay_png(result: Any, picture: Any, path: str | Path, *, layers: list[int], heads: list[int] | None,
+def overlay_png(result: Any, pictures: list[Any], path: str | Path, *, layers: list[int], heads: list[int] | None,
                 query: int | None, cmap: str = "magma", panel: int = 160) -> Path:
-    """A PNG of panels, a row per layer and a column per head (``heads`` None: one panel, the heads' mean), each
-    ``picture`` (the RGB ``PIL.Image`` the result was computed on) with ``query``'s weights on its patches as heat."""
-    grid: list[list[Panel]] = [[(f"L{layer} " + ("mean" if head is None else f"H{head}"), layer, head, query)
-                                for head in (heads if heads is not None else [None])] for layer in layers]
-    return panels_png(result, picture, path, grid, cmap=cmap, panel=panel)
+    """A PNG of panels, a row per layer and a column per head (``heads`` None: one panel, the heads' mean) and
+    picture, each picture (``pictures``: the RGB ``PIL.Image``s the result was computed on) with ``query``'s weights
+    on its patches as heat."""
+    several = len(pictures) > 1
+    grid: list[list[Panel]] = [[((f"{n + 1}: " if several else "") + f"L{layer} "
+                                 + ("mean" if head is None else f"H{head}"), layer, head, query, n)
+                                for head in (heads if heads is not None else [None]) for n in range(len(pictures))]
+                               for layer in layers]
+    return panels_png(result, pictures, path, grid, cmap=cmap, panel=panel)
 
 
-def panels_png(result: Any, picture: Any, path: str | Path, grid: list[list[Panel]], *, cmap: str = "magma",
+def panels_png(result: Any, pictures: list[Any], path: str | Path, grid: list[list[Panel]], *, cmap: str = "magma",
                panel: int = 160) -> Path:
-    """A PNG of panels in rows, each ``(title, layer, head, query)`` (None: the mean of the layers, of the heads, of
-    the patches' queries): ``picture`` with those weights on its patches as heat."""
+    """A PNG of panels in rows, each ``(title, layer, head, query, picture)`` (None: the mean of the layers, of the
+    heads, of the patches' queries): picture ``pictures[picture]`` with those weights on its patches as heat."""
     from PIL import Image, ImageDraw
 
     from ..fileio import atomic_write
 
-    meta = result.metadata["image"]
-    width, height = picture.size
-    size = (panel, max(1, round(panel * height / width)))
+    metas = result.metadata["images"]
+    sizes = [(panel, max(1, round(panel * p.size[1] / p.size[0]))) for p in pictures]
+    tall = max(size[1] for size in sizes)
     label = 14
     columns = max(len(row) for row in grid)
-    canvas = Image.new("RGB", (columns * (size[0] + 4) + 4, len(grid) * (size[1] + label + 4) + 4), "white")
+    canvas = Image.new("RGB", (columns * (panel + 4) + 4, len(grid) * (tall + label + 4) + 4), "white")
     draw = ImageDraw.Draw(canvas)
     for r, row in enumerate(grid):
-        for c, (title, layer, head, query) in enumerate(row):
-            x, y = 4 + c * (size[0] + 4), 4 + r * (size[1] + label + 4)
+        for c, (title, layer, head, query, index) in enumerate(row):
+            x, y = 4 + c * (panel + 4), 4 + r * (tall + label + 4)
             draw.text((x, y), title, fill="black")
-            weights = patch_weights(result, layer, head, query)
-            canvas.paste(_heat(picture, weights, meta["boxes"], size, cmap), (x, y + label))
+            weights = patch_weights(result, layer, head, query, index)
+            canvas.paste(_heat(pictures[index], weights, metas[index]["boxes"], sizes[index], cmap), (x, y + label))
     path = Path(path)
     atomic_write(path, lambda tmp: canvas.save(tmp, format="PNG"))
     return path
