@@ -590,3 +590,29 @@ def test_several_pictures_each_get_their_own_tokens_grid_and_heat(llava_next, ll
     named = run_cli("heatmap", "<image> what is in the picture ?", "--image", str(paths[0]), "--image", str(paths[1]),
                     "--model", str(llava))
     assert named.exit_code != 0 and "names 1 pictures" in named.stderr and named.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("family", ["llava", "llava_next", "gemma3", "paligemma"])
+def test_the_fused_engine_and_the_texts_rows_equal_transformers_eager_attention(family, request, picture):
+    """Each family's language model on attnviz's attention function (switched, not refused) gives transformers'
+    eager weights to 1e-5; eager taken a layer at a time (engine hf) too; and the text's rows alone are exactly
+    those rows of the whole, their positions in metadata["rows"]."""
+    from attnviz.images.vlm import vlm_attention
+
+    folder = request.getfixturevalue(family)
+    text = "what is in the picture ?"
+    fused = vlm_attention(text, picture, str(folder))
+    assert fused.metadata["engine"] == "fused" and "fused_refused" not in fused.metadata
+    prompt = text if family == "paligemma" else f"<start_of_image> {text}" if family == "gemma3" else f"<image> {text}"
+    inputs, reference = transformers_reference(folder, prompt, picture)
+    torch.testing.assert_close(fused.attentions, reference, atol=1e-5, rtol=1e-5)
+    eager = vlm_attention(text, picture, str(folder), engine="hf")
+    assert eager.metadata["engine"] == "hf"
+    torch.testing.assert_close(eager.attentions, reference, atol=1e-5, rtol=1e-5)
+    rows = vlm_attention(text, picture, str(folder), rows="text")
+    held = rows.metadata["rows"]
+    image = set(rows.metadata["images"][0]["image_positions"])
+    assert held == [i for i in range(len(rows.tokens)) if i not in image] and rows.attentions.shape[-2] == len(held)
+    torch.testing.assert_close(rows.attentions, reference[:, :, held], atol=1e-5, rtol=1e-5)
+    # Gemma 3's image tokens see each other both ways (its text causally), PaliGemma's prompt is a prefix
+    assert fused.causal == (family not in ("paligemma", "gemma3")) and rows.causal == (family != "paligemma")

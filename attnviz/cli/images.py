@@ -44,13 +44,11 @@ def _checked(options: Any, images: list[Path], out: list[Path], allowed: tuple[s
 def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: int | None, head: Any,
                   query: str | None, out: list[Path], cmap: str, width: int | None) -> None:
     """Check, run and show (see the module)."""
-    if options.engine not in ("auto", "hf"):
-        raise UsageError(f"--engine {options.engine}: pictures run on transformers' eager attention (hf)")
     checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the numbers)",
                        text=text)
     from ..images.files import read_image
 
-    result = _attention(options, text, images)
+    result = _attention(options, text, images, rows=_text_rows(query, checked))
     metas = result.metadata["images"]
     chosen = _query(query, result.tokens, metas[0]["specials"], text_last=text is not None)
     n_layers, n_heads = result.attentions.shape[:2]
@@ -87,16 +85,30 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         note("no CLS token in this layout: the mean over the patches' own queries is shown (--query rNcM for one)")
 
 
-def _attention(options: Any, text: str | None, images: list[Path], **extra: Any) -> Any:
+def _attention(options: Any, text: str | None, images: list[Path], *, rows: str = "all", **extra: Any) -> Any:
     """An image encoder's attention over the picture (no text), else the vision-language model's over text and
-    pictures."""
+    pictures (``rows="text"``: the text's rows only, where nothing else is read), on the engine asked: fused (the
+    default) or hf (transformers' eager attention); an encoder runs on eager attention."""
     from ..images.encoder import image_attention
     from ..images.vlm import vlm_attention
 
+    engine = str(getattr(options.engine, "value", options.engine))
+    if engine == "native":
+        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
     load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
     if text is None:
         return image_attention(images[0], options.model, **load)
-    return vlm_attention(text, images, options.model, **load, **extra)
+    return vlm_attention(text, images, options.model, **load, engine="hf" if engine == "hf" else "fused", rows=rows,
+                         **extra)
+
+
+def _text_rows(query: str | None, out: list[Path]) -> str:
+    """``"text"`` where the command reads the text's rows only (its query a word, no .npz of every row), else
+    ``"all"``."""
+    import re
+
+    patch = query is not None and (query.isdigit() or query == "mean" or re.fullmatch(r"(\d+ )?(b )?(r\d+c\d+|⏎\d+)|\[.*\]", query))
+    return "all" if patch or any(path.suffix.lower() == ".npz" for path in out) else "text"
 
 
 def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bool = False) -> int | None:
@@ -125,7 +137,7 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     from .outputs import csv_text
 
     outputs = _checked(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
-    result = _attention(options, text, images)
+    result = _attention(options, text, images, rows="text")
     rows = sorted(image_head_rows(result), key=lambda r: -r["image_share"] if text is not None else r["patch_entropy"])
     document = {"model": result.model_name, "images": [{k: v for k, v in meta.items() if k not in ("boxes", "grids")}
                                                        for meta in result.metadata["images"]],
@@ -163,10 +175,10 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     """``generate --image``: the vision-language model answers greedily; each new token's attention over the
     picture (its share on the image, the patch it reads most, a grid), and ``--out x.png`` a panel per new token."""
     from ..images.files import read_image
-    from ..render.overlay import Panel, panels_png, patch_weights, terminal_grid
+    from ..render.overlay import Panel, panels_png, patch_weights, row_of, terminal_grid
 
     checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
-    result = _attention(options, prompt, images, max_new_tokens=max_new_tokens)
+    result = _attention(options, prompt, images, max_new_tokens=max_new_tokens, rows=_text_rows(None, checked))
     start = result.metadata["prompt_length"]
     new = list(range(start, len(result.tokens)))
     n_layers, n_heads = result.attentions.shape[:2]
@@ -193,7 +205,7 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     attn = attn.mean(0) if layer is None else attn[layer]
     attn = attn.mean(0) if head is None else attn[head]
     for q in new:
-        share = float(attn[q, every].sum())
+        share = float(attn[row_of(result, [q])[0], every].sum())
         found = []
         for n in range(len(metas)):
             weights = patch_weights(result, layer, head, q, n)

@@ -3,7 +3,7 @@ it is over the patches, and the patch it favours whatever the query (a visual si
 2503.03321), with its place in the grid.
 
 The queries are the text tokens after the picture for a vision-language model (what it reads of the picture as it
-reads the text), every token for an image encoder. Per head, over those queries:
+reads the text; the text before it where nothing follows), every token for an image encoder. Per head, over those queries:
 
 - ``image_share``: the mean attention mass on the picture's tokens (a vision-language model's every image token:
   LLaVA-NeXT's base grid and newlines too; an encoder's patches, its CLS and registers not counted);
@@ -35,10 +35,13 @@ def image_head_rows(result: Any) -> list[dict[str, Any]]:
     total = result.attentions.shape[-1]
     encoder = not result.causal and len(every) == total  # an image encoder: every token is the picture's
     queries = list(range(total)) if encoder else list(range(max(every) + 1, total))  # the text after the pictures
-    if not queries:  # the pictures at the end of the prompt: their own tokens read them
-        queries = list(at)
+    if not queries:  # the pictures at the end of the prompt: the text before them, else their own tokens
+        image = set(every)
+        queries = [q for q in range(total) if q not in image] or list(at)
     n = len(at)
-    chosen = result.attentions.double()[:, :, queries, :]  # [L, H, q, T]
+    from ..render.overlay import row_of
+
+    chosen = result.attentions.double()[:, :, row_of(result, queries), :]  # [L, H, q, T]
     patches = chosen[..., at]
     share = chosen[..., every].sum(-1)  # [L, H, q]: on every image token (a base grid, newlines included)
     on_grid = patches.sum(-1)

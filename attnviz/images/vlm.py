@@ -16,14 +16,20 @@ from .layouts import boxes
 
 
 def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model: str, *, device: str = "cpu",
-                  revision: str | None = None, trust_remote_code: bool = False,
-                  max_new_tokens: int = 0) -> AttentionResult:
+                  revision: str | None = None, trust_remote_code: bool = False, max_new_tokens: int = 0,
+                  engine: str = "fused", rows: str = "all") -> AttentionResult:
     """Every layer's and head's attention of a vision-language ``model`` over ``text`` and ``pictures`` (one path or
     several, each where the text puts the processor's image token, in order, else all before the text).
     ``max_new_tokens``: first let the model answer greedily (up to that many tokens, stopping at its end token); the
     result then holds every row of the prompt and the answer, each answer token's row the attention with which it was
     read (one forward over the whole sequence, the pictures included: the rows a step-by-step decoding computes),
-    ``metadata["prompt_length"]`` where the answer starts. ``metadata["images"]`` places every picture's tokens."""
+    ``metadata["prompt_length"]`` where the answer starts. ``metadata["images"]`` places every picture's tokens.
+
+    ``engine``: ``"fused"`` (the language model on attnviz's attention function where a probe shows it equal to
+    eager's, else eager) or ``"hf"`` (transformers' eager attention); either way a layer at a time
+    (:mod:`.forward`). ``rows``: ``"all"`` (``attentions`` is ``[L, H, T, T]``) or ``"text"``: the rows of the
+    text's tokens only (``[L, H, Q, T]``, ``metadata["rows"]`` their positions): what an overlay of a word, the
+    heads' statistics and an answer read, in a small part of the memory for thousands of image tokens."""
     import torch
     import transformers
 
@@ -47,6 +53,11 @@ def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelNotFoundError(f"{place.name}: cannot load its processor and model ({first})") from None
     network = network.to(device).eval()
+    if engine not in ("fused", "hf") or rows not in ("all", "text"):
+        raise UsageError(f"engine {engine!r}, rows {rows!r}: the engines are fused and hf, the rows all or text")
+    from .forward import run_layers, use_fused
+
+    refused = use_fused(network, config, device) if engine == "fused" else None
     prompt = _prompt(text, len(images), processor, layout)
     with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformers")
@@ -63,9 +74,10 @@ def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model:
     heads = int(text_config.get("num_attention_heads") or 32)
     from ..limits import check_memory
 
-    # Eager attention returns every layer's [H, T, T] at once, and builds each once more as it runs.
     whose = "the pictures'" if len(images) > 1 else "the picture's"
-    check_memory(2 * 4 * layers * heads * len(ids) ** 2,
+    kept = len(ids) - len(where) if rows == "text" else len(ids)
+    # The rows kept of every layer, and one layer's weights as it is computed (twice: scores, then weights).
+    check_memory(4 * layers * heads * kept * len(ids) + 2 * 4 * heads * len(ids) ** 2,
                  f"the attention of {len(ids):,} tokens ({len(where):,} of them {whose}) in {layers} layers × "
                  f"{heads} heads")
     prompt_length = len(ids)
@@ -84,10 +96,12 @@ def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model:
             if key in inputs:
                 inputs[key] = torch.cat([inputs[key], torch.full((1, added), 1 if key == "token_type_ids" else 0,
                                                                  dtype=inputs[key].dtype)], dim=1)
-        check_memory(2 * 4 * layers * heads * len(ids) ** 2, f"the attention of {len(ids):,} tokens with the answer")
-    with torch.no_grad():
-        out = network(**inputs, output_attentions=True)
-    attentions = torch.stack([layer[0] for layer in out.attentions]).float().cpu()  # [L, H, T, T]
+        kept = len(ids) - len(where) if rows == "text" else len(ids)
+        check_memory(4 * layers * heads * kept * len(ids) + 2 * 4 * heads * len(ids) ** 2,
+                     f"the attention of {len(ids):,} tokens with the answer")
+    image_rows = set(where)
+    held = None if rows == "all" else [i for i in range(len(ids)) if i not in image_rows]
+    attentions = run_layers(network, dict(inputs), held, place.name)  # [L, H, T or Q, T]
     pieces = processor.tokenizer.convert_ids_to_tokens(ids)
     at: dict[int, str] = {}
     for number, picture in enumerate(placed, start=1):
@@ -100,12 +114,22 @@ def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model:
     return AttentionResult(
         # causal as the weights are: PaliGemma's image and prompt attend to each other (a prefix), LLaVA's do not
         tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids],
-        causal=bool((attentions.triu(1) == 0).all()),
-        model_name=place.name,
-        metadata={"engine": "hf", "images": [{"path": str(path), **picture} for path, picture in zip(paths, placed,
+        causal=_causal(attentions, held), model_name=place.name,
+        metadata={"engine": "hf" if engine == "hf" or refused else "fused",
+                  **({"fused_refused": refused} if engine == "fused" and refused else {}),
+                  **({"rows": held} if held is not None else {}), "images": [{"path": str(path), **picture} for path, picture in zip(paths, placed,
                                                                                                    strict=True)],
                   **({"generation": True, "prompt_length": prompt_length} if max_new_tokens else {})},
     )
+
+
+def _causal(attentions: Any, held: list[int] | None) -> bool:
+    """Whether no row attends to a key after it (read off the weights: PaliGemma's prefix is not causal)."""
+    import torch
+
+    positions = torch.arange(attentions.shape[-1])
+    queries = positions[: attentions.shape[-2]] if held is None else torch.tensor(held)
+    return bool((attentions[..., positions[None, :] > queries[:, None]] == 0).all())
 
 
 def _prompt(text: str, count: int, processor: Any, layout: Any) -> str:

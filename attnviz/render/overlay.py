@@ -24,8 +24,24 @@ def patch_weights(result: Any, layer: int | None, head: int | None, query: int |
     at = torch.tensor(image["positions"])  # the grid's tokens
     attn = result.attentions.double().mean(0) if layer is None else result.attentions[layer].double()  # [H, T, T]
     attn = attn.mean(0) if head is None else attn[head]
-    row = attn[at].mean(0) if query is None else attn[query]
+    row = attn[row_of(result, at.tolist())].mean(0) if query is None else attn[row_of(result, [query])[0]]
     return row[at].reshape(rows, cols).numpy()
+
+
+def row_of(result: Any, queries: list[int]) -> list[int]:
+    """Where the rows of ``queries`` (token positions) are in ``result.attentions``: themselves, or their places
+    among ``metadata["rows"]`` where the result holds some rows only (a vision-language model's text rows)."""
+    held = result.metadata.get("rows")
+    if held is None:
+        return list(queries)
+    place = {position: n for n, position in enumerate(held)}
+    missing = [q for q in queries if q not in place]
+    if missing:
+        from ..errors import UsageError
+
+        raise UsageError(f"the result holds the text's rows only; {result.tokens[missing[0]]} (token {missing[0]}) "
+                         "is not among them: ask for every row (rows='all')")
+    return [place[q] for q in queries]
 
 
 def _heat(image: Any, weights: np.ndarray, boxes: list[list[float]], size: tuple[int, int], cmap: str) -> Any:

@@ -128,17 +128,21 @@ def register() -> None:
     AttentionMaskInterface.register(NAME, mask)
 
 
-def switch_to_fused(model: PreTrainedModel, inputs: dict[str, Tensor], *, family: str, encoder_decoder: bool) -> str | None:
+def switch_to_fused(model: PreTrainedModel, inputs: dict[str, Tensor], *, family: str, encoder_decoder: bool,
+                    alone: bool = True) -> str | None:
     """Switch ``model`` (loaded with eager attention) to attnviz's attention function if its weights equal
     eager attention's on ``inputs`` (a short padded batch) in every layer (to 1e-4 in float32, 5e-2 in half
     precision); None when switched, else
-    why not (the model is left on eager attention)."""
+    why not (the model is left on eager attention). ``alone`` False leaves out the unpadded run: a language
+    model whose modules say they are not causal (PaliGemma's, ``use_bidirectional_attention``) is causal there
+    only by a mask its vision-language model always passes, and transformers' own SDPA reads it as
+    bidirectional without one (eager as causal)."""
     register()
     # The padded batch, its first text alone and unpadded (transformers then passes no mask, and the module's
     # own ``is_causal`` decides), and the batch again with its masks described as they are for long texts.
-    alone = {name: value[:1, : int(inputs["attention_mask"][0].sum())] if name != "decoder_input_ids" else value[:1]
+    single = {name: value[:1, : int(inputs["attention_mask"][0].sum())] if name != "decoder_input_ids" else value[:1]
              for name, value in inputs.items()}
-    runs = [(inputs, False), (alone, False), (inputs, True)]
+    runs = [(inputs, False), *([(single, False)] if alone else []), (inputs, True)]
     with torch.no_grad():
         references = [_all_attentions(model, batch, encoder_decoder) for batch, _ in runs]
         model.set_attn_implementation(NAME)  # a family outside the registry ignores it
