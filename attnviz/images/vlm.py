@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,35 +30,73 @@ def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model:
     eager's, else eager) or ``"hf"`` (transformers' eager attention); either way a layer at a time
     (:mod:`.forward`). ``rows``: ``"all"`` (``attentions`` is ``[L, H, T, T]``) or ``"text"``: the rows of the
     text's tokens only (``[L, H, Q, T]``, ``metadata["rows"]`` their positions): what an overlay of a word, the
-    heads' statistics and an answer read, in a small part of the memory for thousands of image tokens."""
+    heads' statistics and an answer read, in a small part of the memory for thousands of image tokens. Reading
+    many texts, load once: :func:`load_vlm`, then its ``read``."""
+    loaded = load_vlm(model, device=device, revision=revision, trust_remote_code=trust_remote_code, engine=engine)
+    return loaded.read(text, pictures, max_new_tokens=max_new_tokens, rows=rows)
+
+
+@dataclass
+class VisionLanguageModel:
+    """A vision-language model loaded once (its processor, the network on the engine chosen, its layout)."""
+
+    found: Any
+    processor: Any
+    network: Any
+    engine: str
+    refused: str | None  # why the fused engine was not used, where it was asked
+    device: str
+
+    def read(self, text: str, pictures: str | Path | Sequence[str | Path], *, max_new_tokens: int = 0,
+             rows: str = "all") -> AttentionResult:
+        """``text`` and ``pictures`` read (see :func:`vlm_attention`)."""
+        return _read(self, text, pictures, max_new_tokens, rows)
+
+
+def load_vlm(model: str, *, device: str = "cpu", revision: str | None = None, trust_remote_code: bool = False,
+             engine: str = "fused") -> VisionLanguageModel:
+    """The model, its processor and layout, loaded once (refused by name where attnviz knows no layout)."""
     import torch
     import transformers
 
+    from .found import find
+    from .processors import load_processor
+
+    if engine not in ("fused", "hf"):
+        raise UsageError(f"engine {engine!r}: a vision-language model runs on the fused engine or hf")
+    found = find(model, language=True, device=device, revision=revision, trust_remote_code=trust_remote_code)
+    try:
+        processor = load_processor(found.place.ref, found.options)
+        auto: Any = transformers.AutoModelForImageTextToText
+        network = auto.from_pretrained(found.place.ref, attn_implementation="eager", dtype=torch.float32,
+                                       **found.options)
+    except (OSError, ValueError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ModelNotFoundError(f"{found.place.name}: cannot load its processor and model ({first})") from None
+    network = network.to(device).eval()
+    from .forward import use_fused
+
+    refused = use_fused(network, found.config, device) if engine == "fused" else None
+    return VisionLanguageModel(found, processor, network, engine, refused, device)
+
+
+def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequence[str | Path], max_new_tokens: int,
+          rows: str) -> AttentionResult:
+    import torch
+
     from ..sources.tokens import label_from_piece
     from .files import read_image
-    from .found import find
+    from .forward import run_layers
 
+    if rows not in ("all", "text"):
+        raise UsageError(f"rows {rows!r}: all, or text (the text's rows only)")
     paths = [pictures] if isinstance(pictures, (str, Path)) else list(pictures)
     if not paths:
         raise UsageError("no picture given: a vision-language model reads a text beside at least one picture")
-    found = find(model, language=True, device=device, revision=revision, trust_remote_code=trust_remote_code)
-    place, config, layout, options = found.place, found.config, found.layout, found.options
+    place, config, layout = loaded.found.place, loaded.found.config, loaded.found.layout
+    processor, network, device, engine, refused = (loaded.processor, loaded.network, loaded.device, loaded.engine,
+                                                   loaded.refused)
     images = [read_image(path) for path in paths]
-    from .processors import load_processor
-
-    try:
-        processor = load_processor(place.ref, options)
-        auto: Any = transformers.AutoModelForImageTextToText
-        network = auto.from_pretrained(place.ref, attn_implementation="eager", dtype=torch.float32, **options)
-    except (OSError, ValueError, KeyError) as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ModelNotFoundError(f"{place.name}: cannot load its processor and model ({first})") from None
-    network = network.to(device).eval()
-    if engine not in ("fused", "hf") or rows not in ("all", "text"):
-        raise UsageError(f"engine {engine!r}, rows {rows!r}: the engines are fused and hf, the rows all or text")
-    from .forward import run_layers, use_fused
-
-    refused = use_fused(network, config, device) if engine == "fused" else None
     prompt = _prompt(text, len(images), processor, layout)
     with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformers")
