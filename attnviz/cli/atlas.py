@@ -17,6 +17,7 @@ from .heads import Ablate, importance_parquet, importance_source
 from .options import (
     Column,
     Field,
+    ImageFiles,
     InputFormat,
     ModelOptions,
     Retrieval,
@@ -86,6 +87,7 @@ def atlas(
                              "texts."),
     width: int | None = Width,
     truncate: bool = Truncate,
+    image: list[Path] = ImageFiles,
 ) -> None:
     """What heads do across a corpus: each statistic's mean per head, how often each head earns each label, the
     statistics' distributions and the texts where a head shows each most. With --vs-model, which heads changed
@@ -94,9 +96,25 @@ def atlas(
     --out, one offline page: the layers × heads grid, and per head its distribution, the texts where it is
     highest with its attention on them, and its queries and keys embedded together (AttentionViz).
 
+    With a vision-language model (--image, the same pictures for every text; or the corpus's "image" field or
+    column): each head's share on the pictures, entropy over their patches and sink across the texts, and the
+    visual sinks (the grid places drawn to whatever is asked).
+
     Examples: attnviz atlas texts.txt --out atlas.html · attnviz atlas texts.txt --vs-model ./finetuned --top 10 ·
-    attnviz atlas export-base/ --vs-model export-finetuned/ --format json
+    attnviz atlas export-base/ --vs-model export-finetuned/ --format json ·
+    attnviz atlas questions.txt --image photo.png --model llava-hf/llava-1.5-7b-hf
     """
+    from ..images.found import reads_pictures
+
+    if image or (options.model is not None and reads_pictures(options.model)):
+        from .images import image_atlas
+
+        if vs_model is not None or importance or retrieval is not None or per_text is not None:
+            raise UsageError("with pictures, atlas gives each head's share, entropy and sink and the visual sinks; "
+                             "--vs-model, --importance, --retrieval and --per-text read texts alone")
+        image_atlas(options, texts, image, field=field, column=column, input_format=input_format,
+                    fmt=fmt.value, top=top, out=out, width=width)
+        return
     vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
     if texts.suffix.lower() == ".jsonl" and column is not None and field is None:  # atlas once named the field so
         field, column = renamed(None, column, "--column", "--field"), None

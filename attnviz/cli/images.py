@@ -257,3 +257,73 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
     for each in layers:
         console.print(f"after layer {each}", markup=False)
         console.print(terminal_grid(patch_weights(rolled, each, 0, chosen), cmap))
+
+
+def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | None, column: str | None,
+                input_format: str | None, fmt: str, top: int | None, out: Path | None, width: int | None) -> None:
+    """``atlas`` with pictures: each head across the texts, and the visual sinks (:mod:`attnviz.images.atlas`)."""
+    import json
+
+    from ..images.atlas import HEAD_COLUMNS, SINK_COLUMNS, picture_atlas
+    from ..images.corpus import picture_rows
+    from ..images.vlm import load_vlm
+    from ..render.progress import export_progress
+
+    outputs = _checked(options, images, [out] if out is not None else [], (".json", ".csv", ".parquet"),
+                       ".json (the heads and the sinks), .csv or .parquet (the heads)")
+    rows = picture_rows(texts, field=field, column=column, input_format=input_format, pictures=images or None)
+    from ..images.files import read_image
+
+    for each in rows:  # every picture read before the model loads: a bad one is one line, not a late failure
+        for picture in each.pictures:
+            read_image(picture)
+    engine = str(getattr(options.engine, "value", options.engine))
+    if engine == "native":
+        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
+    model = load_vlm(options.model, device=options.device, revision=options.revision,
+                     trust_remote_code=options.trust_remote_code, engine="hf" if engine == "hf" else "fused")
+    from rich.console import Console
+
+    with export_progress(Console(stderr=True), enabled=fmt == "table" and not outputs, doing="atlas",
+                         label="atlas: reading", unit="texts") as (start, advance):
+        start(len(rows), 0)
+        atlas = picture_atlas(rows, model, on_text=lambda done, total: advance())
+    document = atlas.to_dict()
+    for path in outputs:
+        if path.suffix.lower() == ".json":
+            from ..fileio import write_json
+
+            write_json(path, document)
+        else:
+            from ..tables import write_rows
+
+            write_rows(path, atlas.heads, HEAD_COLUMNS)
+        wrote(path)
+    if outputs:
+        return
+    if fmt == "json":
+        typer.echo(json.dumps(document, ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    console = stdout_console(width)
+    heads = sorted(atlas.heads, key=lambda r: -r["image_share"])
+    table = Table(title=f"{safe_text(atlas.model)}: each head on the pictures across {atlas.texts} texts", box=None,
+                  pad_edge=False)
+    for name in ("L", "H", "image", "entropy", "sink", "same sink"):
+        table.add_column(name, justify="right")
+    for head in heads[:top] if top else heads:
+        table.add_row(str(head["layer"]), str(head["head"]), f"{head['image_share']:.3f}",
+                      f"{head['patch_entropy']:.3f}", head["sink"], f"{head['sink_agreement']:.0%}")
+    console.print(table)
+    if atlas.grid is None:
+        note("the texts' pictures make grids of different shapes: their places are not compared (no visual sinks)")
+        return
+    sinks = Table(title=f"visual sinks: the places of the {atlas.grid[0]} × {atlas.grid[1]} grid drawn to whatever is "
+                  "asked (weight: times an even spread)", box=None, pad_edge=False)
+    for name in SINK_COLUMNS:
+        sinks.add_column(name, justify="right")
+    for place in atlas.sinks[: top or 5]:
+        sinks.add_row(str(place["row"]), str(place["col"]), f"{place['weight']:.2f}×",
+                      f"{place['texts']:.0%} of texts")
+    console.print(sinks)

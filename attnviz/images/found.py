@@ -43,3 +43,27 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
     options = {"revision": revision, "trust_remote_code": trust_remote_code,
                "local_files_only": place.hub_id is not None and not hub_reachable()}
     return Found(place, config, layout, options)
+
+
+def reads_pictures(model: str) -> bool:
+    """Whether ``model`` (a folder, or a hub id whose config is at hand) is a vision-language model attnviz has a
+    layout for; False where its config cannot be read here (the caller's own loading then says why)."""
+    from ..errors import AttnvizError
+    from ..sources.files import read_config
+    from ..sources.resolve import locate
+    from .layouts import LAYOUTS
+
+    if model.lower().endswith((".toml", ".npz")):
+        return False
+    try:
+        place = locate(model)
+        if place.folder is None:
+            from ..sources.hub import fetch_config
+
+            folder = fetch_config(str(place.hub_id), None)
+        else:
+            folder = place.folder
+        kind = read_config(folder).get("model_type")
+    except (AttnvizError, OSError, ValueError):
+        return False
+    return any(kind in layout.model_types and layout.language for layout in LAYOUTS.values())

@@ -1,0 +1,47 @@
+"""A corpus of texts with pictures (``atlas``): each row's text as every corpus is read (a text file, JSONL's
+field, CSV's or Parquet's column), and its pictures from the row's ``image`` field or column: one path, or several
+separated by ``|``, relative to the corpus file's folder. Or the same pictures for every text (``--image``): one
+picture asked many questions, where its visual sinks show (patches drawn to whatever is asked)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+
+IMAGE_FIELD = "image"
+
+
+@dataclass(frozen=True)
+class PictureRow:
+    text: str
+    pictures: tuple[Path, ...]
+
+
+def picture_rows(source: str | Path, *, field: str | None = None, column: str | None = None,
+                 input_format: str | None = None, pictures: list[Path] | None = None) -> list[PictureRow]:
+    """The rows of ``source`` with their pictures (see the module): ``pictures`` for every row where given, else
+    the rows' own ``image`` field or column (every row needs one)."""
+    from ..inputs import corpus_kind, read_corpus, read_texts
+
+    texts = read_corpus(source, field=field, column=column, input_format=input_format)
+    if pictures:
+        return [PictureRow(text, tuple(pictures)) for text in texts]
+    kind = corpus_kind(field, column, input_format)
+    suffix = Path(str(source)).suffix.lower()
+    if kind == "lines" or (kind == "auto" and suffix not in (".jsonl", ".csv", ".parquet")):
+        raise InputError(f"{source} is a file of lines: give the picture its texts are asked of (as [[image]]), or "
+                         f"a JSONL, CSV or Parquet corpus with an {IMAGE_FIELD!r} field or column")
+    named = read_texts(source, field=IMAGE_FIELD, column=IMAGE_FIELD, kind=kind)
+    if len(named) != len(texts):
+        raise InputError(f"{source}: {len(texts)} rows with a text but {len(named)} with an {IMAGE_FIELD!r}; give every "
+                         "row its picture")
+    folder = Path(str(source)).parent
+    rows = []
+    for number, (text, value) in enumerate(zip(texts, named, strict=True), start=1):
+        paths = tuple(folder / part.strip() for part in value.split("|") if part.strip())
+        if not paths:
+            raise InputError(f"{source} row {number}: its {IMAGE_FIELD!r} names no picture")
+        rows.append(PictureRow(text, paths))
+    return rows
