@@ -467,7 +467,7 @@ def test_keys_footer_lists_every_binding():
     bound = {binding.action.split("(")[0] for binding in AttnvizTUI.BINDINGS}
     words = {"layer": "layer", "head": "head", "next_view": "view", "find": "find", "find_next": "next",
              "token": "token", "zoom": "zoom", "step": "step", "explain": "explain", "type_text": "text",
-             "save": "save", "help": "help", "quit": "quit", "view": "1-7", "previous_view": "Tab", "select": "Enter",
+             "save": "save", "help": "help", "quit": "quit", "view": "1-8", "previous_view": "Tab", "select": "Enter",
              "sort": "sort"}
     assert bound <= set(words) and all(words[action] in KEYS for action in bound)
 

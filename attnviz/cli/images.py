@@ -3,6 +3,8 @@ heat over the picture (``--out x.png``), and its numbers (``--out x.npz``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +329,47 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
         sinks.add_row(str(place["row"]), str(place["col"]), f"{place['weight']:.2f}×",
                       f"{place['texts']:.0%} of texts")
     console.print(sinks)
+
+
+@dataclass
+class PictureExplorer:
+    """What ``tui --image`` explores: ``fixed`` (an image encoder's one result) or a vision-language model kept
+    loaded for every text; ``load`` builds the explorer on the app's worker."""
+
+    fixed: bool
+    load: Callable[[], Any]
+
+
+def picture_explorer(options: Any, text: str | None, images: list[Path], *, reading: Any) -> PictureExplorer:
+    """``tui --image``: the pictures checked before anything loads (see :class:`PictureExplorer`)."""
+    from ..images.files import read_image
+    from ..images.found import reads_pictures
+    from ..tui.explorer import Explorer
+
+    _checked(options, images, [], (), "", text=text)
+    for picture in images:
+        read_image(picture)
+    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
+    if not reads_pictures(options.model):  # an image encoder (or a family found by name when it loads)
+        def encoder() -> Any:
+            from ..images.encoder import image_attention
+            from ..sources.saved import SavedSource
+
+            result = image_attention(images[0], options.model, **load)
+            return Explorer(SavedSource(result, result.model_name), reading=reading)
+
+        if text is not None:
+            raise UsageError(f"{options.model} reads a picture alone (an image encoder), or is not one attnviz knows; "
+                             "leave the text out, or give a vision-language model")
+        return PictureExplorer(True, encoder)
+    engine = str(getattr(options.engine, "value", options.engine))
+    if engine == "native":
+        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
+
+    def language() -> Any:
+        from ..images.vlm import load_vlm
+
+        model = load_vlm(options.model, **load, engine="hf" if engine == "hf" else "fused")
+        return Explorer(model, reading=reading, pictures=tuple(images))
+
+    return PictureExplorer(False, language)

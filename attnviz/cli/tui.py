@@ -10,6 +10,7 @@ from ..errors import UsageError
 from .common import cli_command
 from .options import (
     HideSpecial,
+    ImageFiles,
     Kind,
     KindChoice,
     ModelOptions,
@@ -46,18 +47,31 @@ def tui(
     hide_special: bool = HideSpecial,
     renormalize: bool = Renormalize,
     words: bool = Words,
+    image: list[Path] = ImageFiles,
 ) -> None:
     """Explore attention in the terminal: every layer, head and view at the keyboard, the model kept loaded
-    (←/→ layer, ↑/↓ head, Tab or 1–7 views, / find, t new text, s save, ? help, q quit). Works over SSH and
-    in tmux; needs the tui extra (pip install 'attnviz[tui]').
+    (←/→ layer, ↑/↓ head, Tab or 1–8 views, / find, t new text, s save, ? help, q quit). Works over SSH and
+    in tmux; needs the tui extra (pip install 'attnviz[tui]'). With --image, a vision-language model reads each
+    text with the pictures (an image encoder, the picture alone), and view 8 shows the selected token's attention
+    over them.
 
-    Example: attnviz tui "The cat sat on the mat."
+    Example: attnviz tui "The cat sat on the mat." · attnviz tui "what is in the picture ?" --image photo.png
+    --model llava-hf/llava-1.5-7b-hf
     """
     check_available()
     text = text_from_file(text, text_file)
     view = reading(hide_special, renormalize, words)  # checked before the model loads
     from ..tui.app import AttnvizTUI
     from ..tui.explorer import Explorer
+
+    if image:
+        from .images import picture_explorer
+
+        if pair is not None or target is not None:
+            raise UsageError("--pair and --target read texts alone; with --image the model reads a picture")
+        picture_loader = picture_explorer(options, text, image, reading=view)
+        AttnvizTUI(text=None if picture_loader.fixed else text, loader=lambda: picture_loader.load()).run()
+        return
 
     def load() -> Explorer:
         return Explorer(options.load(), pair=pair, target=target, kind=kind_name(kind), reading=view)

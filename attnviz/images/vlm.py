@@ -47,6 +47,10 @@ class VisionLanguageModel:
     refused: str | None  # why the fused engine was not used, where it was asked
     device: str
 
+    @property
+    def name(self) -> str:
+        return str(self.found.place.name)
+
     def read(self, text: str, pictures: str | Path | Sequence[str | Path], *, max_new_tokens: int = 0,
              rows: str = "all") -> AttentionResult:
         """``text`` and ``pictures`` read (see :func:`vlm_attention`)."""
@@ -97,7 +101,7 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
     processor, network, device, engine, refused = (loaded.processor, loaded.network, loaded.device, loaded.engine,
                                                    loaded.refused)
     images = [read_image(path) for path in paths]
-    prompt = _prompt(text, len(images), processor, layout)
+    prompt = _prompt(text, len(images), processor, layout, config)
     with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformers")
         inputs = processor(text=prompt, images=images, return_tensors="pt").to(device)
@@ -171,9 +175,10 @@ def _causal(attentions: Any, held: list[int] | None) -> bool:
     return bool((attentions[..., positions[None, :] > queries[:, None]] == 0).all())
 
 
-def _prompt(text: str, count: int, processor: Any, layout: Any) -> str:
+def _prompt(text: str, count: int, processor: Any, layout: Any, config: dict[str, Any] | None = None) -> str:
     """The text with one image marker per picture: as the user placed them, else all before the text (PaliGemma's
-    processor expands its marker in place, before its BOS; LLaVA's wants it as a word of the prompt)."""
+    processor expands its marker in place, before its BOS; LLaVA's wants it as a word of the prompt; Qwen's comes
+    between its vision start and end tokens, the config's ``vision_start_token_id`` and ``vision_end_token_id``)."""
     marker = getattr(processor, "image_token", "<image>")
     placed = text.count(marker)
     if placed == count:
@@ -181,8 +186,11 @@ def _prompt(text: str, count: int, processor: Any, layout: Any) -> str:
     if placed:
         raise UsageError(f"the text names {placed} pictures ({marker}) but {count} were given: name each picture once, "
                          "or none (they then come before the text)")
-    start = getattr(processor, "vision_start_token", None) if layout.name == "qwen2_vl" else None
-    one = f"{start}{marker}{getattr(processor, 'vision_end_token', '')}" if start else marker
+    one = marker
+    if layout.name in ("qwen2_vl", "qwen2_5_vl") and config:
+        start, end = (processor.tokenizer.convert_ids_to_tokens(int(config[key])) if config.get(key) is not None else ""
+                      for key in ("vision_start_token_id", "vision_end_token_id"))
+        one = f"{start}{marker}{end}"
     return one * count + text if layout.inserts else " ".join([one] * count + [text])
 
 
@@ -195,9 +203,13 @@ def _place(name: str, layout: Any, config: dict[str, Any], processor: Any, input
     for index, image in enumerate(images):
         if layout.place is not None:  # several grids (tiles), placed by the family's own function
             import importlib
+            import inspect
 
             module, function = layout.place.split(":")
-            placed = getattr(importlib.import_module(module), function)(config, processor, inputs, left, index)
+            found = getattr(importlib.import_module(module), function)
+            # the picture itself to a function that asks for it (its size: boxes where the inputs do not say)
+            extra = {"picture": image} if "picture" in inspect.signature(found).parameters else {}
+            placed = found(config, processor, inputs, left, index, **extra)
             names, grids, specials, patch = placed["labels"], placed["grids"], placed["specials"], placed["patch"]
             count = len(names)
         else:

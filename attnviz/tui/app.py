@@ -41,7 +41,7 @@ class AttnvizTUI(App[None]):
         Binding("up", "head(-1)", "head −"), Binding("down", "head(1)", "head +"),
         Binding("tab", "next_view", "view", priority=True), Binding("shift+tab", "previous_view", show=False,
                                                                     priority=True),
-        *[Binding(str(i), f"view({i})", show=False) for i in range(1, 8)],
+        *[Binding(str(i), f"view({i})", show=False) for i in range(1, 9)],
         Binding("slash", "find", "find"), Binding("n", "find_next", show=False),
         Binding("enter", "select", show=False),
         Binding("left_square_bracket", "token(-1)", show=False), Binding("right_square_bracket", "token(1)", show=False),

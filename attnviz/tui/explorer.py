@@ -27,9 +27,9 @@ RESULT_BYTES = 1 << 30
 """A text's weights (layers × heads × tokens², float32) kept whole up to this; past it the views are computed
 through the model, one at a time."""
 
-VIEWS = ("heatmap", "model", "heads", "token", "compare", "steps", "explain")
+VIEWS = ("heatmap", "model", "heads", "token", "compare", "steps", "explain", "picture")
 TITLES = {"heatmap": "1 head", "model": "2 model", "heads": "3 heads table", "token": "4 one token",
-          "compare": "5 compare heads", "steps": "6 generation", "explain": "7 explain"}
+          "compare": "5 compare heads", "steps": "6 generation", "explain": "7 explain", "picture": "8 picture"}
 
 
 class Sink:
@@ -74,6 +74,8 @@ class Explorer:
     tokens: list[str] = field(default_factory=list)
     shape: tuple[int, int] = (0, 0)  # layers, heads
     model_name: str = ""
+    pictures: tuple[Any, ...] = ()  # the pictures a vision-language model reads beside each text (source: its
+    # loaded VisionLanguageModel)
 
     @property
     def fixed(self) -> bool:
@@ -93,8 +95,13 @@ class Explorer:
         else:
             if text is None or not text.strip():
                 raise UsageError("the text is empty; type the text to inspect")
-            long, labels, shape = self._measure(text)
-            result = None if long else self.source.extract(text, pair=self.pair, target=self.target)
+            if self.pictures:  # a vision-language model: the text read with the pictures, every row kept
+                labels: list[str] = []
+                long, shape = False, (0, 0)
+                result = self.source.read(text, list(self.pictures))
+            else:
+                long, labels, shape = self._measure(text)
+                result = None if long else self.source.extract(text, pair=self.pair, target=self.target)
         self.result, self.text, self.long = result, text, long
         if result is not None:
             self.tokens, self.shape = list(result.tokens), (int(result.attentions.shape[0]), int(result.attentions.shape[1]))
@@ -156,7 +163,8 @@ class Explorer:
 
     def views(self) -> list[str]:
         """The views this result has (the generation view only for a generation)."""
-        return [v for v in VIEWS if v != "steps" or self.generated]
+        pictures = self.result is not None and bool(self.result.metadata.get("images"))
+        return [v for v in VIEWS if (v != "steps" or self.generated) and (v != "picture" or pictures)]
 
     # --- moving ------------------------------------------------------------------------------------------
 
@@ -167,7 +175,8 @@ class Explorer:
         self.head = (self.head + delta) % max(1, self.n_heads)
 
     def move_token(self, delta: int) -> None:
-        start = 0 if self.token is None else self.token + delta
+        # none selected: the first token, or in the picture view (which shows the last) the one beside the last
+        start = (self.n_tokens - 1 + delta if self.view == "picture" else 0) if self.token is None else self.token + delta
         self.token = max(0, min(self.n_tokens - 1, start))
 
     def select_here(self) -> None:
@@ -228,7 +237,7 @@ class Explorer:
         """What the current view's drawing depends on (views that do not read the head leave it out)."""
         head = None if self.view in ("model", "token", "compare", "heads") else self.head
         layer = None if self.view in ("model", "token", "heads") else self.layer
-        token = self.token if self.view in ("heatmap", "token") else None
+        token = self.token if self.view in ("heatmap", "token", "picture") else None
         zoom = self.zoom if self.view == "heatmap" else None
         sort = self.sort if self.view == "heads" else None
         step = self.step if self.view == "steps" else None
@@ -251,7 +260,7 @@ class Explorer:
     def _draw(self, width: int, colour: bool) -> RenderableType:
         draw: dict[str, Callable[[Sink], None]] = {
             "heatmap": self._heatmap, "model": self._model, "token": self._token, "compare": self._compare,
-            "steps": self._steps, "explain": self._explain, "heads": self._heads_text,
+            "steps": self._steps, "explain": self._explain, "heads": self._heads_text, "picture": self._picture,
         }
         sink = Sink(width, colour)
         draw[self.view](sink)
@@ -390,6 +399,29 @@ class Explorer:
                              "config model); this one cannot")
         walk = walkthrough(inputs_of(self.text, self.layer_number), head=self.head)
         render_walkthrough(walk, sink)
+
+    def _picture(self, sink: Sink) -> None:
+        """The selected token's attention over each picture (the last token's by default), in this layer and head:
+        coloured half-blocks at the patch grid, its share on the picture, the patch it reads most."""
+        from ..labels import safe_text
+        from ..render.overlay import patch_weights, terminal_grid
+
+        result = self.result
+        metas = result.metadata["images"]
+        token = len(result.tokens) - 1 if self.token is None else self.token
+        every = [p for meta in metas for p in meta["image_positions"]]
+        row = result.attentions[self.layer, self.head, token].double()
+        sink.print(Text(f"{safe_text(result.tokens[token])} (token {token}), layer {self.layer} head {self.head}: "
+                        f"{float(row[every].sum()):.0%} of its attention on the picture"
+                        f"{'s' if len(metas) > 1 else ''}; each weight scaled to the largest"))
+        for n in range(len(metas)):
+            weights = patch_weights(result, self.layer, self.head, token, n)
+            index, cols = int(weights.argmax()), weights.shape[1]
+            sink.print(Text(f"{'picture ' + str(n + 1) + ', ' if len(metas) > 1 else ''}{metas[n]['rows']} × "
+                            f"{metas[n]['cols']} patches; most on r{index // cols}c{index % cols}", style="dim"))
+            sink.print(terminal_grid(weights))
+        if self.token is None:
+            sink.print(Text("the last token; select another with [ ] or find one with /", style="dim"))
 
     def _heads_text(self, sink: Sink) -> None:
         """The ``heads`` command's table at the pane's width (its columns, legend and labels), sorted by ``sort``."""

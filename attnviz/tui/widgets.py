@@ -23,7 +23,7 @@ HELP = """\
 attnviz tui: the keys
 
   ←/→        previous / next layer          ↑/↓       previous / next head
-  Tab, 1–7   views: head, model, heads table, one token, compare heads, generation, explain
+  Tab, 1–8   views: head, model, heads table, one token, compare heads, generation, explain, picture
   /          find a token by its text       n         the next token that matches
   Enter      select a token (the first)     [ ]       select the previous / next token
              a selected token's row and column are listed under the heatmap; view 4 shows it everywhere
@@ -41,7 +41,7 @@ A click on a heatmap row selects its token; a click on a tab shows its view; the
 
 # The footer's hints: (keys, what, rank). The whole list where the terminal is wide enough; narrower, the hints
 # of rank above a cut are left out, least needed first, so the footer stays one line (? lists every key).
-HINTS = (("←→", "layer", 0), ("↑↓", "head", 0), ("Tab/1-7", "view", 0), ("/", "find", 1), ("n", "next", 3),
+HINTS = (("←→", "layer", 0), ("↑↓", "head", 0), ("Tab/1-8", "view", 0), ("/", "find", 1), ("n", "next", 3),
          ("Enter", "select", 3), ("[ ]", "token", 2), ("+-", "zoom", 1), (",.", "step", 3), ("o", "sort", 3),
          ("e", "explain", 2), ("t", "text", 2), ("s", "save", 1), ("?", "help", 0), ("q", "quit", 0))
 KEYS = "  ".join(f"{keys} {what}" for keys, what, _ in HINTS)  # every binding
