@@ -25,8 +25,11 @@ from ..errors import ModelNotFoundError
 
 
 def language_model(network: nn.Module, name: str) -> nn.Module:
-    """The language model inside a vision-language model (``model.language_model`` in transformers 5)."""
-    found = getattr(getattr(network, "model", None), "language_model", None)
+    """The language model inside a vision-language model (``model.language_model`` in transformers 5; Idefics3's
+    and SmolVLM's ``model.text_model``)."""
+    inner = getattr(network, "model", None)
+    found = getattr(inner, "language_model", None)
+    found = getattr(inner, "text_model", None) if found is None else found
     if not isinstance(found, nn.Module):
         raise ModelNotFoundError(f"{name}: attnviz finds no language model in it (model.language_model)")
     return found

@@ -123,8 +123,22 @@ def gemma3_grid(config: dict[str, Any], height: int, width: int) -> Grid:
 
 
 register(PatchLayout("gemma3", ("gemma3",), "Gemma 3: SigLIP's patches pooled to a square grid (16 × 16 at 896 "
-                     "pixels) between its start- and end-of-image tokens", "attnviz.images.layouts:gemma3_grid",
-                     language=True))
+                     "pixels) between its start- and end-of-image tokens; with pan-and-scan, the same grid of each "
+                     "crop after the whole picture's", "attnviz.images.layouts:gemma3_grid", language=True,
+                     place="attnviz.images.panscan:gemma3_place"))
+register(PatchLayout("qwen2_vl", ("qwen2_vl",), "Qwen2-VL: the picture resized to a multiple of the merged patch, "
+                     "each 2 × 2 block of patches one token, row-major, between <|vision_start|> and <|vision_end|>",
+                     "attnviz.images.layouts:plain_grid", language=True, place="attnviz.images.qwen:qwen2_vl_place"))
+register(PatchLayout("qwen2_5_vl", ("qwen2_5_vl",), "Qwen2.5-VL: as Qwen2-VL (merged patches of the resized "
+                     "picture, row-major)", "attnviz.images.layouts:plain_grid", language=True,
+                     place="attnviz.images.qwen:qwen2_vl_place"))
+register(PatchLayout("idefics3", ("idefics3",), "Idefics3: the picture cut into tiles, each tile's pixel-shuffled "
+                     "grid after its <row_i_col_j> marker, then the whole picture's after <global-img>; the overlay "
+                     "on the tiles stitched together", "attnviz.images.layouts:plain_grid", language=True,
+                     place="attnviz.images.idefics:idefics3_place"))
+register(PatchLayout("smolvlm", ("smolvlm",), "SmolVLM: as Idefics3 (tiles, then the whole picture, each "
+                     "pixel-shuffled)", "attnviz.images.layouts:plain_grid", language=True,
+                     place="attnviz.images.idefics:idefics3_place"))
 register(PatchLayout("paligemma", ("paligemma",), "PaliGemma: SigLIP's patches, row-major, before the prompt (its "
                      "processor puts them there; image and prompt attend to each other, a prefix)",
                      "attnviz.images.layouts:plain_grid", language=True, inserts=True))
@@ -181,3 +195,25 @@ def _sizes(value: Any) -> dict[str, int]:
         if item is not None:
             found[key] = int(item)
     return found
+
+
+def token_blocks(positions: list[int], lengths: list[int], layout: str, index: int, *,
+                 closed: bool = True) -> list[list[int]]:
+    """One picture's image tokens as the processor put them: the first ``len(lengths)`` runs of consecutive
+    ``positions`` (text tokens between them: tile markers, start- and end-of-image tokens), each checked to be
+    ``lengths[i]`` long (``closed``: and to end there), the processor's count against the layout's."""
+    from ..errors import ModelNotFoundError
+
+    out: list[list[int]] = []
+    at = 0
+    for number, length in enumerate(lengths, start=1):
+        end = min(at + 1, len(positions))
+        while end < len(positions) and positions[end] == positions[end - 1] + 1 and (closed or end < at + length):
+            end += 1
+        if end - at != length:
+            raise ModelNotFoundError(f"the {layout} layout gives {length} image tokens in block {number} of picture "
+                                     f"{index + 1}, the processor put {end - at} there (its config and processor "
+                                     "disagree)")
+        out.append(positions[at:end])
+        at = end
+    return out

@@ -1,6 +1,8 @@
 """A vision-language model's processor, loaded as transformers loads it; where its video processor needs torchvision
-and torchvision is missing (Qwen2-VL's and Qwen2.5-VL's on a machine with the CPU build of torch), the same processor
-without videos: attnviz reads pictures only, and the image processor has a torchvision-free backend."""
+and torchvision is missing (Qwen2-VL's, Qwen2.5-VL's, SmolVLM's on a machine with the CPU build of torch), the same processor
+without videos: attnviz reads pictures only, and the image processor has a torchvision-free backend. An option the
+checkpoint's image processor was saved with is kept where the processor's class would override it (Gemma 3's
+pan-and-scan)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,34 @@ def load_processor(ref: str, options: dict[str, Any]) -> Any:
     import transformers
 
     try:
-        return transformers.AutoProcessor.from_pretrained(ref, **options)
+        processor = transformers.AutoProcessor.from_pretrained(ref, **options)
     except ImportError as exc:
         if "torchvision" not in str(exc).lower():
             raise
-        return without_videos(ref, options)
+        processor = without_videos(ref, options)
+    return saved_options_kept(processor)
+
+
+def saved_options_kept(processor: Any) -> Any:
+    """The processor, where its class fixes an option for every call to its image processor (its ``images_kwargs``)
+    that the image processor's class leaves unset but this checkpoint's image processor was saved with, keeping the
+    saved one (Gemma 3's ``do_pan_and_scan`` and its ``pan_and_scan_*``: Gemma3Processor turns pan-and-scan off for
+    a call without keywords, whatever the checkpoint says)."""
+    fixed = getattr(type(processor), "images_kwargs", None)
+    image = getattr(processor, "image_processor", None)
+    if not isinstance(fixed, dict) or image is None:
+        return processor
+    saved = {key: getattr(image, key) for key in fixed
+             if getattr(type(image), key, None) is None and getattr(image, key, None) is not None}
+    if saved:
+        processor.images_kwargs = {**fixed, **saved}
+    return processor
 
 
 def without_videos(ref: str, options: dict[str, Any]) -> Any:
-    """The processor named by the checkpoint, built from its image processor and tokenizer with no video processor."""
+    """The processor named by the checkpoint, built from its image processor, tokenizer and processor config's own
+    settings, with no video processor."""
+    import inspect
     import json
 
     import transformers
@@ -29,6 +50,7 @@ def without_videos(ref: str, options: dict[str, Any]) -> Any:
     from ..errors import ModelNotFoundError
 
     name = None
+    settings: dict[str, Any] = {}  # the processor config's own (SmolVLM's image_seq_len)
     for file in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
         try:
             found = transformers.utils.cached_file(ref, file, _raise_exceptions_for_missing_entries=False,
@@ -37,7 +59,9 @@ def without_videos(ref: str, options: dict[str, Any]) -> Any:
             found = None
         if found:
             with open(found, encoding="utf-8") as handle:
-                name = json.load(handle).get("processor_class") or name
+                read = json.load(handle)
+            name = read.get("processor_class") or name
+            settings = read if file == "processor_config.json" else settings
         if name:
             break
     base = processor_class_from_name(name) if name else None
@@ -55,5 +79,8 @@ def without_videos(ref: str, options: dict[str, Any]) -> Any:
     PicturesOnly.__name__ = base.__name__
     image_processor = transformers.AutoImageProcessor.from_pretrained(ref, **options)
     tokenizer = transformers.AutoTokenizer.from_pretrained(ref, **options)
+    own = [key for key in inspect.signature(base.__init__).parameters
+           if key not in ("self", "image_processor", "tokenizer", "video_processor", "chat_template")]
     return PicturesOnly(image_processor=image_processor, tokenizer=tokenizer,
-                        chat_template=getattr(tokenizer, "chat_template", None))
+                        chat_template=getattr(tokenizer, "chat_template", None),
+                        **{key: settings[key] for key in own if key in settings})
