@@ -29,8 +29,8 @@ def _checked(options: Any, images: list[Path], out: list[Path], allowed: tuple[s
                          "--image go with a text, to a vision-language model)")
     if options.model is None:
         raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
-                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma), a folder "
-                         "or hub id")
+                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma, Qwen2-VL, "
+                         "Qwen2.5-VL, Idefics3, SmolVLM), a folder or hub id")
     for path in out:
         if path.suffix.lower() not in allowed:
             raise UnknownFormatError(f"cannot write {path}: with --image, --out writes {written}")

@@ -129,9 +129,9 @@ Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle
                          "retrieval (score ≥ 0.1).", show_default=False)
 ImageFiles = typer.Option(
     [], "--image", help="A picture the model reads (PNG, JPEG or WebP): alone, an image encoder's patches (ViT, "
-    "CLIP's and SigLIP's towers, DINOv2); beside TEXT, a vision-language model's (LLaVA-1.5, LLaVA-NeXT, Gemma 3, "
-    "PaliGemma; repeatable, each where TEXT names it with the image token, else before TEXT); the attention drawn "
-    "as heat over the picture (--out x.png).",
+    "CLIP's and SigLIP's towers, DINOv2); beside TEXT, a vision-language model's (LLaVA-1.5, LLaVA-NeXT, Gemma 3 "
+    "with or without pan-and-scan, PaliGemma, Qwen2-VL, Qwen2.5-VL, Idefics3, SmolVLM; repeatable, each where TEXT "
+    "names it with the image token, else before TEXT); the attention drawn as heat over the picture (--out x.png).",
     show_default=False,
 )
 OutFiles = typer.Option(
