@@ -24,6 +24,7 @@ from .options import (
     Dtype,
     EngineChoice,
     Field,
+    ImageFiles,
     InputFormat,
 )
 
@@ -69,12 +70,17 @@ def export(
     quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress: no bar at a terminal, and no progress lines on stderr elsewhere.", show_default=False),
     backend: str | None = typer.Option(_NOT_GIVEN, "--backend", help="local (this machine: one process runs the model, --jobs draw) or ray (--jobs Ray actors, one model each; needs attnviz[ray]).", show_default=False),
     ray_address: str | None = typer.Option(_NOT_GIVEN, "--ray-address", help="With --backend ray: an existing cluster (auto, or the head's host:port; ray://host:port needs ray[client]); default: a local cluster with this machine's CPUs.", show_default=False),
+    image: list[Path] = ImageFiles,
     merge: bool = typer.Option(False, "--merge", help="Instead of exporting: join the shard folders given as arguments into --out (--merge shards/*, or --merge a --merge b).", show_default=False),
 ) -> None:
     """Export attention for every text of INPUT: image grids per layer, .npz arrays and head statistics as JSON.
 
     A rerun skips finished items; --shard K/N splits the work; --merge joins the shards.
     Example: attnviz export texts.txt --out results/ --layer 0,5 --formats png,npz
+
+    With a vision-language model, each text is read with its pictures (the corpus's "image" field or column, or
+    --image for every text): per text its .npz, .stats.json (each head on the pictures) and a PNG per layer of heat
+    over them; parquet: pictures.parquet.
 
     With --merge, every argument is a shard folder and nothing is exported:
     attnviz export --merge shards/* --out results/ (the older --merge a --merge b means the same).
@@ -111,13 +117,27 @@ def export(
         )
     input = inputs[0]
     settings = build_settings(config, export_options)
+    from ..images.found import reads_pictures
     from ..render.progress import export_progress
+
+    pictures = bool(image) or (settings.model is not None and reads_pictures(settings.model))
+    if pictures:
+        from ..export.pictures import check_settings
+
+        if settings.model is None:
+            raise UsageError("--image needs a vision-language model as --model (LLaVA, Gemma 3, PaliGemma, …)")
+        check_settings(settings)
 
     # A bar at a terminal; otherwise a plain line on stderr now and then (a log, a cluster job).
     with export_progress(console, enabled=not settings.quiet) as (start, advance):
         try:
             said = (lambda source: note(source.describe())) if verbose else None
-            summary = run_export(input, out, settings, on_start=start, on_item=advance, on_source=said)
+            if pictures:
+                from ..export.pictures import run_picture_export
+
+                summary = run_picture_export(input, out, settings, image, on_start=start, on_item=advance)
+            else:
+                summary = run_export(input, out, settings, on_start=start, on_item=advance, on_source=said)
         except KeyboardInterrupt:
             # The export's own note (attnviz.export.run), as a Ctrl-C during a module's import says it too
             raise fail(f"interrupted; what is finished is kept in {out}; rerun the same command to resume", 130) from None

@@ -1,0 +1,167 @@
+"""An export of texts with pictures (a vision-language model): each row's pictures from the corpus's ``image`` field
+or column, or the same pictures for every text (:mod:`attnviz.images.corpus`); per text its ``.npz`` (every row,
+where each patch sits), its ``.stats.json`` (each head's share on the pictures, entropy over their patches and sink:
+:mod:`attnviz.images.statistics`), a PNG per layer of heat over the pictures (the text's last token, a panel per
+head, or the heads given), and with ``parquet`` one ``pictures.parquet`` (a row per text × layer × head).
+
+Resumable and shardable as every export: the same manifest, journal and lock (:mod:`.manifest`, :mod:`.lock`);
+an item's hash covers its text and its pictures' bytes, so a changed picture is a new item. The model is loaded
+once and reads one text at a time (the pictures make each prompt its own length)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import AttnvizError, UsageError
+from ..fileio import atomic_write, remove_stale_temporaries
+from ..interrupts import on_stop
+from .blocks import ExportSummary, fail_item
+from .items import Item, blocks, input_fingerprint
+from .lock import folder_lock
+from .manifest import Journal, file_sizes
+from .settings import ExportSettings, reading_of
+
+FORMATS = ("png", "npz", "json", "parquet")
+TABLE = "pictures.parquet"
+
+
+@dataclass(frozen=True)
+class PictureItem(Item):
+    pictures: tuple[Path, ...] = ()
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 of the text and each picture's bytes, first 16 hex digits."""
+        digest = hashlib.sha256(self.text.encode("utf-8"))
+        for picture in self.pictures:
+            digest.update(b"\0" + hashlib.sha256(picture.read_bytes()).digest())
+        return digest.hexdigest()[:16]
+
+
+def check_settings(settings: ExportSettings) -> None:
+    """What an export of pictures cannot do, each one line before anything loads."""
+    other = [f for f in settings.formats if f not in FORMATS]
+    if other:
+        raise UsageError(f"[[formats={','.join(other)}]]: an export of pictures writes {', '.join(FORMATS)}")
+    if settings.backend != "local":
+        raise UsageError("an export of pictures runs on this machine (the local backend)")
+    if settings.pair is not None or settings.hide_special or settings.renormalize or settings.words:
+        raise UsageError("an export of pictures reads each text as the model's processor makes it: no pair, and no "
+                         "hide_special, renormalize or words")
+    if "parquet" in settings.formats:
+        from ..tables import pyarrow
+
+        pyarrow()
+
+
+def run_picture_export(source_path: str, out_dir: Path, settings: ExportSettings, pictures: list[Path], *,
+                       on_start: Any = None, on_item: Any = None) -> ExportSummary:
+    """Export this shard of ``source_path``'s texts with their pictures into ``out_dir`` (see the module)."""
+    from ..images.corpus import picture_rows
+    from ..images.files import read_image
+
+    check_settings(settings)
+    rows = picture_rows(source_path, field=settings.field if settings.field != "text" else None,
+                        column=settings.column if settings.column != "text" else None,
+                        input_format=None if settings.input_format == "auto" else settings.input_format,
+                        pictures=pictures or None)
+    for row in rows:  # every picture read before the model loads: a bad one is one line, not a late failure
+        for picture in row.pictures:
+            read_image(picture)
+    all_items: list[PictureItem] = [PictureItem(i, row.text, row.pictures) for i, row in enumerate(rows)]
+    planned = blocks(list(all_items), settings.batch_size, *settings.shard)
+    items: list[PictureItem] = [all_items[item.index] for block in planned for item in block]
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create [[out={out_dir}]]: {exc.strerror}") from None
+    kept = f"what is finished is kept in {out_dir}; rerun the same command to resume"
+    with on_stop(note=kept), folder_lock(out_dir, f"{settings.fingerprint()}/{input_fingerprint(list(all_items))}"):
+        remove_stale_temporaries(out_dir)
+        journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items),
+                          reading=reading_of(settings))
+        todo = [item for item in items if not journal.finished(item)]
+        summary = ExportSummary(items=len(items), skipped=len(items) - len(todo))
+        if on_start is not None:
+            on_start(len(items), summary.skipped)
+        if todo:
+            from ..images.vlm import load_vlm
+
+            model = load_vlm(str(settings.model), device=settings.device, revision=settings.revision,
+                             trust_remote_code=settings.trust_remote_code,
+                             engine="hf" if settings.engine == "hf" else "fused")
+            for item in todo:
+                try:
+                    files, stats = _export_item(model, item, out_dir, settings)
+                except AttnvizError as exc:
+                    if isinstance(exc, UsageError):
+                        raise  # a layer or head out of range: wrong for every item alike
+                    fail_item(journal, summary, item, exc.template, on_item or (lambda: None))
+                    continue
+                journal.record(journal.entry(item, files=files, sizes=file_sizes(out_dir, files), stats=stats,
+                                             status="ok"))
+                summary.exported += 1
+                if on_item is not None:
+                    on_item()
+        summary.manifest = journal.finish(list(items))
+        if "parquet" in settings.formats:
+            _table(out_dir, [item for item in items if journal.finished(item)])
+    summary.failed.sort()
+    return summary
+
+
+def _export_item(model: Any, item: PictureItem, out_dir: Path, settings: ExportSettings) -> tuple[list[str],
+                                                                                                 dict[str, Any]]:
+    from ..images.files import read_image
+    from ..images.statistics import image_head_rows
+    from ..render.overlay import overlay_png
+
+    result = model.read(item.text, list(item.pictures), rows="all" if "npz" in settings.formats else "text")
+    n_layers, n_heads = int(result.attentions.shape[0]), int(result.attentions.shape[1])
+    layers = list(range(n_layers)) if settings.layers is None else list(settings.layers)
+    if any(not 0 <= layer < n_layers for layer in layers):
+        raise UsageError(f"[[layers]] out of range; {result.model_name} has layers 0 to {n_layers - 1}")
+    if settings.heads is not None and max(settings.heads) >= n_heads:
+        raise UsageError(f"[[heads={max(settings.heads)}]] is out of range; {result.model_name} has heads 0 to "
+                         f"{n_heads - 1}")
+    files: list[str] = []
+    if "npz" in settings.formats:
+        files.append(result.save(out_dir / f"{item.stem}.npz", float16=settings.float16).name)
+    heads = [row for row in image_head_rows(result) if row["layer"] in layers]
+    if "json" in settings.formats or "parquet" in settings.formats:
+        doc = {"index": item.index, "hash": item.hash, "text": item.text,
+               "pictures": [str(p) for p in item.pictures], "model": result.model_name, "tokens": result.tokens,
+               "images": [{k: v for k, v in meta.items() if k not in ("boxes", "grids")}
+                          for meta in result.metadata["images"]], "heads": heads}
+        path = out_dir / f"{item.stem}.stats.json"
+        text = json.dumps(doc, ensure_ascii=False, allow_nan=False, sort_keys=True, indent=1) + "\n"
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        files.append(path.name)
+    if "png" in settings.formats:
+        images = [read_image(picture) for picture in item.pictures]
+        grid = settings.grid if settings.grid is not None else not settings.heads
+        drawn = list(range(n_heads)) if grid or not settings.heads else list(settings.heads)
+        for layer in layers:
+            path = out_dir / f"{item.stem}.L{layer}.png"
+            overlay_png(result, images, path, layers=[layer], heads=drawn, query=len(result.tokens) - 1,
+                        cmap=settings.cmap)
+            files.append(path.name)
+    share = sum(row["image_share"] for row in heads) / max(1, len(heads))
+    return files, {"tokens": len(result.tokens), "image_share_mean": round(share, 6)}
+
+
+def _table(out_dir: Path, items: list[PictureItem]) -> None:
+    """``pictures.parquet``: a row per text × layer × head, from each finished text's ``.stats.json``."""
+    from ..images.statistics import COLUMNS
+    from ..tables import write_rows
+
+    rows: list[dict[str, Any]] = []
+    for item in items:
+        found = json.loads((out_dir / f"{item.stem}.stats.json").read_text(encoding="utf-8"))
+        rows.extend({"index": item.index, "text": item.text, "pictures": "|".join(found["pictures"]), **head}
+                    for head in found["heads"])
+    write_rows(out_dir / TABLE, rows, ("index", "text", "pictures", *COLUMNS))
