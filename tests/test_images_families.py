@@ -145,6 +145,25 @@ def test_qwen_places_two_pictures_of_different_sizes_in_order(qwen, pictures, fa
     assert result.tokens[second["image_positions"][-1]] == "<img 2 r1c2>"
 
 
+def test_qwen_answers_as_transformers_generates_and_the_command_draws_its_grid(qwen, pictures, run_cli, tmp_path):
+    """generate with a picture: the answer is transformers' greedy one (the answer's tokens text in the M-RoPE
+    types), and heatmap --image draws the 3 × 4 grid of 16-pixel tokens."""
+    import transformers
+
+    from attnviz.images.vlm import vlm_attention
+
+    result = vlm_attention(TEXT, pictures["wide"], str(qwen["qwen2_vl"]), max_new_tokens=3)
+    inputs, _ = reference(qwen["qwen2_vl"], f"<|vision_start|><|image_pad|><|vision_end|> {TEXT}", [pictures["wide"]])
+    model = transformers.AutoModelForImageTextToText.from_pretrained(qwen["qwen2_vl"], attn_implementation="eager")
+    with torch.no_grad():
+        answer = model.eval().generate(**inputs, max_new_tokens=3, do_sample=False, pad_token_id=1)[0].tolist()
+    assert result.token_ids == answer and result.metadata["prompt_length"] == inputs["input_ids"].shape[1] < len(answer)
+    shown = run_cli("heatmap", TEXT, "--image", str(pictures["wide"]), "--model", str(qwen["qwen2_vl"]),
+                    "--layer", "1", "--head", "0")
+    assert shown.exit_code == 0, shown.stderr
+    assert "3 × 4 grid of 16-pixel patches" in shown.stdout
+
+
 # Idefics3 and SmolVLM ------------------------------------------------------------------------------------------------
 
 TILE_WORDS = ["<unk>", "<s>", "</s>", "<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>",
@@ -247,6 +266,28 @@ def test_two_tiled_pictures_of_different_sizes_are_placed_in_order(tiled, pictur
     assert second["boxes"][-1] == pytest.approx([13.333, 50.0, 20.0, 60.0])  # 20 × 2/3
     assert result.tokens[second["first"]] == "<img 2 r0c0>" and result.tokens[second["image_positions"][-1]] == \
         "<img 2 g r2c2>"
+
+
+def test_the_command_draws_the_stitched_tiles_over_the_picture(tiled, pictures, run_cli, tmp_path):
+    """heatmap --image on Idefics3: the terminal's grid is the 6 × 6 canvas, the PNG a panel over the picture, and
+    the saved weights of the last word on the canvas are its row at the canvas's tokens, in canvas order."""
+    from attnviz.render.overlay import patch_weights
+    from attnviz.result import AttentionResult
+
+    png, npz = tmp_path / "tiles.png", tmp_path / "tiles.npz"
+    shown = run_cli("heatmap", TEXT, "--image", str(pictures["wide"]), "--model", str(tiled["idefics3"]),
+                    "--layer", "1", "--head", "2")
+    assert shown.exit_code == 0, shown.stderr
+    assert "6 × 6 grid of 16-pixel patches" in shown.stdout
+    written = run_cli("heatmap", TEXT, "--image", str(pictures["wide"]), "--model", str(tiled["idefics3"]),
+                      "--out", str(png), "--out", str(npz))
+    assert written.exit_code == 0, written.stderr
+    assert png.read_bytes().startswith(b"\x89PNG")
+    saved = AttentionResult.load(npz)
+    meta = saved.metadata["images"][0]
+    last = len(saved.tokens) - 1
+    expected = saved.attentions[1, 2, last, meta["positions"]].reshape(6, 6).double().numpy()
+    np.testing.assert_allclose(patch_weights(saved, 1, 2, last), expected)
 
 
 def test_a_picture_the_processor_does_not_split_is_the_whole_picture_alone(tiled, pictures, tmp_path):

@@ -47,7 +47,8 @@ class PatchLayout:
     inserts: bool = False  # its processor puts the image tokens in the prompt itself (else the text names the image)
     # "module:function" placing one picture's tokens where a picture is several grids (tiles), else ``grid``:
     # ``place(config, processor, inputs, positions, index)`` -> {labels, grids, specials, patch} for picture
-    # ``index``, whose tokens are the first of ``positions`` (the prompt's image tokens not yet placed)
+    # ``index``, whose tokens are the first of ``positions`` (the prompt's image tokens not yet placed); a function
+    # with a ``picture`` keyword is also handed the picture (a PIL image: its size, for boxes the inputs do not give)
     place: str | None = None
 
     def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
