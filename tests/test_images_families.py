@@ -268,6 +268,16 @@ def test_two_tiled_pictures_of_different_sizes_are_placed_in_order(tiled, pictur
         "<img 2 g r2c2>"
 
 
+def test_a_processor_whose_package_is_missing_is_one_line(tiled, pictures, run_cli, monkeypatch):
+    """SmolVLM's processor wants num2words (for its videos' words): where it is missing, one line naming it."""
+    from transformers.models.smolvlm import processing_smolvlm
+
+    monkeypatch.setattr(processing_smolvlm, "num2words", None)
+    shown = run_cli("heatmap", TEXT, "--image", str(pictures["wide"]), "--model", str(tiled["smolvlm"]))
+    assert shown.exit_code != 0 and "num2words" in shown.stderr and "not installed" in shown.stderr
+    assert shown.stderr.count("\n") == 1 and "Traceback" not in shown.stderr
+
+
 def test_the_command_draws_the_stitched_tiles_over_the_picture(tiled, pictures, run_cli, tmp_path):
     """heatmap --image on Idefics3: the terminal's grid is the 6 × 6 canvas, the PNG a panel over the picture, and
     the saved weights of the last word on the canvas are its row at the canvas's tokens, in canvas order."""

@@ -10,15 +10,22 @@ from typing import Any
 
 
 def load_processor(ref: str, options: dict[str, Any]) -> Any:
-    """``AutoProcessor.from_pretrained(ref)``, or the picture-only processor (see the module)."""
+    """``AutoProcessor.from_pretrained(ref)``, or the picture-only processor (see the module); a package the
+    processor needs that is missing (SmolVLM's num2words) is one line naming it."""
     import transformers
 
+    from ..errors import ModelNotFoundError
+
     try:
-        processor = transformers.AutoProcessor.from_pretrained(ref, **options)
+        try:
+            processor = transformers.AutoProcessor.from_pretrained(ref, **options)
+        except ImportError as exc:
+            if "torchvision" not in str(exc).lower():
+                raise
+            processor = without_videos(ref, options)
     except ImportError as exc:
-        if "torchvision" not in str(exc).lower():
-            raise
-        processor = without_videos(ref, options)
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ModelNotFoundError(f"{ref}: its processor needs a package that is not installed ({first})") from None
     return saved_options_kept(processor)
 
 
