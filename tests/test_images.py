@@ -616,3 +616,108 @@ def test_the_fused_engine_and_the_texts_rows_equal_transformers_eager_attention(
     torch.testing.assert_close(rows.attentions, reference[:, :, held], atol=1e-5, rtol=1e-5)
     # Gemma 3's image tokens see each other both ways (its text causally), PaliGemma's prompt is a prefix
     assert fused.causal == (family not in ("paligemma", "gemma3")) and rows.causal == (family != "paligemma")
+
+
+def plant_patch_reader(model: torch.nn.Module, target: int) -> None:
+    """Make layer 0, head 0 of a tiny LLaVA's language model read the image token of the vision tower's patch
+    ``target`` from every text token (weights by hand):
+
+    - the tower sees positions only (its patch convolution zeroed, its layers' writes zeroed, so the features
+      are ``pre_layrnorm`` of the position embeddings); patch ``target``'s position embedding is +a on dims 0-7 and
+      −a on dims 8-15 (LayerNorm: ±√2 there), every other one small noise (LayerNorm: N(0, 1) entries);
+    - the projector is k·I then GELU then I: the target's dims 0-7 are large and positive, another patch's are
+      GELU of unit noise (a third of the target's sum on average);
+    - every text token's embedding is 1 on dims 16-31 and 0 on 0-15; the newline token (LLaVA-NeXT) is 0;
+    - head 0's query dim 3 sums dims 16-31 (text tokens: large), its key dim 3 sums dims 0-7 (the target: 16
+      after RMSNorm, another patch about 4.5, a text token 0); dim 3 pairs with RoPE's slowest frequency and
+      ``rope_theta`` is 1e12, so positions barely turn it. Every other query and key dim is 0.
+    The score gap to any other key is about 90: the row's weight on the target's token(s) is ~1."""
+    with torch.no_grad():
+        tower = model.model.vision_tower
+        tower.embeddings.patch_embedding.weight.zero_()
+        tower.embeddings.class_embedding.zero_()
+        generator = torch.Generator().manual_seed(3)
+        positions = torch.randn(tower.embeddings.position_embedding.weight.shape, generator=generator) * 0.01
+        positions[1 + target] = torch.cat([torch.full((8,), 5.0), torch.full((8,), -5.0), torch.zeros(16)])
+        tower.embeddings.position_embedding.weight.copy_(positions)
+        for layer in tower.encoder.layers:
+            for linear in (layer.self_attn.out_proj, layer.mlp.fc2):
+                linear.weight.zero_()
+                linear.bias.zero_()
+        projector = model.model.multi_modal_projector
+        projector.linear_1.weight.copy_(torch.eye(32) * 4)
+        projector.linear_2.weight.copy_(torch.eye(32))
+        projector.linear_1.bias.zero_()
+        projector.linear_2.bias.zero_()
+        language = model.model.language_model
+        language.embed_tokens.weight.zero_()
+        language.embed_tokens.weight[:, 16:] = 1.0
+        if getattr(model.model, "image_newline", None) is not None:
+            model.model.image_newline.zero_()
+        attention = language.layers[0].self_attn
+        attention.q_proj.weight.zero_()
+        attention.k_proj.weight.zero_()
+        attention.q_proj.weight[3, 16:] = 1.0
+        attention.k_proj.weight[3, :8] = 1.0
+
+
+@pytest.mark.parametrize("family", ["llava", "llava_next"])
+def test_a_planted_patch_reader_draws_its_heat_on_that_patchs_boxes(family, tmp_path):
+    """The layout's mapping against a planted model: the text reads the tower's patch (1, 2); LLaVA-1.5's heat is
+    on that patch's box of a 64 × 64 picture (resized to 32: 16-pixel boxes), LLaVA-NeXT's on the canvas patches
+    (1, 2), (1, 6), (5, 2), (5, 6) of its 2 × 2 tiles (8-pixel boxes), hand computed."""
+    import transformers
+    from PIL import Image
+    from transformers import CLIPVisionConfig, LlamaConfig
+
+    from attnviz.images.vlm import vlm_attention
+    from attnviz.render.overlay import patch_weights
+
+    transformers.logging.set_verbosity_error()
+    words = ["<unk>", "<s>", "</s>", "<image>", "what", "is", "in", "the", "picture", "?"]
+    fast = word_tokenizer(words, bos_token="<s>", eos_token="</s>", image="<image>")
+    vision = CLIPVisionConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=37, projection_dim=32)
+    text = LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1e12})
+    folder = tmp_path / family
+    target = 1 * 4 + 2  # row 1, column 2 of the tower's 4 × 4 grid
+    if family == "llava":
+        config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_id=3,
+                                          vision_feature_select_strategy="default", vision_feature_layer=-2,
+                                          image_seq_length=16)
+        model = transformers.LlavaForConditionalGeneration(config)
+        processor = transformers.LlavaProcessor(
+            image_processor=transformers.CLIPImageProcessor(size={"shortest_edge": 32},
+                                                            crop_size={"height": 32, "width": 32}),
+            tokenizer=fast, patch_size=8, vision_feature_select_strategy="default", image_token="<image>",
+            num_additional_image_tokens=1)
+        expected = {(1, 2): (32.0, 16.0, 48.0, 32.0)}
+    else:
+        pinpoints = [[32, 64], [64, 32], [64, 64]]
+        config = transformers.LlavaNextConfig(vision_config=vision, text_config=text, image_token_index=3,
+                                              vision_feature_select_strategy="default", vision_feature_layer=-2,
+                                              image_grid_pinpoints=pinpoints)
+        model = transformers.LlavaNextForConditionalGeneration(config)
+        processor = transformers.LlavaNextProcessor(
+            image_processor=transformers.LlavaNextImageProcessor(size={"shortest_edge": 32},
+                                                                 crop_size={"height": 32, "width": 32},
+                                                                 image_grid_pinpoints=pinpoints),
+            tokenizer=fast, patch_size=8, vision_feature_select_strategy="default", image_token="<image>",
+            num_additional_image_tokens=1)
+        expected = {(r, c): (8.0 * c, 8.0 * r, 8.0 * c + 8, 8.0 * r + 8) for r in (1, 5) for c in (2, 6)}
+    plant_patch_reader(model, target)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    path = tmp_path / "square.png"
+    Image.fromarray((np.random.RandomState(2).rand(64, 64, 3) * 255).astype(np.uint8)).save(path)
+    result = vlm_attention("what is in the picture ?", path, str(folder))
+    meta = result.metadata["images"][0]
+    weights = patch_weights(result, 0, 0, len(result.tokens) - 1)  # the last word's row over the (finest) grid
+    order = np.argsort(weights.reshape(-1))[::-1][: len(expected)]
+    found = {(int(i) // meta["cols"], int(i) % meta["cols"]) for i in order}
+    assert found == set(expected)
+    assert float(weights.sum()) > 0.5  # most of the row: on the planted patches (LLaVA-NeXT: its base grid's too)
+    for (r, c), box in expected.items():
+        assert meta["boxes"][r * meta["cols"] + c] == pytest.approx(list(box))
