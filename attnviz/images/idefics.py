@@ -39,7 +39,8 @@ def idefics3_place(config: dict[str, Any], processor: Any, inputs: Any, position
     if not side or side * scale * patch != tile:
         raise ModelNotFoundError(f"the {name} layout cannot fold {tile}-pixel tiles of {patch}-pixel patches by "
                                  f"{scale} (its vision config and processor disagree)")
-    split = processor.image_processor(images=[[picture]], return_row_col_info=True, return_tensors=None)
+    asked = {**(getattr(processor, "images_kwargs", None) or {}), "return_row_col_info": True}  # as the processor
+    split = processor.image_processor(images=[[picture]], **asked)
     rows, cols = int(split["rows"][0][0]), int(split["cols"][0][0])
     blocks = token_blocks(positions, [side * side] * (rows * cols + 1), name, index)
     width, height = picture.size
