@@ -398,7 +398,9 @@ _LONG_CONTEXT = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResul
                  # its text and picture, each head's share on the picture; the layouts (records)
                  "image_attention": ("attnviz.images.encoder", "image_attention"),
                  "vlm_attention": ("attnviz.images.vlm", "vlm_attention"),
+                 "load_vlm": ("attnviz.images.vlm", "load_vlm"),
                  "image_heads": ("attnviz.images.statistics", "image_head_rows"),
+                 "picture_atlas": ("attnviz.images.atlas", "picture_atlas"),
                  "LAYOUTS": ("attnviz.images.layouts", "LAYOUTS")}
 
 

@@ -604,7 +604,7 @@ def test_the_fused_engine_and_the_texts_rows_equal_transformers_eager_attention(
     fused = vlm_attention(text, picture, str(folder))
     assert fused.metadata["engine"] == "fused" and "fused_refused" not in fused.metadata
     prompt = text if family == "paligemma" else f"<start_of_image> {text}" if family == "gemma3" else f"<image> {text}"
-    inputs, reference = transformers_reference(folder, prompt, picture)
+    _, reference = transformers_reference(folder, prompt, picture)
     torch.testing.assert_close(fused.attentions, reference, atol=1e-5, rtol=1e-5)
     eager = vlm_attention(text, picture, str(folder), engine="hf")
     assert eager.metadata["engine"] == "hf"

@@ -111,6 +111,7 @@ def test_qwen_places_the_merged_patches_of_the_resized_picture(qwen, pictures, f
     from attnviz.images.vlm import vlm_attention
 
     result = vlm_attention(TEXT, pictures["odd"], str(qwen[family]))
+    assert result.metadata["engine"] == "fused" and "fused_refused" not in result.metadata  # the default engine
     prompt = f"<|vision_start|><|image_pad|><|vision_end|> {TEXT}"
     inputs, expected = reference(qwen[family], prompt, [pictures["odd"]])
     torch.testing.assert_close(result.attentions, expected, atol=1e-5, rtol=1e-5)
@@ -223,6 +224,7 @@ def test_tiles_and_the_whole_picture_are_placed_and_the_overlay_stitches_the_til
     from attnviz.images.vlm import vlm_attention
 
     result = vlm_attention(TEXT, pictures["wide"], str(tiled[family]))
+    assert result.metadata["engine"] == "fused" and "fused_refused" not in result.metadata  # the default engine
     inputs, expected = reference(tiled[family], f"<image> {TEXT}", [pictures["wide"]])
     torch.testing.assert_close(result.attentions, expected, atol=1e-5, rtol=1e-5)
     meta = result.metadata["images"][0]
@@ -379,6 +381,7 @@ def test_gemma3_places_the_whole_picture_then_each_crop(gemma3_pan, pictures):
     from attnviz.images.vlm import vlm_attention
 
     result = vlm_attention(TEXT, pictures["pan"], str(gemma3_pan))
+    assert result.metadata["engine"] == "fused" and "fused_refused" not in result.metadata  # the default engine
     inputs, expected = reference(gemma3_pan, f"<start_of_image> {TEXT}", [pictures["pan"]], **PAN)
     torch.testing.assert_close(result.attentions, expected, atol=1e-5, rtol=1e-5)
     assert result.token_ids == inputs["input_ids"][0].tolist()
