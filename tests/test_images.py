@@ -721,3 +721,26 @@ def test_a_planted_patch_reader_draws_its_heat_on_that_patchs_boxes(family, tmp_
     assert float(weights.sum()) > 0.5  # most of the row: on the planted patches (LLaVA-NeXT: its base grid's too)
     for (r, c), box in expected.items():
         assert meta["boxes"][r * meta["cols"] + c] == pytest.approx(list(box))
+
+
+def test_a_patch_as_the_query_of_a_vision_language_model_reads_every_row(run_cli, llava, picture, tmp_path):
+    """The text's rows are kept by default; asking for a patch's row (or the patches' mean) reads every row."""
+    from attnviz.images.vlm import vlm_attention
+    from attnviz.render.overlay import overlay_png
+
+    patch = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
+                    "r1c2", "--layer", "1", "--head", "0", "--cmap", "viridis")
+    assert patch.exit_code == 0 and "<img r1c2> over 1 picture" in patch.stdout, patch.stderr
+    drawn = tmp_path / "patch.png"
+    assert run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
+                   "r1c2", "--layer", "1", "--head", "0", "--cmap", "magma", "--out", str(drawn)).exit_code == 0
+    whole = vlm_attention("what is in the picture ?", picture, str(llava))  # every row
+    from PIL import Image
+
+    expected = tmp_path / "expected.png"
+    overlay_png(whole, [Image.open(picture).convert("RGB")], expected, layers=[1], heads=[0],
+                query=whole.tokens.index("<img r1c2>"), cmap="magma")
+    assert np.array_equal(np.asarray(Image.open(drawn)), np.asarray(Image.open(expected)))  # that patch's own row
+    mean = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
+                   "mean", "--layer", "1")
+    assert mean.exit_code == 0 and "the patches' mean query" in mean.stdout, mean.stderr

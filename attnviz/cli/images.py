@@ -50,9 +50,13 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
                        text=text)
     from ..images.files import read_image
 
-    result = _attention(options, text, images, rows=_text_rows(query, checked))
+    every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
+    result = _attention(options, text, images, rows="all" if every_row else "text")
     metas = result.metadata["images"]
     chosen = _query(query, result.tokens, metas[0]["specials"], text_last=text is not None)
+    held = result.metadata.get("rows")
+    if held is not None and (chosen is None or chosen not in held):  # a patch's row (or their mean): every row
+        result = _attention(options, text, images, rows="all")
     n_layers, n_heads = result.attentions.shape[:2]
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
@@ -102,15 +106,6 @@ def _attention(options: Any, text: str | None, images: list[Path], *, rows: str 
         return image_attention(images[0], options.model, **load)
     return vlm_attention(text, images, options.model, **load, engine="hf" if engine == "hf" else "fused", rows=rows,
                          **extra)
-
-
-def _text_rows(query: str | None, out: list[Path]) -> str:
-    """``"text"`` where the command reads the text's rows only (its query a word, no .npz of every row), else
-    ``"all"``."""
-    import re
-
-    patch = query is not None and (query.isdigit() or query == "mean" or re.fullmatch(r"(\d+ )?(b )?(r\d+c\d+|⏎\d+)|\[.*\]", query))
-    return "all" if patch or any(path.suffix.lower() == ".npz" for path in out) else "text"
 
 
 def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bool = False) -> int | None:
@@ -180,7 +175,8 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     from ..render.overlay import Panel, panels_png, patch_weights, row_of, terminal_grid
 
     checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
-    result = _attention(options, prompt, images, max_new_tokens=max_new_tokens, rows=_text_rows(None, checked))
+    every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
+    result = _attention(options, prompt, images, max_new_tokens=max_new_tokens, rows="all" if every_row else "text")
     start = result.metadata["prompt_length"]
     new = list(range(start, len(result.tokens)))
     n_layers, n_heads = result.attentions.shape[:2]
