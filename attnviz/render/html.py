@@ -22,14 +22,16 @@ from .output import check_output_path
 from .page import Page, page_of_view
 from .page_views import sections
 
-# No request may leave the page: scripts and styles are inline, images are drawn on canvases.
+# No request may leave the page: scripts and styles are inline, images are drawn on canvases (a model's pictures
+# are data: URLs in the page's data).
 POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
           "connect-src {connect}; base-uri 'none'; form-action 'none'")
 
-SCRIPTS = ("names.js", "steps.js", "tiles.js", "matrix.js", "headview.js", "onetoken.js", "qk.js", "page.js")
+SCRIPTS = ("names.js", "steps.js", "tiles.js", "matrix.js", "headview.js", "onetoken.js", "qk.js", "picture.js",
+           "page.js")
 """The page's script, in this order: the spelling of head names (``headName``), the step slider of a
 generated text, the tiles' decoder, the zoomable matrix, the head view, the One token view, the
-query · key view, then the page itself."""
+query · key view, the picture view, then the page itself."""
 
 
 def script_safe(payload: str) -> str:

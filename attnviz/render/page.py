@@ -62,6 +62,8 @@ class Page:
     held: dict[str, Any] = field(default_factory=dict, repr=False)  # kind → [layer][head] → every level's tiles kept
     tiles: dict[str, Any] | None = None  # attnviz serve: where the page asks for the tiles it does not hold
     left_out: list[str] = field(default_factory=list)  # what the page's budget left out (said unless a server has it)
+    pictures: dict[str, Any] | None = None  # the pictures a model read, and each token's weights on their patches
+    # (the picture view): attnviz.views.picture_page.picture_data
 
     def add_matrix(self, name: str, values: Any, rows: list[str], cols: list[str], *, title: str = "",
                    value_name: str = "value", notes: list[str] | None = None) -> None:
@@ -78,7 +80,7 @@ class Page:
         notes = self.notes + (served if self.tiles else self.left_out)
         return {"title": self.title, "model": self.model, "kinds": self.kinds, "stats": self.stats, "qk": self.qk,
                 "initial": self.initial, "valueName": self.value_name, "notes": notes, "live": self.live,
-                "extras": self.extras, "generation": self.generation, "tiles": self.tiles,
+                "extras": self.extras, "generation": self.generation, "tiles": self.tiles, "pictures": self.pictures,
                 "views": [view.script_data() for view in PAGE_VIEWS.values()],
                 "cmap": colormap_table(cmap), "format": "attnviz-page", "version": 1}
 

@@ -105,13 +105,31 @@ GENERATION = _obj(promptLength=int, generated=int, kinds=ListOf(str), keyKinds=L
 TILES = _obj(endpoint=str, page=str, kind=str)
 """A served page's finer tiles: where to ask for them (:meth:`attnviz.views.live_tiles.LiveTiles.script_data`)."""
 
-VIEW = _obj(name=str, tab=str, needs=Maybe(OneOf(("qk", "stats", "extras"))), heads=bool)
+PICTURE = _obj(label=str, name=str, src=str, width=int, height=int, size=ListOf(int), layout=str, rows=int, cols=int,
+               patch=int, boxes=ListOf(ListOf(NUMBER)), positions=ListOf(int), tokens=ListOf(int), at=int)
+"""One picture of the picture view: its label and file name, the picture itself (``src``: a ``data:`` URL of at most
+512 pixels a side, ``width`` × ``height``), its original ``size``, its finest grid (``rows`` × ``cols`` patches of
+``patch`` pixels) with each patch's box in the original's pixels and token (``positions``, row-major), every token
+of the picture (``tokens``), and where its patches start among the weights' keys (``at``)."""
+
+COLLAPSED = _obj(kind=str, index=ListOf(int), first=ListOf(int))
+"""The matrix with each picture's tokens as one row and column: its kind, each token's row in it (``index``) and each
+of its rows' first token (``first``)."""
+
+PICTURES = _obj(images=ListOf(PICTURE), queries=ListOf(int), layers=ListOf(int), heads=int,
+                encoding=OneOf(("f16", "log8")), weights=Maybe(ListOf(ListOf(str))), mean=ListOf(str),
+                collapsed=COLLAPSED, expand=bool)
+"""The picture view (:func:`attnviz.views.picture_page.picture_data`): the pictures, the tokens whose weights the page
+holds (``queries``), and per layer each head's (``weights``: null where they would not fit) and their mean's
+weights, a ``[queries, patches]`` tile each (the pictures' patches in order), stored as ``encoding``."""
+
+VIEW = _obj(name=str, tab=str, needs=Maybe(OneOf(("qk", "stats", "extras", "pictures"))), heads=bool)
 """One view of the page (:meth:`attnviz.render.page_views.PageView.script_data`); ``needs`` names the key of
 the page's data without which the view is not offered."""
 
 PAGE = _obj(title=str, model=str, kinds=MapOf(KIND), stats=Maybe(STATS), qk=Maybe(QK), initial=INITIAL, valueName=str,
             notes=ListOf(str), live=Maybe(LIVE), extras=ListOf(EXTRA), generation=Maybe(GENERATION),
-            tiles=Maybe(TILES), views=ListOf(VIEW), cmap=ListOf(ListOf(int)), format=OneOf(("attnviz-page",)),
+            tiles=Maybe(TILES), pictures=Maybe(PICTURES), views=ListOf(VIEW), cmap=ListOf(ListOf(int)), format=OneOf(("attnviz-page",)),
             version=OneOf((1,)))
 """Everything :meth:`attnviz.render.page.Page.data` hands the page's scripts, every key always there."""
 
@@ -201,6 +219,25 @@ def _check_stats(stats: Mapping[str, Any]) -> None:
         _check(row[-1], ListOf(str), f"{path}[{len(columns)}]")
 
 
+def _check_pictures(pictures: Mapping[str, Any], kinds: Mapping[str, Any]) -> None:
+    rows = kinds.get("self", {}).get("rows", [])
+    if pictures["collapsed"]["kind"] not in kinds:
+        _fail("pictures.collapsed.kind", f"{pictures['collapsed']['kind']!r} is not one of the page's kinds")
+    if len(pictures["collapsed"]["index"]) != len(rows):
+        _fail("pictures.collapsed.index", f"{len(pictures['collapsed']['index'])} rows for {len(rows)} tokens")
+    if any(not 0 <= q < len(rows) for q in pictures["queries"]):
+        _fail("pictures.queries", f"a token outside 0 to {len(rows) - 1}")
+    for i, picture in enumerate(pictures["images"]):
+        cells = picture["rows"] * picture["cols"]
+        if len(picture["boxes"]) != cells or len(picture["positions"]) != cells:
+            _fail(f"pictures.images[{i}]", f"{len(picture['boxes'])} boxes and {len(picture['positions'])} tokens for "
+                  f"{picture['rows']} × {picture['cols']} patches")
+    layers = len(pictures["layers"])
+    if len(pictures["mean"]) != layers or (pictures["weights"] is not None and (
+            len(pictures["weights"]) != layers or any(len(w) != pictures["heads"] for w in pictures["weights"]))):
+        _fail("pictures.weights", f"not one tile per head and one mean for each of {layers} layers")
+
+
 def check_page_data(data: Mapping[str, Any]) -> None:
     """Raise :class:`PageDataError`, naming the key path, where ``data`` (:meth:`~attnviz.render.page.Page.data`)
     breaks the contract :data:`PAGE` declares, or its parts do not tie together; else return None."""
@@ -219,3 +256,5 @@ def check_page_data(data: Mapping[str, Any]) -> None:
         _fail("initial.kind", f"{initial['kind']!r} is not one of the page's kinds ({', '.join(data['kinds'])})")
     if data["tiles"] is not None and data["tiles"]["kind"] not in data["kinds"]:
         _fail("tiles.kind", f"{data['tiles']['kind']!r} is not one of the page's kinds")
+    if data["pictures"] is not None:
+        _check_pictures(data["pictures"], data["kinds"])

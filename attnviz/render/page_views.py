@@ -3,9 +3,9 @@
 
 A :class:`PageView` says its ``name`` (what ``--show`` and ``view=`` take), its ``tab`` label, the
 ``hint`` above it and the element it draws into (``body``, markup the document gets as written), the
-page data it ``needs`` to be offered at all (a page without query and key vectors has no ``qk`` tab),
-and whether it draws ``heads`` (a page made of a heatmap view's panels has no head view). The
-document's sections, the tabs the script offers and the check of ``view=`` all come from
+page data it ``needs`` to be offered at all (a page without query and key vectors has no ``qk`` tab, one
+without pictures no ``picture`` tab), and whether it draws ``heads`` (a page made of a heatmap view's panels
+has no head view). The document's sections, the tabs the script offers and the check of ``view=`` all come from
 :data:`PAGE_VIEWS`; the drawing itself is the function of the same name in ``assets/page.js``.
 Adding a view is one record here and its drawing function there; or, from outside (a user's code, a
 plugin: :mod:`attnviz.plugins`), one :func:`register` call with the drawing function as the record's
@@ -31,7 +31,7 @@ class PageView:
     tab: str
     hint: str  # markup: ours, never the user's text
     body: str  # the element the script draws into
-    needs: Literal["qk", "stats", "extras"] | None = None
+    needs: Literal["qk", "stats", "extras", "pictures"] | None = None
     heads: bool = False  # draws a layer's heads as attention between tokens (not offered for a panel page)
     hint_id: str | None = None  # the hint's element id, where the script writes it (the matrix's title)
     script: str | None = None  # a view added from outside: its drawing function, a JavaScript function expression
@@ -88,12 +88,19 @@ PAGE_VIEWS: Registry[PageView] = Registry("page view")
 """Every view, in the order of the page's tabs (the built-ins, then those :func:`register` added)."""
 register, unregister, registered = PAGE_VIEWS.register, PAGE_VIEWS.unregister, PAGE_VIEWS.registered
 
+PICTURE = "<div class=\"picturebox\" id=\"picturebox\"></div>"
+"""The picture view: its bar, the tokens, and each picture with the heat over its patches (``assets/picture.js``)."""
+
 for _view in (
     PageView("head", "Head view", "Queries on the left, keys on the right; a line's strength is the weight. Hover a "
              "token to see only its lines, click it to keep them (↑/↓ move, Esc lets go); the head swatches choose "
              "heads.", HEAD, heads=True),
     PageView("model", "Model view", "Every head of every layer; click one to open it.",
              "<div class=\"grid\" id=\"modelgrid\"></div>"),
+    PageView("picture", "Pictures", "Hover, focus or click a token to see its attention over each picture (the layer "
+             "and head chosen above, or the mean of the heads); click a patch, or focus a picture and move with the "
+             "arrows and Enter, to see which tokens attend to it (Esc goes back to the token).", PICTURE,
+             needs="pictures"),
     PageView("matrix", "Matrix", "", MATRIX, hint_id="matrixtitle"),
     PageView("query", "One token", "What one token attends to in every layer and head at once (click a token on the "
              "left of the head view, or choose it here). <select id=\"querytoken\"></select><input type=\"number\" "

@@ -14,7 +14,11 @@
     for (const child of children) node.append(child);
     return node;
   };
-  let kinds = Object.keys(data.kinds);
+  // A page of pictures holds its matrix with each picture's tokens collapsed too, as a kind of its own: the matrix
+  // view's (unless the pictures are expanded), never one to choose.
+  const collapsedKind = () => (data.pictures ? data.pictures.collapsed.kind : null);
+  const kindsShown = () => Object.keys(data.kinds).filter((k) => k !== collapsedKind());
+  let kinds = kindsShown();
   const HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                        "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"];
   const state = {
@@ -204,12 +208,41 @@
   }
 
   // --- matrix: one head at any length, zoomable (matrix.js) --------------------------------------
-  const matrixPanel = attnvizMatrix({
-    data: () => data, state, K, tiles, showTip, hideTip, fmt, rowCut, colCut, rowGenerated, colGenerated, G, keysToo,
-    promptEdge, selectQuery: (i) => { state.query = i; followQuery(i); },
-    title: () => { $("#matrixtitle").textContent = [data.model, state.kind === "self" ? "" : state.kind,
-      layerName(state.layer), headName(state.head)].filter(Boolean).join(" · "); },
+  // On a page of pictures it draws the collapsed kind unless they are expanded (its own state's kind; the rest is
+  // the page's state), and a token's position there is its picture's row.
+  let expandPictures = false;
+  const collapsed = () => (collapsedKind() && !expandPictures && state.kind === "self" && data.kinds[collapsedKind()]
+    ? data.pictures.collapsed : null);
+  const matrixKind = () => (collapsed() ? collapsedKind() : state.kind);
+  const toMatrix = (i) => (collapsed() ? collapsed().index[i] : i);
+  const fromMatrix = (i) => (collapsed() ? collapsed().first[i] : i);
+  const matrixState = !data.pictures ? state : new Proxy(state, {
+    get: (target, name) => (name === "kind" ? matrixKind() : target[name]),
+    set: (target, name, value) => { target[name] = value; return true; },
   });
+  const matrixPanel = attnvizMatrix({
+    data: () => data, state: matrixState, K: !data.pictures ? K : () => data.kinds[matrixKind()], tiles, showTip, hideTip, fmt, rowCut,
+    colCut, rowGenerated, colGenerated, G, keysToo, promptEdge,
+    selectQuery: (i) => { i = fromMatrix(i); state.query = i; followQuery(i); },
+    title: () => { $("#matrixtitle").textContent = [data.model, state.kind === "self" ? "" : state.kind,
+      layerName(state.layer), headName(state.head), collapsed() ? "each picture's tokens as one row and column" : ""]
+      .filter(Boolean).join(" · "); },
+  });
+  // The matrix bar's box that expands the pictures (a page of pictures only).
+  function expandBox() {
+    let label = $("#expandlabel");
+    if (!data.pictures) { if (label) label.hidden = true; return; }
+    if (!label) {
+      const box = el("input", {type: "checkbox", id: "expandimages"});
+      box.addEventListener("change", () => { expandPictures = box.checked; if (state.view === "matrix") draw(); });
+      label = el("label", {id: "expandlabel", title: "every token of each picture, or each picture as one row and " +
+        "column (the sum of a row's weights on its tokens; the mean of its rows)"}, box, " every image token");
+      $(".matrixbar").append(label);
+      expandPictures = Boolean(data.pictures.expand);
+    }
+    label.hidden = false;
+    $("#expandimages").checked = expandPictures;
+  }
   const matrixView = () => matrixPanel.draw();
 
   // --- heads table --------------------------------------------------------------------------------
@@ -256,8 +289,8 @@
     onQuery: (i) => { state.query = i; followQuery(i); draw(); },
     openCell: (li, h, i, j) => {
       state.layer = li; state.head = h; state.query = i; controls(); setView("matrix");
-      matrixPanel.pick("row", i, true);
-      return matrixPanel.zoomTo(i, j, 24);
+      matrixPanel.pick("row", toMatrix(i), true);
+      return matrixPanel.zoomTo(toMatrix(i), toMatrix(j), 24);
     },
   });
   const queryView = () => queryPanel.draw();
@@ -338,15 +371,19 @@
     if (state.view === "head") return headPanel.goTo(i);
     if (["query", "qk"].includes(state.view)) return draw();
     if (state.view !== "matrix") setView("matrix");
-    matrixPanel.pick("row", i, true);
-    return matrixPanel.zoomTo(i, i, Math.max(16, 1 / (matrixPanel.view.tpp || 1)));
+    matrixPanel.pick("row", toMatrix(i), true);
+    return matrixPanel.zoomTo(toMatrix(i), toMatrix(i), Math.max(16, 1 / (matrixPanel.view.tpp || 1)));
   }
 
   // --- tabs ---------------------------------------------------------------------------------------
   // The views are records in Python (attnviz/render/page_views.py): their names, tabs and what they need
   // come with the data; each one's drawing function is here, under its name (a view added from outside brings
   // its own in its section's script, window.attnvizViews[name], called with the data, the state and the section).
-  const DRAW = {head: headView, model: modelView, matrix: matrixView, query: queryView, qk: qkView, table: tableView,
+  // --- the pictures a model read, with a token's attention as heat over them (picture.js) ------------------
+  const picturePanel = attnvizPicture({data: () => data, state, K, el, fmt, showTip, hideTip});
+  const pictureView = () => picturePanel.draw();
+
+  const DRAW = {picture: pictureView, head: headView, model: modelView, matrix: matrixView, query: queryView, qk: qkView, table: tableView,
                 extras: extrasView, ...Object.fromEntries(Object.entries(window.attnvizViews || {}).map(
                   ([name, f]) => [name, () => f(data, state, document.getElementById("view-" + name))]))};
   const VIEWS = Object.fromEntries(data.views.filter((v) => DRAW[v.name]).map((v) => [v.name, [v.tab, DRAW[v.name], v]]));
@@ -404,11 +441,12 @@
     stepBar();
     controls();
     findBox();
+    expandBox();
     setView(state.view);
   }
   // A new text's data (attnviz serve): the same views, the same layer, head and view where they exist.
   function replace(next) {
-    data = next; kinds = Object.keys(data.kinds); tiles.clear(); window.attnviz.data = data;
+    data = next; kinds = kindsShown(); tiles.clear(); window.attnviz.data = data;
     if (!data.kinds[state.kind]) state.kind = kinds[0];
     state.layer = Math.min(state.layer, K().layers.length - 1);
     state.head = Math.min(state.head, K().heads - 1);
@@ -459,7 +497,7 @@
   // For tests and scripts: the decoded weight of one cell, and what is shown.
   window.attnviz = {data, state, weight: async (kind, li, h, i, j) => (await matrix(kind, li, h))[i * data.kinds[kind].cols.length + j],
                     setView, replace, select: (li, h) => { state.layer = li; state.head = h; controls(); return draw(); },
-                    matrix: matrixPanel, head: headPanel, goToToken};
+                    matrix: matrixPanel, head: headPanel, picture: picturePanel, goToToken};
   if (data.live) live(data.live);
   build();
 })();
