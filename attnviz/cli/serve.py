@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
 
 from ..errors import UsageError
@@ -9,6 +12,8 @@ from .common import cli_command, stdout_console
 from .options import (
     Cmap,
     CmapOpt,
+    ExpandImages,
+    ImageFiles,
     ModelOptions,
     model_command,
 )
@@ -29,10 +34,15 @@ def serve(
                                    "requests at most (pages, their queries and keys, tiles), least recently used "
                                    "dropped first: bytes, or with K, M or G."),
     cmap: Cmap = CmapOpt,
+    image: list[Path] = ImageFiles,
+    expand_images: bool = ExpandImages,
 ) -> None:
     """Serve the interactive page at http://HOST:PORT/ with the model kept loaded: type a text and every
     view follows. GET /api/attention?text=... answers with the attention of every head as JSON.
     Ctrl-C stops it.
+
+    With --image, a vision-language model reads each text typed beside the pictures given here (the page of
+    attnviz view --image).
 
     Example: attnviz serve --port 8000
     """
@@ -43,15 +53,53 @@ def serve(
     if not host.strip():
         raise UsageError("--host is empty; give an address such as 127.0.0.1")
     cache = cache_bytes(cache_size)
+    if not image and expand_images:
+        raise UsageError("--expand-images expands the pictures of a server started with --image; give them")
+    if image:
+        pictures = _pictures(options, image, expand_images)
+        run(None, host=host, port=port, cmap=cmap.value, allowed_hosts=tuple(allow_host), cache_size=cache,
+            on_ready=_ready(pictures.name), pictures=pictures)
+        return
     source = options.load()
     if source.capabilities.fixed_input:
         raise UsageError(f"{source.name} has a fixed input (a matrices config or a saved result): there is nothing "
                          "to type; use attnviz view")
+    run(source, host=host, port=port, cmap=cmap.value, allowed_hosts=tuple(allow_host), cache_size=cache,
+        on_ready=_ready(source.name))
+
+
+def _ready(name: str) -> Any:
+    """What the server says once it listens."""
     console = stdout_console()
 
     def ready(where: str, number: int) -> None:
         shown = f"[{where}]" if ":" in where else where
-        console.print(f"attnviz: serving {source.name} at http://{shown}:{number}/ (Ctrl-C stops)")
+        console.print(f"attnviz: serving {name} at http://{shown}:{number}/ (Ctrl-C stops)")
 
-    run(source, host=host, port=port, cmap=cmap.value, allowed_hosts=tuple(allow_host), cache_size=cache,
-        on_ready=ready)
+    return ready
+
+
+def _pictures(options: ModelOptions, images: list[Path], expand: bool) -> Any:
+    """``serve --image``: the pictures (read and embedded once) and a vision-language model, loaded once, to read each
+    text beside them; the pictures, the model and the engine checked before it loads (as every picture command's)."""
+    from ..images.found import find
+    from ..images.vlm import load_vlm
+    from ..views.picture_page import Pictures, encode_pictures
+    from .images import _checked
+
+    _checked(options, images, [], (), "", text="")
+    engine = str(getattr(options.engine, "value", options.engine))
+    if engine == "native":
+        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
+    where: dict[str, Any] = {"device": options.device, "revision": options.revision,
+                             "trust_remote_code": options.trust_remote_code}
+    try:
+        find(str(options.model), language=True, **where)
+    except UsageError:
+        found = find(str(options.model), language=False, **where)  # (what is neither says so here)
+        raise UsageError(f"{found.place.name} is an image encoder: it reads a picture without a text, and serve "
+                         "--image reads each typed text beside its pictures (a vision-language model); attnviz view "
+                         "--image writes an encoder's page") from None
+    encoded = encode_pictures(images)
+    model = load_vlm(str(options.model), **where, engine="hf" if engine == "hf" else "fused")
+    return Pictures(read=lambda text: model.read(text, images), images=encoded, name=model.name, expand=expand)

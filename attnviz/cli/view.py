@@ -7,11 +7,13 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, renamed, wrote
+from .common import cli_command, given, renamed, wrote
 from .options import (
     Cmap,
     CmapOpt,
+    ExpandImages,
     HideSpecial,
+    ImageFiles,
     Kind,
     KindChoice,
     Layer,
@@ -38,7 +40,8 @@ def _show_help() -> str:
     listed = ", ".join(f"{view.name} ({view.tab.lower()})" for view in PAGE_VIEWS.values())
     return (f"The view open first: {listed}. A view the page has no data for (qk, table) opens the head view (qk "
             "with a warning: at most 64 tokens, on the native engine or a config model), and a page that holds "
-            "neither single cells nor each query's strongest keys opens the matrix and says why.")
+            "neither single cells nor each query's strongest keys opens the matrix and says why. The picture view "
+            "is a page of pictures' (--image), which opens on it.")
 
 
 def _view_names(incomplete: str) -> list[str]:
@@ -74,10 +77,15 @@ def view(
     words: bool = Words,
     cmap: Cmap = CmapOpt,
     truncate: bool = Truncate,
+    image: list[Path] = ImageFiles,
+    expand_images: bool = ExpandImages,
 ) -> None:
     """Write an interactive page: the head view (tokens in two columns, hover one), the model view (every
     layer x head; click one), each head's matrix with a tooltip, and the sortable head statistics.
     One file, no network: open it anywhere.
+
+    With --image, the page of a model reading pictures (an image encoder's, or a vision-language model's beside
+    TEXT): the same views, and the picture view, each picture with a token's attention as heat over its patches.
 
     Example: attnviz view "The cat sat on the mat." --page cat.html
     """
@@ -89,6 +97,11 @@ def view(
     check_view(first)
     if first == "table" and not stats:
         raise UsageError("--show table needs the statistics; drop --no-stats")
+    if not image and first == "picture":
+        raise UsageError("--show picture shows the pictures a model read, and this page has none: give them with "
+                         "--image PICTURE (and a model that reads pictures)")
+    if not image and expand_images:
+        raise UsageError("--expand-images expands the pictures of a page made with --image; this page has none")
     head_choice = parse_head(head)
     if not isinstance(head_choice, int):
         raise UsageError(f"--head {head} is the head shown first: give a number (the page shows every head)")
@@ -97,6 +110,14 @@ def view(
 
     check_output_path(out)
     text = text_from_file(text, text_file)
+    if image:
+        shown = first if given("first") else "picture"
+        _picture_page(options, text, image, out, layer=layer_choice, head=head_choice, view=shown, stats=stats,
+                      expand=expand_images, cmap=cmap.value, open_page=open_page,
+                      refused={"--kind": kind_name(kind) != "self", "--pair": pair is not None,
+                               "--target": target is not None, "--hide-special": hide_special,
+                               "--renormalize": renormalize, "--words": words, "--truncate": truncate})
+        return
     source = options.load()
     text = text_or_example(text, source)
     from ..api import page_view
@@ -105,6 +126,36 @@ def view(
     page = page_view(source, text, layer=layer_choice, head=head_choice, kind=kind_name(kind), pair=pair, target=target,
                      reading=reading(hide_special, renormalize, words), truncate=truncate, stats=stats, view=first)
     written = render_html(page, out, cmap=cmap.value)
+    wrote(written)
+    if open_page:
+        import webbrowser
+
+        webbrowser.open(written.resolve().as_uri())
+
+
+def _picture_page(options: ModelOptions, text: str | None, images: list[Path], out: Path, *, layer: int | None,
+                  head: int, view: str, stats: bool, expand: bool, cmap: str, open_page: bool,
+                  refused: dict[str, bool]) -> None:
+    """``view --image``: the page of a picture result (:func:`attnviz.views.picture_page.picture_page`), the pictures,
+    model and page checked before the model runs (as every picture command's)."""
+    for option, asked in refused.items():
+        if asked:
+            raise UsageError(f"{option} goes with a page of a text; with --image the page shows every token as the "
+                             f"model read it beside the pictures: leave out {option}")
+    if view == "qk":
+        raise UsageError("--show qk shows query and key vectors, which the picture models' engines hand out to no "
+                         "page: open another view")
+    from .images import _attention, _checked
+
+    _checked(options, images, [], (), "", text=text)
+    from ..views.picture_page import encode_pictures, picture_page
+
+    pictures = encode_pictures(images)  # each read (and refused) before the model loads
+    result = _attention(options, text, images)
+    from ..render.html import render_html
+
+    page = picture_page(result, pictures, text=text, layer=layer, head=head, view=view, stats=stats, expand=expand)
+    written = render_html(page, out, cmap=cmap)
     wrote(written)
     if open_page:
         import webbrowser

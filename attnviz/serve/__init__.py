@@ -9,6 +9,10 @@ Contract (tests and scripts rely on it):
 
 * ``GET /``: the page, with a text box (and pair/target boxes where the model takes them), the
   same views as ``attnviz view``, recomputed as the user types (from ``/api/page``).
+* With pictures (``attnviz serve --image``, :func:`create_app`'s ``pictures``): each text is read
+  beside the pictures given at the start, its page the page of pictures (``attnviz view --image``'s),
+  ``/api/attention`` adds ``images`` (the result's ``metadata["images"]``); pair, target and truncate
+  are 422.
 * ``GET /api/attention?text=…[&pair=…][&target=…]``: ``{"model", "tokens", "token_ids", "special",
   "layers", "attentions": [layers][heads][q][k]}`` (plus the decoder's and cross-attention for
   encoder-decoder models), equal to ``attnviz.extract`` for that text.
@@ -83,6 +87,8 @@ FIELDS = ("text", "pair", "target", "truncate")
 """What a request may send."""
 
 EXAMPLE = "The cat sat on the mat because it was tired."
+PICTURE_EXAMPLE = "What is in the picture?"
+"""The home page's text of a server of pictures (``attnviz serve --image``), read beside them."""
 
 
 MIN_CACHE_SIZE = 1 << 20
@@ -116,8 +122,11 @@ def check_available() -> None:
 
 
 def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
-               allowed_hosts: tuple[str, ...] = (), cache_size: int = CACHE_SIZE, turns: Any = None) -> Any:
-    """The Starlette application serving ``source`` (a loaded model, :func:`attnviz.api.load`).
+               allowed_hosts: tuple[str, ...] = (), cache_size: int = CACHE_SIZE, turns: Any = None,
+               pictures: Any = None) -> Any:
+    """The Starlette application serving ``source`` (a loaded model, :func:`attnviz.api.load`), or with
+    ``pictures`` (:class:`attnviz.views.picture_page.Pictures`: a model that reads pictures and the pictures, fixed)
+    each text read beside them, its page the page of pictures (``source`` unused: None).
 
     It answers only to IP literals, ``localhost``, ``host`` and ``allowed_hosts`` in the ``Host``
     header, and refuses API requests from other sites (:mod:`attnviz.serve.guard`). It keeps at most
@@ -143,8 +152,9 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
     cache = ByteCache(cache_size)
     hold = min(HELD_TILES, cache_size // 4)
     waiting = [0]  # requests between arriving and finishing their computation (the event loop's thread only)
-    can = source.capabilities
-    fields = ["target"] if can.cross else ["pair"] if can.pairs else []  # the boxes beside the text box
+    cross = pictures is None and source.capabilities.cross
+    # the boxes beside the text box
+    fields = [] if pictures is not None else ["target"] if cross else ["pair"] if source.capabilities.pairs else []
 
     async def body_of(request: Request) -> bytes:
         """The POST body, refused as soon as it is known to be too large (never read whole first)."""
@@ -190,6 +200,11 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         if sum(len(v.encode("utf-8")) for v in values.values() if v) > MAX_TEXT_BYTES:
             raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
         values["truncate"] = _flag(params.get("truncate"))
+        if pictures is not None:
+            asked = [name for name in ("pair", "target", "truncate") if values[name]]
+            if asked:
+                raise _Reply(422, f"{', '.join(asked)}: this server reads each text beside its pictures as the model "
+                                  "takes it; send the text alone")
         return values
 
     def locked(work: Any, ticket: Ticket, trim: bool = False) -> tuple[bool, Any]:
@@ -243,9 +258,12 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
     def tiled_page(values: dict[str, Any], checkpoint: Any, *, home: bool = False) -> Any:
         """The page of a text; kept in the cache with its layers for /api/tile where they fit."""
         layers = KeptLayers(cache.limit)
-        built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
-                          truncate=values["truncate"], hold=hold, layers_out=layers, checkpoint=checkpoint)
-        if "self" in built.kinds and not can.cross and not layers.over:
+        if pictures is not None:
+            built = pictures.page(values["text"], hold=hold, layers_out=layers, checkpoint=checkpoint)
+        else:
+            built = page_view(source, values["text"], pair=values["pair"], target=values["target"],
+                              truncate=values["truncate"], hold=hold, layers_out=layers, checkpoint=checkpoint)
+        if "self" in built.kinds and not cross and not layers.over:
             live = LiveTiles(built, list(layers), store=cache, owned=True)
             layers.clear()
             kept = cache.put(live.id, live, size_of(live), pinned=home)
@@ -257,8 +275,9 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         return built
 
     def build_home(checkpoint: Any) -> str:
-        page = tiled_page({"text": EXAMPLE, "pair": None, "target": None, "truncate": False}, checkpoint, home=True)
-        page.live = {"endpoint": "/api/page", "text": EXAMPLE, "fields": fields}
+        example = EXAMPLE if pictures is None else PICTURE_EXAMPLE
+        page = tiled_page({"text": example, "pair": None, "target": None, "truncate": False}, checkpoint, home=True)
+        page.live = {"endpoint": "/api/page", "text": example, "fields": fields}
         return page_html(page, cmap=cmap, connect="'self'")
 
     built_home, home = locked(build_home, Ticket())  # once, before serving: a visit never waits behind a request
@@ -269,8 +288,11 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         return HTMLResponse(home)
 
     def attention_json(values: dict[str, Any], checkpoint: Any) -> str:
-        result = source.extract(values["text"], pair=values["pair"], target=values["target"],
-                                truncate=values["truncate"])
+        if pictures is not None:
+            result = pictures.read(values["text"])
+        else:
+            result = source.extract(values["text"], pair=values["pair"], target=values["target"],
+                                    truncate=values["truncate"])
         tensors = [result.attentions]
         if result.cross_attentions is not None:
             tensors += [result.decoder_attentions, result.cross_attentions]
@@ -286,6 +308,8 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         if result.cross_attentions is not None:
             body.update(target_tokens=result.target_tokens, decoder_attentions=result.decoder_attentions.tolist(),
                         cross_attentions=result.cross_attentions.tolist())
+        if pictures is not None:  # where each picture's tokens are, and each patch's box in the picture
+            body["images"] = result.metadata["images"]
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
     def page_json(values: dict[str, Any], checkpoint: Any) -> str:
@@ -418,15 +442,18 @@ class _Reply(Exception):
 
 
 def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str = "viridis",
-          allowed_hosts: tuple[str, ...] = (), cache_size: int | None = None, on_ready: Any = None) -> None:
+          allowed_hosts: tuple[str, ...] = (), cache_size: int | None = None, on_ready: Any = None,
+          pictures: Any = None) -> None:
     """Serve ``source`` until Ctrl-C (uvicorn stops cleanly on SIGINT and SIGTERM). ``on_ready(host,
     port)`` is called once the socket listens, with the real port (``port=0`` picks a free one);
-    ``cache_size``: the bytes kept between requests at most (default :data:`attnviz.serve.CACHE_SIZE`)."""
+    ``cache_size``: the bytes kept between requests at most (default :data:`attnviz.serve.CACHE_SIZE`);
+    ``pictures``: as :func:`create_app`'s."""
     import uvicorn
 
     sock = listen(host, port)
     config = uvicorn.Config(create_app(source, cmap=cmap, host=host, allowed_hosts=allowed_hosts,
-                                       cache_size=CACHE_SIZE if cache_size is None else cache_size),
+                                       cache_size=CACHE_SIZE if cache_size is None else cache_size,
+                                       pictures=pictures),
                             log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     if on_ready is not None:
