@@ -301,7 +301,8 @@ def test_in_the_browser_a_hovered_token_draws_its_heat_and_a_clicked_patch_weigh
                                                                                             pictures, tmp_path):
     """The planted ViT's page: [CLS]'s heat is on r1c1 (layer 0, head 0); hovering another token moves the heat to
     that token's strongest patch; clicking a patch puts each token's weight on it (its column) on the token list;
-    the keyboard does the same (a patch chosen with the arrows and Enter, Esc back); no request leaves the page."""
+    the keyboard does the same (a patch chosen with the arrows and Enter, Esc back, a token focused); no request
+    leaves the page."""
     from attnviz.images.encoder import image_attention
 
     out = tmp_path / "vit.html"
@@ -338,12 +339,14 @@ def test_in_the_browser_a_hovered_token_draws_its_heat_and_a_clicked_patch_weigh
         assert len(shown) == 17 and all(shown)
         np.testing.assert_allclose([float(v) for v in shown], weights[:, cell].numpy(), rtol=2e-3, atol=1e-6)
         assert "r2c3" in page.text_content("#picsummary")
-        # The keyboard: focus the picture, one step right of the patch shown, Enter; Esc goes back to the token.
+        # The keyboard: focus the picture, one step left of the patch chosen (r2c2), up (r1c2), Enter; Esc goes back.
         page.focus("#picturebox canvas.heat")
-        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowUp")
         page.keyboard.press("Enter")
-        page.wait_for_function("() => document.getElementById('picturebox').dataset.mode === 'patch' && "
-                               f"document.getElementById('picturebox').dataset.patch !== '0/{cell}'")
+        page.wait_for_function("() => document.getElementById('picturebox').dataset.patch === '0/6'")
+        shown = page.eval_on_selector_all("#pictokens .ptok .pw", "nodes => nodes.map(n => n.textContent)")
+        np.testing.assert_allclose([float(v) for v in shown], weights[:, 6].numpy(), rtol=2e-3, atol=1e-6)
         page.keyboard.press("Escape")
         page.wait_for_function("() => document.getElementById('picturebox').dataset.mode === 'token'")
         page.focus('#pictokens .ptok[data-token="0"]')

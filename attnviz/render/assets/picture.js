@@ -116,16 +116,18 @@ function attnvizPicture(env) {
       const figure = el("figure", {class: "pic"}, frame, caption);
       canvas.addEventListener("mousemove", (e) => hover(n, e));
       canvas.addEventListener("mouseleave", hideTip);
-      canvas.addEventListener("click", (e) => { const c = cellAt(n, e); if (c >= 0) choosePatch(n, c); });
+      canvas.addEventListener("click", (e) => { const c = cellAt(n, e); if (c >= 0) { pick.cursor = null; choosePatch(n, c); } });
       canvas.addEventListener("keydown", (e) => keys(n, e));
-      canvas.addEventListener("focus", () => { if (!pick.cursor || pick.cursor[0] !== n) pick.cursor = [n, pick.patch && pick.patch[0] === n ? pick.patch[1] : figureArgmax(n)]; draw(); });
+      // The keyboard's cursor (dashed) where the picture was reached by the keyboard, not by a click.
+      canvas.addEventListener("focus", () => { if (canvas.matches(":focus-visible")) { pick.cursor = [n, start(n)]; draw(); } });
       canvas.addEventListener("blur", () => { pick.cursor = null; draw(); });
       picsBox.append(figure);
       return {image, canvas, frame, values: null, argmax: -1};
     });
     box.replaceChildren(bar, summary, tokensBox, picsBox);
   }
-  const figureArgmax = (n) => Math.max(0, figures[n].argmax);
+  // Where the keyboard's cursor starts on picture n: the patch chosen, else the strongest one drawn.
+  const start = (n) => (pick.patch && pick.patch[0] === n ? pick.patch[1] : Math.max(0, figures[n].argmax));
 
   function choose(qi) {
     if (pick.query === qi && pick.patch === null && pick.preview === -1) return;
@@ -137,7 +139,7 @@ function attnvizPicture(env) {
     draw();
   }
   function keys(n, e) {
-    const image = P().images[n], [, at] = pick.cursor || [n, 0];
+    const image = P().images[n], at = pick.cursor && pick.cursor[0] === n ? pick.cursor[1] : start(n);
     let r = Math.floor(at / image.cols), c = at % image.cols;
     if (e.key === "ArrowLeft") c = Math.max(0, c - 1); else if (e.key === "ArrowRight") c = Math.min(image.cols - 1, c + 1);
     else if (e.key === "ArrowUp") r = Math.max(0, r - 1); else if (e.key === "ArrowDown") r = Math.min(image.rows - 1, r + 1);
