@@ -114,24 +114,26 @@ def collapsed(result: AttentionResult, positions: Sequence[int] | None = None) -
             rows_of[number] = index[t]
             tokens.append(f"<image {number + 1}: {metas[number]['rows']}×{metas[number]['cols']}>")
             flags.append(False)
-    attn = result.attentions if positions is None else result.attentions[list(positions)]
-    attn = attn.double()
     at = torch.tensor(index)
     size = len(first)
-    summed = torch.zeros(*attn.shape[:-1], size, dtype=torch.float64).index_add_(-1, at, attn)
-    rows = torch.zeros(*attn.shape[:-2], size, size, dtype=torch.float64).index_add_(-2, at, summed)
     counts = torch.bincount(at, minlength=size).double()
-    return {"attentions": rows / counts[:, None], "tokens": tokens, "special": flags, "index": index, "first": first,
+    layers = []
+    for position in range(result.attentions.shape[0]) if positions is None else positions:  # a layer at a time
+        attn = result.attentions[position].double()  # [H, T, T]
+        summed = torch.zeros(attn.shape[0], n, size, dtype=torch.float64).index_add_(-1, at, attn)
+        layers.append(torch.zeros(attn.shape[0], size, size, dtype=torch.float64).index_add_(-2, at, summed)
+                      / counts[:, None])
+    return {"attentions": torch.stack(layers), "tokens": tokens, "special": flags, "index": index, "first": first,
             "pictures": list(rows_of.values())}
 
 
 def picture_data(result: AttentionResult, pictures: Sequence[dict[str, Any]], *, positions: Sequence[int],
-                 layers: Sequence[int], expand: bool = False) -> dict[str, Any]:
+                 layers: Sequence[int], expand: bool = False, plan: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the picture view reads (see the module): ``pictures`` as :func:`encode_picture` made them (one per
     ``metadata["images"]`` entry, in order); ``positions``: the result's layers the page holds, ``layers`` their
     model numbers. The weights of the listed tokens (``queries``) on every picture's patches (each picture's
     ``positions``, in order: picture n's start at its ``at``), a ``[queries, patches]`` tile per head and per layer's
-    mean (:func:`attnviz.render.pyramid.encode_tile`)."""
+    mean (:func:`attnviz.render.pyramid.encode_tile`). ``plan``: :func:`collapsed`'s of these layers, where made."""
     from ..render.pyramid import FLOAT16_CELLS, encode_tile
 
     metas = _metas(result)
@@ -159,7 +161,7 @@ def picture_data(result: AttentionResult, pictures: Sequence[dict[str, Any]], *,
         mean.append(encode_tile(layer.double().mean(0).float().numpy(), encoding))
         if each:
             weights.append([encode_tile(layer[h].numpy(), encoding) for h in range(heads)])
-    plan = collapsed(result, positions)
+    plan = collapsed(result, positions) if plan is None else plan
     return {"images": images, "queries": queries, "layers": [int(v) for v in layers], "heads": heads,
             "encoding": encoding, "weights": weights if each else None, "mean": mean,
             "collapsed": {"kind": COLLAPSED_KIND, "index": plan["index"], "first": plan["first"]},
@@ -191,8 +193,8 @@ def picture_page(result: AttentionResult, pictures: Sequence[dict[str, Any]], *,
     page.initial["view"] = view
     layers = list(page.kinds["self"]["layers"])
     positions = [source.layer_numbers.index(number) for number in layers]
-    page.pictures = picture_data(result, pictures, positions=positions, layers=layers, expand=expand)
     plan = collapsed(result, positions)
+    page.pictures = picture_data(result, pictures, positions=positions, layers=layers, expand=expand, plan=plan)
     weights: torch.Tensor = plan["attentions"]
     builder = PageBuilder(page.title, page.model, cells=int(weights[0].numel()) * len(layers), layers=len(layers),
                           sinks=page_sinks)
