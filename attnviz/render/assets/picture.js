@@ -116,7 +116,7 @@ function attnvizPicture(env) {
       const figure = el("figure", {class: "pic"}, frame, caption);
       canvas.addEventListener("mousemove", (e) => hover(n, e));
       canvas.addEventListener("mouseleave", hideTip);
-      canvas.addEventListener("click", (e) => { const c = cellAt(n, e); if (c >= 0) { pick.cursor = null; choosePatch(n, c); } });
+      canvas.addEventListener("click", (e) => { const c = cellAt(n, e); if (c >= 0) { pick.cursor = null; hideTip(); choosePatch(n, c); } });
       canvas.addEventListener("keydown", (e) => keys(n, e));
       // The keyboard's cursor (dashed) where the picture was reached by the keyboard, not by a click.
       canvas.addEventListener("focus", () => { if (canvas.matches(":focus-visible")) { pick.cursor = [n, start(n)]; draw(); } });
