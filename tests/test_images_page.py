@@ -166,9 +166,10 @@ def test_the_collapsed_matrix_is_the_sums_of_the_expanded_one(run_cli, llava, pi
     groups = [m["image_positions"] for m in result.metadata["images"]] + [[i] for i in range(32, 38)]
     expected = torch.stack([torch.stack([attn[:, :, rows][:, :, :, cols].sum(-1).mean(-1) for cols in groups], -1)
                             for rows in groups], -2)
-    assert plan["attentions"].shape == (2, 4, 8, 8)
-    torch.testing.assert_close(plan["attentions"], expected, atol=1e-6, rtol=0)
-    torch.testing.assert_close(plan["attentions"].sum(-1), torch.ones(2, 4, 8, dtype=torch.float64), atol=1e-6, rtol=0)
+    made = torch.stack([plan["layer"](position) for position in plan["positions"]]).double()
+    assert made.shape == (2, 4, 8, 8)
+    torch.testing.assert_close(made, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(made.sum(-1), torch.ones(2, 4, 8, dtype=torch.float64), atol=1e-6, rtol=0)
     out = tmp_path / "collapsed.html"
     made = run_cli("view", TEXT, "--image", str(pictures[0]), "--image", str(pictures[1]), "--model", str(llava),
                    "--page", str(out), "--layer", "1", "--show", "matrix")

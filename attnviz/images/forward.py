@@ -63,23 +63,26 @@ def run_layers(network: nn.Module, inputs: dict[str, Tensor], rows: list[int] | 
     total = int(inputs["input_ids"].shape[-1])
     wanted = list(range(total)) if rows is None else rows
     runs = _runs(wanted)
-    kept: list[Tensor] = []
+    out: list[Tensor] = []  # the one [L, H, Q, T] tensor, made when the first layer says its heads
+    count = [0]
 
     def take(module: nn.Module, args: Any, output: Any, index: int) -> None:
         weights = output[index] if isinstance(output, (tuple, list)) else None
+        if not isinstance(weights, (AttentionRows, Tensor)):
+            raise ModelNotFoundError(f"{name}: its language model gave no attention weights in layer {count[0]}")
+        if not out:
+            heads = weights.n_heads if isinstance(weights, AttentionRows) else int(weights.shape[1])
+            out.append(torch.zeros(len(modules), heads, len(wanted), total))
+        layer = out[0][count[0]]  # written in place: never a second copy of every layer
         if isinstance(weights, AttentionRows):
-            heads = weights.n_heads
-            layer = torch.zeros(heads, len(wanted), total)
             at = 0
             for first, stop in runs:
                 block = weights.block(0, first, stop)
-                layer[:, at : at + stop - first, : block.shape[-1]] = block.float().cpu()
+                layer[:, at : at + stop - first, : block.shape[-1]] = block
                 at += stop - first
-        elif isinstance(weights, Tensor):
-            layer = weights[0][:, wanted].float().cpu() if rows is not None else weights[0].float().cpu()
         else:
-            raise ModelNotFoundError(f"{name}: its language model gave no attention weights in layer {len(kept)}")
-        kept.append(layer)
+            layer.copy_(weights[0][:, wanted] if rows is not None else weights[0])
+        count[0] += 1
 
     handles = [module.register_forward_hook(lambda m, a, o, i=index: take(m, a, o, i)) for module, index in modules]
     try:
@@ -88,7 +91,9 @@ def run_layers(network: nn.Module, inputs: dict[str, Tensor], rows: list[int] | 
     finally:
         for handle in handles:
             handle.remove()
-    return torch.stack(kept)
+    if not out:
+        raise ModelNotFoundError(f"{name}: its language model gave no attention weights")
+    return out[0][: count[0]]
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:

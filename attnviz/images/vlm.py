@@ -167,12 +167,15 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
 
 
 def _causal(attentions: Any, held: list[int] | None) -> bool:
-    """Whether no row attends to a key after it (read off the weights: PaliGemma's prefix is not causal)."""
+    """Whether no row attends to a key after it (read off the weights: PaliGemma's prefix is not causal), a head
+    at a time (a 10,000-token prompt's every layer is not gathered twice)."""
     import torch
 
     positions = torch.arange(attentions.shape[-1])
     queries = positions[: attentions.shape[-2]] if held is None else torch.tensor(held)
-    return bool((attentions[..., positions[None, :] > queries[:, None]] == 0).all())
+    later = positions[None, :] > queries[:, None]
+    return all(bool((attentions[layer, head][later] == 0).all()) for layer in range(attentions.shape[0])
+               for head in range(attentions.shape[1]))
 
 
 def _prompt(text: str, count: int, processor: Any, layout: Any, config: dict[str, Any] | None = None) -> str:

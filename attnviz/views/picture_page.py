@@ -87,8 +87,10 @@ def collapsed(result: AttentionResult, positions: Sequence[int] | None = None) -
     """The attention with each picture's tokens (less the special tokens its layout puts first: an encoder's [CLS])
     as one row and column labelled ``<image N: rows×cols>``: a row's weight on the picture is the sum of its weights
     on the picture's tokens, the picture's row the mean of its tokens' rows. ``positions``: the result's layers
-    (default: all). Returns ``attentions`` ``[L, H, T', T']`` (float64), ``tokens``, ``special``, ``index`` (each
-    token's row), ``first`` (each row's first token) and ``pictures`` (each picture's row)."""
+    (default: all). Returns ``layer(position)`` (one layer's ``[H, T', T']`` float32, made when asked: a page adds
+    one layer at a time, so a 10,000-token text never holds a second copy of every layer), ``tokens``, ``special``,
+    ``index`` (each token's row), ``first`` (each row's first token), ``pictures`` (each picture's row) and
+    ``positions``."""
     import torch
 
     metas = _metas(result)
@@ -116,15 +118,20 @@ def collapsed(result: AttentionResult, positions: Sequence[int] | None = None) -
             flags.append(False)
     at = torch.tensor(index)
     size = len(first)
-    counts = torch.bincount(at, minlength=size).double()
-    layers = []
-    for position in range(result.attentions.shape[0]) if positions is None else positions:  # a layer at a time
-        attn = result.attentions[position].double()  # [H, T, T]
-        summed = torch.zeros(attn.shape[0], n, size, dtype=torch.float64).index_add_(-1, at, attn)
-        layers.append(torch.zeros(attn.shape[0], size, size, dtype=torch.float64).index_add_(-2, at, summed)
-                      / counts[:, None])
-    return {"attentions": torch.stack(layers), "tokens": tokens, "special": flags, "index": index, "first": first,
-            "pictures": list(rows_of.values())}
+    counts = torch.bincount(at, minlength=size).float()
+
+    def layer(position: int) -> torch.Tensor:
+        """One layer collapsed, a head at a time (its columns summed, then its rows averaged)."""
+        attn = result.attentions[position]  # [H, T, T], no copy
+        out = torch.empty(attn.shape[0], size, size)
+        for head in range(attn.shape[0]):
+            columns = torch.zeros(n, size).index_add_(1, at, attn[head].float())
+            out[head] = torch.zeros(size, size).index_add_(0, at, columns).div_(counts[:, None])
+        return out
+
+    return {"layer": layer, "tokens": tokens, "special": flags, "index": index, "first": first,
+            "pictures": list(rows_of.values()),
+            "positions": list(range(result.attentions.shape[0])) if positions is None else list(positions)}
 
 
 def picture_data(result: AttentionResult, pictures: Sequence[dict[str, Any]], *, positions: Sequence[int],
@@ -195,13 +202,15 @@ def picture_page(result: AttentionResult, pictures: Sequence[dict[str, Any]], *,
     positions = [source.layer_numbers.index(number) for number in layers]
     plan = collapsed(result, positions)
     page.pictures = picture_data(result, pictures, positions=positions, layers=layers, expand=expand, plan=plan)
-    weights: torch.Tensor = plan["attentions"]
-    builder = PageBuilder(page.title, page.model, cells=int(weights[0].numel()) * len(layers), layers=len(layers),
-                          sinks=page_sinks)
-    causal = bool((weights.triu(1) == 0).all())
-    for position, number in enumerate(layers):
-        builder.add_layer(number, weights[position].float(), rows=plan["tokens"], cols=plan["tokens"], causal=causal,
+    size = len(plan["tokens"])
+    builder = PageBuilder(page.title, page.model, cells=int(result.attentions.shape[1]) * size * size * len(layers),
+                          layers=len(layers), sinks=page_sinks)
+    for position, number in zip(positions, layers, strict=True):
+        weights = plan["layer"](position)  # causal as its weights are (Gemma 3's picture block is one cell here)
+        causal = all(bool((weights[head].triu(1) == 0).all()) for head in range(weights.shape[0]))
+        builder.add_layer(number, weights, rows=plan["tokens"], cols=plan["tokens"], causal=causal,
                           row_special=plan["special"], col_special=plan["special"])
+        del weights
     kind = page.kinds[COLLAPSED_KIND] = builder.finish().kinds["self"]
     for row in plan["pictures"]:  # its label as written (a page shows a token's spaces as ␣)
         kind["rows"][row] = kind["cols"][row] = plan["tokens"][row]
