@@ -22,6 +22,8 @@ import pytest
 import typer.testing
 from typer.testing import CliRunner
 
+pytest_plugins = ["picture_models"]  # the pictures' tiny LLaVA fixture and helpers, for every picture test file
+
 sys.dont_write_bytecode = False  # this process too (before the test modules are imported and rewritten)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one of several workers sharing the cores: no oversubscription

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_images import llava, transformers_reference  # noqa: F401  (llava: the tiny LLaVA-1.5 fixture)
+from picture_models import transformers_reference
 
 QUESTIONS = ["what is in the picture ?", "is a cat in the picture ?", "what is the dog in ?"]
 
@@ -43,7 +43,7 @@ def _expected(folder: Path, rows: list[tuple[str, Path]]) -> tuple[torch.Tensor,
     return torch.stack(shares).mean(0), torch.stack(places)
 
 
-def test_the_picture_atlas_equals_the_sums_written_out_on_transformers_attention(llava, pictures):  # noqa: F811
+def test_the_picture_atlas_equals_the_sums_written_out_on_transformers_attention(llava, pictures):
     from attnviz.images.atlas import picture_atlas
     from attnviz.images.corpus import PictureRow
     from attnviz.images.vlm import load_vlm
@@ -66,7 +66,7 @@ def test_the_picture_atlas_equals_the_sums_written_out_on_transformers_attention
     assert sum(s["weight"] for s in atlas.sinks) == pytest.approx(16.0, abs=1e-4)  # shares of the mass sum to 1
 
 
-def test_the_command_reads_a_corpus_with_its_image_column_and_refuses_in_one_line(run_cli, llava, pictures,  # noqa: F811
+def test_the_command_reads_a_corpus_with_its_image_column_and_refuses_in_one_line(run_cli, llava, pictures,
                                                                                  tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     for picture in pictures:  # the pictures beside the corpus: its paths are relative to its folder

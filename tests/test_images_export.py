@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_images import llava, transformers_reference  # noqa: F401  (llava: the tiny LLaVA-1.5 fixture)
+from picture_models import transformers_reference
 
 QUESTIONS = ["what is in the picture ?", "is a cat in the picture ?", "what is the dog in ?"]
 
@@ -26,7 +26,7 @@ def corpus(tmp_path) -> Path:
     return path
 
 
-def test_an_export_of_pictures_writes_each_texts_files_and_resumes(run_cli, llava, corpus, tmp_path):  # noqa: F811
+def test_an_export_of_pictures_writes_each_texts_files_and_resumes(run_cli, llava, corpus, tmp_path):
     pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
@@ -64,7 +64,7 @@ def test_an_export_of_pictures_writes_each_texts_files_and_resumes(run_cli, llav
     assert changed.exit_code == 0 and "1 exported, 2 already done" in changed.stdout, changed.stdout
 
 
-def test_an_export_of_pictures_refuses_in_one_line(run_cli, llava, corpus, tmp_path):  # noqa: F811
+def test_an_export_of_pictures_refuses_in_one_line(run_cli, llava, corpus, tmp_path):
     lines = tmp_path / "lines.txt"
     lines.write_text("a question\n")
     for args, message in [

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_images import word_tokenizer
+from picture_models import word_tokenizer
 
 WORDS = ["what", "is", "in", "the", "picture", "?"]
 TEXT = "what is in the picture ?"

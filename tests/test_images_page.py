@@ -17,44 +17,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY, open_offline
-from test_images import planted_vit, word_tokenizer
+from picture_models import planted_vit
 
 from attnviz.render.page import head_values
 from attnviz.render.page_schema import check_page_data
 from attnviz.render.pyramid import decode_tile
 
 TEXT = "what is in the picture ?"
-
-
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory) -> Path:
-    """test_images.py's tiny LLaVA-1.5 (a CLIP tower of 4 × 4 patches, a grouped-query LLaMA), built the same way."""
-    import transformers
-    from transformers import (
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-    )
-
-    transformers.logging.set_verbosity_error()
-    words = ["<unk>", "<s>", "</s>", "<image>", "what", "is", "in", "the", "picture", "?", "a", "cat", "dog"]
-    fast = word_tokenizer(words, bos_token="<s>", eos_token="</s>", image="<image>")
-    config = LlavaConfig(
-        vision_config=CLIPVisionConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
-                                       num_attention_heads=4, intermediate_size=37, projection_dim=32),
-        text_config=LlamaConfig(vocab_size=len(words), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128),
-        image_token_id=3, vision_feature_select_strategy="default", vision_feature_layer=-2, image_seq_length=16)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("llava") / "llava"
-    LlavaForConditionalGeneration(config).save_pretrained(folder)
-    LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
-                   tokenizer=fast, patch_size=8, vision_feature_select_strategy="default", image_token="<image>",
-                   num_additional_image_tokens=1).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_images import llava  # noqa: F401  (the tiny LLaVA-1.5 fixture)
 
 pytest.importorskip("textual")
 
@@ -23,7 +22,7 @@ def picture(tmp_path) -> Path:
     return path
 
 
-def test_view_8_draws_the_selected_tokens_attention_over_the_picture(llava, picture):  # noqa: F811
+def test_view_8_draws_the_selected_tokens_attention_over_the_picture(llava, picture):
     from test_tui import drive, keys, pane
 
     from attnviz.images.vlm import load_vlm
@@ -54,7 +53,7 @@ def test_view_8_draws_the_selected_tokens_attention_over_the_picture(llava, pict
 
 
 def test_a_text_only_result_has_no_picture_view_and_the_command_refuses_in_one_line(run_cli, tiny_hf, picture,
-                                                                                  llava):  # noqa: F811
+                                                                                  llava):
     from attnviz.sources.resolve import load_source
     from attnviz.tui.explorer import Explorer
 

@@ -8,28 +8,7 @@
 function attnvizPicture(env) {
   "use strict";
   const {el, state, fmt, showTip, hideTip} = env;
-  const HALF = new Float32Array(65536);  // every IEEE half float, once
-  for (let h = 0; h < 65536; h++) {
-    const sign = h & 0x8000 ? -1 : 1, exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
-    HALF[h] = sign * (exponent === 0 ? fraction * 2 ** -24 : exponent === 31 ? (fraction ? NaN : Infinity)
-      : (1 + fraction / 1024) * 2 ** (exponent - 15));
-  }
-  const LOG8 = new Float32Array(256);  // 0, then 1e-6 … 1 evenly on a log scale
-  for (let c = 1; c < 256; c++) LOG8[c] = 10 ** (-6 * (1 - (c - 1) / 254));
-  async function decode(text, encoding) {
-    const bin = atob(text), bytes = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-    const raw = new Uint8Array(await new Response(stream).arrayBuffer());
-    if (encoding === "f16") {
-      const n = raw.length >> 1, out = new Float32Array(n);
-      for (let i = 0; i < n; i++) out[i] = HALF[raw[i] | (raw[n + i] << 8)];
-      return out;
-    }
-    const out = new Float32Array(raw.length);
-    for (let i = 0; i < raw.length; i++) out[i] = LOG8[raw[i]];
-    return out;
-  }
+  const decode = (text, encoding) => attnvizDecode(text, encoding);  // tiles.js: one decoder for the page
 
   const MIN_SIDE = 320;  // a small picture is shown larger (its patches stay pixels: image-rendering)
   const cache = new Map();

@@ -2,8 +2,9 @@
 // matrix max-pooled into one tile of at most 256 x 256 cells; each level below halves the pooling, down
 // to one cell per query and key. A tile is stored as half floats ("f16", byte-shuffled) or as one byte,
 // on a log scale ("log8") or linear ("lin8"), gzipped and base64-encoded; it is decoded only when drawn.
+// One encoded tile's values, in the page's units (offset + stored · scale); the picture view's weights too.
 // eslint-disable-next-line no-unused-vars
-function attnvizTiles(source) {
+const attnvizDecode = (() => {
   "use strict";
   const HALF = new Float32Array(65536);  // every IEEE half float, once
   for (let h = 0; h < 65536; h++) {
@@ -13,8 +14,6 @@ function attnvizTiles(source) {
   }
   const LOG8 = new Float32Array(256);  // 0, then 1e-6 … 1 evenly on a log scale
   for (let c = 1; c < 256; c++) LOG8[c] = 10 ** (-6 * (1 - (c - 1) / 254));
-  const cache = new Map();
-
   function bytesOf(b64) {
     const bin = atob(b64);
     const out = new Uint8Array(bin.length);
@@ -25,8 +24,7 @@ function attnvizTiles(source) {
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
     return new Uint8Array(await new Response(stream).arrayBuffer());
   }
-  // The values of one encoded tile, in the page's units (offset + stored · scale).
-  async function decode(text, k, encoding) {
+  async function decode(text, encoding, k = {}) {
     const raw = await gunzip(bytesOf(text));
     const scale = k.scale || 1, offset = k.offset || 0;
     let out;
@@ -43,6 +41,16 @@ function attnvizTiles(source) {
     }
     return out;
   }
+  decode.raw = (text) => gunzip(bytesOf(text));  // the bytes alone (the query-key view's planes)
+  return decode;
+})();
+
+// eslint-disable-next-line no-unused-vars
+function attnvizTiles(source) {
+  "use strict";
+  const cache = new Map();
+
+  const decode = (text, k, encoding) => attnvizDecode(text, encoding, k);
   const geometry = (k, level) => k.levels[level];
   const tileShape = (k, level, x, y) => {
     const g = geometry(k, level), t = k.tile;
@@ -134,7 +142,7 @@ function attnvizTiles(source) {
     const key = `${kind}/${li}/${h}/lines`;
     if (!cache.has(key)) {
       cache.set(key, (async () => {
-        const planes = await gunzip(bytesOf(stored.keys)), n = planes.length >> 2;
+        const planes = await attnvizDecode.raw(stored.keys), n = planes.length >> 2;
         const keys = new Uint32Array(n);
         for (let i = 0; i < n; i++)
           keys[i] = (planes[i] | (planes[n + i] << 8) | (planes[2 * n + i] << 16) | (planes[3 * n + i] << 24)) >>> 0;
