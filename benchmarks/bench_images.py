@@ -25,30 +25,19 @@ from pathlib import Path
 
 from _common import offline_env, peak_mib, report, time_command
 
-BASELINE = r"""
+# A transformers script: the processor, the model on sys.argv[4]'s attention ("sdpa": no weights asked; "eager": the
+# weights asked for, as a user of transformers gets them), one forward.
+SCRIPT = r"""
 import sys, torch, transformers
 from PIL import Image
 transformers.logging.set_verbosity_error()
-folder, picture, text = sys.argv[1], sys.argv[2], sys.argv[3]
+folder, picture, text, attention = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 processor = transformers.AutoProcessor.from_pretrained(folder)
-model = transformers.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="sdpa").eval()
+model = transformers.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation=attention).eval()
 inputs = processor(text="<image> " + text, images=[Image.open(picture).convert("RGB")], return_tensors="pt")
 with torch.no_grad():
-    out = model(**inputs)
+    out = model(**inputs, output_attentions=attention == "eager")
 print(out.logits.shape)
-"""
-
-EAGER = r"""
-import sys, torch, transformers
-from PIL import Image
-transformers.logging.set_verbosity_error()
-folder, picture, text = sys.argv[1], sys.argv[2], sys.argv[3]
-processor = transformers.AutoProcessor.from_pretrained(folder)
-model = transformers.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
-inputs = processor(text="<image> " + text, images=[Image.open(picture).convert("RGB")], return_tensors="pt")
-with torch.no_grad():
-    out = model(**inputs, output_attentions=True)
-print(len(out.attentions), out.attentions[-1].shape)
 """
 
 
@@ -141,7 +130,7 @@ def main() -> None:
         if not args.skip_memory:
             folder, picture = Path(tmp) / "llava_next", Path(tmp) / "big.png"
             build_next(folder, picture)
-            base = peak_mib([sys.executable, "-c", EAGER, str(folder), str(picture), text], env)
+            base = peak_mib([sys.executable, "-c", SCRIPT, str(folder), str(picture), text, "eager"], env)
             ours = peak_mib([sys.executable, "-m", "attnviz", "heatmap", text, "--image", str(picture), "--model",
                              str(folder), "--layer", "7", "--head", "all", "--out", str(Path(tmp) / "heat-next.png")],
                             env)
@@ -153,7 +142,7 @@ def main() -> None:
 
 def timed(folder: Path, picture: Path, text: str, tmp: Path, runs: int, env: dict[str, str]) -> None:
     """The time half (see the module)."""
-    base = time_command([sys.executable, "-c", BASELINE, str(folder), str(picture), text], runs, env)
+    base = time_command([sys.executable, "-c", SCRIPT, str(folder), str(picture), text, "sdpa"], runs, env)
     ours = time_command([sys.executable, "-m", "attnviz", "heatmap", text, "--image", str(picture), "--model",
                          str(folder), "--layer", "7", "--head", "all", "--out", str(tmp / "heat.png")], runs, env)
     ratio = report("a 576-token picture on a LLaVA-1.5-shaped model, heat over the picture",

@@ -18,10 +18,8 @@ from typing import Any
 
 from ..errors import AttnvizError, UsageError
 from ..fileio import atomic_write, remove_stale_temporaries
-from ..interrupts import on_stop
 from .blocks import ExportSummary, fail_item
-from .items import Item, blocks, input_fingerprint
-from .lock import folder_lock
+from .items import Item, blocks
 from .manifest import Journal, file_sizes
 from .settings import ExportSettings, reading_of
 
@@ -75,12 +73,9 @@ def run_picture_export(source_path: str, out_dir: Path, settings: ExportSettings
     all_items: list[PictureItem] = [PictureItem(i, row.text, row.pictures) for i, row in enumerate(rows)]
     planned = blocks(list(all_items), settings.batch_size, *settings.shard)
     items: list[PictureItem] = [all_items[item.index] for block in planned for item in block]
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create [[out={out_dir}]]: {exc.strerror}") from None
-    kept = f"what is finished is kept in {out_dir}; rerun the same command to resume"
-    with on_stop(note=kept), folder_lock(out_dir, f"{settings.fingerprint()}/{input_fingerprint(list(all_items))}"):
+    from .run import held_folder
+
+    with held_folder(out_dir, settings, list(all_items)):
         remove_stale_temporaries(out_dir)
         journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items),
                           reading=reading_of(settings))

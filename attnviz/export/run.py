@@ -8,7 +8,9 @@ recorded as failed and the run goes on.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,14 @@ def run_export(
     all_items = read_items(source_path, field=settings.field, column=settings.column, kind=settings.input_format)
     my_blocks = blocks(all_items, settings.batch_size, *settings.shard)
     items = [item for block in my_blocks for item in block]
+    with held_folder(out_dir, settings, all_items):
+        return _resume(all_items, my_blocks, items, out_dir, settings, on_start, on_item, on_source)
+
+
+@contextmanager
+def held_folder(out_dir: Path, settings: ExportSettings, all_items: list[Item]) -> Iterator[None]:
+    """``out_dir`` made (a file there refused) and held for this run (its settings and input) until the block
+    ends; a Ctrl-C meanwhile says what is kept."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"[[out={out_dir}]] is a file; give a folder for the exported results")
     try:
@@ -43,7 +53,7 @@ def run_export(
         raise UsageError(f"cannot create [[out={out_dir}]]: {exc.strerror}") from None
     kept = f"what is finished is kept in {out_dir}; rerun the same command to resume"
     with on_stop(note=kept), folder_lock(out_dir, f"{settings.fingerprint()}/{input_fingerprint(all_items)}"):
-        return _resume(all_items, my_blocks, items, out_dir, settings, on_start, on_item, on_source)
+        yield
 
 
 def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item], out_dir: Path,
