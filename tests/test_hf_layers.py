@@ -46,7 +46,7 @@ def _forward_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "attnviz-hf-forward"]
 
 
-def _attention_modules(source: HFSource) -> list[torch.nn.Module]:
+def attention_modules(source: HFSource) -> list[torch.nn.Module]:
     assert source._plan is not None, "the per-layer path was not established"
     return [module for module, _ in source._plan.modules]
 
@@ -77,7 +77,7 @@ def test_only_wanted_layers_come_out_and_the_forward_stops_after_the_last(load):
     source = load("gpt2")
     ids, mask, types = _batch(source)
     fired: list[int] = []
-    handles = [m.register_forward_hook(lambda *_, n=n: fired.append(n)) for n, m in enumerate(_attention_modules(source))]
+    handles = [m.register_forward_hook(lambda *_, n=n: fired.append(n)) for n, m in enumerate(attention_modules(source))]
     finals: list[int] = []
     handles.append(source.model.ln_f.register_forward_hook(lambda *_: finals.append(1)))
     try:
@@ -108,7 +108,7 @@ def test_one_layer_alive_at_a_time(load, attention):
         alive.append(sum(ref() is not None for ref in produced))
         produced.append(weakref.ref(output[1]))
 
-    handles = [m.register_forward_hook(watch) for m in _attention_modules(source)]
+    handles = [m.register_forward_hook(watch) for m in attention_modules(source)]
     try:
         for position, parts in source.stream_batch(TEXTS):
             assert parts[0].attentions.shape[-1] == len(source.encode(TEXTS[0]).ids) and position == len(alive) - 1

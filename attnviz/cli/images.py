@@ -17,7 +17,7 @@ from .common import note, stdout_console, wrote
 IMAGE_OUTPUTS = (".png", ".npz")
 
 
-def _checked(options: Any, images: list[Path], out: list[Path], allowed: tuple[str, ...], written: str, *,
+def checked_pictures(options: Any, images: list[Path], out: list[Path], allowed: tuple[str, ...], written: str, *,
              text: str | None = "") -> list[Path]:
     """The checks every picture command makes before a model loads: the pictures (an encoder reads one, ``text``
     None), a model, the --out files."""
@@ -46,17 +46,17 @@ def _checked(options: Any, images: list[Path], out: list[Path], allowed: tuple[s
 def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: int | None, head: Any,
                   query: str | None, out: list[Path], cmap: str, width: int | None) -> None:
     """Check, run and show (see the module)."""
-    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the numbers)",
+    checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the numbers)",
                        text=text)
     from ..images.files import read_image
 
     every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
-    result = _attention(options, text, images, rows="all" if every_row else "text")
+    result = picture_attention(options, text, images, rows="all" if every_row else "text")
     metas = result.metadata["images"]
     chosen = _query(query, result.tokens, metas[0]["specials"], text_last=text is not None)
     held = result.metadata.get("rows")
     if held is not None and (chosen is None or chosen not in held):  # a patch's row (or their mean): every row
-        result = _attention(options, text, images, rows="all")
+        result = picture_attention(options, text, images, rows="all")
     n_layers, n_heads = result.attentions.shape[:2]
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
@@ -91,7 +91,7 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         note("no CLS token in this layout: the mean over the patches' own queries is shown (--query rNcM for one)")
 
 
-def _attention(options: Any, text: str | None, images: list[Path], *, rows: str = "all", **extra: Any) -> Any:
+def picture_attention(options: Any, text: str | None, images: list[Path], *, rows: str = "all", **extra: Any) -> Any:
     """An image encoder's attention over the picture (no text), else the vision-language model's over text and
     pictures (``rows="text"``: the text's rows only, where nothing else is read), on the engine asked: fused (the
     default) or hf (transformers' eager attention); an encoder runs on eager attention."""
@@ -133,8 +133,8 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     from ..images.statistics import COLUMNS, image_head_rows
     from .outputs import csv_text
 
-    outputs = _checked(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
-    result = _attention(options, text, images, rows="text")
+    outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
+    result = picture_attention(options, text, images, rows="text")
     rows = sorted(image_head_rows(result), key=lambda r: -r["image_share"] if text is not None else r["patch_entropy"])
     document = {"model": result.model_name, "images": [{k: v for k, v in meta.items() if k not in ("boxes", "grids")}
                                                        for meta in result.metadata["images"]],
@@ -174,9 +174,9 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     from ..images.files import read_image
     from ..render.overlay import Panel, panels_png, patch_weights, row_of, terminal_grid
 
-    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
+    checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
     every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
-    result = _attention(options, prompt, images, max_new_tokens=max_new_tokens, rows="all" if every_row else "text")
+    result = picture_attention(options, prompt, images, max_new_tokens=max_new_tokens, rows="all" if every_row else "text")
     start = result.metadata["prompt_length"]
     new = list(range(start, len(result.tokens)))
     n_layers, n_heads = result.attentions.shape[:2]
@@ -226,7 +226,7 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
     from ..images.files import read_image
     from ..render.overlay import panels_png, patch_weights, terminal_grid
 
-    checked = _checked(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the rollout)",
+    checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the rollout)",
                        text=None)
     result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
                              trust_remote_code=options.trust_remote_code)
@@ -267,7 +267,7 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
     from ..images.vlm import load_vlm
     from ..render.progress import export_progress
 
-    outputs = _checked(options, images, [out] if out is not None else [], (".json", ".csv", ".parquet"),
+    outputs = checked_pictures(options, images, [out] if out is not None else [], (".json", ".csv", ".parquet"),
                        ".json (the heads and the sinks), .csv or .parquet (the heads)")
     rows = picture_rows(texts, field=field, column=column, input_format=input_format, pictures=images or None)
     from ..images.files import read_image
@@ -342,7 +342,7 @@ def picture_explorer(options: Any, text: str | None, images: list[Path], *, read
     from ..images.found import reads_pictures
     from ..tui.explorer import Explorer
 
-    _checked(options, images, [], (), "", text=text)
+    checked_pictures(options, images, [], (), "", text=text)
     for picture in images:
         read_image(picture)
     load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}

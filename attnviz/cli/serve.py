@@ -85,9 +85,9 @@ def _pictures(options: ModelOptions, images: list[Path], expand: bool) -> Any:
     from ..images.found import find
     from ..images.vlm import load_vlm
     from ..views.picture_page import Pictures, encode_pictures
-    from .images import _checked
+    from .images import checked_pictures
 
-    _checked(options, images, [], (), "", text="")
+    checked_pictures(options, images, [], (), "", text="")
     engine = str(getattr(options.engine, "value", options.engine))
     if engine == "native":
         raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")

@@ -145,13 +145,13 @@ def _picture_page(options: ModelOptions, text: str | None, images: list[Path], o
     if view == "qk":
         raise UsageError("--show qk shows query and key vectors, which the picture models' engines hand out to no "
                          "page: open another view")
-    from .images import _attention, _checked
+    from .images import checked_pictures, picture_attention
 
-    _checked(options, images, [], (), "", text=text)
+    checked_pictures(options, images, [], (), "", text=text)
     from ..views.picture_page import encode_pictures, picture_page
 
     pictures = encode_pictures(images)  # each read (and refused) before the model loads
-    result = _attention(options, text, images)
+    result = picture_attention(options, text, images)
     from ..render.html import render_html
 
     page = picture_page(result, pictures, text=text, layer=layer, head=head, view=view, stats=stats, expand=expand)

@@ -54,10 +54,10 @@ def run_layers(network: nn.Module, inputs: dict[str, Tensor], rows: list[int] | 
     attention, a layer at a time (see the module)."""
     from ..attention.rows import AttentionRows
     from ..sources.hf_attention import is_fused, weights_mode
-    from ..sources.hf_layers import _attention_modules
+    from ..sources.hf_layers import attention_modules
 
     model = language_model(network, name)
-    modules = _attention_modules(model)
+    modules = attention_modules(model)
     if not modules:
         raise ModelNotFoundError(f"{name}: attnviz finds no attention layers in its language model")
     total = int(inputs["input_ids"].shape[-1])

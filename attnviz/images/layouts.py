@@ -162,7 +162,7 @@ def boxes(grid: Grid, processor: Any, original: tuple[int, int]) -> list[tuple[f
     """Each patch's box ``(x0, y0, x1, y1)`` in the original picture's pixels (``original`` is its ``(width,
     height)``), inverting the processor's resize (to a size, or its shortest edge) and centre crop."""
     width, height = original
-    size = _sizes(getattr(processor, "size", None))
+    size = sizes_of(getattr(processor, "size", None))
     if getattr(processor, "do_resize", True) and size:
         if "shortest_edge" in size:
             scale = size["shortest_edge"] / min(width, height)
@@ -172,7 +172,7 @@ def boxes(grid: Grid, processor: Any, original: tuple[int, int]) -> list[tuple[f
     else:
         resized = (float(width), float(height))
     left = top = 0.0
-    crop = _sizes(getattr(processor, "crop_size", None)) if getattr(processor, "do_center_crop", False) else {}
+    crop = sizes_of(getattr(processor, "crop_size", None)) if getattr(processor, "do_center_crop", False) else {}
     if crop:
         left, top = (resized[0] - crop["width"]) / 2, (resized[1] - crop["height"]) / 2
     sx, sy = width / resized[0], height / resized[1]
@@ -184,7 +184,7 @@ def boxes(grid: Grid, processor: Any, original: tuple[int, int]) -> list[tuple[f
     return out
 
 
-def _sizes(value: Any) -> dict[str, int]:
+def sizes_of(value: Any) -> dict[str, int]:
     """A processor's ``size``/``crop_size`` (a dict, transformers' ``SizeDict``, or one number) as a dict."""
     if value is None:
         return {}

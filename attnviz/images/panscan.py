@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .layouts import Grid, _sizes, boxes, token_blocks
+from .layouts import Grid, boxes, sizes_of, token_blocks
 
 OPTIONS = ("do_pan_and_scan", "pan_and_scan_min_crop_size", "pan_and_scan_max_num_crops",
            "pan_and_scan_min_ratio_to_activate")
@@ -58,7 +58,7 @@ def gemma3_place(config: dict[str, Any], processor: Any, inputs: Any, positions:
     """Picture ``index``'s tokens, the first of ``positions``: the whole picture's pooled grid, then each crop's,
     and the crops side by side (the finest grid, last); each token's box in the original ``picture``."""
     side = math.isqrt(int(config.get("mm_tokens_per_image") or 256))
-    processed = _sizes(getattr(processor.image_processor, "size", None))
+    processed = sizes_of(getattr(processor.image_processor, "size", None))
     height = processed.get("height") or int(inputs["pixel_values"].shape[-2])
     grid = Grid((), side, side, height // side)
     cut = crops(picture.size, options(processor))

@@ -51,7 +51,7 @@ class LayerPlan:
 def plan_layers(model: nn.Module, n_layers: int, inputs: dict[str, Tensor], reference: list[Tensor]) -> LayerPlan | None:
     """The per-layer plan for ``model``, checked on ``inputs`` against ``reference`` (the same
     inputs' ``output_attentions=True`` attentions); None where it does not give the same layers."""
-    modules = _attention_modules(model)
+    modules = attention_modules(model)
     if not modules or len(reference) != n_layers:
         return None
     try:  # no key/value cache: it would hold every layer's keys and values until the end
@@ -185,7 +185,7 @@ class _Handoff:
         self.outbox.put(_DONE)
 
 
-def _attention_modules(model: nn.Module) -> list[tuple[nn.Module, int]]:
+def attention_modules(model: nn.Module) -> list[tuple[nn.Module, int]]:
     """The modules transformers hooks for ``output_attentions`` and the index of the weights in
     their output, as ``transformers.utils.output_capturing.recursively_install_hooks`` finds them:
     a nested pretrained model brings its own ``_can_record_outputs``."""
