@@ -546,10 +546,11 @@ def plant_patch_reader(model: torch.nn.Module, target: int) -> None:
     - the projector is k·I then GELU then I: the target's dims 0-7 are large and positive, another patch's are
       GELU of unit noise (a third of the target's sum on average);
     - every text token's embedding is 1 on dims 16-31 and 0 on 0-15; the newline token (LLaVA-NeXT) is 0;
-    - head 0's query dim 3 sums dims 16-31 (text tokens: large), its key dim 3 sums dims 0-7 (the target: 16
-      after RMSNorm, another patch about 4.5, a text token 0); dim 3 pairs with RoPE's slowest frequency and
+    - head 0's query dim 3 sums dims 16-31 (text tokens: 22.6 after RMSNorm), its key dim 3 sums dims 0-7 (the
+      target: 16, another patch 0.4 to 8.2, a text token 0); dim 3 pairs with RoPE's slowest frequency and
       ``rope_theta`` is 1e12, so positions barely turn it. Every other query and key dim is 0.
-    The score gap to any other key is about 90: the row's weight on the target's token(s) is ~1."""
+    The scores (÷ √8): the target 128, any other key at most 66: the row's weight on the target's token(s) is ~1
+    (docs/learning.md does it by hand)."""
     with torch.no_grad():
         tower = model.model.vision_tower
         tower.embeddings.patch_embedding.weight.zero_()
