@@ -663,3 +663,8 @@ def test_a_patch_as_the_query_of_a_vision_language_model_reads_every_row(run_cli
     mean = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
                    "mean", "--layer", "1")
     assert mean.exit_code == 0 and "the patches' mean query" in mean.stdout, mean.stderr
+
+
+def test_rollout_of_a_vision_language_models_picture_points_to_heatmap(run_cli, llava, picture):
+    refused = run_cli("rollout", "--image", str(picture), "--model", str(llava))
+    assert refused.exit_code != 0 and "heatmap TEXT --image" in refused.stderr and refused.stderr.count("\n") == 1

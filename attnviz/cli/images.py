@@ -227,7 +227,12 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
     from ..render.overlay import panels_png, patch_weights, terminal_grid
 
     checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the rollout)",
-                       text=None)
+                               text=None)
+    from ..images.found import reads_pictures
+
+    if reads_pictures(options.model):
+        raise UsageError(f"{options.model} is a vision-language model: rollout --image chains an image encoder's "
+                         "attention over its patches; see what its words read of the picture with heatmap TEXT --image")
     result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
                              trust_remote_code=options.trust_remote_code)
     chained = rollout(result.attentions, head_fusion=fusion or "mean")  # type: ignore[arg-type]  # [L, T, T]
