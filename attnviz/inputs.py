@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from pyarrow.parquet import ParquetFile
 
 
-def read_texts(source: str | Path, *, field: str = "text", column: str = "text", kind: str = "auto") -> list[str]:
+def read_texts(source: str | Path, *, field: str = "text", column: str = "text", kind: str = "auto",
+               keep_blank: bool = False) -> list[str]:
     """Texts from ``source`` (``-`` for stdin). ``kind`` ``auto`` goes by the extension (``.jsonl``,
-    ``.csv``, ``.parquet``, else one text per line); ``lines``, ``jsonl``, ``csv`` and ``parquet`` say it outright."""
+    ``.csv``, ``.parquet``, else one text per line); ``lines``, ``jsonl``, ``csv`` and ``parquet`` say it outright.
+    ``keep_blank``: a CSV's or Parquet file's blank cells kept (as ``""``), so two columns read so stay row by row."""
     from .limits import texts_file_limit
 
     source = "-" if str(source) == "-" else source  # a Path("-") too: standard input, as everywhere
@@ -31,7 +33,7 @@ def read_texts(source: str | Path, *, field: str = "text", column: str = "text",
     limit = texts_file_limit()
     raw = read_stdin(limit, "a file of texts") if source == "-" else read_bounded(Path(source), limit, "file of texts")
     if kind == "parquet" or (kind in ("auto", "csv") and Path(source).suffix.lower() == ".parquet"):
-        return _parquet(raw, column, name)  # [[column]] names a Parquet file's column as it names a CSV's
+        return _parquet(raw, column, name, keep_blank)  # [[column]] names a Parquet file's column as it names a CSV's
     try:
         text = raw.decode("utf-8-sig")  # a byte-order mark is not part of the first text
     except UnicodeDecodeError as exc:
@@ -46,7 +48,7 @@ def read_texts(source: str | Path, *, field: str = "text", column: str = "text",
     if kind == "jsonl":
         texts = _jsonl(text, field, name)
     elif kind == "csv":
-        texts = _csv(text, column, name)
+        texts = _csv(text, column, name, keep_blank)
     else:
         texts = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
     if not texts:
@@ -206,19 +208,19 @@ def _jsonl(text: str, field: str, name: str) -> list[str]:
     return texts
 
 
-def _csv(text: str, column: str, name: str) -> list[str]:
+def _csv(text: str, column: str, name: str, keep_blank: bool = False) -> list[str]:
     csv.field_size_limit(2**31 - 1)  # a long text is a valid field
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or column not in reader.fieldnames:
         found = ", ".join(reader.fieldnames or []) or "none"
         raise InputError(f"{name} has no column {column!r} (columns: {found}); choose it with [[column]]")
     try:
-        return [row[column] for row in reader if (row.get(column) or "").strip()]
+        return [row.get(column) or "" for row in reader if keep_blank or (row.get(column) or "").strip()]
     except csv.Error as exc:
         raise InputError(f"{name} line {reader.line_num} is not valid CSV ({exc})") from None
 
 
-def _parquet(raw: bytes, column: str, name: str) -> list[str]:
+def _parquet(raw: bytes, column: str, name: str, keep_blank: bool = False) -> list[str]:
     """The non-blank texts of a Parquet file's string ``column`` (needs pyarrow, the ``parquet`` extra)."""
     from .errors import UsageError
 
@@ -246,8 +248,8 @@ def _parquet(raw: bytes, column: str, name: str) -> list[str]:
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise InputError(f"{name}: column {column!r} cannot be read ({type(exc).__name__}: {first}); the file is "
                          "damaged, or its text is not UTF-8") from None
-    texts = [v for v in values if v is not None and v.strip()]
-    if not texts:
+    texts = [v or "" for v in values] if keep_blank else [v for v in values if v is not None and v.strip()]
+    if not any(t.strip() for t in texts):
         raise InputError(f"{name} has no texts in column {column!r}")
     return texts
 

@@ -668,3 +668,21 @@ def test_a_patch_as_the_query_of_a_vision_language_model_reads_every_row(run_cli
 def test_rollout_of_a_vision_language_models_picture_points_to_heatmap(run_cli, llava, picture):
     refused = run_cli("rollout", "--image", str(picture), "--model", str(llava))
     assert refused.exit_code != 0 and "heatmap TEXT --image" in refused.stderr and refused.stderr.count("\n") == 1
+
+
+def test_a_picture_command_reads_its_text_file_and_refuses_what_it_does_not_use(run_cli, llava, picture, tmp_path):
+    from attnviz.images.vlm import vlm_attention
+
+    question = tmp_path / "q.txt"
+    question.write_text("what is in the picture ?\n")
+    npz = tmp_path / "q.npz"
+    read = run_cli("heatmap", "--text-file", str(question), "--image", str(picture), "--model", str(llava), "--out",
+                   str(npz))
+    assert read.exit_code == 0, read.stderr
+    from attnviz.result import AttentionResult
+
+    assert AttentionResult.load(npz).tokens == vlm_attention("what is in the picture ?", picture, str(llava)).tokens
+    for args, flag in [(("heatmap", "what", "--words"), "--words"), (("heads", "what", "--layer", "1"), "--layer"),
+                       (("generate", "what", "--sample"), "--sample"), (("heatmap", "what", "--rows", "0:2"), "--rows")]:
+        refused = run_cli(*args, "--image", str(picture), "--model", str(llava))
+        assert refused.exit_code != 0 and f"{flag} does not go with --image" in refused.stderr, refused.stderr

@@ -98,3 +98,25 @@ def test_the_command_reads_a_corpus_with_its_image_column_and_refuses_in_one_lin
         refused = run_cli(*args)
         assert refused.exit_code != 0 and message in refused.stderr, (args, refused.stderr)
         assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+
+
+def test_a_corpus_keeps_each_rows_text_and_picture_together(tmp_path):
+    """A CSV row with a picture and no text (or a text and no picture) is refused by its number, not read out of
+    step; blank rows are skipped; several pictures are split on |, relative to the corpus."""
+    from attnviz.errors import InputError
+    from attnviz.images.corpus import picture_rows
+
+    good = tmp_path / "good.csv"
+    good.write_text("text,image\nwhat is,a.png\n,\na dog,b.png|c.png\n")
+    rows = picture_rows(good)
+    assert [(r.text, [p.name for p in r.pictures]) for r in rows] == [("what is", ["a.png"]),
+                                                                      ("a dog", ["b.png", "c.png"])]
+    assert rows[0].pictures[0] == tmp_path / "a.png"
+    skewed = tmp_path / "skewed.csv"
+    skewed.write_text("text,image\nwhat is,a.png\n,b.jpg\na dog,\n")
+    with pytest.raises(InputError, match="row 2: a picture without a text"):
+        picture_rows(skewed)
+    missing = tmp_path / "missing.csv"
+    missing.write_text("text,image\nwhat is,a.png\na dog,\n")
+    with pytest.raises(InputError, match="row 2: its 'image' names no picture"):
+        picture_rows(missing)

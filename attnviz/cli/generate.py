@@ -83,8 +83,10 @@ def generate(
     if prompt is None:
         raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
     if image:
-        from .images import image_generate
+        from .images import image_generate, refuse_unused
 
+        refuse_unused("sample", "temperature", "top_k", "top_p", "seed", "stop_at_eos", "top_attended",
+                      why="the model answers greedily, and each new token's attention over the picture is shown")
         image_generate(options, prompt, image, max_new_tokens=max_new_tokens, layer=chosen_layer, head=chosen_head,
                        out=list(out), cmap=cmap.value, width=width)
         return

@@ -114,8 +114,11 @@ def heads(
     head = None if head == "all" else head
     text = text_from_file(text, text_file)
     if image:
-        from .images import image_heads
+        from .images import image_heads, refuse_unused
 
+        refuse_unused("file", "probe", "sort", "columns", "layer", "kind", "target", "only_head", "pair",
+                      "hide_special", "renormalize", "words", "importance", "ablate", "vs", "retrieval", "column",
+                      "field", "input_format", why="every head of every layer, on the picture")
         image_heads(options, text, image, fmt=fmt, out=out, top=top, width=width)
         return
     found_retrieval = None

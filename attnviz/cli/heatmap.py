@@ -99,8 +99,11 @@ def heatmap(
     head_choice = parse_head("all" if query is not None and not given("head") else head)
     layer_choice = parse_layer(layer)
     if image:
-        from .images import image_heatmap
+        from .images import image_heatmap, refuse_unused
 
+        refuse_unused("rows", "cols", "kind", "pair", "target", "hide_special", "renormalize", "words", "values",
+                      "fit", "vmax", "colour_scale")
+        text = text_from_file(text, text_file)
         image_heatmap(options, text, image, layer=layer_choice, head=head_choice, query=query, out=out,
                       cmap=cmap.value, width=width)
         return

@@ -43,6 +43,17 @@ def checked_pictures(options: Any, images: list[Path], out: list[Path], allowed:
     return checked
 
 
+def refuse_unused(*names: str, why: str = "the command draws the attention over the picture") -> None:
+    """One line naming the first of these options (parameter names) given: a picture command does not use them
+    (``why``: what it does instead)."""
+    from .common import given
+
+    for name in names:
+        if given(name):
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} does not go with --image ({why}): leave out {flag}")
+
+
 def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: int | None, head: Any,
                   query: str | None, out: list[Path], cmap: str, width: int | None) -> None:
     """Check, run and show (see the module)."""

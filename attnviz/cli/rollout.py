@@ -108,7 +108,8 @@ def rollout(
     if image:
         if method != "rollout" or norm or text is not None or text_file is not None:
             raise UsageError("with --image, rollout chains an image encoder's attention over the picture's patches: "
-                             "--method rollout (the default), no text")
+                             "--method rollout (the default), no text (a vision-language model's words over the "
+                             "picture: heatmap TEXT --image)")
         from .images import image_rollout
 
         image_rollout(options, image, fusion=None if fusion is None else fusion.value, layer=parse_layer(layer),

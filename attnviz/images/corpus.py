@@ -25,23 +25,28 @@ def picture_rows(source: str | Path, *, field: str | None = None, column: str | 
     the rows' own ``image`` field or column (every row needs one)."""
     from ..inputs import corpus_kind, read_corpus, read_texts
 
-    texts = read_corpus(source, field=field, column=column, input_format=input_format)
     if pictures:
-        return [PictureRow(text, tuple(pictures)) for text in texts]
+        return [PictureRow(text, tuple(pictures)) for text in read_corpus(source, field=field, column=column,
+                                                                          input_format=input_format)]
     kind = corpus_kind(field, column, input_format)
     suffix = Path(str(source)).suffix.lower()
     if kind == "lines" or (kind == "auto" and suffix not in (".jsonl", ".csv", ".parquet")):
         raise InputError(f"{source} is a file of lines: give the picture its texts are asked of (as [[image]]), or "
                          f"a JSONL, CSV or Parquet corpus with an {IMAGE_FIELD!r} field or column")
-    named = read_texts(source, field=IMAGE_FIELD, column=IMAGE_FIELD, kind=kind)
-    if len(named) != len(texts):
-        raise InputError(f"{source}: {len(texts)} rows with a text but {len(named)} with an {IMAGE_FIELD!r}; give every "
-                         "row its picture")
+    # Both read row by row, blank cells kept: a row's text and picture stay together
+    texts = read_texts(source, field=field or "text", column=column or "text", kind=kind, keep_blank=True)
+    named = read_texts(source, field=IMAGE_FIELD, column=IMAGE_FIELD, kind=kind, keep_blank=True)
     folder = Path(str(source)).parent
     rows = []
     for number, (text, value) in enumerate(zip(texts, named, strict=True), start=1):
         paths = tuple(folder / part.strip() for part in value.split("|") if part.strip())
+        if not text.strip() and not paths:
+            continue  # a blank row
         if not paths:
-            raise InputError(f"{source} row {number}: its {IMAGE_FIELD!r} names no picture")
+            raise InputError(f"{source} row {number}: its {IMAGE_FIELD!r} names no picture; give every row its picture")
+        if not text.strip():
+            raise InputError(f"{source} row {number}: a picture without a text; give every row its text")
         rows.append(PictureRow(text, paths))
+    if not rows:
+        raise InputError(f"{source} has no texts")
     return rows
