@@ -196,7 +196,18 @@ def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | No
     """The :class:`~attnviz.sources.base.Source` for ``model`` (see :func:`extract` for the arguments),
     to pass to the functions below so a model is loaded once for several calls. ``dtype``
     (``"float32"``, ``"bfloat16"``, ``"float16"``): the model's precision on the transformers engines
-    (default: float32 on the CPU, the checkpoint's own elsewhere); the weights are computed in float32."""
+    (default: float32 on the CPU, the checkpoint's own elsewhere); the weights are computed in float32. A model
+    that reads pictures is refused by name: :func:`vlm_attention` and :func:`image_attention` read it."""
+    if model is not None:
+        from .errors import UsageError
+        from .images.found import picture_layout
+
+        layout = picture_layout(model)
+        if layout is not None:
+            what, how = ("a vision-language model", "vlm_attention") if layout.language else \
+                ("an image encoder", "image_attention")
+            raise UsageError(f"{model} is {what} ({layout.name}): attnviz reads it with a picture ([[image]]; in "
+                             f"Python, attnviz.api.{how})")
     return load_source(model, engine=engine, causal=causal, revision=revision, device=device, device_map=device_map,
                        trust_remote_code=trust_remote_code, dtype=dtype)
 

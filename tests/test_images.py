@@ -155,7 +155,7 @@ def test_what_is_not_a_picture_or_not_an_encoder_is_one_line(run_cli, encoders, 
     refused = run_cli("heatmap", "--image", str(picture), "--model", tiny_hf["bert"])
     assert refused.exit_code != 0 and "knows no patch layout" in refused.stderr
     both = run_cli("heatmap", "a text", "--image", str(picture), "--model", str(encoders["vit"]))
-    assert both.exit_code != 0 and "image encoder" in both.stderr and "leave the text out" in both.stderr
+    assert both.exit_code != 0 and "image encoder" in both.stderr and "texts with pictures need a vision-language model" in both.stderr
     wrong = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["vit"]), "--out", str(tmp_path / "x.svg"))
     assert wrong.exit_code != 0 and ".png" in wrong.stderr
 
@@ -686,3 +686,25 @@ def test_a_picture_command_reads_its_text_file_and_refuses_what_it_does_not_use(
                        (("generate", "what", "--sample"), "--sample"), (("heatmap", "what", "--rows", "0:2"), "--rows")]:
         refused = run_cli(*args, "--image", str(picture), "--model", str(llava))
         assert refused.exit_code != 0 and f"{flag} does not go with --image" in refused.stderr, refused.stderr
+
+
+def test_a_result_of_the_texts_rows_is_refused_where_every_row_is_needed(llava, picture, tmp_path):
+    from attnviz.errors import UsageError
+    from attnviz.images.vlm import vlm_attention
+    from attnviz.sources.saved import SavedSource
+
+    rows = vlm_attention("what is in the picture ?", picture, str(llava), rows="text")
+    with pytest.raises(UsageError, match="holds 6 of its 22 rows"):
+        rows.save(tmp_path / "rows.npz")
+    with pytest.raises(UsageError, match="rows='all'"):
+        SavedSource(rows, "rows")
+    assert not (tmp_path / "rows.npz").exists()
+
+
+def test_a_model_that_reads_pictures_given_no_picture_is_told_to_give_one(run_cli, llava, encoders):
+    for model, name in ((llava, "vlm_attention"), (encoders["vit"], "image_attention")):
+        refused = run_cli("heatmap", "what is in the picture ?", "--model", str(model))
+        assert refused.exit_code != 0 and "--image" in refused.stderr and name in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "internal error" not in refused.stderr
+    toml = run_cli("heatmap", "what", "--image", "x.png", "--model", "sample_configs/tiny.toml")
+    assert toml.exit_code != 0 and "not a model that reads pictures" in toml.stderr

@@ -196,7 +196,7 @@ def test_what_a_picture_page_cannot_take_is_one_line(run_cli, llava, vit, pictur
         (["view", TEXT, "--image", str(pictures[0]), "--model", str(llava), "--pair", "x"], "--pair"),
         (["view", TEXT, "--image", str(pictures[0]), "--model", str(llava), "--hide-special"], "--hide-special"),
         (["view", TEXT, "--image", str(pictures[0]), "--model", str(llava), "--show", "qk"], "--show qk"),
-        (["view", TEXT, "--image", str(pictures[0]), "--model", str(vit)], "leave the text out"),
+        (["view", TEXT, "--image", str(pictures[0]), "--model", str(vit)], "texts with pictures need a vision-language model"),
         (["view", "--image", str(pictures[0]), "--image", str(pictures[1]), "--model", str(vit)], "2 pictures"),
         (["view", "--image", str(pictures[0]), "--model", str(vit), "--head", "9"], "--head 9 is out of range"),
         (["view", "--image", str(pictures[0]), "--model", str(vit), "--layer", "3"], "--layer 3 is out of range"),

@@ -22,9 +22,6 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     from .files import read_image
     from .found import find
 
-    if model.lower().endswith((".toml", ".npz")):
-        raise UsageError(f"{model} is not an image encoder; [[image]] needs a ViT, CLIP, SigLIP or DINOv2 checkpoint "
-                         "(a folder or a hub id)")
     found = find(model, language=False, device=device, revision=revision, trust_remote_code=trust_remote_code)
     place, config, layout, options = found.place, found.config, found.layout, found.options
     kind = config.get("model_type")

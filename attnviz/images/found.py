@@ -28,6 +28,9 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
     from ..sources.resolve import check_device, locate
 
     check_device(device)
+    if model.lower().endswith((".toml", ".npz")):
+        raise UsageError(f"{model} is not a model that reads pictures: [[image]] needs an image encoder (ViT, CLIP, "
+                         "SigLIP, DINOv2) or a vision-language model checkpoint, a folder or a hub id")
     place = locate(model)
     folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
     config = read_config(folder)
@@ -36,8 +39,9 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
         raise UsageError(f"{place.name} is a vision-language model ({layout.name}): give the text it reads beside "
                          "the picture")
     if language and not layout.language:
-        raise UsageError(f"{place.name} is an image encoder ({layout.name}): it reads a picture without a text; leave "
-                         "the text out")
+        raise UsageError(f"{place.name} is an image encoder ({layout.name}): it reads a picture without a text (the "
+                         "picture alone, to heatmap, heads, rollout, view or tui); texts with pictures need a "
+                         "vision-language model")
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     options = {"revision": revision, "trust_remote_code": trust_remote_code,
@@ -45,16 +49,17 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
     return Found(place, config, layout, options)
 
 
-def reads_pictures(model: str) -> bool:
-    """Whether ``model`` (a folder, or a hub id whose config is at hand) is a vision-language model attnviz has a
-    layout for; False where its config cannot be read here (the caller's own loading then says why)."""
+def picture_layout(model: str) -> PatchLayout | None:
+    """The layout of ``model`` (a folder, or a hub id whose config is at hand) where attnviz reads pictures with it
+    (an image encoder or a vision-language model); None for any other model, or where its config cannot be read
+    here (the caller's own loading then says why)."""
     from ..errors import AttnvizError
     from ..sources.files import read_config
     from ..sources.resolve import locate
     from .layouts import LAYOUTS
 
     if model.lower().endswith((".toml", ".npz")):
-        return False
+        return None
     try:
         place = locate(model)
         if place.folder is None:
@@ -65,5 +70,11 @@ def reads_pictures(model: str) -> bool:
             folder = place.folder
         kind = read_config(folder).get("model_type")
     except (AttnvizError, OSError, ValueError):
-        return False
-    return any(kind in layout.model_types and layout.language for layout in LAYOUTS.values())
+        return None
+    return next((layout for layout in LAYOUTS.values() if kind in layout.model_types), None)
+
+
+def reads_pictures(model: str) -> bool:
+    """Whether ``model`` is a vision-language model attnviz has a layout for (see :func:`picture_layout`)."""
+    layout = picture_layout(model)
+    return layout is not None and layout.language

@@ -146,11 +146,21 @@ class AttentionResult:
         ``layers`` keeps only those layers' attentions (recorded in the metadata as ``layers``);
         ``float16`` halves the file (:meth:`load` reads it back as float32).
         """
+        self.check_square("saved")
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
         kept = self if layers is None else self.select_layers(layers)
         return kept._write(path, float16)
+
+    def check_square(self, what: str) -> None:
+        """Refuse, in one line, a result that holds some query rows only (a vision-language model's text rows,
+        ``metadata["rows"]``) where every row is needed (``what``: what was asked of it)."""
+        if self.attentions.shape[-2] != self.attentions.shape[-1]:
+            from ..errors import UsageError
+
+            raise UsageError(f"this result holds {self.attentions.shape[-2]} of its {self.attentions.shape[-1]} rows "
+                             f"(the text's, metadata['rows']) and cannot be {what}: read it with rows='all'")
 
     def select_layers(self, layers: list[int]) -> AttentionResult:
         """The same result with only ``layers`` (in that order); the choice is kept in the metadata."""

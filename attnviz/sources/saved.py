@@ -19,6 +19,7 @@ class SavedSource(Source):
     engine = "saved"
 
     def __init__(self, result: AttentionResult, path: str | Path) -> None:
+        result.check_square("drawn as a matrix")
         self.result = result
         self.path = Path(path)
         self.name = result.model_name or self.path.name
