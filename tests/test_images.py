@@ -708,3 +708,19 @@ def test_a_model_that_reads_pictures_given_no_picture_is_told_to_give_one(run_cl
         assert refused.stderr.count("\n") == 1 and "internal error" not in refused.stderr
     toml = run_cli("heatmap", "what", "--image", "x.png", "--model", "sample_configs/tiny.toml")
     assert toml.exit_code != 0 and "not a model that reads pictures" in toml.stderr
+
+
+def test_the_picture_commands_refuse_the_native_engine_and_name_a_query_they_do_not_know(run_cli, llava, encoders,
+                                                                                         picture, tmp_path):
+    cases = [(("rollout", "--image", str(picture), "--model", str(encoders["vit"]), "--engine", "native"), "native"),
+             (("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
+               "zebra"), "a word of the text, a patch (r1c2"),
+             (("heads", "what is in the picture ? <image>", "--image", str(picture), "--model", str(llava)),
+              "put the question after the pictures")]
+    for args, message in cases:
+        result = run_cli(*args)
+        assert message in result.stderr, (args, result.stderr)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "what is in the picture ?", "image": "%s"}\n' % picture)
+    export = run_cli("export", str(corpus), "--model", str(llava), "--out", str(tmp_path / "x"), "--engine", "native")
+    assert export.exit_code != 0 and "--engine native" in export.stderr and not (tmp_path / "x").exists()

@@ -90,8 +90,9 @@ def heatmap(
     """Draw attention as heatmaps, rows are queries and columns keys: --head in every layer (--layer all,
     the default) or in one, every head of a layer with --head all, every head of every layer with both 'all'.
 
-    With --image, an image encoder's attention over the picture's patches, as heat over the picture: the CLS
-    token's (or --query's) weights, a panel per layer × head.
+    With --image, attention over a picture's patches, as heat over the picture, a panel per layer × head: an image
+    encoder's CLS token (or --query) over its patches; with TEXT, a vision-language model's last word (or --query)
+    over each picture.
 
     Example: attnviz heatmap "The cat sat on the mat." --layer 2 --head all
     """

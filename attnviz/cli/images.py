@@ -132,8 +132,8 @@ def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bo
     for label in (query, f"<img {query}>"):  # a patch of a vision-language model's prompt: <img r1c2>
         if label in tokens:
             return tokens.index(label)
-    raise UsageError(f"--query {query!r} is not one of the image tokens ({tokens[0]}, {tokens[-1]}, an index up to "
-                     f"{len(tokens) - 1}, or mean)")
+    raise UsageError(f"--query {query!r} is not a token of this result: a word of the text, a patch (r1c2; with "
+                     f"several pictures 2 r1c2), {tokens[0]}, an index up to {len(tokens) - 1}, or mean")
 
 
 def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any, out: list[Path], top: int | None,
@@ -146,6 +146,10 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
 
     outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
     result = picture_attention(options, text, images, rows="text")
+    last = max(p for meta in result.metadata["images"] for p in meta["image_positions"])
+    if text is not None and result.causal and last == len(result.tokens) - 1:
+        note("no word follows the pictures, and the words before them cannot attend to them (a causal model): put "
+             "the question after the pictures")
     rows = sorted(image_head_rows(result), key=lambda r: -r["image_share"] if text is not None else r["patch_entropy"])
     document = {"model": result.model_name, "images": [{k: v for k, v in meta.items() if k not in ("boxes", "grids")}
                                                        for meta in result.metadata["images"]],
@@ -241,6 +245,9 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
                                text=None)
     from ..images.found import reads_pictures
 
+    if str(getattr(options.engine, "value", options.engine)) == "native":
+        raise UsageError("--engine native: attnviz's own engine reads no pictures; an image encoder runs on "
+                         "transformers' eager attention")
     if reads_pictures(options.model):
         raise UsageError(f"{options.model} is a vision-language model: rollout --image chains an image encoder's "
                          "attention over its patches; see what its words read of the picture with heatmap TEXT --image")

@@ -220,7 +220,7 @@ def picture_page(result: AttentionResult, pictures: Sequence[dict[str, Any]], *,
     if page.pictures["weights"] is None:
         page.notes.append(f"the picture view holds each layer's mean of the heads only: each head's weights on the "
                           f"{sum(m['rows'] * m['cols'] for m in metas):,} patches would be over "
-                          f"{PICTURE_CELLS:,} (give one --layer for each head's)")
+                          f"{PICTURE_CELLS:,} (give one [[layer]] for each head's)")
     return page
 
 
