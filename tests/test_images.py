@@ -721,6 +721,8 @@ def test_the_picture_commands_refuse_the_native_engine_and_name_a_query_they_do_
         result = run_cli(*args)
         assert message in result.stderr, (args, result.stderr)
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"text": "what is in the picture ?", "image": "%s"}\n' % picture)
+    import json
+
+    corpus.write_text(json.dumps({"text": "what is in the picture ?", "image": str(picture)}) + "\n")
     export = run_cli("export", str(corpus), "--model", str(llava), "--out", str(tmp_path / "x"), "--engine", "native")
     assert export.exit_code != 0 and "--engine native" in export.stderr and not (tmp_path / "x").exists()

@@ -33,8 +33,10 @@ def test_view_8_draws_the_selected_tokens_attention_over_the_picture(llava, pict
     app = AttnvizTUI(explorer, "what is in the picture ?", colour=False)
 
     async def script(pilot) -> None:
-        result = explorer.result
+        result = explorer.full  # every image token; the matrices show the picture as one token
         assert "picture" in explorer.views() and result.metadata["images"][0]["rows"] == 4
+        assert explorer.result.tokens[0] == "<image 1: 4×4>" and explorer.result.tokens[1:] == result.tokens[16:]
+        assert "<image␣1:␣4×4>" in pane(app)  # view 1, the heatmap (a label shows its spaces)
         await keys(pilot, "right", "down", "8")  # layer 1, head 1, the picture view
         assert explorer.view == "picture"
         every = result.metadata["images"][0]["image_positions"]
@@ -68,3 +70,23 @@ def test_a_text_only_result_has_no_picture_view_and_the_command_refuses_in_one_l
         refused = run_cli(*args)
         assert refused.exit_code != 0 and message in refused.stderr, (args, refused.stderr)
         assert refused.stderr.count("\n") == 1
+
+
+def test_expand_images_keeps_every_image_token_in_the_matrices(llava, picture):
+    """--expand-images: the matrices' result is the full one; without it, each picture is one token whose row is its
+    tokens' mean and whose column their sum (checked against the full result)."""
+    import torch
+
+    from attnviz.images.vlm import load_vlm
+    from attnviz.tui.explorer import Explorer
+
+    model = load_vlm(str(llava))
+    expanded = Explorer(model, pictures=(picture,), expand=True)
+    expanded.compute("what is in the picture ?")
+    assert expanded.result is expanded.full and expanded.result.tokens[0] == "<img r0c0>"
+    collapsed = Explorer(model, pictures=(picture,))
+    collapsed.compute("what is in the picture ?")
+    full, small = collapsed.full.attentions.double(), collapsed.result.attentions.double()
+    image = collapsed.full.metadata["images"][0]["image_positions"]
+    torch.testing.assert_close(small[:, :, 1:, 0], full[:, :, 16:][..., image].sum(-1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(small[:, :, 0, 0], full[:, :, image][..., image].sum(-1).mean(-1), atol=1e-6, rtol=0)

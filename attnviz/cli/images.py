@@ -359,7 +359,8 @@ class PictureExplorer:
     load: Callable[[], Any]
 
 
-def picture_explorer(options: Any, text: str | None, images: list[Path], *, reading: Any) -> PictureExplorer:
+def picture_explorer(options: Any, text: str | None, images: list[Path], *, reading: Any,
+                     expand: bool = False) -> PictureExplorer:
     """``tui --image``: the pictures checked before anything loads (see :class:`PictureExplorer`)."""
     from ..images.files import read_image
     from ..images.found import reads_pictures
@@ -389,6 +390,6 @@ def picture_explorer(options: Any, text: str | None, images: list[Path], *, read
         from ..images.vlm import load_vlm
 
         model = load_vlm(options.model, **load, engine="hf" if engine == "hf" else "fused")
-        return Explorer(model, reading=reading, pictures=tuple(images))
+        return Explorer(model, reading=reading, pictures=tuple(images), expand=expand)
 
     return PictureExplorer(False, language)

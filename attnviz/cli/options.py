@@ -134,9 +134,9 @@ ImageFiles = typer.Option(
     "names it with the image token, else before TEXT); the attention drawn as heat over the picture (--out x.png).",
     show_default=False,
 )
-ExpandImages = typer.Option(False, "--expand-images", help="With --image: the page's matrix opens on every image "
-                            "token; without it, each picture's tokens are one row and column (the sum of a row's "
-                            "weights on them, the mean of their rows), and a box on the page expands them.")
+ExpandImages = typer.Option(False, "--expand-images", help="With --image: the matrices show every image token; "
+                            "without it, each picture's tokens are one row and column (the sum of a row's weights on "
+                            "them, the mean of their rows); on the page a box expands them.")
 OutFiles = typer.Option(
     [], "--out", "-o", help="Write a file instead of drawing in the terminal (repeatable: one run, several files), its "
     "kind from its extension: an image (.png, .svg, .pdf), a page (.html), or the numbers (.npz, .json).",

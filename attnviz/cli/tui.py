@@ -9,6 +9,7 @@ import typer
 from ..errors import UsageError
 from .common import cli_command
 from .options import (
+    ExpandImages,
     HideSpecial,
     ImageFiles,
     Kind,
@@ -48,17 +49,20 @@ def tui(
     renormalize: bool = Renormalize,
     words: bool = Words,
     image: list[Path] = ImageFiles,
+    expand_images: bool = ExpandImages,
 ) -> None:
     """Explore attention in the terminal: every layer, head and view at the keyboard, the model kept loaded
     (←/→ layer, ↑/↓ head, Tab or 1–8 views, / find, t new text, s save, ? help, q quit). Works over SSH and
     in tmux; needs the tui extra (pip install 'attnviz[tui]'). With --image, a vision-language model reads each
     text with the pictures (an image encoder, the picture alone), and view 8 shows the selected token's attention
-    over them.
+    over them; each picture is one token of the matrices unless --expand-images.
 
     Example: attnviz tui "The cat sat on the mat." · attnviz tui "what is in the picture ?" --image photo.png
     --model llava-hf/llava-1.5-7b-hf
     """
     check_available()
+    if expand_images and not image:
+        raise UsageError("--expand-images shows every image token of a text read with --image; give --image")
     text = text_from_file(text, text_file)
     view = reading(hide_special, renormalize, words)  # checked before the model loads
     from ..tui.app import AttnvizTUI
@@ -69,7 +73,7 @@ def tui(
 
         if pair is not None or target is not None:
             raise UsageError("--pair and --target read texts alone; with --image the model reads a picture")
-        picture_loader = picture_explorer(options, text, image, reading=view)
+        picture_loader = picture_explorer(options, text, image, reading=view, expand=expand_images)
         AttnvizTUI(text=None if picture_loader.fixed else text, loader=lambda: picture_loader.load()).run()
         return
 

@@ -76,6 +76,8 @@ class Explorer:
     model_name: str = ""
     pictures: tuple[Any, ...] = ()  # the pictures a vision-language model reads beside each text (source: its
     # loaded VisionLanguageModel)
+    expand: bool = False  # the matrices show every image token (else each picture is one token of ``result``)
+    full: Any = None  # with pictures: the result with every image token (the picture view reads it)
 
     @property
     def fixed(self) -> bool:
@@ -96,9 +98,12 @@ class Explorer:
             if text is None or not text.strip():
                 raise UsageError("the text is empty; type the text to inspect")
             if self.pictures:  # a vision-language model: the text read with the pictures, every row kept
+                from ..views.picture_page import collapsed_result
+
                 labels: list[str] = []
                 long, shape = False, (0, 0)
-                result = self.source.read(text, list(self.pictures))
+                self.full = self.source.read(text, list(self.pictures))
+                result = self.full if self.expand else collapsed_result(self.full)
             else:
                 long, labels, shape = self._measure(text)
                 result = None if long else self.source.extract(text, pair=self.pair, target=self.target)
@@ -163,7 +168,8 @@ class Explorer:
 
     def views(self) -> list[str]:
         """The views this result has (the generation view only for a generation)."""
-        pictures = self.result is not None and bool(self.result.metadata.get("images"))
+        shown = self.full if self.full is not None else self.result
+        pictures = shown is not None and bool(shown.metadata.get("images"))
         return [v for v in VIEWS if (v != "steps" or self.generated) and (v != "picture" or pictures)]
 
     # --- moving ------------------------------------------------------------------------------------------
@@ -406,9 +412,10 @@ class Explorer:
         from ..labels import safe_text
         from ..render.overlay import patch_weights, terminal_grid
 
-        result = self.result
+        result = self.full if self.full is not None else self.result
         metas = result.metadata["images"]
-        token = len(result.tokens) - 1 if self.token is None else self.token
+        first = (self.result.metadata.get("collapsed") or {}).get("first")  # a collapsed row's first token
+        token = len(result.tokens) - 1 if self.token is None else first[self.token] if first else self.token
         every = [p for meta in metas for p in meta["image_positions"]]
         row = result.attentions[self.layer, self.head, token].double()
         sink.print(Text(f"{safe_text(result.tokens[token])} (token {token}), layer {self.layer} head {self.head}: "

@@ -134,6 +134,27 @@ def collapsed(result: AttentionResult, positions: Sequence[int] | None = None) -
             "positions": list(range(result.attentions.shape[0])) if positions is None else list(positions)}
 
 
+def collapsed_result(result: AttentionResult) -> AttentionResult:
+    """``result`` with each picture's tokens one token (:func:`collapsed`), every layer: what a terminal's matrices
+    show of it. ``metadata["collapsed"]["first"]``: each token's first token in ``result``."""
+    from collections import Counter
+
+    import torch
+
+    from ..result import AttentionResult
+
+    plan = collapsed(result)
+    weights = torch.stack([plan["layer"](position) for position in plan["positions"]])
+    metadata = {k: v for k, v in result.metadata.items() if k not in ("images", "rows")}
+    sizes = Counter(plan["index"])  # a row made of several tokens (a picture) has no one token id
+    return AttentionResult(tokens=plan["tokens"], attentions=weights, special=plan["special"],
+                           token_ids=[result.token_ids[t] if sizes[plan["index"][t]] == 1 else -1
+                                      for t in plan["first"]],
+                           causal=all(bool((layer[h].triu(1) == 0).all()) for layer in weights
+                                      for h in range(weights.shape[1])),
+                           model_name=result.model_name, metadata={**metadata, "collapsed": {"first": plan["first"]}})
+
+
 def picture_data(result: AttentionResult, pictures: Sequence[dict[str, Any]], *, positions: Sequence[int],
                  layers: Sequence[int], expand: bool = False, plan: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the picture view reads (see the module): ``pictures`` as :func:`encode_picture` made them (one per
