@@ -187,7 +187,7 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     """``generate --image``: the vision-language model answers greedily; each new token's attention over the
     picture (its share on the image, the patch it reads most, a grid), and ``--out x.png`` a panel per new token."""
     from ..images.files import read_image
-    from ..render.overlay import Panel, panels_png, patch_weights, row_of, terminal_grid
+    from ..render.overlay import Panel, panels_png, row_of, strongest_patches, terminal_grid
 
     checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
     every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
@@ -219,11 +219,8 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     attn = attn.mean(0) if head is None else attn[head]
     for q in new:
         share = float(attn[row_of(result, [q])[0], every].sum())
-        found = []
-        for n in range(len(metas)):
-            weights = patch_weights(result, layer, head, q, n)
-            index, cols = int(weights.argmax()), weights.shape[1]
-            found.append((weights, f"{'picture ' + str(n + 1) + ' ' if len(metas) > 1 else ''}r{index // cols}c{index % cols}"))
+        found = [(weights, f"{'picture ' + str(n + 1) + ' ' if len(metas) > 1 else ''}{place}")
+                 for n, (weights, place) in enumerate(strongest_patches(result, layer, head, q))]
         console.print(f"{safe_text(repr(result.tokens[q]))}: {share:.0%} on the picture{'s' if len(metas) > 1 else ''}, "
                       f"most on {', '.join(where for _, where in found)}", markup=False)
         for weights, _ in found:

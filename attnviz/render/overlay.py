@@ -28,6 +28,17 @@ def patch_weights(result: Any, layer: int | None, head: int | None, query: int |
     return row[at].reshape(rows, cols).numpy()
 
 
+def strongest_patches(result: Any, layer: int | None, head: int | None, query: int) -> list[tuple[np.ndarray, str]]:
+    """Per picture: ``query``'s weights over its grid (:func:`patch_weights`) and the place it reads most
+    (``r1c2``)."""
+    found = []
+    for picture in range(len(result.metadata["images"])):
+        weights = patch_weights(result, layer, head, query, picture)
+        index, cols = int(weights.argmax()), weights.shape[1]
+        found.append((weights, f"r{index // cols}c{index % cols}"))
+    return found
+
+
 def row_of(result: Any, queries: list[int]) -> list[int]:
     """Where the rows of ``queries`` (token positions) are in ``result.attentions``: themselves, or their places
     among ``metadata["rows"]`` where the result holds some rows only (a vision-language model's text rows)."""

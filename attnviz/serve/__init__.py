@@ -57,6 +57,7 @@ from typing import Any
 
 from ..errors import AttnvizError, AttnvizWarning, ServeError, UsageError, in_request_terms
 from .process import listen
+from .replies import MAX_TILE_NUMBER, Reply, flag, is_unicode, out_of_range, whole_number
 
 MAX_TEXT_BYTES = 2 * 1024 * 1024
 """Bytes of text (all fields together) one request may send: a document of 128k tokens and more."""
@@ -68,8 +69,6 @@ HELD_TILES = 256_000_000
 """Bytes of pooled tiles kept per page beyond what the page itself holds, to answer ``/api/tile`` at
 once: a quarter of the cache at most."""
 
-MAX_TILE_NUMBER = 999_999_999
-"""The largest number ``/api/tile`` reads (nine digits): no matrix has more layers, heads, levels or tiles."""
 
 TILE_FIELDS = ("page", "layer", "head", "level", "x", "y")
 
@@ -159,16 +158,16 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
     async def body_of(request: Request) -> bytes:
         """The POST body, refused as soon as it is known to be too large (never read whole first)."""
         declared = request.headers.get("content-length")
-        if declared is not None and (_whole_number(declared, 18) is None or int(declared) > MAX_BODY_BYTES):
-            raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
+        if declared is not None and (whole_number(declared, 18) is None or int(declared) > MAX_BODY_BYTES):
+            raise Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
-            raise _Reply(415, "send the body as JSON (Content-Type: application/json), such as {\"text\": \"…\"}")
+            raise Reply(415, "send the body as JSON (Content-Type: application/json), such as {\"text\": \"…\"}")
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
+                raise Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -179,37 +178,37 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
             try:
                 params = json.loads(body)
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                raise _Reply(400, "the body must be a JSON object such as {\"text\": \"…\"}") from None
+                raise Reply(400, "the body must be a JSON object such as {\"text\": \"…\"}") from None
             if not isinstance(params, dict) or not all(isinstance(v, (str, bool)) for v in params.values()):
-                raise _Reply(400, "the body must be a JSON object of strings such as {\"text\": \"…\"}")
+                raise Reply(400, "the body must be a JSON object of strings such as {\"text\": \"…\"}")
         else:
             params = request.query_params
         unknown = sorted(set(params) - set(FIELDS))
         if unknown:
-            raise _Reply(422, f"unknown parameter {', '.join(map(repr, unknown))}; this server takes "
+            raise Reply(422, f"unknown parameter {', '.join(map(repr, unknown))}; this server takes "
                               f"{', '.join(FIELDS)}")
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise _Reply(400, "give the text to read: ?text=… (or POST {\"text\": …})")
+            raise Reply(400, "give the text to read: ?text=… (or POST {\"text\": …})")
         values = {"text": text, "pair": params.get("pair") or None, "target": params.get("target") or None}
         if any(not isinstance(v, str) for v in values.values() if v is not None):
-            raise _Reply(400, "text, pair and target must be strings")
+            raise Reply(400, "text, pair and target must be strings")
         for name, value in values.items():
-            if value is not None and not _is_unicode(value):
-                raise _Reply(422, f"{name} holds a lone surrogate (text that is not valid Unicode); send UTF-8 text")
+            if value is not None and not is_unicode(value):
+                raise Reply(422, f"{name} holds a lone surrogate (text that is not valid Unicode); send UTF-8 text")
         if sum(len(v.encode("utf-8")) for v in values.values() if v) > MAX_TEXT_BYTES:
-            raise _Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
-        values["truncate"] = _flag(params.get("truncate"))
+            raise Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
+        values["truncate"] = flag(params.get("truncate"))
         if pictures is not None:
             asked = [name for name in ("pair", "target", "truncate") if values[name]]
             if asked:
-                raise _Reply(422, f"{', '.join(asked)}: this server reads each text beside its pictures as the model "
+                raise Reply(422, f"{', '.join(asked)}: this server reads each text beside its pictures as the model "
                                   "takes it; send the text alone")
         return values
 
     def locked(work: Any, ticket: Ticket, trim: bool = False) -> tuple[bool, Any]:
         """On a worker thread: ``work(checkpoint)`` holding the model in ``ticket``'s turn, as ``(True,
-        value)``, or ``(False, reply)``: the :class:`_Reply` to send. Nothing is raised past here, so an
+        value)``, or ``(False, reply)``: the :class:`Reply` to send. Nothing is raised past here, so an
         exception (and its traceback, whose frames hold the page worked on) ends with this call: no
         thread pool, future or log keeps it, and no reference cycle through it keeps a page alive.
         ``trim``: then give the memory the work freed back to the system (:func:`attnviz.serve.cache.trim_heap`)."""
@@ -218,17 +217,17 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
                 warnings.simplefilter("ignore", AttnvizWarning)  # (a short text's statistics: the page says little)
                 outcome = True, work(lambda: turns.checkpoint(ticket))
         except Cancelled:
-            outcome = False, _Reply(499, "the client went away")  # nobody reads it
-        except _Reply as reply:
-            outcome = False, _Reply(reply.status, reply.message, reply.retry_after)
+            outcome = False, Reply(499, "the client went away")  # nobody reads it
+        except Reply as reply:
+            outcome = False, Reply(reply.status, reply.message, reply.retry_after)
         except AttnvizError as exc:
-            outcome = False, _Reply(422, in_request_terms(exc.template))
+            outcome = False, Reply(422, in_request_terms(exc.template))
         except MemoryError:
-            outcome = False, _Reply(413, "this request needs more memory than the server has; send a shorter text")
+            outcome = False, Reply(413, "this request needs more memory than the server has; send a shorter text")
         except Exception as exc:  # a bug: one line in the log, a 500 to the client, and serving goes on
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             sys.stderr.write(f"attnviz: error: internal error ({type(exc).__name__}: {first}); report it\n")
-            outcome = False, _Reply(500, f"internal error ({type(exc).__name__}); the server's log has a line on it")
+            outcome = False, Reply(500, f"internal error ({type(exc).__name__}); the server's log has a line on it")
         if trim:
             trim_heap()
         return outcome
@@ -237,7 +236,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         """``work`` (the computation and its encoding) on a worker thread in its turn, the event loop
         answering meanwhile, stopped if the client disconnects; answered as :func:`locked` says."""
         if waiting[0] >= MAX_WAITING:
-            return False, _Reply(503, "the server is busy with other requests; try again in a moment", retry_after=2)
+            return False, Reply(503, "the server is busy with other requests; try again in a moment", retry_after=2)
         ticket = Ticket()
         waiting[0] += 1
         try:
@@ -298,7 +297,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
             tensors += [result.decoder_attentions, result.cross_attentions]
         count = sum(t.numel() for t in tensors)
         if count > MAX_RESPONSE_VALUES:
-            raise _Reply(413, f"the answer would hold {count:,} weights, over this server's {MAX_RESPONSE_VALUES:,}; "
+            raise Reply(413, f"the answer would hold {count:,} weights, over this server's {MAX_RESPONSE_VALUES:,}; "
                               "send a shorter text, or ask /api/page, which sends them quantised")
         body: dict[str, Any] = {
             "model": result.model_name, "tokens": result.tokens, "token_ids": result.token_ids,
@@ -321,21 +320,21 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         params = request.query_params
         unknown = sorted(set(params) - set(TILE_FIELDS))
         if unknown:
-            return _Reply(422, f"unknown parameter {', '.join(map(repr, unknown))}; /api/tile takes "
+            return Reply(422, f"unknown parameter {', '.join(map(repr, unknown))}; /api/tile takes "
                                f"{', '.join(TILE_FIELDS)}").response()
         numbers = {}
         for name in TILE_FIELDS[1:]:
             value = params.get(name, "")
-            number = _whole_number(value)
+            number = whole_number(value)
             if number is None:
-                return _Reply(422, f"{name} must be a whole number from 0 to {MAX_TILE_NUMBER:,} in ASCII digits, "
+                return Reply(422, f"{name} must be a whole number from 0 to {MAX_TILE_NUMBER:,} in ASCII digits, "
                                    f"not {value[:20]!r}").response()
             numbers[name] = number
         live = cache.get(params.get("page", ""))
         if not isinstance(live, LiveTiles):
-            return _Reply(404, "no such page: the server no longer keeps it (or never did); load the page again"
+            return Reply(404, "no such page: the server no longer keeps it (or never did); load the page again"
                           ).response()
-        refused = _out_of_range(live, numbers)
+        refused = out_of_range(live, numbers)
         if refused is not None:
             return refused.response()
 
@@ -356,7 +355,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         async def route(request: Request) -> Response:
             try:
                 values = await inputs(request)
-            except _Reply as reply:
+            except Reply as reply:
                 return reply.response()
             done, answer = await run(lambda checkpoint: encode(values, checkpoint), request, trim=True)
             if not done:
@@ -369,7 +368,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         """404, 405 and the like as JSON, as every other answer of this server."""
         detail = {404: "no such page; the server has /, /api/attention, /api/page and /api/tile",
                   405: f"{request.method} is not allowed here; use GET (or POST for /api/…)"}
-        return _Reply(exc.status_code, detail.get(exc.status_code, str(exc.detail))).response()
+        return Reply(exc.status_code, detail.get(exc.status_code, str(exc.detail))).response()
 
     both = ["GET", "POST"]
     app = Starlette(routes=[Route("/", homepage), Route("/api/attention", answering(attention_json), methods=both),
@@ -389,56 +388,6 @@ async def _watch_disconnect(receive: Any, gone: Any) -> None:
     except Exception:  # a server that cannot say: the work goes on to its end, as it always did
         return
     gone()
-
-
-def _whole_number(value: str, digits: int = len(str(MAX_TILE_NUMBER))) -> int | None:
-    """``"12"`` → 12; None for anything but 1 to ``digits`` ASCII digits (``"²"``, ``"١"``, ``"-1"``, ``" 1"``)."""
-    if not (value.isascii() and value.isdigit()) or len(value) > digits:
-        return None
-    return int(value)
-
-
-def _out_of_range(live: Any, numbers: dict[str, int]) -> _Reply | None:
-    """The 422 for a tile outside ``live``'s page, naming the parameter; None for a tile it has."""
-    try:
-        live.check(**numbers)
-    except AttnvizError as exc:
-        return _Reply(422, in_request_terms(exc.template))
-    return None
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _flag(value: Any) -> bool:
-    """``truncate``: true/false as JSON, or 1/0, true/false, yes/no in a query string."""
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    word = value.strip().lower()
-    if word in ("1", "true", "yes", "on"):
-        return True
-    if word in ("", "0", "false", "no", "off"):
-        return False
-    raise _Reply(400, f"truncate takes true or false, not {value!r}")
-
-
-class _Reply(Exception):
-    """An answer other than 200: a status and a message, as JSON."""
-
-    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.retry_after = status, message, retry_after
-
-    def response(self) -> Any:
-        from starlette.responses import JSONResponse
-
-        headers = {"Retry-After": str(self.retry_after)} if self.retry_after else None
-        return JSONResponse({"error": self.message}, status_code=self.status, headers=headers)
 
 
 def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str = "viridis",

@@ -264,9 +264,13 @@ class Explorer:
         return self.cache[key]
 
     def _draw(self, width: int, colour: bool) -> RenderableType:
+        from .heads_view import draw_heads
+        from .picture import draw_picture
+
         draw: dict[str, Callable[[Sink], None]] = {
             "heatmap": self._heatmap, "model": self._model, "token": self._token, "compare": self._compare,
-            "steps": self._steps, "explain": self._explain, "heads": self._heads_text, "picture": self._picture,
+            "steps": self._steps, "explain": self._explain,
+            "heads": lambda sink: draw_heads(self, sink), "picture": lambda sink: draw_picture(self, sink),
         }
         sink = Sink(width, colour)
         draw[self.view](sink)
@@ -405,48 +409,6 @@ class Explorer:
                              "config model); this one cannot")
         walk = walkthrough(inputs_of(self.text, self.layer_number), head=self.head)
         render_walkthrough(walk, sink)
-
-    def _picture(self, sink: Sink) -> None:
-        """The selected token's attention over each picture (the last token's by default), in this layer and head:
-        coloured half-blocks at the patch grid, its share on the picture, the patch it reads most."""
-        from ..labels import safe_text
-        from ..render.overlay import patch_weights, terminal_grid
-
-        result = self.full if self.full is not None else self.result
-        metas = result.metadata["images"]
-        first = (self.result.metadata.get("collapsed") or {}).get("first")  # a collapsed row's first token
-        token = len(result.tokens) - 1 if self.token is None else first[self.token] if first else self.token
-        every = [p for meta in metas for p in meta["image_positions"]]
-        row = result.attentions[self.layer, self.head, token].double()
-        sink.print(Text(f"{safe_text(result.tokens[token])} (token {token}), layer {self.layer} head {self.head}: "
-                        f"{float(row[every].sum()):.0%} of its attention on the picture"
-                        f"{'s' if len(metas) > 1 else ''}; each weight scaled to the largest"))
-        for n in range(len(metas)):
-            weights = patch_weights(result, self.layer, self.head, token, n)
-            index, cols = int(weights.argmax()), weights.shape[1]
-            sink.print(Text(f"{'picture ' + str(n + 1) + ', ' if len(metas) > 1 else ''}{metas[n]['rows']} × "
-                            f"{metas[n]['cols']} patches; most on r{index // cols}c{index % cols}", style="dim"))
-            sink.print(terminal_grid(weights))
-        if self.token is None:
-            sink.print(Text("the last token; select another with [ ] or find one with /", style="dim"))
-
-    def _heads_text(self, sink: Sink) -> None:
-        """The ``heads`` command's table at the pane's width (its columns, legend and labels), sorted by ``sort``."""
-        from ..analysis.statistics import STATISTICS, labels, priority_order, short_name
-        from ..render.tables import choose_columns, head_stats_table, legend_table
-
-        rows, stats = self.heads_rows()
-        layout = choose_columns(rows, stats, sink.width, header=short_name,
-                                keep_first=self.sort if self.sort in STATISTICS else None, priority=priority_order())
-        order = f"sorted by {self.sort} (largest first)" if self.sort else "in model order"
-        sink.print(head_stats_table(rows, layout.shown, title=f"{self.model_name} · every head, {order}",
-                                    header=short_name))
-        sink.print(Text("o: sort by the next column · click a column's name to sort by it", style="dim"))
-        sink.print(legend_table([(short_name(s), s, STATISTICS[s].description) for s in layout.shown]))
-        if layout.left_out:
-            sink.print(Text(f"left out at {sink.width} columns: {', '.join(layout.left_out)}", style="dim"))
-        sink.print(Text("labels: " + "; ".join(f"{name} = {short_name(stat)} ≥ {thr}"
-                                               for name, (stat, thr) in labels().items()), style="dim"))
 
     def next_sort(self) -> None:
         """``o``: sort the heads table by the next statistic (model order after the last); a column the width
