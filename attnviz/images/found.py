@@ -23,17 +23,14 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
     """The model (``language``: a vision-language model is wanted, else an image encoder), its config and layout."""
     import transformers
 
-    from ..sources.files import read_config
-    from ..sources.hub import fetch_config, hub_reachable
-    from ..sources.resolve import check_device, locate
+    from ..sources.hub import hub_reachable
+    from ..sources.resolve import check_device
 
     check_device(device)
     if model.lower().endswith((".toml", ".npz")):
         raise UsageError(f"{model} is not a model that reads pictures: [[image]] needs an image encoder (ViT, CLIP, "
                          "SigLIP, DINOv2) or a vision-language model checkpoint, a folder or a hub id")
-    place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
-    config = read_config(folder)
+    place, config = _config(model, revision)
     layout = layout_for(config.get("model_type"), place.name)
     if layout.language and not language:
         raise UsageError(f"{place.name} is a vision-language model ({layout.name}): give the text it reads beside "
@@ -49,26 +46,28 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
     return Found(place, config, layout, options)
 
 
+def _config(model: str, revision: str | None) -> tuple[Any, dict[str, Any]]:
+    """Where ``model`` is, and its config (a folder's, or the hub's at ``revision``)."""
+    from ..sources.files import read_config
+    from ..sources.hub import fetch_config
+    from ..sources.resolve import locate
+
+    place = locate(model)
+    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
+    return place, read_config(folder)
+
+
 def picture_layout(model: str) -> PatchLayout | None:
     """The layout of ``model`` (a folder, or a hub id whose config is at hand) where attnviz reads pictures with it
     (an image encoder or a vision-language model); None for any other model, or where its config cannot be read
     here (the caller's own loading then says why)."""
     from ..errors import AttnvizError
-    from ..sources.files import read_config
-    from ..sources.resolve import locate
     from .layouts import LAYOUTS
 
     if model.lower().endswith((".toml", ".npz")):
         return None
     try:
-        place = locate(model)
-        if place.folder is None:
-            from ..sources.hub import fetch_config
-
-            folder = fetch_config(str(place.hub_id), None)
-        else:
-            folder = place.folder
-        kind = read_config(folder).get("model_type")
+        kind = _config(model, None)[1].get("model_type")
     except (AttnvizError, OSError, ValueError):
         return None
     return next((layout for layout in LAYOUTS.values() if kind in layout.model_types), None)

@@ -50,6 +50,9 @@ class PatchLayout:
     # ``index``, whose tokens are the first of ``positions`` (the prompt's image tokens not yet placed); a function
     # with a ``picture`` keyword is also handed the picture (a PIL image: its size, for boxes the inputs do not give)
     place: str | None = None
+    # the config's token ids an image marker comes between when attnviz puts it in the prompt (Qwen's vision start
+    # and end), else the marker alone
+    around: tuple[str, str] | None = None
 
     def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
         function = self.grid
@@ -129,10 +132,11 @@ register(PatchLayout("gemma3", ("gemma3",), "Gemma 3: SigLIP's patches pooled to
                      place="attnviz.images.panscan:gemma3_place"))
 register(PatchLayout("qwen2_vl", ("qwen2_vl",), "Qwen2-VL: the picture resized to a multiple of the merged patch, "
                      "each 2 × 2 block of patches one token, row-major, between <|vision_start|> and <|vision_end|>",
-                     "attnviz.images.layouts:plain_grid", language=True, place="attnviz.images.qwen:qwen2_vl_place"))
+                     "attnviz.images.layouts:plain_grid", language=True, place="attnviz.images.qwen:qwen2_vl_place",
+                     around=("vision_start_token_id", "vision_end_token_id")))
 register(PatchLayout("qwen2_5_vl", ("qwen2_5_vl",), "Qwen2.5-VL: as Qwen2-VL (merged patches of the resized "
                      "picture, row-major)", "attnviz.images.layouts:plain_grid", language=True,
-                     place="attnviz.images.qwen:qwen2_vl_place"))
+                     place="attnviz.images.qwen:qwen2_vl_place", around=("vision_start_token_id", "vision_end_token_id")))
 register(PatchLayout("idefics3", ("idefics3",), "Idefics3: the picture cut into tiles, each tile's pixel-shuffled "
                      "grid after its <row_i_col_j> marker, then the whole picture's after <global-img>; the overlay "
                      "on the tiles stitched together", "attnviz.images.layouts:plain_grid", language=True,

@@ -180,8 +180,8 @@ def _causal(attentions: Any, held: list[int] | None) -> bool:
 
 def _prompt(text: str, count: int, processor: Any, layout: Any, config: dict[str, Any] | None = None) -> str:
     """The text with one image marker per picture: as the user placed them, else all before the text (PaliGemma's
-    processor expands its marker in place, before its BOS; LLaVA's wants it as a word of the prompt; Qwen's comes
-    between its vision start and end tokens, the config's ``vision_start_token_id`` and ``vision_end_token_id``)."""
+    processor expands its marker in place, before its BOS; LLaVA's wants it as a word of the prompt; a layout's
+    ``around`` puts it between two of the config's tokens: Qwen's vision start and end)."""
     marker = getattr(processor, "image_token", "<image>")
     placed = text.count(marker)
     if placed == count:
@@ -190,9 +190,9 @@ def _prompt(text: str, count: int, processor: Any, layout: Any, config: dict[str
         raise UsageError(f"the text names {placed} pictures ({marker}) but {count} were given: name each picture once, "
                          "or none (they then come before the text)")
     one = marker
-    if layout.name in ("qwen2_vl", "qwen2_5_vl") and config:
+    if layout.around is not None and config:
         start, end = (processor.tokenizer.convert_ids_to_tokens(int(config[key])) if config.get(key) is not None else ""
-                      for key in ("vision_start_token_id", "vision_end_token_id"))
+                      for key in layout.around)
         one = f"{start}{marker}{end}"
     return one * count + text if layout.inserts else " ".join([one] * count + [text])
 
