@@ -9,10 +9,10 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from .errors import RenderError
+from .errors import RenderError, UsageError
 from .interrupts import always_on_stop, on_stop
 
 
@@ -43,6 +43,50 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
         raise RenderError(f"cannot write {path}: it exists and is read-only; choose another [[out]] or make it "
                           "writable")
     return path
+
+
+def refuse_overwriting_inputs(outputs: Iterable[str | os.PathLike[str]], inputs: Iterable[str | os.PathLike[str]],
+                              *, folders_read_whole: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Refuse, before any work, an output that is one of the command's inputs: the same file by device and inode
+    (``p.png``, ``./p.png``, an absolute spelling or a hard link alike), or a file inside a folder the command reads
+    whole (a model's folder: its config, weights and tokenizer). Writing there would replace what was read."""
+    identities: dict[tuple[int, int], str] = {}
+    for name in inputs:
+        identity = _identity(name)
+        if identity is not None:
+            identities.setdefault(identity, os.fspath(name))
+    whole = [(os.fspath(folder), _identity(folder)) for folder in folders_read_whole]
+    for out in outputs:
+        identity = _identity(out)
+        if identity is None:  # nothing there yet: nothing of the inputs' to lose
+            continue
+        if identity in identities:
+            source = identities[identity]
+            same = "" if os.fspath(source) == os.fspath(out) else f" ({source})"
+            raise UsageError(f"cannot write {os.fspath(out)}: it is one of this command's inputs{same}, which the "
+                             "output would replace; choose another [[out]]")
+        for folder, folder_identity in whole:
+            if folder_identity is not None and _inside(Path(out), folder_identity):
+                raise UsageError(f"cannot write {os.fspath(out)}: it is inside {folder}, which this command reads "
+                                 "(a model's files); choose another [[out]]")
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """A path's (device, inode), following links; None for what is not there or cannot be a path (a text)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):  # not there, not reachable, a NUL byte or a name too long: not a file of ours
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _inside(path: Path, folder: tuple[int, int]) -> bool:
+    """Whether ``path`` (an existing file) lies somewhere under the folder of identity ``folder``."""
+    try:
+        parents = path.resolve().parents
+    except (OSError, RuntimeError):
+        return False
+    return any(_identity(parent) == folder for parent in parents)
 
 
 def _refuse_special(path: Path) -> None:

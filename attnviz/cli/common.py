@@ -122,6 +122,29 @@ def check_text_arguments(kwargs: dict[str, Any]) -> None:
                                  "give UTF-8 text") from None
 
 
+OUTPUT_PARAMETERS = ("out", "old_out", "page_file", "minference", "duo", "per_text")
+"""The parameters that name what a command writes; every other path a command is given is something it reads."""
+MODEL_PARAMETERS = ("model", "vs_model")
+"""Parameters naming a model, whose folder the command reads whole."""
+
+
+def refuse_outputs_over_inputs(kwargs: dict[str, Any]) -> None:
+    """Before any work: no output of the command may be one of its inputs (:func:`attnviz.fileio.refuse_overwriting_inputs`),
+    whichever parameter named it (a picture, a text file, a corpus, a haystack, a saved result given as the model)."""
+    from ..fileio import refuse_overwriting_inputs
+
+    def paths(value: Any) -> list[Any]:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [item for item in items if isinstance(item, (str, os.PathLike))]
+
+    outputs = [path for name in OUTPUT_PARAMETERS for path in paths(kwargs.get(name))]
+    if not outputs:
+        return
+    inputs = [path for name, value in kwargs.items() if name not in OUTPUT_PARAMETERS for path in paths(value)]
+    folders = [path for name in MODEL_PARAMETERS for path in paths(kwargs.get(name)) if os.path.isdir(path)]
+    refuse_overwriting_inputs(outputs, inputs, folders_read_whole=folders)
+
+
 def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -> Any:
     """Run a command body: named errors become one line on stderr and an exit code, never a traceback.
 
@@ -140,6 +163,7 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
             warnings.simplefilter("always")
             try:
                 check_text_arguments(kwargs)
+                refuse_outputs_over_inputs(kwargs)
                 return _stopped_by_ctrl_c(func, args, kwargs)
             except AttnvizError as exc:
                 raise fail(exc.for_cli({**FLAGS, **(flags or {})}), exc.exit_code) from None
