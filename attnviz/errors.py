@@ -6,6 +6,9 @@ The library speaks in its own terms: an option is written in a message as a mark
 ``layers=99``, ``truncate=True`` and ``pair`` (``str(error)``, ``error.message``), and the command
 line as its flag, ``--layer 99``, ``--truncate`` and ``--pair`` (:meth:`AttnvizError.for_cli`, with
 each command's names for its flags).
+
+A TOML table named in a message (an organism's ``[[head]]``) is written ``toml_table("head")``, a marker no
+translation takes for an option: every reader sees ``[[head]]``, none a flag.
 """
 
 from __future__ import annotations
@@ -14,11 +17,22 @@ import re
 from collections.abc import Mapping
 
 _OPTION = re.compile(r"\[\[([a-z_0-9]+)(?:=([^\]]*))?\]\]")
+_TABLE = re.compile(r"\[\[toml:([A-Za-z_0-9.-]+)\]\]")
+
+
+def toml_table(name: str) -> str:
+    """A TOML array of tables named in a message: ``toml_table("head")`` reads ``[[head]]`` in every terms (the API's,
+    the command line's, a request's), never an option's flag."""
+    return f"[[toml:{name}]]"
+
+
+def _tables(text: str) -> str:
+    return _TABLE.sub(r"[[\1]]", text)
 
 
 def in_api_terms(text: str) -> str:
     """``[[layers=99]]`` → ``layers=99``; ``[[truncate=True]]`` → ``truncate=True``; ``[[pair]]`` → ``pair``."""
-    return _OPTION.sub(lambda m: m.group(1) if m.group(2) is None else f"{m.group(1)}={m.group(2)}", text)
+    return _tables(_OPTION.sub(lambda m: m.group(1) if m.group(2) is None else f"{m.group(1)}={m.group(2)}", text))
 
 
 def in_cli_terms(text: str, flags: Mapping[str, str] | None = None) -> str:
@@ -32,7 +46,7 @@ def in_cli_terms(text: str, flags: Mapping[str, str] | None = None) -> str:
             return "--no-" + name[2:]  # [[grid=False]] → --no-grid
         return name if m.group(2) in (None, "True") else f"{name} {m.group(2)}"
 
-    return _OPTION.sub(flag, text)
+    return _tables(_OPTION.sub(flag, text))
 
 
 def in_request_terms(text: str) -> str:
@@ -43,7 +57,7 @@ def in_request_terms(text: str) -> str:
             return f'"{m.group(1)}": {m.group(2).lower()}'
         return m.group(1) if m.group(2) is None else f"{m.group(1)}={m.group(2)}"
 
-    return _OPTION.sub(field, text)
+    return _tables(_OPTION.sub(field, text))
 
 
 class AttnvizError(Exception):
@@ -107,6 +121,11 @@ class NumericalError(AttnvizError):
 class ResourceError(AttnvizError):
     """Something that would take more memory, time or bytes than a named limit allows
     (:mod:`attnviz.limits`): refused before it is built, with the override to use."""
+
+
+class PluginError(AttnvizError):
+    """A record a plugin (or a user's code) registered that cannot be used: its function cannot be imported, or what
+    it returned is not what its registry asks for (a shape, a type, a finite value). Named as that record's fault."""
 
 
 class AttnvizWarning(UserWarning):

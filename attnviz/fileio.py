@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from .errors import RenderError, UsageError
+from .errors import AttnvizError, RenderError, UsageError
 from .interrupts import always_on_stop, on_stop
 
 
@@ -136,6 +136,34 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> Path:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def write_through(path: str | os.PathLike[str], write: Callable[[Path], object], *, writer: str) -> Path:
+    """Call ``write(tmp)``, a registered writer (``writer``: its ``"module:function"``), on a temporary file beside
+    ``path`` and rename it onto ``path`` only when it wrote something: a writer that fails, or writes nothing, leaves
+    ``path`` as it was. A writer outside attnviz (a plugin's, a user's) that fails is named as the culprit."""
+    path = Path(path)
+    own = writer.startswith("attnviz.")
+
+    def run(tmp: str) -> None:
+        try:
+            write(Path(tmp))
+        except AttnvizError:
+            raise
+        except Exception as exc:
+            if own:
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            raise RenderError(f"cannot write {path}: its writer {writer} (not attnviz's) failed ({type(exc).__name__}: "
+                              f"{first}); {path} was left as it was; report it to that writer's authors") from None
+        try:
+            empty = os.path.getsize(tmp) == 0
+        except OSError:  # the writer removed its file
+            empty = True
+        if empty:
+            raise RenderError(f"cannot write {path}: its writer {writer} wrote nothing; {path} was left as it was")
+
+    return atomic_write(path, run)
 
 
 @contextlib.contextmanager

@@ -27,6 +27,37 @@ def _plural(what: str) -> str:
     return what[:-1] + "ies" if what.endswith("y") else what + "s"
 
 
+def resolve(function: str | Callable[..., Any], what: str) -> Callable[..., Any]:
+    """The one resolver of a record's function: itself, or what ``"module:function"`` names, imported on first use
+    (so ``--help`` imports no matplotlib). One that cannot be imported is its author's error (``what``: the record,
+    e.g. ``result format kv.json``), said in one line, never an internal error."""
+    if callable(function):
+        return function
+    import importlib
+
+    module, _, name = str(function).partition(":")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except Exception as exc:  # ImportError, AttributeError, or whatever the module raised as it was imported
+        from .errors import PluginError
+
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise PluginError(f"the {what}'s function {function} cannot be loaded ({type(exc).__name__}: {first}); "
+                          "reinstall what registered it, or run without it") from None
+    if not callable(found):
+        from .errors import PluginError
+
+        raise PluginError(f"the {what}'s function {function} is not a function")
+    return found
+
+
+def function_name(function: str | Callable[..., Any]) -> str:
+    """A record's function as ``"module:function"``, as messages name it."""
+    if isinstance(function, str):
+        return function
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', repr(function))}"
+
+
 class Registry(dict[str, Record], Generic[Record]):
     """Records by their ``name``, in the order they were registered. ``what`` names a record in
     messages (``statistic``); ``check`` refuses a record that clashes with those already there."""

@@ -11,13 +11,13 @@ built-in ones are sealed.
 
 from __future__ import annotations
 
-import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .records import Registry
+from .records import Registry, function_name, resolve
 
 KINDS = ("needle", "kv", "patterns")
 
@@ -26,7 +26,7 @@ KINDS = ("needle", "kv", "patterns")
 class ResultFormat:
     kind: str  # the result it writes: needle, kv or patterns
     suffix: str  # of the file it writes
-    writer: str  # "module:function" writing (result, path)
+    writer: str | Callable[[Any, Path], object]  # "module:function" (or the function) writing (result, path)
     description: str = ""
 
     @property
@@ -34,17 +34,21 @@ class ResultFormat:
         return f"{self.kind}{self.suffix}"
 
     def write(self, result: Any, path: str | Path) -> None:
-        module, function = self.writer.split(":")
-        write: Callable[[Any, Path], object] = getattr(importlib.import_module(module), function)
-        write(result, Path(path))
+        """``result`` written to ``path`` through a temporary file (:func:`attnviz.fileio.write_through`): a writer
+        that fails or writes nothing leaves an existing file as it was, and is named."""
+        from .fileio import write_through
+
+        write: Callable[[Any, Path], object] = resolve(self.writer, f"result format {self.name}")
+        write_through(path, lambda tmp: write(result, tmp), writer=function_name(self.writer))
+
 
 
 def _check(registered: Registry[ResultFormat], fmt: ResultFormat) -> None:
     if fmt.kind not in KINDS:
         raise ValueError(f"a result format writes one of {', '.join(KINDS)}; got {fmt.kind!r}")
-    if not fmt.suffix.startswith(".") or fmt.suffix != fmt.suffix.lower() or len(fmt.suffix) < 2:
+    if not isinstance(fmt.suffix, str) or not re.fullmatch(r"\.[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)*", fmt.suffix):
         raise ValueError(f"a result format's suffix is a lower-case extension such as .json; got {fmt.suffix!r}")
-    if ":" not in fmt.writer:
+    if not callable(fmt.writer) and ":" not in str(fmt.writer):
         raise ValueError(f"a result format's writer is 'module:function'; got {fmt.writer!r}")
 
 

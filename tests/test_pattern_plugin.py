@@ -9,6 +9,7 @@ import torch
 
 from attnviz.analysis.kv_policies import row_blocks
 from attnviz.analysis.patterns_registry import PATTERNS, Pattern, registered
+from attnviz.errors import PluginError
 
 TEXT = ("the cat sat on the mat and the dog ran far away over the hill and then the cat came back home to sleep "
         "while the dog kept running after the ball near the river and the bird sang in the tree all day long")
@@ -63,7 +64,7 @@ def test_a_pattern_that_returns_the_wrong_shape_is_named_and_built_ins_are_seale
     from attnviz.kv.patterns import patterns
 
     with registered(Pattern("broken", "returns a scalar", "a test", recall=lambda rows, budget: torch.tensor(1.0))), \
-            pytest.raises(ValueError, match="pattern broken"):
+            pytest.raises(PluginError, match="pattern broken"):
         patterns(llama, TEXT, budgets=[6])
     with pytest.raises(ValueError):
         PATTERNS.unregister("a_shape")

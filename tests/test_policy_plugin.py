@@ -12,6 +12,7 @@ from test_kv import QUESTION, TEXT
 from test_plugins import install
 
 from attnviz.analysis.policies import BUILT_IN, POLICIES, Policy
+from attnviz.errors import PluginError
 from attnviz.kv import kv
 
 KNORM = '''
@@ -85,7 +86,7 @@ def test_a_policy_record_is_checked():
 
 def test_a_score_function_of_the_wrong_shape_is_named(llama):
     wrong = Policy("flat", "one score", "none", lambda inputs: torch.zeros(3))
-    with POLICIES.registered(wrong), pytest.raises(ValueError, match="policy flat: its score function gave"):
+    with POLICIES.registered(wrong), pytest.raises(PluginError, match="policy flat's score function gave"):
         kv(llama, TEXT, policies=["flat"], budgets=[4], question=QUESTION, end_to_end=False)
 
 

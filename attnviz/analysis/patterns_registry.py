@@ -13,12 +13,14 @@ MInference's config names the best of the patterns MInference has.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..records import Registry
+from ..errors import PluginError
+from ..records import Registry, resolve
+
+RECALL_SLACK = 1e-6  # a recall summed in float32 may pass 1 by rounding
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
@@ -50,15 +52,18 @@ class Pattern:
         function = self.recall
         if function is None:
             raise ValueError(f"pattern {self.name} is measured in the built-in pass, not on its own")
-        if not callable(function):
-            module, name = function.split(":")
-            function = getattr(importlib.import_module(module), name)
-        found = function(rows, budget)
-        if not isinstance(found, torch.Tensor) or tuple(found.shape) != (rows.n_heads,):
-            got = tuple(found.shape) if isinstance(found, torch.Tensor) else type(found).__name__
-            raise ValueError(f"pattern {self.name}: its recall function gave {got}, not one value per query head "
-                             f"({rows.n_heads},)")
-        return found.double()
+        found = resolve(function, f"pattern {self.name}")(rows, budget)
+        if not isinstance(found, torch.Tensor) or tuple(found.shape) != (rows.n_heads,) or found.is_complex():
+            got = f"a tensor {tuple(found.shape)}" if isinstance(found, torch.Tensor) else f"a {type(found).__name__}"
+            raise PluginError(f"pattern {self.name}'s recall function gave {got}, not one real value per query head "
+                              f"({rows.n_heads},)")
+        recall = found.double()
+        if not bool(torch.isfinite(recall).all()) or bool((recall < -RECALL_SLACK).any()) or \
+                bool((recall > 1 + RECALL_SLACK).any()):
+            bad = recall[~torch.isfinite(recall) | (recall < -RECALL_SLACK) | (recall > 1 + RECALL_SLACK)][0].item()
+            raise PluginError(f"pattern {self.name}'s recall function gave {bad}, outside 0 to 1: a recall is the share "
+                              "of each row's attention the pattern keeps")
+        return recall.clamp(0, 1)
 
 
 PATTERNS: Registry[Pattern] = Registry("pattern")

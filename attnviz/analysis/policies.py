@@ -12,12 +12,13 @@ end to end, and ``attnviz kv --help`` lists it. docs/development.md shows kvpres
 
 from __future__ import annotations
 
-import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..records import Registry
+from ..errors import PluginError
+from ..records import Registry, resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
@@ -27,11 +28,20 @@ if TYPE_CHECKING:  # pragma: no cover
 Function = str | Callable[..., Any]  # "module:function", or the function itself
 
 
-def _resolve(function: Function) -> Callable[..., Any]:
-    if callable(function):
-        return function
-    module, name = function.split(":")
-    return getattr(importlib.import_module(module), name)
+def _resolve(function: Function, what: str) -> Callable[..., Any]:
+    return resolve(function, what)
+
+
+def _returned(found: Any, shape: tuple[int, ...], what: str, axes: str) -> Tensor:
+    """What a record's function returned, as float64, when it is a real tensor of ``shape``; else the function's
+    author is told what it gave and what it should (a :class:`PluginError`, never an internal error)."""
+    import torch
+
+    if not isinstance(found, torch.Tensor) or tuple(found.shape) != shape or found.is_complex():
+        got = f"a tensor {tuple(found.shape)} of {found.dtype}" if isinstance(found, torch.Tensor) else \
+            f"a {type(found).__name__}"
+        raise PluginError(f"{what} gave {got}, not a real tensor of {axes} {shape}")
+    return found.double()
 
 
 @dataclass(frozen=True)
@@ -71,15 +81,16 @@ class Policy:
         """``[Hkv, T]`` float64: the score function's, its always-kept keys raised above the others."""
         import torch
 
-        found = _resolve(self.score)(inputs)
+        found = _resolve(self.score, f"policy {self.name}")(inputs)
         shape = (inputs.n_kv_heads, inputs.rows.n_keys)
-        if not isinstance(found, torch.Tensor) or tuple(found.shape) != shape:
-            got = tuple(found.shape) if isinstance(found, torch.Tensor) else type(found).__name__
-            raise ValueError(f"policy {self.name}: its score function gave {got}, not key/value heads × keys {shape}")
-        scores = found.double()
+        scores = _returned(found, shape, f"policy {self.name}'s score function", "key/value heads × keys")
+        if bool(torch.isnan(scores).any()):
+            raise PluginError(f"policy {self.name}'s score function gave NaN scores, which rank no key; it must give a "
+                              "number for every key")
         if self.always is None:
             return scores
-        kept = _resolve(self.always)(inputs).to(torch.bool)
+        kept = _returned(_resolve(self.always, f"policy {self.name}")(inputs), (inputs.rows.n_keys,),
+                         f"policy {self.name}'s always-kept function", "keys").to(torch.bool)
         if kept.any() and (~kept).any():
             low, high = scores[:, kept].min(), scores[:, ~kept].max()
             if low <= high:  # raise the always-kept keys above every other key, keeping their own order
@@ -91,7 +102,11 @@ class Policy:
         """The keys ``layer`` keeps at a budget of ``count`` (the rule, or ``count`` itself)."""
         if self.budget is None:
             return count
-        return max(1, min(n_keys, int(_resolve(self.budget)(count, layer, n_layers, n_keys))))
+        found = _resolve(self.budget, f"policy {self.name}")(count, layer, n_layers, n_keys)
+        if isinstance(found, bool) or not isinstance(found, (int, float)) or not math.isfinite(found):
+            raise PluginError(f"policy {self.name}'s budget function gave {found!r} for layer {layer}, not a number of "
+                              "keys")
+        return max(1, min(n_keys, int(found)))
 
 
 def _check(registered: Registry[Policy], policy: Policy) -> None:

@@ -13,13 +13,12 @@ imported only when used, so ``attnviz --help`` loads no matplotlib.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..records import Registry
+from ..records import Registry, function_name, resolve
 
 
 @dataclass(frozen=True)
@@ -35,9 +34,10 @@ class Format:
         """Draw ``view`` to ``path`` with this format's renderer."""
         if self.renderer is None:
             raise ValueError(f"format {self.name!r} is written by the export pipeline, not drawn from a view")
-        module, function = self.renderer.split(":")
-        draw: Callable[..., Path] = getattr(importlib.import_module(module), function)
-        return draw(view, path, **options)
+        from ..fileio import write_through
+
+        draw: Callable[..., Path] = resolve(self.renderer, f"format {self.name}")
+        return write_through(path, lambda tmp: draw(view, tmp, **options), writer=function_name(self.renderer))
 
 
 # What a command shows, as numbers (``--out FILE.npz|.json``); export writes results, not views.
