@@ -53,9 +53,9 @@ def raises_its_own(result, path):
 def test_a_writer_that_fails_leaves_the_file_and_is_named(tmp_path, writer, says):
     target = tmp_path / "result.foo"
     target.write_text("the earlier result\n", encoding="utf-8")
-    with RESULT_FORMATS.registered(ResultFormat("kv", ".foo", writer, "a plugin's format")):
-        with pytest.raises((RenderError, PluginError)) as caught:
-            result_formats.save("kv", object(), target)
+    with RESULT_FORMATS.registered(ResultFormat("kv", ".foo", writer, "a plugin's format")), \
+            pytest.raises((RenderError, PluginError)) as caught:
+        result_formats.save("kv", object(), target)
     message = str(caught.value)
     assert says in message and writer in message, message
     assert target.read_text(encoding="utf-8") == "the earlier result\n"
@@ -114,7 +114,7 @@ def test_a_pattern_recall_outside_zero_to_one_is_named(llama, value):
         return torch.full((rows.n_heads,), value, dtype=torch.float64)
 
     with pattern_registered(Pattern("odd", "an odd recall", "a test", recall=recall)), \
-            pytest.raises(PluginError, match="pattern odd's recall function gave .*outside 0 to 1"):
+            pytest.raises(PluginError, match=r"pattern odd's recall function gave .*outside 0 to 1"):
         patterns(llama, TEXT, budgets=[6])
 
 
