@@ -16,7 +16,7 @@ def ray_module() -> Any:
     try:
         import ray
     except ImportError:
-        raise UsageError("[[backend=ray]] needs Ray, which is not installed: pip install 'attnviz[ray]'") from None
+        raise UsageError("[[backend=ray]] needs Ray, which is not installed: pip install ray (or pip install -e '.[ray]' in attnviz's clone)") from None
     return ray
 
 

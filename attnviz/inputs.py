@@ -228,7 +228,7 @@ def _parquet(raw: bytes, column: str, name: str, keep_blank: bool = False) -> li
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise UsageError(f"reading {name} needs pyarrow: pip install 'attnviz[parquet]'") from None
+        raise UsageError(f"reading {name} needs pyarrow: pip install pyarrow (or pip install -e '.[parquet]' in attnviz's clone)") from None
     try:
         schema = pq.read_schema(pa.BufferReader(raw))
     except (pa.ArrowInvalid, OSError) as exc:

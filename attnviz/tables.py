@@ -15,7 +15,7 @@ def pyarrow() -> Any:
         import pyarrow as pa
         import pyarrow.parquet
     except ImportError:
-        raise UsageError("Parquet needs pyarrow, which is not installed: pip install 'attnviz[parquet]' "
+        raise UsageError("Parquet needs pyarrow, which is not installed: pip install pyarrow (or pip install -e '.[parquet]' in attnviz's clone) "
                          "(or pip install pyarrow)") from None
     return pa
 

@@ -69,7 +69,7 @@ def test_ray_errors_are_one_line(run_cli, tmp_path, tiny_hf, monkeypatch):
 
     refuse_import(monkeypatch, "ray")
     missing = run_cli(*base, "--backend", "ray")
-    assert missing.exit_code == 2 and "pip install 'attnviz[ray]'" in missing.stderr
+    assert missing.exit_code == 2 and "pip install ray (or pip install -e '.[ray]' in attnviz's clone)" in missing.stderr
 
 
 def test_an_address_that_is_not_ray_is_refused_quickly(run_cli, tmp_path, monkeypatch):

@@ -477,7 +477,7 @@ def test_without_textual_the_command_says_how_to_get_it(monkeypatch, run_cli):
 
     monkeypatch.setitem(sys.modules, "textual", None)
     result = run_cli("tui", "The cat sat.")
-    assert result.exit_code != 0 and "pip install 'attnviz[tui]'" in result.stderr
+    assert result.exit_code != 0 and "pip install 'textual>=0.80'" in result.stderr and "pip install -e '.[tui]'" in result.stderr
     assert np.array([1]).size == 1
 
 

@@ -17,6 +17,7 @@ from .options import (
     PAIR_HELP,
     RENORMALIZE_HELP,
     WORDS_HELP,
+    AllowOutsidePictures,
     Causal,
     Cmap,
     Column,
@@ -68,9 +69,10 @@ def export(
     words: bool | None = typer.Option(_NOT_GIVEN, "--words/--pieces", help=WORDS_HELP, show_default=False),
     style: str | None = typer.Option(_NOT_GIVEN, "--style", help="figure (labelled, as attnviz heatmap) or tiles (bare colours, PNG, far faster).", show_default=False),
     quiet: bool | None = typer.Option(_NOT_GIVEN, "--quiet/--progress", "-q", help="No progress: no bar at a terminal, and no progress lines on stderr elsewhere.", show_default=False),
-    backend: str | None = typer.Option(_NOT_GIVEN, "--backend", help="local (this machine: one process runs the model, --jobs draw) or ray (--jobs Ray actors, one model each; needs attnviz[ray]).", show_default=False),
+    backend: str | None = typer.Option(_NOT_GIVEN, "--backend", help="local (this machine: one process runs the model, --jobs draw) or ray (--jobs Ray actors, one model each; needs Ray).", show_default=False),
     ray_address: str | None = typer.Option(_NOT_GIVEN, "--ray-address", help="With --backend ray: an existing cluster (auto, or the head's host:port; ray://host:port needs ray[client]); default: a local cluster with this machine's CPUs.", show_default=False),
     image: list[Path] = ImageFiles,
+    allow_outside_pictures: bool = AllowOutsidePictures,
     merge: bool = typer.Option(False, "--merge", help="Instead of exporting: join the shard folders given as arguments into --out (--merge shards/*, or --merge a --merge b).", show_default=False),
 ) -> None:
     """Export attention for every text of INPUT: image grids per layer, .npz arrays and head statistics as JSON.
@@ -127,6 +129,9 @@ def export(
         if settings.model is None:
             raise UsageError("--image needs a vision-language model as --model (LLaVA, Gemma 3, PaliGemma, …)")
         check_settings(settings)
+    elif allow_outside_pictures:
+        raise UsageError("--allow-outside-pictures goes with a corpus of pictures (a vision-language model); leave it "
+                         "out")
 
     # A bar at a terminal; otherwise a plain line on stderr now and then (a log, a cluster job).
     with export_progress(console, enabled=not settings.quiet) as (start, advance):
@@ -135,7 +140,8 @@ def export(
             if pictures:
                 from ..export.pictures import run_picture_export
 
-                summary = run_picture_export(input, out, settings, image, on_start=start, on_item=advance)
+                summary = run_picture_export(input, out, settings, image, on_start=start, on_item=advance,
+                                             allow_outside=allow_outside_pictures)
             else:
                 summary = run_export(input, out, settings, on_start=start, on_item=advance, on_source=said)
         except KeyboardInterrupt:

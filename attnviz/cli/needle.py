@@ -50,7 +50,7 @@ def needle(
                                    "it), .csv or .parquet (the heads ranked), .png, .svg, .pdf (the grid and the "
                                    "heads' scores), .html (the page: click a cell for that run's answer attention).", show_default=False),
     backend: str = typer.Option("local", "--backend", help="local (this machine, one model) or ray (the grid's cells "
-                                "on --jobs Ray actors, one model each; needs attnviz[ray]); the same results."),
+                                "on --jobs Ray actors, one model each; needs Ray); the same results."),
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="With --backend ray: how many actors (models) answer "
                              "cells at once."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="With --backend ray: an existing cluster "

@@ -32,7 +32,8 @@ def check_available() -> None:
     try:
         import textual  # noqa: F401
     except ImportError:
-        raise UsageError("attnviz tui needs the tui extra: pip install 'attnviz[tui]' (Textual)") from None
+        raise UsageError("attnviz tui needs Textual: pip install 'textual>=0.80' (in attnviz's clone, pip install -e "
+                         "'.[tui]' installs it as the tui extra)") from None
 
 
 @cli_command
@@ -53,7 +54,7 @@ def tui(
 ) -> None:
     """Explore attention in the terminal: every layer, head and view at the keyboard, the model kept loaded
     (←/→ layer, ↑/↓ head, Tab or 1–8 views, / find, t new text, s save, ? help, q quit). Works over SSH and
-    in tmux; needs the tui extra (pip install 'attnviz[tui]'). With --image, a vision-language model reads each
+    in tmux; needs Textual (pip install textual, or pip install -e '.[tui]' in attnviz's clone). With --image, a vision-language model reads each
     text with the pictures (an image encoder, the picture alone), and view 8 shows the selected token's attention
     over them; each picture is one token of the matrices unless --expand-images.
 
@@ -65,7 +66,7 @@ def tui(
         raise UsageError("--expand-images shows every image token of a text read with --image; give --image")
     text = text_from_file(text, text_file)
     view = reading(hide_special, renormalize, words)  # checked before the model loads
-    from ..tui.app import AttnvizTUI
+    from ..tui.app import AttnvizTUI, require_terminal
     from ..tui.explorer import Explorer
 
     if image:
@@ -74,10 +75,12 @@ def tui(
         if pair is not None or target is not None:
             raise UsageError("--pair and --target read texts alone; with --image the model reads a picture")
         picture_loader = picture_explorer(options, text, image, reading=view, expand=expand_images)
+        require_terminal()
         AttnvizTUI(text=None if picture_loader.fixed else text, loader=lambda: picture_loader.load()).run()
         return
 
     def load() -> Explorer:
         return Explorer(options.load(), pair=pair, target=target, kind=kind_name(kind), reading=view)
 
+    require_terminal()
     AttnvizTUI(text=text, loader=load).run()

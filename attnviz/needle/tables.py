@@ -169,7 +169,7 @@ def _read_parquet(path: Path) -> RetrievalColumns:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise InputError(f"reading {path} needs pyarrow: pip install 'attnviz[parquet]'") from None
+        raise InputError(f"reading {path} needs pyarrow: pip install pyarrow (or pip install -e '.[parquet]' in attnviz's clone)") from None
     import pyarrow as pa
 
     from ..limits import MAX_SMALL_FILE, check_regular, human

@@ -116,7 +116,7 @@ def check_available() -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise UsageError("attnviz serve needs the serve extra: pip install 'attnviz[serve]' "
+        raise UsageError("attnviz serve needs the serve extra: pip install starlette uvicorn (or pip install -e '.[serve]' in attnviz's clone) "
                          "(Starlette and uvicorn)") from None
 
 

@@ -19,10 +19,43 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static, Tab, Tabs
 from textual.worker import get_current_worker
 
-from ..errors import AttnvizError
+from ..errors import AttnvizError, UsageError
 from ..labels import safe_text
 from .explorer import TITLES, Explorer
 from .widgets import Ask, Help, Pane, ViewTabs, keys_line
+
+
+def require_terminal() -> None:
+    """The app draws on a terminal and reads its keys: with standard input or output not one (piped, redirected),
+    it would draw once and wait for keys that never come. Refused in one line, naming what to use instead."""
+    import sys
+
+    for name, stream in (("output", sys.stdout), ("error output", sys.stderr), ("input", sys.stdin)):
+        try:
+            terminal = stream is not None and stream.isatty()
+        except (AttributeError, ValueError, OSError):  # a closed or replaced stream
+            terminal = False
+        if not terminal:
+            raise UsageError(f"attnviz tui runs in a terminal, and its standard {name} is not one (piped or "
+                             "redirected); run it in a terminal, or use heatmap, heads or view for files and pipes")
+
+
+def _monochrome_that_survives_plain_text(app: App[Any]) -> None:
+    """Textual's NO_COLOR filter (``Monochrome``) fails on a segment without a style (``None.color``: a traceback,
+    then exit 0): each such filter is replaced by one that passes unstyled text through and greys the rest."""
+    from textual.filter import Monochrome
+
+    class PlainTextMonochrome(Monochrome):
+        def apply(self, segments: list[Any], background: Any) -> list[Any]:
+            from rich.segment import Segment
+            from rich.style import Style
+
+            return super().apply([Segment(text, style or Style.null(), control) for text, style, control in segments],
+                                 background)
+
+    filters = getattr(app, "_filters", None)
+    if isinstance(filters, list):
+        filters[:] = [PlainTextMonochrome() if type(f) is Monochrome else f for f in filters]
 
 
 class AttnvizTUI(App[None]):
@@ -57,9 +90,11 @@ class AttnvizTUI(App[None]):
                  loader: Any = None, colour: bool | None = None) -> None:
         """``explorer`` over a loaded source, or ``loader`` (a callable returning the source) to load it on a
         worker while the app shows a spinner; ``text``: the first text (None: a saved result's own, or ask)."""
+        no_color = os.environ.get("NO_COLOR") not in (None, "")
         super().__init__()
+        _monochrome_that_survives_plain_text(self)
         self.explorer, self.loader, self.first_text = explorer, loader, text
-        self.colour = (os.environ.get("NO_COLOR") in (None, "")) if colour is None else colour
+        self.colour = (not no_color) if colour is None else colour
         self.last_find: str | None = None
         self.busy = False
         self.drawn: dict[str, Any] = {}  # each pane's state when it was drawn
