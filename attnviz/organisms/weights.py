@@ -41,10 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import shutil
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -58,9 +54,8 @@ MATCH = 60.0  # nats: a planted head's score on what it looks for
 TIE = 12.0  # nats: an induction head's position preference among equal matches
 LOCAL = 16.0  # nats: a local head's score rise over its window (e^-16 ≈ 1e-7 of a row beyond it)
 COPY = 10.0  # an induction head writes the attended token's code this many times over
-VERSION = 3  # of this construction: a new one builds new folders
+VERSION = 4  # of this construction and its files (4: a fingerprint in each): a new one builds new folders
 EPS = 1e-5  # GPT-2's LayerNorm epsilon
-COMPLETE = "attnviz-organism.done"  # written last: a folder without it is not used
 
 
 def _balanced(rows: int, dims: int, generator: torch.Generator) -> Tensor:
@@ -100,9 +95,7 @@ def build_state(spec: OrganismSpec, vocab_size: int, token_ids: dict[str, int]) 
     g = torch.Generator().manual_seed(spec.seed)
     tokens = _balanced(vocab_size, T, g)
     codes = _balanced(p_count, C, g)
-    overlap = codes @ codes.T
-    overlap.fill_diagonal_(0)
-    if float(overlap.abs().max()) >= 0.5 * C:  # pragma: no cover - a seed whose codes collide
+    if closest_codes(codes) >= 0.5 * C:  # pragma: no cover - a seed whose codes collide
         raise ConfigError(f"seed {spec.seed} gives two position codes too alike; choose another seed")
     state: dict[str, Tensor] = {}
     wte = torch.zeros(vocab_size, d)
@@ -132,6 +125,50 @@ def build_state(spec: OrganismSpec, vocab_size: int, token_ids: dict[str, int]) 
         state[prefix + "mlp.c_proj.weight"], state[prefix + "mlp.c_proj.bias"] = torch.zeros(4, d), torch.zeros(d)
     state["transformer.ln_f.weight"], state["transformer.ln_f.bias"] = torch.ones(d), torch.zeros(d)
     return state, lay
+
+
+BLOCK = 512  # rows of position codes compared at a time: BLOCK × positions × 4 bytes (32 MiB at 16,384)
+
+
+def closest_codes(codes: Tensor) -> float:
+    """The largest overlap (dot product) of two different codes, a block of rows at a time against the rows from
+    there on (each pair once): never the whole ``[P, P]`` matrix (1 GiB at 16,384 positions)."""
+    most = 0.0
+    for start in range(0, codes.shape[0], BLOCK):
+        overlap = codes[start : start + BLOCK] @ codes[start:].T
+        rows = torch.arange(overlap.shape[0])
+        overlap[rows, rows] = 0  # a code with itself
+        most = max(most, float(overlap.max()), -float(overlap.min()))
+    return most
+
+
+def shapes(spec: OrganismSpec, vocab_size: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the checkpoint and its shape, before any is built (what :func:`build_state` returns)."""
+    d = Layout(spec).d_model
+    found: dict[str, tuple[int, ...]] = {"transformer.wte.weight": (vocab_size, d),
+                                         "transformer.wpe.weight": (spec.positions, d)}
+    for layer in range(spec.layers):
+        prefix = f"transformer.h.{layer}."
+        found.update({prefix + "attn.c_attn.weight": (d, 3 * d), prefix + "attn.c_attn.bias": (3 * d,),
+                      prefix + "attn.c_proj.weight": (d, d), prefix + "attn.c_proj.bias": (d,),
+                      prefix + "ln_1.weight": (d,), prefix + "ln_1.bias": (d,), prefix + "ln_2.weight": (d,),
+                      prefix + "ln_2.bias": (d,), prefix + "mlp.c_fc.weight": (d, 4), prefix + "mlp.c_fc.bias": (4,),
+                      prefix + "mlp.c_proj.weight": (4, d), prefix + "mlp.c_proj.bias": (d,)})
+    found["transformer.ln_f.weight"], found["transformer.ln_f.bias"] = (d,), (d,)
+    return found
+
+
+VOCAB = 30_522  # tokens of the embedded MiniLM's WordPiece vocabulary, the organisms' tokenizer
+BASE = 350 << 20  # bytes of a build's process besides its weights: Python, torch, the tokenizer (measured: ~290 MiB)
+
+
+def build_bytes(spec: OrganismSpec, vocab_size: int = VOCAB) -> int:
+    """About the peak memory of building ``spec`` (and of loading it after): its weights, held once as float32 and
+    written from where they are; the random codes and their sort; a block of code overlaps; the process itself."""
+    weights = 4 * sum(math.prod(shape) for shape in shapes(spec, vocab_size).values())
+    codes = (4 + 4 + 8) * T * max(vocab_size, spec.positions)  # a code table, its random keys and their argsort
+    overlaps = 2 * 4 * BLOCK * spec.positions
+    return weights + codes + overlaps + BASE
 
 
 def _plant(h: PlantedHead, lay: Layout, layer: int, c_attn: Tensor, bias: Tensor, c_proj: Tensor, tokens: Tensor,
@@ -187,61 +224,3 @@ def fingerprint(spec: OrganismSpec) -> str:
     described["planted"] = [vars(h) for h in spec.planted]
     text = json.dumps({"version": VERSION, "t": T, "c": C, **described}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def tokenizer_folder() -> Path:
-    from ..sources.places import default_model_folder
-
-    return default_model_folder()
-
-
-def write_checkpoint(spec: OrganismSpec, folder: Path) -> Path:
-    """Write ``spec`` as a GPT-2 checkpoint with its tokenizer into ``folder`` (created; replaced atomically)."""
-    from safetensors.torch import save_file
-    from tokenizers import Tokenizer, processors
-
-    source = tokenizer_folder()
-    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
-    cls, sep, pad, unk = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[UNK]"))
-    # A causal model's encoding: the first token [CLS] (a BOS), no [SEP] after the text.
-    tokenizer.post_processor = processors.TemplateProcessing(single="[CLS] $A", pair="[CLS] $A $B",
-                                                             special_tokens=[("[CLS]", cls)])
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    vocab = tokenizer.get_vocab()
-    state, lay = build_state(spec, len(vocab), vocab)
-    temporary = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    shutil.rmtree(temporary, ignore_errors=True)
-    temporary.mkdir(parents=True)
-    try:
-        save_file({k: v.contiguous() for k, v in state.items()}, str(temporary / "model.safetensors"),
-                  metadata={"format": "pt"})
-        config: dict[str, Any] = {
-            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": len(vocab),
-            "n_embd": lay.d_model, "n_layer": spec.layers, "n_head": spec.heads, "n_positions": spec.positions,
-            "n_inner": 4, "activation_function": "gelu_new", "layer_norm_epsilon": EPS, "resid_pdrop": 0.0,
-            "embd_pdrop": 0.0, "attn_pdrop": 0.0, "scale_attn_weights": True, "tie_word_embeddings": True,
-            "bos_token_id": cls, "eos_token_id": sep, "pad_token_id": pad, "initializer_range": 0.02,
-            "attnviz_organism": {"name": spec.name, "fingerprint": fingerprint(spec), "version": VERSION,
-                                 "planted": [vars(h) for h in spec.planted],
-                                 **({"needle": spec.needle} if spec.needle else {}),
-                                 **({"question": spec.question} if spec.question else {})},
-        }
-        (temporary / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        (temporary / "generation_config.json").write_text(
-            json.dumps({"bos_token_id": cls, "eos_token_id": sep, "pad_token_id": pad}), encoding="utf-8")
-        tokenizer.save(str(temporary / "tokenizer.json"))
-        (temporary / "tokenizer_config.json").write_text(json.dumps({
-            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "[CLS]", "eos_token": "[SEP]",
-            "unk_token": "[UNK]", "pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]",
-            "mask_token": "[MASK]", "model_max_length": spec.positions, "do_lower_case": True}), encoding="utf-8")
-        assert unk is not None
-        (temporary / COMPLETE).write_text(fingerprint(spec), encoding="utf-8")
-        try:
-            os.replace(temporary, folder)
-        except OSError:  # another process built it meanwhile (a folder is replaced only when empty)
-            if not (folder / COMPLETE).is_file():
-                raise
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-    return folder

@@ -1,0 +1,217 @@
+"""Where organisms are built: attnviz's cache folder, one folder per description (its name and fingerprint), built
+once and checked on every use (rebuilt when it is not what its name says: half-built, truncated, another organism's),
+and a folder of the user's (:func:`save_organism`). A build is refused before it starts if it would not fit in
+memory (:func:`check_build_memory`); its temporary folder goes on Ctrl-C, on SIGTERM, and, if a killed process left
+one, with the next build."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import AttnvizWarning, RenderError, ResourceError, UsageError
+from ..interrupts import on_stop
+from .spec import OrganismSpec, read_spec
+
+_TEMPORARY = re.compile(r"\.tmp(\d+)(?:-old)?$")  # NAME.tmpPID (a build), NAME.tmpPID-old (what it replaces)
+_OWN = ".attnviz-organism.tmp"  # a save's temporary folder inside [[out]]
+CACHE_ENV = "ATTNVIZ_CACHE"
+
+
+def cache_root() -> Path:
+    """Where built organisms are kept: ``$ATTNVIZ_CACHE/organisms``, else ``$XDG_CACHE_HOME/attnviz/organisms``, else
+    ``~/.cache/attnviz/organisms``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser() / "organisms"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "attnviz" / "organisms"
+
+
+def check_build_memory(spec: OrganismSpec, path: str | Path) -> None:
+    """Refuse to build ``spec`` if its peak memory (:func:`~.weights.build_bytes`, about what loading it takes too)
+    is more than :func:`attnviz.limits.memory_budget`, in one line naming the estimate and what to shrink."""
+    from ..limits import MEMORY_ENV, human, memory_budget
+    from .weights import Layout, build_bytes
+
+    needed, budget = build_bytes(spec), memory_budget()
+    if needed > budget:
+        raise ResourceError(
+            f"{path}: building this organism ({spec.layers} layers × {spec.heads} heads, {spec.positions:,} "
+            f"positions) needs about {human(needed)}, more than the {human(budget)} this machine has; use fewer heads "
+            f"(each widens every weight by {Layout(spec).d_head} numbers), layers or positions, or set {MEMORY_ENV} "
+            "to try anyway")
+
+
+def organism_folder(path: str | Path) -> tuple[Path, OrganismSpec]:
+    """The built checkpoint of the organism described at ``path`` (built on first use, and again when the folder
+    is not what it should be, with a warning), and its description."""
+    from .checkpoint import problem
+    from .weights import fingerprint
+
+    spec = read_spec(path)
+    root = cache_root()
+    folder = root / f"{spec.name}-{fingerprint(spec)}"
+    wrong = problem(folder, spec)
+    if wrong is None:
+        return folder, spec
+    check_build_memory(spec, path)
+    _make_root(root)
+    remove_stale(root)
+    if wrong:
+        warnings.warn(AttnvizWarning(f"{folder} {wrong}; building it again"), stacklevel=2)
+
+    def failed(exc: OSError) -> ResourceError:
+        return ResourceError(f"cannot build {spec.name} in {root}: {_reason(exc)}; free space there, or set "
+                             f"{CACHE_ENV} to another folder")
+
+    temporary, aside = (folder.with_name(f"{folder.name}.tmp{os.getpid()}{end}") for end in ("", "-old"))
+    _build(spec, temporary, failed, lambda: _place(temporary, folder, aside, spec), aside)
+    return folder, spec
+
+
+def save_organism(path: str | Path, out: str | Path) -> Path:
+    """Write the organism described at ``path`` as a GPT-2 checkpoint with its tokenizer into the folder ``out``
+    (a new folder, or an empty one), for transformers, kvpress, TransformerLens or a notebook to load by path."""
+    spec = read_spec(path)
+    out = Path(out)
+    temporary = out / f"{_OWN}{os.getpid()}"
+    if out.is_dir() and not out.is_symlink():
+        remove_stale(out, _OWN)  # what a killed save left in it
+    if out.is_symlink():
+        raise UsageError(f"{out} is a link; give a new folder (or an empty one) for the checkpoint as [[out]]")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out} exists and is not an empty folder; give a new folder for the checkpoint")
+    parent = next((p for p in out.absolute().parents if os.path.lexists(p)), None)
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"{out}: {parent} is not a folder; give a new folder for the checkpoint as [[out]]")
+    check_build_memory(spec, path)
+    new = not out.exists()
+
+    def failed(exc: OSError) -> RenderError:
+        return RenderError(f"cannot write the checkpoint into {out}: {_reason(exc)}; choose another [[out]]")
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise failed(exc) from None
+
+    def place() -> None:  # each file into the folder, the mark (written last) last
+        from .checkpoint import MARK
+
+        for file in sorted(temporary.iterdir(), key=lambda f: f.name == MARK):
+            os.replace(file, out / file.name)
+        temporary.rmdir()
+
+    _build(spec, temporary, failed, place, out if new else None)
+    return out
+
+
+def _build(spec: OrganismSpec, temporary: Path, failed: Callable[[OSError], Exception], place: Callable[[], None],
+           also: Path | None) -> None:
+    """Write ``spec``'s checkpoint into ``temporary`` and ``place`` it; whatever stops it (an error, Ctrl-C, SIGTERM)
+    removes ``temporary`` and ``also`` (a folder made for it, what the placing moved aside)."""
+    from .checkpoint import write_checkpoint
+
+    def remove() -> None:
+        for path in (temporary, also):
+            if path is not None:
+                _remove(path)
+
+    done = False
+    try:
+        with on_stop(remove):
+            _remove(temporary)
+            temporary.mkdir()
+            write_checkpoint(spec, temporary)
+            place()
+            done = True
+    except OSError as exc:
+        raise failed(exc) from None
+    finally:
+        if not done:
+            remove()
+
+
+def _place(temporary: Path, folder: Path, aside: Path, spec: OrganismSpec) -> None:
+    """``temporary`` renamed ``folder`` (one step: no process ever sees it half-built); what was there (half-built,
+    another organism's, a link) first moved aside and removed. Another process that built it meanwhile wins."""
+    from .checkpoint import problem
+
+    try:
+        os.replace(temporary, folder)  # a new name, or an empty folder's
+        return
+    except OSError:
+        if problem(folder, spec) is None:  # built meanwhile by another process
+            _remove(temporary)
+            return
+    os.replace(folder, aside)
+    os.replace(temporary, folder)
+    _remove(aside)
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder, a file or a link (never what a link points to); nothing if there is nothing."""
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale(root: Path, prefix: str = "") -> int:
+    """Remove the temporary folders of builds whose process is gone (SIGKILL, a power cut) from ``root`` (those whose
+    name starts with ``prefix``); those of live processes (another build now) stay. Returns how many went."""
+    removed = 0
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        found = _TEMPORARY.search(entry.name) if entry.name.startswith(prefix) else None
+        if found is None or int(found.group(1)) == os.getpid() or _alive(int(found.group(1))):
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if not hasattr(os, "getuid") or info.st_uid == os.getuid():
+            _remove(entry)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (not one that exited and was never reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True  # no /proc (macOS): the signal says it lives
+    return state.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def _make_root(root: Path) -> None:
+    """``root`` made if need be; a folder that cannot be made is one line naming it and the way out."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied", str(root))
+    except OSError as exc:
+        broken = next((p for p in (root, *root.parents) if p.is_symlink() and not p.exists()), None)
+        reason = f"{broken} is a link to nothing" if broken is not None else _reason(exc)
+        raise ResourceError(f"cannot keep built organisms in {root}: {reason}; set {CACHE_ENV} to a folder you can "
+                            "write") from None
+
+
+def _reason(exc: OSError) -> str:
+    """An OSError in words: its reason and the path it names."""
+    reason = exc.strerror or type(exc).__name__
+    return f"{reason} ({exc.filename})" if exc.filename else reason
