@@ -135,7 +135,7 @@ def kv(
     future = "the question" if result.future_mode == "question" else "the continuation"
     console.print(titled(f"{result.model_name}: {result.n_context:,} tokens cached, {len(result.future)} future tokens "
                          f"({future}); {result.n_layers} layers × {result.n_kv_heads} key/value heads",
-                         summary_table([{**_summary(run)} for run in result.runs])))
+                         summary_table([{**_summary(run)} for run in result.runs], result.future_mode)))
     if result.full_answer is not None:
         from rich.text import Text
 

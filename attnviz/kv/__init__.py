@@ -121,6 +121,8 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
         raise UsageError(f"{len(policies)} policies × {len(resolved) // len(policies)} budgets are {len(resolved):,} "
                          f"runs, each a cut of every layer and a decoding of its own; at most {MAX_KV_RUNS}: give "
                          "fewer budgets or policies")
+    if end_to_end:
+        _check_end_to_end(source, len(future) + answer_room, len(resolved))
     ids = [*context, *future]
     every = [*labels[:n_context], *future_labels]
     runs = {key: PolicyRun(key[0], key[1], [], []) for key in resolved}
@@ -198,6 +200,32 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
             runs[key].kept = [[row.nonzero()[:, 0].tolist() for row in keep] for keep in keep_by_run[key]]
         result.runs.append(runs[key])
     return result
+
+
+LOGPROB_COPIES = 3  # the full cache's log-probabilities, a cut's, and the KL's block of rows beside them
+
+
+def _check_end_to_end(source: Any, fed: int, runs: int) -> None:
+    """End to end, every cut cache is fed the future a token at a time (a cut cache's keys are not in position order)
+    and keeps its next-token log-probabilities (float64, ``[future, vocabulary]``): bounded before any run."""
+    from ..limits import check_memory
+
+    if fed > MAX_FUTURE:
+        raise UsageError(f"the future and the answer are {fed:,} tokens, each fed a token at a time on {runs + 1} "
+                         f"caches end to end; at most {MAX_FUTURE}: shorten the question, or give [[end_to_end=False]] "
+                         "for recall and output error alone (one pass, any length)")
+    check_memory(LOGPROB_COPIES * fed * _vocabulary(source) * 8,
+                 f"comparing {runs + 1} caches' next-token distributions over {fed:,} tokens")
+
+
+def _vocabulary(source: Any) -> int:
+    """The size of the model's next-token distribution (its tokenizer's vocabulary; 262,144 where none says)."""
+    for tokenizer in (getattr(source, "hf_tokenizer", None), getattr(source, "tokenizer", None)):
+        for size in (getattr(tokenizer, "vocab_size", None), getattr(tokenizer, "get_vocab_size", None)):
+            size = size() if callable(size) else size
+            if isinstance(size, int) and size > 0:
+                return size
+    return 262_144
 
 
 def _layers(source: Any, ids: list[int], labels: list[str], n_context: int, *, keys: bool = False) -> Any:

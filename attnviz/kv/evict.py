@@ -57,5 +57,11 @@ class CacheRunner:
 
 
 def kl_divergence(full: Tensor, kept: Tensor) -> Tensor:
-    """``KL(p_full ‖ p_kept)`` at each position, from log-probabilities ``[F, vocab]`` (float64)."""
-    return (full.exp() * (full - kept)).sum(-1).clamp(min=0.0)
+    """``KL(p_full ‖ p_kept)`` at each position, from log-probabilities ``[F, vocab]`` (float64), a block of rows at a
+    time (no ``[F, vocab]`` temporaries beside the two given)."""
+    rows = max(1, KL_BLOCK // max(1, full.shape[-1]))
+    return torch.cat([(full[i : i + rows].exp() * (full[i : i + rows] - kept[i : i + rows])).sum(-1)
+                      for i in range(0, full.shape[0], rows)] or [full.new_zeros(0)]).clamp(min=0.0)
+
+
+KL_BLOCK = 1 << 22  # elements of one block of rows (32 MiB in float64)

@@ -41,11 +41,30 @@ def _recall_style(value: float) -> str:
     return "green" if value >= 0.95 else "yellow" if value >= 0.8 else "red"
 
 
-def summary_table(runs: Sequence[dict[str, Any]]) -> Table:
-    """One row per policy × budget: keys kept, mean and worst recall, mean output error, KL, answer changed."""
-    table = Table(box=None, pad_edge=False)
+def fixed(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals and never a negative zero (``-0.000`` from a rounding below zero is 0)."""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+FUTURE_WORDS = {"question": ("KL on question", "answer after it"),
+                "continue": ("KL on continuation", "its next tokens")}
+"""The summary's last two columns by the future: where the KL is measured (the future's tokens, teacher-forced) and
+what ``changed`` compares (the greedy answer after the question; the greedy choice at each continuation token)."""
+
+
+def summary_table(runs: Sequence[dict[str, Any]], future: str = "question") -> Table:
+    """One row per policy × budget: keys kept, mean and worst recall, mean output error, the KL of the next-token
+    distributions over the future's tokens, and whether the greedy answer after them changed (its caption says so:
+    the KL can be 0 on the question while the answer that follows it changes)."""
+    kl_name, answer_name = FUTURE_WORDS.get(future, FUTURE_WORDS["question"])
+    table = Table(box=None, pad_edge=False, caption_justify="left", caption_style="dim",
+                  caption=f"{kl_name}: KL(full ‖ cut) of the next-token distributions at the {future} tokens, fed as "
+                          f"given; {answer_name}: whether the greedy "
+                          + ("answer after the question" if future == "question" else "choice at any of them")
+                          + " differs from the full cache's")
     columns: tuple[tuple[str, JustifyMethod], ...] = (("policy", "left"), ("budget", "right"), ("keys", "right"),
-        ("recall", "right"), ("worst", "right"), ("error", "right"), ("KL", "right"), ("answer", "left"))
+        ("recall", "right"), ("worst", "right"), ("error", "right"), (kl_name, "right"), (answer_name, "left"))
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for run in runs:
@@ -53,9 +72,9 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> Table:
         kept = str(keys[0]) if len(set(keys)) == 1 else f"{min(keys)}–{max(keys)}"
         changed = run["changed"]
         table.add_row(run["policy"], budget_label(run["budget"]), kept,
-                      Text(f"{run['recall']:.3f}", style=_recall_style(run["recall"])),
-                      Text(f"{run['worst']:.3f}", style=_recall_style(run["worst"])), f"{run['error']:.3f}",
-                      "—" if run["kl"] is None else f"{run['kl']:.4f}",
+                      Text(fixed(run["recall"], 3), style=_recall_style(run["recall"])),
+                      Text(fixed(run["worst"], 3), style=_recall_style(run["worst"])), fixed(run["error"], 3),
+                      "—" if run["kl"] is None else fixed(run["kl"], 4),
                       "—" if changed is None else Text("changed", style="bold red") if changed else "same")
     return table
 
@@ -72,7 +91,7 @@ def heads_table(rows: Sequence[dict[str, Any]], *, width: int) -> Table:
     for row in rows:
         dropped = ", ".join(f"{safe_text(t)}@{p} {mass_label(m)}" for p, t, m in row["dropped"][:3]) or "—"
         table.add_row(row["policy"], budget_label(row["budget"]), str(row["layer"]), str(row["kv_head"]),
-                      Text(f"{row['recall']:.3f}", style=_recall_style(row["recall"])), f"{row['error']:.3f}",
+                      Text(fixed(row["recall"], 3), style=_recall_style(row["recall"])), fixed(row["error"], 3),
                       dropped if len(dropped) <= room else dropped[: room - 1] + "…")
     return table
 
