@@ -44,7 +44,7 @@ def test_the_same_question_runs_without_the_end_to_end_part(llama):
 
 def test_the_memory_of_the_distributions_is_estimated(llama, monkeypatch):
     monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "1M")  # the tiny model's weights fit; the future's distributions do not
-    from attnviz.kv import _vocabulary  # noqa: PLC2701 - the estimate's own reading of the vocabulary
+    from attnviz.kv import _vocabulary
 
     with pytest.raises(ResourceError, match="next-token distributions"):
         kv(llama, TEXT, question=" ".join(["where did the cat go"] * 8), budgets=[4], policies=["h2o"])
