@@ -124,7 +124,7 @@ def needle(
     console.print(titled(f"{result.model_name}: recall of the needle (%), needle depth × prompt length (tokens)",
                          success_table(result.success(), result.lengths, result.depths)))
     console.print()
-    console.print(titled("answers", runs_table([vars(run) for run in result.runs], width=console.width)))
+    console.print(titled("answers", runs_table(result.run_rows(), width=console.width)))
     console.print()
     console.print(titled(f"heads by retrieval score, over the {counted} of {len(result.runs)} runs that retrieved "
                          "(≥ 0.1: a retrieval head)", heads_table(ranked)))

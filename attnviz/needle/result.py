@@ -95,6 +95,13 @@ class NeedleResult:
             row["rank"] = rank
         return rows
 
+    def run_rows(self) -> list[dict[str, Any]]:
+        """Each run as the answers table shows it: its cell, recall and answer, and the needle's words the answer
+        missed (why its recall is below 1)."""
+        from .scores import missed_words
+
+        return [{**vars(run), "missed": missed_words(self.needle, run.answer)} for run in self.runs]
+
     def success(self) -> list[list[float]]:
         """The grid of recall, ``[depth][length]`` (NaN where a cell was not run)."""
         grid = [[math.nan] * len(self.lengths) for _ in self.depths]

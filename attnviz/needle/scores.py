@@ -42,6 +42,19 @@ def rouge1_recall(reference: str, answer: str) -> float:
     return sum(min(n, got[w]) for w, n in ref.items()) / total if total else 0.0
 
 
+def missed_words(reference: str, answer: str) -> list[str]:
+    """The words of ``reference`` its ``answer`` does not recall (ROUGE-1's clipped counts: a word needed twice and
+    said once is missed once), in the reference's order: why a run's recall is below 1."""
+    got = Counter(words(answer))
+    missed = []
+    for word in words(reference):
+        if got[word] > 0:
+            got[word] -= 1
+        else:
+            missed.append(word)
+    return missed
+
+
 class RunScores:
     """The two scores of every head, accumulated step by step over one run's answer."""
 

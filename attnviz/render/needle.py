@@ -52,20 +52,20 @@ def heads_table(rows: Sequence[dict[str, Any]]) -> Table:
 
 
 def runs_table(runs: Sequence[dict[str, Any]], *, width: int) -> Table:
-    """Each run's cell, recall and answer (cut to the terminal's width)."""
-
-
+    """Each run's cell, recall, the needle's words its answer missed (why the recall is below 100) and the answer
+    itself, whole: wrapped to the terminal's width, never cut."""
     table = Table(box=None, pad_edge=False)
     columns: tuple[tuple[str, JustifyMethod], ...] = (("length", "right"), ("depth", "right"), ("recall", "right"),
-        ("answer", "left"))
+        ("missed", "left"), ("answer", "left"))
     for name, justify in columns:
-        table.add_column(name, justify=justify, no_wrap=name == "answer")
-    room = max(10, width - 28)
+        table.add_column(name, justify=justify, overflow="fold", ratio=2 if name == "answer" else
+                         1 if name == "missed" else None)
     for run in runs:
-        answer = safe_text(" ".join(str(run["answer"]).split()))
-        answer = answer if len(answer) <= room else answer[: room - 1] + "…"
+        answer = safe_text(" ".join(str(run["answer"]).split())) or "(nothing)"
+        missed = run.get("missed")
         table.add_row(f"{run['length']:,}", f"{round(100 * run['depth'])}%",
-                      Text(_percent(run["recall"]), style=_recall_style(run["recall"])), answer)
+                      Text(_percent(run["recall"]), style=_recall_style(run["recall"])),
+                      "—" if not missed else safe_text(" ".join(missed)), answer)
     return table
 
 
@@ -96,8 +96,8 @@ def needle_figure(success: Sequence[Sequence[float]], lengths: Sequence[int], de
         FigureCanvasAgg(fig)
         fig.suptitle(textwrap.fill(title, 90), fontsize=9)
         ax1, ax2 = fig.subplots(1, 2, width_ratios=[left_w, right_w])
-        shown = ax1.imshow(np.ma.masked_invalid(grid), cmap=colormaps["RdYlGn"], vmin=0.0, vmax=1.0, aspect="auto",
-                           interpolation="nearest")
+        shown = ax1.imshow(np.ma.masked_invalid(100 * grid), cmap=colormaps["RdYlGn"], vmin=0.0, vmax=100.0,
+                           aspect="auto", interpolation="nearest")  # in percent, as the cells and the terminal say
         ax1.set_xticks(range(len(lengths)), [f"{n:,}" for n in lengths], fontsize=7, rotation=45)
         ax1.set_yticks(range(len(depths)), [f"{round(100 * d)}%" for d in depths], fontsize=7)
         ax1.set_xlabel("prompt length (tokens)", fontsize=8)
@@ -106,7 +106,9 @@ def needle_figure(success: Sequence[Sequence[float]], lengths: Sequence[int], de
         if grid.size <= 400:
             for (i, j), value in np.ndenumerate(grid):
                 ax1.text(j, i, _percent(value), ha="center", va="center", fontsize=6)
-        fig.colorbar(shown, ax=ax1, shrink=0.9).ax.tick_params(labelsize=6)
+        recall_bar = fig.colorbar(shown, ax=ax1, shrink=0.9)
+        recall_bar.ax.tick_params(labelsize=6)
+        recall_bar.set_label("recall (%)", fontsize=7)
         finite = heads[np.isfinite(heads)]
         top = float(finite.max()) if finite.size else 0.0
         top = top if top > 0 else 1.0  # every head 0 (no run retrieved): the scores' own scale, 0 to 1
