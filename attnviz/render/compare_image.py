@@ -36,8 +36,10 @@ MIN_HEIGHT = 4.0  # inches: a figure lower than this is a strip, however few the
 MAX_SIDE = 60.0  # inches: the figure's width and height at most
 ASPECT = 2.0  # width / height the layout prefers
 WRAP_COST = 0.1  # of several layers, each on rows of its own: a layer split over rows counts as this much blank
-TICK_ROOM = 0.06  # inches a 4-point token label takes along a panel's side
+TICK_ROOM = 0.09  # inches a 6-point token label takes along a panel's side
 COLORBAR = 0.25 + 0.6  # inches: the colorbar and its tick labels
+MATRIX_LABEL, PANEL_TITLE, TOKEN_LABEL = 7, 7, 6  # points: 15, 15 and 12 pixels at 150 dpi, read at 100 %
+MATRIX_ROW = 0.135  # inches a 7-point head name takes beside the matrix: its rows never overlap
 
 
 @dataclass(frozen=True)
@@ -111,18 +113,18 @@ def render_comparison(
     families, missing = font_chain([*labels, *matrix_rows, title])
     warn_missing(missing)
     wrapped_title = textwrap.fill(matrix_title, 60)
-    m_size = 5 if len(matrix_cols) > 40 else 7
+    m_size = MATRIX_LABEL  # every head's name readable, however many: the matrix grows to give each its row
     with rc_context({"font.family": families, **STABLE_RC}):
         fig = Figure(dpi=DPI)
         FigureCanvasAgg(fig)
         measure = _Measure(fig)
-        label_w = measure.width(labels, 4) + 0.05
+        label_w = measure.width(labels, TOKEN_LABEL) + 0.05
         title_h = measure.height(title, 10)
-        panel_title_h = measure.height(["L0H0"], 6) + 0.03
+        panel_title_h = measure.height(["L0H0"], PANEL_TITLE) + 0.03
         m_left = measure.width(matrix_rows, m_size) + PAD
         m_bottom = measure.width(matrix_cols, m_size) + PAD
         m_top = measure.height(wrapped_title, 9) + PAD
-        right_w = max(MATRIX_WIDTH, 0.12 * len(matrix_cols) + 3)
+        right_w = max(MATRIX_WIDTH, MATRIX_ROW * len(matrix_cols) + m_left + COLORBAR + 2 * PAD)
         m_w = right_w - m_left - COLORBAR - PAD
         shape = len(matrix_rows) / max(len(matrix_cols), 1)  # rows / columns: the matrix drawn with square cells
         plan = plan_grid(n_layers, n_heads, label=label_w, title=title_h, panel_title=panel_title_h,
@@ -149,15 +151,17 @@ def render_comparison(
                 x, y_top = x0 + col * (panel + GAP), top - row * step - panel_title_h
                 ax.imshow(heads[li, h], cmap=colormaps[cmap], vmin=scale.vmin, vmax=scale.vmax, interpolation="nearest",
                           extent=(x, x + panel, y_top - panel, y_top), aspect="auto")
-                ax.text(x + panel / 2, y_top + 0.02, head_name(layers[li], h), ha="center", va="bottom", fontsize=6)
+                ax.text(x + panel / 2, y_top + 0.02, head_name(layers[li], h), ha="center", va="bottom", fontsize=PANEL_TITLE)
                 lowest[col] = y_top - panel
                 if col == 0:
                     for i in range(0, q, tick):
-                        ax.text(x0 - 0.03, y_top - (i + 0.5) * panel / q, labels[i], ha="right", va="center", fontsize=4)
+                        ax.text(x0 - 0.03, y_top - (i + 0.5) * panel / q, labels[i], ha="right", va="center",
+                                fontsize=TOKEN_LABEL)
         for col, bottom in lowest.items():
             x = x0 + col * (panel + GAP)
             for j in range(0, k, tick):
-                ax.text(x + (j + 0.5) * panel / k, bottom - 0.03, labels[j], ha="center", va="top", rotation=90, fontsize=4)
+                ax.text(x + (j + 0.5) * panel / k, bottom - 0.03, labels[j], ha="center", va="top", rotation=90,
+                        fontsize=TOKEN_LABEL)
         grid_w = columns * panel + (columns - 1) * GAP
         title_x = min(max(x0 + grid_w / 2, PAD + measure.width([title], 10) / 2), width / 2)  # in the figure
         ax.text(title_x, height - PAD, title, ha="center", va="top", fontsize=10)
