@@ -62,7 +62,7 @@ CASES = [
     ("out-unknown-extension", ["heatmap", "x", "--model", TINY, "--out", "{tmp}/x.gif"], 2, "unknown extension '.gif'"),
     ("out-no-extension", ["heatmap", "x", "--model", TINY, "--out", "{tmp}/x"], 2, "unknown extension"),
     ("out-is-folder", ["heatmap", "x", "--model", TINY, "--out", "{tmp}/folder"], 2, "unknown extension"),
-    ("export-out-is-file", ["export", "{tmp}/ok.txt", "--out", "{tmp}/ok.txt"], 2, "is a file"),
+    ("export-out-is-file", ["export", "{tmp}/ok.txt", "--out", "{tmp}/ok.txt"], 2, "one of this command's inputs"),  # the input itself: refused before "is a file"
     ("layer-out-of-range", ["heatmap", "x", "--model", TINY, "--layer", "9"], 2, "out of range"),
     ("layer-negative", ["heatmap", "x", "--model", TINY, "--layer", "-1"], 2, "numbered from 0"),
     ("layer-not-a-number", ["heatmap", "x", "--layer", "two"], 2, "--layer 'two' is not a layer"),

@@ -93,9 +93,9 @@ def test_unknown_hub_id_offline_is_one_line(run_cli, tmp_path, monkeypatch):
     assert r.exit_code == 1
     assert r.stderr.strip().splitlines() == [
         "attnviz: error: 'nobody/nothing' is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set; "
-        "download it once with network access, or pass a local model folder (run with no --model for the "
-        "embedded default encoder; for a causal model that generates, retrieves a needle and has a cache to cut, "
-        "offline, a model organism: --model sample_configs/organism_needle.toml)"
+        "on a machine with network, run `hf download nobody/nothing` once, or pass a local model folder; offline "
+        "now: leave out --model (the embedded encoder), or a causal model organism: "
+        "--model sample_configs/organism_needle.toml"
     ]
 
 
@@ -181,9 +181,9 @@ def test_no_network_without_offline_flag_fails_fast_in_one_line(without_network)
         assert code == 1
         assert err.strip().splitlines() == [
             "attnviz: error: 'gpt2' is not in the local Hugging Face cache and the hub cannot be reached "
-            "(no network?); download it once with network access, or pass a local model folder (run with no "
-            "--model for the embedded default encoder; for a causal model that generates, retrieves a needle and has "
-            "a cache to cut, offline, a model organism: --model sample_configs/organism_needle.toml)"
+            "(no network?); on a machine with network, run `hf download gpt2` once, or pass a local model folder; "
+            "offline now: leave out --model (the embedded encoder), or a causal model organism: "
+            "--model sample_configs/organism_needle.toml"
         ]
 
 

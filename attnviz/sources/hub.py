@@ -48,10 +48,10 @@ def hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
     except (hub.OfflineModeIsEnabled, hub.LocalEntryNotFoundError):
         why = "HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached (no network?)"
         raise ModelNotFoundError(
-            f"{repo_id!r}{at} is not in the local Hugging Face cache and {why}; download it once with network "
-            "access, or pass a local model folder (run with no [[model]] for the embedded default encoder; for a "
-            "causal model that generates, retrieves a needle and has a cache to cut, offline, a model organism: "
-            "[[model=sample_configs/organism_needle.toml]])"
+            f"{repo_id!r}{at} is not in the local Hugging Face cache and {why}; on a machine with network, run "
+            f"`hf download {repo_id}`{'' if revision is None else f' --revision {revision}'} once, or pass a local "
+            "model folder; offline now: leave out [[model]] (the embedded encoder), or a causal model organism: "
+            "[[model=sample_configs/organism_needle.toml]]"
         ) from None
     except hub.HfHubHTTPError as exc:
         raise ModelNotFoundError(f"the hub refused {repo_id!r}{at}: {exc}") from None
