@@ -15,6 +15,7 @@ from ..errors import AttnvizWarning, UsageError
 from .common import cli_command, echo_json, note, renamed, wrote
 from .heads import Ablate, importance_parquet, importance_source
 from .options import (
+    AllowOutsidePictures,
     Column,
     Field,
     ImageFiles,
@@ -88,6 +89,7 @@ def atlas(
     width: int | None = Width,
     truncate: bool = Truncate,
     image: list[Path] = ImageFiles,
+    allow_outside_pictures: bool = AllowOutsidePictures,
 ) -> None:
     """What heads do across a corpus: each statistic's mean per head, how often each head earns each label, the
     statistics' distributions and the texts where a head shows each most. With --vs-model, which heads changed
@@ -113,8 +115,11 @@ def atlas(
             raise UsageError("with pictures, atlas gives each head's share, entropy and sink and the visual sinks; "
                              "--vs-model, --importance, --retrieval and --per-text read texts alone")
         image_atlas(options, texts, image, field=field, column=column, input_format=input_format,
-                    fmt=fmt.value, top=top, out=out, width=width)
+                    fmt=fmt.value, top=top, out=out, width=width, allow_outside=allow_outside_pictures)
         return
+    if allow_outside_pictures:
+        raise UsageError("--allow-outside-pictures goes with a corpus of pictures (a vision-language model); leave it "
+                         "out")
     vs = renamed(vs, old_vs, "--vs", "--similar-to")  # --vs is compare-heads' second text
     if texts.suffix.lower() == ".jsonl" and column is not None and field is None:  # atlas once named the field so
         field, column = renamed(None, column, "--column", "--field"), None

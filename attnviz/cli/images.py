@@ -127,7 +127,7 @@ def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bo
         return len(tokens) - 1 if text_last else 0 if specials else None
     if query == "mean":
         return None
-    if query.isdigit() and int(query) < len(tokens):
+    if query.isascii() and query.isdigit() and int(query) < len(tokens):  # ASCII digits: "²" is no index
         return int(query)
     for label in (query, f"<img {query}>"):  # a patch of a vision-language model's prompt: <img r1c2>
         if label in tokens:
@@ -278,8 +278,10 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
 
 
 def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | None, column: str | None,
-                input_format: str | None, fmt: str, top: int | None, out: Path | None, width: int | None) -> None:
-    """``atlas`` with pictures: each head across the texts, and the visual sinks (:mod:`attnviz.images.atlas`)."""
+                input_format: str | None, fmt: str, top: int | None, out: Path | None, width: int | None,
+                allow_outside: bool = False) -> None:
+    """``atlas`` with pictures: each head across the texts, and the visual sinks (:mod:`attnviz.images.atlas`);
+    ``allow_outside``: a corpus's pictures may lie outside its folder."""
     import json
 
     from ..images.atlas import HEAD_COLUMNS, SINK_COLUMNS, picture_atlas
@@ -289,12 +291,12 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
 
     outputs = checked_pictures(options, images, [out] if out is not None else [], (".json", ".csv", ".parquet"),
                        ".json (the heads and the sinks), .csv or .parquet (the heads)")
-    rows = picture_rows(texts, field=field, column=column, input_format=input_format, pictures=images or None)
+    rows = picture_rows(texts, field=field, column=column, input_format=input_format, pictures=images or None,
+                        allow_outside=allow_outside)
     from ..images.files import read_image
 
-    for each in rows:  # every picture read before the model loads: a bad one is one line, not a late failure
-        for picture in each.pictures:
-            read_image(picture)
+    for picture in dict.fromkeys(p for each in rows for p in each.pictures):  # each read before the model loads
+        read_image(picture)  # (once): a bad one is one line, not a late failure
     engine = str(getattr(options.engine, "value", options.engine))
     if engine == "native":
         raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")

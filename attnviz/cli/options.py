@@ -134,6 +134,10 @@ ImageFiles = typer.Option(
     "names it with the image token, else before TEXT); the attention drawn as heat over the picture (--out x.png).",
     show_default=False,
 )
+AllowOutsidePictures = typer.Option(
+    False, "--allow-outside-pictures", help="A corpus's pictures (its image field or column) may lie outside its "
+    "folder (../, an absolute path, a link pointing out); by default such a row is refused. Only for a corpus you "
+    "trust.")
 ExpandImages = typer.Option(False, "--expand-images", help="With --image: the matrices show every image token; "
                             "without it, each picture's tokens are one row and column (the sum of a row's weights on "
                             "them, the mean of their rows); on the page a box expands them.")

@@ -6,7 +6,10 @@ head, or the heads given), and with ``parquet`` one ``pictures.parquet`` (a row 
 
 Resumable and shardable as every export: the same manifest, journal and lock (:mod:`.manifest`, :mod:`.lock`);
 an item's hash covers its text and its pictures' bytes, so a changed picture is a new item. The model is loaded
-once and reads one text at a time (the pictures make each prompt its own length)."""
+once and reads one text at a time (the pictures make each prompt its own length). Each distinct picture file is
+decoded and hashed once (:mod:`attnviz.images.files`); a row the model cannot read (its picture past what the processor
+may make of it, its prompt past the model's positions) is a failed item and the others go on; a run refused before it
+writes anything leaves no folder behind."""
 
 from __future__ import annotations
 
@@ -33,10 +36,12 @@ class PictureItem(Item):
 
     @property
     def hash(self) -> str:
-        """SHA-256 of the text and each picture's bytes, first 16 hex digits."""
+        """SHA-256 of the text and each picture's bytes, first 16 hex digits (each file hashed once)."""
+        from ..images.files import picture_digest
+
         digest = hashlib.sha256(self.text.encode("utf-8"))
         for picture in self.pictures:
-            digest.update(b"\0" + hashlib.sha256(picture.read_bytes()).digest())
+            digest.update(b"\0" + picture_digest(picture))
         return digest.hexdigest()[:16]
 
 
@@ -59,8 +64,9 @@ def check_settings(settings: ExportSettings) -> None:
 
 
 def run_picture_export(source_path: str, out_dir: Path, settings: ExportSettings, pictures: list[Path], *,
-                       on_start: Any = None, on_item: Any = None) -> ExportSummary:
-    """Export this shard of ``source_path``'s texts with their pictures into ``out_dir`` (see the module)."""
+                       on_start: Any = None, on_item: Any = None, allow_outside: bool = False) -> ExportSummary:
+    """Export this shard of ``source_path``'s texts with their pictures into ``out_dir`` (see the module);
+    ``allow_outside``: a corpus's pictures may lie outside its folder (:func:`~attnviz.images.corpus.picture_rows`)."""
     from ..images.corpus import picture_rows
     from ..images.files import read_image
 
@@ -68,46 +74,58 @@ def run_picture_export(source_path: str, out_dir: Path, settings: ExportSettings
     rows = picture_rows(source_path, field=settings.field if settings.field != "text" else None,
                         column=settings.column if settings.column != "text" else None,
                         input_format=None if settings.input_format == "auto" else settings.input_format,
-                        pictures=pictures or None)
-    for row in rows:  # every picture read before the model loads: a bad one is one line, not a late failure
-        for picture in row.pictures:
-            read_image(picture)
+                        pictures=pictures or None, allow_outside=allow_outside)
+    for picture in dict.fromkeys(p for row in rows for p in row.pictures):  # each read before the model loads (once):
+        read_image(picture)  # a bad one is one line, not a late failure
     all_items: list[PictureItem] = [PictureItem(i, row.text, row.pictures) for i, row in enumerate(rows)]
     planned = blocks(list(all_items), settings.batch_size, *settings.shard)
     items: list[PictureItem] = [all_items[item.index] for block in planned for item in block]
     from .run import held_folder
 
-    with held_folder(out_dir, settings, list(all_items)):
-        remove_stale_temporaries(out_dir)
-        journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items),
-                          reading=reading_of(settings))
-        todo = [item for item in items if not journal.finished(item)]
-        summary = ExportSummary(items=len(items), skipped=len(items) - len(todo))
-        if on_start is not None:
-            on_start(len(items), summary.skipped)
-        if todo:
-            from ..images.vlm import load_vlm
-
-            model = load_vlm(str(settings.model), device=settings.device, revision=settings.revision,
-                             trust_remote_code=settings.trust_remote_code,
-                             engine="hf" if settings.engine == "hf" else "fused")
-            for item in todo:
-                try:
-                    files, stats = _export_item(model, item, out_dir, settings)
-                except AttnvizError as exc:
-                    if isinstance(exc, UsageError):
-                        raise  # a layer or head out of range: wrong for every item alike
-                    fail_item(journal, summary, item, exc.template, on_item or (lambda: None))
-                    continue
-                journal.record(journal.entry(item, files=files, sizes=file_sizes(out_dir, files), stats=stats,
-                                             status="ok"))
-                summary.exported += 1
-                if on_item is not None:
-                    on_item()
-        summary.manifest = journal.finish(list(items))
-        if "parquet" in settings.formats:
-            _table(out_dir, [item for item in items if journal.finished(item)])
+    made = not out_dir.exists()
+    try:
+        with held_folder(out_dir, settings, list(all_items)):
+            summary = _run(out_dir, settings, all_items, items, on_start, on_item)
+    except BaseException:
+        if made and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # refused before anything was written: no empty folder left
+        raise
     summary.failed.sort()
+    return summary
+
+
+def _run(out_dir: Path, settings: ExportSettings, all_items: list[PictureItem], items: list[PictureItem],
+         on_start: Any, on_item: Any) -> ExportSummary:
+    """The held folder's run: each item not yet finished, then the manifest and the table."""
+    remove_stale_temporaries(out_dir)
+    journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items),
+                      reading=reading_of(settings))
+    todo = [item for item in items if not journal.finished(item)]
+    summary = ExportSummary(items=len(items), skipped=len(items) - len(todo))
+    if on_start is not None:
+        on_start(len(items), summary.skipped)
+    if todo:
+        from ..images.vlm import load_vlm
+
+        model = load_vlm(str(settings.model), device=settings.device, revision=settings.revision,
+                         trust_remote_code=settings.trust_remote_code,
+                         engine="hf" if settings.engine == "hf" else "fused")
+        for item in todo:
+            try:
+                files, stats = _export_item(model, item, out_dir, settings)
+            except AttnvizError as exc:
+                if isinstance(exc, UsageError):
+                    raise  # a layer or head out of range: wrong for every item alike
+                fail_item(journal, summary, item, exc.template, on_item or (lambda: None))
+                continue
+            journal.record(journal.entry(item, files=files, sizes=file_sizes(out_dir, files), stats=stats,
+                                         status="ok"))
+            summary.exported += 1
+            if on_item is not None:
+                on_item()
+    summary.manifest = journal.finish(list(items))
+    if "parquet" in settings.formats:
+        _table(out_dir, [item for item in items if journal.finished(item)])
     return summary
 
 

@@ -1,6 +1,8 @@
 """A corpus of texts with pictures (``atlas``): each row's text as every corpus is read (a text file, JSONL's
 field, CSV's or Parquet's column), and its pictures from the row's ``image`` field or column: one path, or several
-separated by ``|``, relative to the corpus file's folder. Or the same pictures for every text (``--image``): one
+separated by ``|``, relative to the corpus file's folder and inside it: a path that leaves it (``../``, an absolute
+path, a link pointing out) is refused by its row, in the same words whether or not the file it names exists, unless
+``allow_outside`` (a corpus from elsewhere must not read, draw and name files it was not given). Or the same pictures for every text (``--image``): one
 picture asked many questions, where its visual sinks show (patches drawn to whatever is asked)."""
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ class PictureRow:
 
 
 def picture_rows(source: str | Path, *, field: str | None = None, column: str | None = None,
-                 input_format: str | None = None, pictures: list[Path] | None = None) -> list[PictureRow]:
+                 input_format: str | None = None, pictures: list[Path] | None = None,
+                 allow_outside: bool = False) -> list[PictureRow]:
     """The rows of ``source`` with their pictures (see the module): ``pictures`` for every row where given, else
-    the rows' own ``image`` field or column (every row needs one)."""
+    the rows' own ``image`` field or column (every row needs one), each resolved inside the corpus's folder (or
+    anywhere, ``allow_outside``)."""
     from ..inputs import corpus_kind, read_corpus, read_texts
 
     if pictures:
@@ -37,9 +41,11 @@ def picture_rows(source: str | Path, *, field: str | None = None, column: str | 
     texts = read_texts(source, field=field or "text", column=column or "text", kind=kind, keep_blank=True)
     named = read_texts(source, field=IMAGE_FIELD, column=IMAGE_FIELD, kind=kind, keep_blank=True)
     folder = Path(str(source)).parent
+    inside = folder.resolve()
     rows = []
     for number, (text, value) in enumerate(zip(texts, named, strict=True), start=1):
-        paths = tuple(folder / part.strip() for part in value.split("|") if part.strip())
+        paths = tuple(_inside(source, number, inside, part.strip(), allow_outside) for part in value.split("|")
+                      if part.strip())
         if not text.strip() and not paths:
             continue  # a blank row
         if not paths:
@@ -50,3 +56,26 @@ def picture_rows(source: str | Path, *, field: str | None = None, column: str | 
     if not rows:
         raise InputError(f"{source} has no texts")
     return rows
+
+
+def _inside(source: str | Path, number: int, folder: Path, written: str, allow_outside: bool) -> Path:
+    """Row ``number``'s picture ``written``, resolved in the corpus's ``folder`` (links followed): refused where it
+    lands outside (see the module), the file unasked first where the path itself leaves."""
+    import os
+
+    relative = os.path.normpath(written)
+    leaves = os.path.isabs(written) or relative == os.pardir or relative.startswith(os.pardir + os.sep)
+    refused = InputError(f"{source} row {number}: its picture {written!r} is outside the corpus's folder; give "
+                         "paths inside it, or pass [[allow_outside_pictures]] to read it anyway")
+    if leaves and not allow_outside:
+        raise refused  # nothing outside asked about
+    try:
+        resolved = (folder / written).resolve()
+    except (OSError, RuntimeError):  # a loop of links: said as an outside path is (nothing told of where it leads)
+        if not allow_outside:
+            raise refused from None
+        raise InputError(f"{source} row {number}: its picture {written!r} cannot be resolved (a loop of links?); "
+                         "give the file's own path") from None
+    if not allow_outside and not resolved.is_relative_to(folder):
+        raise refused
+    return resolved
