@@ -11,6 +11,15 @@ import numpy as np
 # title, layer, head, query (None: a mean), picture (its index in the result's metadata["images"])
 Panel = tuple[str, "int | None", "int | None", "int | None", int]
 
+PANEL_ASPECT = 4.0
+"""A panel is at most this many times taller than wide, or wider than tall, whatever the picture's shape."""
+
+MAX_CANVAS_PIXELS = 64_000_000
+"""Pixels of a PNG of panels (192 MB as RGB): past it the panels are drawn smaller, down to :data:`MIN_PANEL`
+pixels wide, and beyond that the drawing is refused."""
+
+MIN_PANEL = 32
+
 
 def patch_weights(result: Any, layer: int | None, head: int | None, query: int | None,
                   picture: int = 0) -> np.ndarray:
@@ -55,20 +64,37 @@ def row_of(result: Any, queries: list[int]) -> list[int]:
     return [place[q] for q in queries]
 
 
-def _heat(image: Any, weights: np.ndarray, boxes: list[list[float]], size: tuple[int, int], cmap: str) -> Any:
-    """The picture at ``size`` in grey, each patch's box coloured by its weight (scaled to the largest)."""
+def _heat(image: Any, weights: np.ndarray, boxes: list[list[float]], size: tuple[int, int], cmap: str, *,
+          original: tuple[int, int] | None = None) -> Any:
+    """The picture at ``size`` in grey, each patch's box coloured by its weight (scaled to the largest). ``boxes``
+    are in the pixels of a picture of ``original`` ``(width, height)`` (default: ``image``'s own size; ``image`` may
+    be the picture already shrunk to ``size``). Everything is made at ``size``: a 50-million-pixel picture costs no
+    array of its own size."""
     from matplotlib import colormaps
-    from PIL import Image
 
-    width, height = image.size
-    heat = np.zeros((height, width))
+    width, height = original or image.size
+    sx, sy = size[0] / width, size[1] / height
+    heat = np.zeros((size[1], size[0]))
     top = float(weights.max()) or 1.0
     for weight, (x0, y0, x1, y1) in zip(weights.reshape(-1), boxes, strict=True):
-        heat[max(0, int(y0)) : max(0, int(np.ceil(y1))), max(0, int(x0)) : max(0, int(np.ceil(x1)))] = weight / top
-    grey = np.asarray(image.convert("L").convert("RGB").resize(size), dtype=np.float64) / 255.0
-    colour = colormaps[cmap](np.asarray(Image.fromarray((heat * 255).astype(np.uint8)).resize(size)) / 255.0)[..., :3]
+        heat[max(0, int(y0 * sy)) : max(0, int(np.ceil(y1 * sy))),
+             max(0, int(x0 * sx)) : max(0, int(np.ceil(x1 * sx)))] = weight / top
+    shown = image if image.size == tuple(size) else image.resize(size)
+    grey = np.asarray(shown.convert("L").convert("RGB"), dtype=np.float64) / 255.0
+    colour = colormaps[cmap]((heat * 255).astype(np.uint8) / 255.0)[..., :3]
     blended = 0.45 * grey + 0.55 * colour
+    from PIL import Image
+
     return Image.fromarray((blended * 255).round().astype(np.uint8))
+
+
+def panel_size(picture_size: tuple[int, int], panel: int) -> tuple[int, int]:
+    """A panel's ``(width, height)`` for a picture of ``picture_size``: ``panel`` wide, as tall as the picture's
+    aspect makes it, within :data:`PANEL_ASPECT` of square (a thin picture is drawn squeezed, not 80,000 pixels
+    tall; its boxes are squeezed with it)."""
+    width, height = picture_size
+    tall = panel * height / max(1, width)
+    return panel, max(1, round(min(panel * PANEL_ASPECT, max(panel / PANEL_ASPECT, tall))))
 
 
 def overlay_png(result: Any, pictures: list[Any], path: str | Path, *, layers: list[int], heads: list[int] | None,
@@ -93,18 +119,34 @@ def panels_png(result: Any, pictures: list[Any], path: str | Path, grid: list[li
     from ..fileio import atomic_write
 
     metas = result.metadata["images"]
-    sizes = [(panel, max(1, round(panel * p.size[1] / p.size[0]))) for p in pictures]
-    tall = max(size[1] for size in sizes)
     label = 14
     columns = max(len(row) for row in grid)
-    canvas = Image.new("RGB", (columns * (panel + 4) + 4, len(grid) * (tall + label + 4) + 4), "white")
+
+    def canvas_of(side: int) -> tuple[list[tuple[int, int]], int, tuple[int, int]]:
+        sizes = [panel_size(p.size, side) for p in pictures]
+        tall = max(size[1] for size in sizes)
+        return sizes, tall, (columns * (side + 4) + 4, len(grid) * (tall + label + 4) + 4)
+
+    sizes, tall, whole = canvas_of(panel)
+    if whole[0] * whole[1] > MAX_CANVAS_PIXELS:  # many panels: each drawn smaller
+        panel = max(MIN_PANEL, int(panel * (MAX_CANVAS_PIXELS / (whole[0] * whole[1])) ** 0.5))
+        sizes, tall, whole = canvas_of(panel)
+    if whole[0] * whole[1] > MAX_CANVAS_PIXELS:
+        from ..errors import ResourceError
+
+        raise ResourceError(f"{path}: {len(grid):,} rows of {columns:,} panels make a picture of "
+                            f"{whole[0]:,} × {whole[1]:,} pixels even {panel} pixels a panel, more than the "
+                            f"{MAX_CANVAS_PIXELS:,} it may be; draw fewer layers, heads, pictures or tokens")
+    shown = [picture.resize(size) for picture, size in zip(pictures, sizes, strict=True)]  # each once, small
+    canvas = Image.new("RGB", whole, "white")
     draw = ImageDraw.Draw(canvas)
     for r, row in enumerate(grid):
         for c, (title, layer, head, query, index) in enumerate(row):
             x, y = 4 + c * (panel + 4), 4 + r * (tall + label + 4)
             draw.text((x, y), title, fill="black")
             weights = patch_weights(result, layer, head, query, index)
-            canvas.paste(_heat(pictures[index], weights, metas[index]["boxes"], sizes[index], cmap), (x, y + label))
+            canvas.paste(_heat(shown[index], weights, metas[index]["boxes"], sizes[index], cmap,
+                               original=pictures[index].size), (x, y + label))
     path = Path(path)
     atomic_write(path, lambda tmp: canvas.save(tmp, format="PNG"))
     return path
