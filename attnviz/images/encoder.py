@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ModelNotFoundError, UsageError
+from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .layouts import boxes
 
@@ -19,13 +19,13 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     import torch
     import transformers
 
-    from .files import read_image
+    from .files import picture_header, read_image
     from .found import find
 
     found = find(model, language=False, device=device, revision=revision, trust_remote_code=trust_remote_code)
     place, config, layout, options = found.place, found.config, found.layout, found.options
     kind = config.get("model_type")
-    image = read_image(picture)
+    header = picture_header(picture)
     try:
         processor = transformers.AutoImageProcessor.from_pretrained(place.ref, **options)
         auto = getattr(transformers, VISION_TOWERS.get(str(kind), "AutoModel"))
@@ -33,13 +33,23 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelNotFoundError(f"{place.name}: cannot load its image processor and encoder ({first})") from None
+    from ..limits import check_memory
+    from .files import check_picture_memory
+    from .sizes import check_processed, pictures_memory
+
+    processed = check_processed([header], processor, place.name)  # before the processor resizes it
+    check_picture_memory(pictures_memory([header], processed),
+                         f"{picture} ({header.pixels:,} pixels), decoded and processed")
+    image = read_image(picture)
     network = network.to(device).eval()
-    pixels = processor(images=image, return_tensors="pt")["pixel_values"].to(device)
+    try:
+        pixels = processor(images=image, return_tensors="pt")["pixel_values"].to(device)
+    except ValueError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise InputError(f"{place.name}: its image processor cannot read {picture} ({first})") from None
     grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
     tower = config.get("vision_config") or config
     layers, heads = int(tower.get("num_hidden_layers") or 12), int(tower.get("num_attention_heads") or 12)
-    from ..limits import check_memory
-
     check_memory(2 * 4 * layers * heads * grid.n_tokens ** 2,
                  f"the attention of {grid.n_tokens:,} image tokens in {layers} layers × {heads} heads")
     with torch.no_grad():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelNotFoundError, UsageError
+from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .layouts import boxes
 
@@ -89,7 +89,6 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
     import torch
 
     from ..sources.tokens import label_from_piece
-    from .files import read_image
     from .forward import run_layers
 
     if rows not in ("all", "text"):
@@ -100,24 +99,36 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
     place, config, layout = loaded.found.place, loaded.found.config, loaded.found.layout
     processor, network, device, engine, refused = (loaded.processor, loaded.network, loaded.device, loaded.engine,
                                                    loaded.refused)
-    images = [read_image(path) for path in paths]
+    images = _pictures(paths, processor, place.name)
     prompt = _prompt(text, len(images), processor, layout, config)
     with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformers")
-        inputs = processor(text=prompt, images=images, return_tensors="pt").to(device)
+        try:  # never cut: a tokenizer saved to truncate would drop the text's end, or some image tokens
+            inputs = processor(text=prompt, images=images, return_tensors="pt", truncation=False).to(device)
+        except ValueError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise InputError(f"{place.name}: its processor cannot read this text beside "
+                             f"{', '.join(str(p) for p in paths)} ({first})") from None
     inputs.pop("labels", None)  # PaliGemma's processor adds a suffix's labels: no loss is wanted
     ids = [int(i) for i in inputs["input_ids"][0]]
     token_id = config.get("image_token_id", config.get("image_token_index"))
     where = [i for i, t in enumerate(ids) if t == token_id]
     if not where:
         raise ModelNotFoundError(f"{place.name}: the processor put no image token (id {token_id}) in the prompt")
+    from ..sources.tokens import check_length
+
+    whose = "the pictures'" if len(images) > 1 else "the picture's"
+    asked = f" and [[max_new_tokens={max_new_tokens}]]" if max_new_tokens else ""
+    check_length(len(ids) + max_new_tokens, positions_of(network), place.name,
+                 what=f"text with {whose} {len(where):,} tokens{asked}",
+                 fix="shorten the text, give fewer or smaller pictures" + (", or ask for fewer tokens" if asked else ""))
     placed = _place(place.name, layout, config, processor, inputs, where, images)
+    del images  # their sizes are placed: the pixels are not held while the model runs
     text_config = config.get("text_config") or {}
     layers = int(text_config.get("num_hidden_layers") or 32)
     heads = int(text_config.get("num_attention_heads") or 32)
     from ..limits import check_memory
 
-    whose = "the pictures'" if len(images) > 1 else "the picture's"
     kept = len(ids) - len(where) if rows == "text" else len(ids)
     # The rows kept of every layer, and one layer's weights as it is computed (twice: scores, then weights).
     check_memory(4 * layers * heads * kept * len(ids) + 2 * 4 * heads * len(ids) ** 2,
@@ -164,6 +175,28 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
                                                                                                    strict=True)],
                   **({"generation": True, "prompt_length": prompt_length} if max_new_tokens else {})},
     )
+
+
+def positions_of(network: Any) -> int | None:
+    """The positions the language model of ``network`` takes (its text config's ``max_position_embeddings``)."""
+    config = network.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    found = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+    return int(found) if isinstance(found, int) and found > 0 else None
+
+
+def _pictures(paths: list[str | Path], processor: Any, name: str) -> list[Any]:
+    """The pictures at ``paths`` decoded, once their headers are checked, what the processor makes of each
+    (:func:`~attnviz.images.sizes.check_processed`) and the memory of both (with the processor's copies)."""
+    from .files import check_picture_memory, picture_header, read_image
+    from .sizes import check_processed, pictures_memory
+
+    headers = [picture_header(path) for path in paths]
+    processed = check_processed(headers, getattr(processor, "image_processor", processor), name)
+    total = sum(header.pixels for header in headers)
+    check_picture_memory(pictures_memory(headers, processed),
+                 f"{len(headers)} picture{'s' if len(headers) > 1 else ''} of {total:,} pixels, decoded and processed")
+    return [read_image(path) for path in paths]
 
 
 def _causal(attentions: Any, held: list[int] | None) -> bool:

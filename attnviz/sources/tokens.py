@@ -163,10 +163,7 @@ def encode(
     encoding = guarded(lambda: tokenizer.encode(text, pair), model_name)
     if max_length is not None and len(encoding.ids) > max_length:
         if not truncate:
-            raise InputError(
-                f"the {what} is {len(encoding.ids)} tokens long but {model_name} takes at most {max_length}; "
-                "shorten it, or pass [[truncate=True]] to cut it"
-            )
+            check_length(len(encoding.ids), max_length, model_name, what=what)
         tokenizer.enable_truncation(max_length)
         try:
             encoding = guarded(lambda: tokenizer.encode(text, pair), model_name)
@@ -175,6 +172,14 @@ def encode(
     if not encoding.ids:
         raise InputError("the tokenizer produced no tokens for this text; give a sentence")
     return token_info(encoding, (text, pair), special_ids, unknown_token_id(tokenizer))
+
+
+def check_length(count: int, max_length: int | None, model_name: str, *, what: str = "text",
+                 fix: str = "shorten it, or pass [[truncate=True]] to cut it") -> None:
+    """Refuse a ``what`` of ``count`` tokens where ``model_name`` takes at most ``max_length`` positions (None: no
+    limit), in the one line every command gives (a vision-language model's prompt too: ``fix`` says what to do)."""
+    if max_length is not None and count > max_length:
+        raise InputError(f"the {what} is {count} tokens long but {model_name} takes at most {max_length}; {fix}")
 
 
 def bound_characters(text: str, max_positions: int | None, truncate: bool, model_name: str,
