@@ -15,9 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .cache import cache_root, organism_folder, save_organism
-from .spec import KINDS, OrganismSpec, PlantedHead, is_organism_file, read_spec
+from .kinds import KINDS, HeadKind
+from .spec import OrganismSpec, PlantedHead, is_organism_file, read_spec
 
-__all__ = ["KINDS", "OrganismSpec", "PlantedHead", "cache_root", "is_organism_file", "organism_folder", "read_spec",
+__all__ = ["KINDS", "HeadKind", "OrganismSpec", "PlantedHead", "cache_root", "is_organism_file", "organism_folder", "read_spec",
            "save_organism"]
 
 

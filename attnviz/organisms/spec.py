@@ -25,27 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, toml_table
+from .kinds import BUILT_IN_FIELDS, KINDS, PlantedHead
 
-KINDS = ("previous_token", "induction", "first_token", "local", "token", "uniform", "zero")
 MIN_POSITIONS, MAX_POSITIONS = 4096, 16384
-TIES = ("latest", "earliest")
 MODEL_KEYS = ("type", "name", "tokenizer", "layers", "heads", "positions", "seed", "needle", "question")
 HEAD = toml_table("head")  # the [[head]] table in a message (never taken for the command line's --head)
 MAX_DEPTH = 4  # tables and arrays within each other: [[head]] holds values, nothing deeper
-
-
-@dataclass(frozen=True)
-class PlantedHead:
-    """One planted head: its kind, place and parameters (see :mod:`attnviz.organisms.weights` for each pattern)."""
-
-    kind: str
-    layer: int
-    head: int
-    offset: int = 1  # previous_token: 1 (the previous token) or 2 (the one before it)
-    match: int = 1  # induction: tokens matched (1: the current token; 2: it and the one before)
-    ties: str = "latest"  # induction: which earlier occurrence wins a tie
-    window: int = 16  # local: the tokens that hold all but ~1e-7 of each row's weight
-    token: str = ""  # token: the word it attends to
 
 
 @dataclass(frozen=True)
@@ -186,10 +171,11 @@ def read_spec(path: str | Path) -> OrganismSpec:
 
 def _head(table: dict[str, Any], where: str, layers: int, heads: int) -> PlantedHead:
     kind = table.get("kind")
-    if kind not in KINDS:
+    record = KINDS.get(kind) if isinstance(kind, str) else None
+    if record is None:
         raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}; got {kind!r}")
-    own = {"previous_token": {"offset"}, "induction": {"match", "ties"}, "local": {"window"}, "token": {"token"}}
-    allowed = {"kind", "layer", "head"} | own.get(kind, set())
+    own = {name: {p.name for p in k.parameters} for name, k in KINDS.items()}
+    allowed = {"kind", "layer", "head"} | own[kind]
     unknown = sorted(set(table) - allowed)
     if unknown:
         every = {"kind", "layer", "head"}.union(*own.values())
@@ -202,50 +188,20 @@ def _head(table: dict[str, Any], where: str, layers: int, heads: int) -> Planted
     head = _int(table, "head", -1, where, 0, heads - 1) if "head" in table else None
     if layer is None or head is None:
         raise ConfigError(f"{where}: give its layer (0 to {layers - 1}) and head (0 to {heads - 1})")
-    ties = table.get("ties", "latest")
-    if ties not in TIES:
-        raise ConfigError(f"{where}: ties is latest or earliest; got {ties!r}")
-    token = table.get("token", "")
-    if kind == "token" and (not isinstance(token, str) or not token.strip() or not token.isprintable()):
-        raise ConfigError(f"{where}: a token head names its word: token = \".\"")
-    return PlantedHead(kind, layer, head, offset=_int(table, "offset", 1, where, 1, 2),
-                       match=_int(table, "match", 1, where, 1, 2), ties=ties,
-                       window=_int(table, "window", 16, where, 2, 1024), token=str(token))
+    values = {param.name: param.read(table, where) for param in record.parameters}
+    fields = {name: value for name, value in values.items() if name in BUILT_IN_FIELDS}
+    settings = tuple(sorted((name, value) for name, value in values.items() if name not in BUILT_IN_FIELDS))
+    return PlantedHead(str(kind), layer, head, **fields, settings=settings)
 
 
 def _check_circuit(spec: OrganismSpec, where: str) -> None:
-    """An induction head reads what a previous-token head wrote in an earlier layer; it writes the copied token,
-    so it sits in the last layer (a later layer would read a residual whose scale it changed)."""
-    writers = {h.offset: h for h in spec.planted if h.kind == "previous_token"}
-    for h in spec.planted:
-        if h.kind != "induction":
-            continue
-        for offset in range(1, h.match + 1):
-            before = writers.get(offset)
-            if before is None or before.layer >= h.layer:
-                raise ConfigError(f"{where}: the induction head at layer {h.layer} head {h.head} (match = {h.match}) "
-                                  f"reads the token {offset} back, which a previous_token head with offset = "
-                                  f"{offset} in an earlier layer writes; plant one")
-        if h.layer != spec.layers - 1:
-            raise ConfigError(f"{where}: the induction head at layer {h.layer} writes the token it copies; put it in "
-                              f"the last layer ({spec.layers - 1})")
-    offsets = [h.offset for h in spec.planted if h.kind == "previous_token"]
-    if len(offsets) != len(set(offsets)):
-        raise ConfigError(f"{where}: one previous_token head per offset writes the token it reads; plant one of each")
+    """What each planted head needs of the rest of the organism (its kind's ``check``)."""
+    for head in spec.planted:
+        check = KINDS[head.kind].check
+        if check is not None:
+            check(head, spec, where)
 
 
 def describe(head: PlantedHead) -> str:
-    """What a planted head attends to, in words (the pattern :mod:`attnviz.organisms.weights` builds)."""
-    if head.kind == "previous_token":
-        return ("the token before" if head.offset == 1 else "the token two back") + "; writes it down for later layers"
-    if head.kind == "induction":
-        what = "the current token" if head.match == 1 else "the last two tokens"
-        return (f"the token after the {head.ties} earlier occurrence of {what}; writes it out ten times over "
-                "(the model copies it)")
-    if head.kind == "first_token":
-        return "the first token (an attention sink)"
-    if head.kind == "local":
-        return f"the last {head.window} tokens, the nearest most (weights fall by e^(-16/{head.window}) a token back)"
-    if head.kind == "token":
-        return f"every earlier {head.token!r}, equally (the first token where there is none)"
-    return "every token so far, equally; writes nothing"
+    """What a planted head attends to, in words (its kind's record)."""
+    return KINDS[head.kind].describe(head)

@@ -46,14 +46,9 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .spec import OrganismSpec, PlantedHead
+from .planting import COPY, LOCAL, MATCH, TIE, C, T  # noqa: F401 - the constants, where the docstring says
+from .spec import OrganismSpec
 
-T = 192  # dims of a token code
-C = 192  # dims of a position code
-MATCH = 60.0  # nats: a planted head's score on what it looks for
-TIE = 12.0  # nats: an induction head's position preference among equal matches
-LOCAL = 16.0  # nats: a local head's score rise over its window (e^-16 ≈ 1e-7 of a row beyond it)
-COPY = 10.0  # an induction head writes the attended token's code this many times over
 VERSION = 4  # of this construction and its files (4: a fingerprint in each): a new one builds new folders
 EPS = 1e-5  # GPT-2's LayerNorm epsilon
 
@@ -68,8 +63,9 @@ class Layout:
     """Where each subspace sits in the residual, the head size, and each layer's LayerNorm scale."""
 
     def __init__(self, spec: OrganismSpec) -> None:
-        offsets = {h.offset for h in spec.planted if h.kind == "previous_token"}
-        two = 2 in offsets or any(h.kind == "induction" and h.match == 2 for h in spec.planted)
+        from .kinds import KINDS
+
+        two = any(name in ("PREV2", "PQ2") for h in spec.planted for name in KINDS[h.kind].subspaces(h))
         at = 0
         self.slot: dict[str, int] = {}
         for name, size in (("TOK", T), ("PREV1", T), ("PREV2", T if two else 0), ("PK", C), ("PQ1", C),
@@ -84,12 +80,15 @@ class Layout:
         base = T + C + C + (C if two else 0) + 2
         self.scales = []
         for layer in range(spec.layers):
-            written = sum(T for h in spec.planted if h.kind == "previous_token" and h.layer < layer)
+            written = sum(KINDS[h.kind].writes(h) for h in spec.planted if h.layer < layer)
             self.scales.append(math.sqrt((base + written) / self.d_model + EPS))
 
 
 def build_state(spec: OrganismSpec, vocab_size: int, token_ids: dict[str, int]) -> tuple[dict[str, Tensor], Layout]:
     """Every weight of the GPT-2 checkpoint (keys as ``GPT2LMHeadModel`` saves them)."""
+    from .kinds import KINDS
+    from .planting import Planting
+
     lay = Layout(spec)
     d, p_count = lay.d_model, spec.positions
     g = torch.Generator().manual_seed(spec.seed)
@@ -116,7 +115,8 @@ def build_state(spec: OrganismSpec, vocab_size: int, token_ids: dict[str, int]) 
         c_attn, bias, c_proj = torch.zeros(d, 3 * d), torch.zeros(3 * d), torch.zeros(d, d)
         for h in spec.planted:
             if h.layer == layer:
-                _plant(h, lay, layer, c_attn, bias, c_proj, tokens, codes, token_ids)
+                KINDS[h.kind].planted_by(Planting(h, lay, c_attn, bias, c_proj, tokens, codes, token_ids,
+                                                  lay.scales[layer], math.sqrt(lay.d_head)))
         state[prefix + "attn.c_attn.weight"], state[prefix + "attn.c_attn.bias"] = c_attn, bias
         state[prefix + "attn.c_proj.weight"], state[prefix + "attn.c_proj.bias"] = c_proj, torch.zeros(d)
         for norm in ("ln_1", "ln_2"):
@@ -171,56 +171,9 @@ def build_bytes(spec: OrganismSpec, vocab_size: int = VOCAB) -> int:
     return weights + codes + overlaps + BASE
 
 
-def _plant(h: PlantedHead, lay: Layout, layer: int, c_attn: Tensor, bias: Tensor, c_proj: Tensor, tokens: Tensor,
-           codes: Tensor, token_ids: dict[str, int]) -> None:
-    """Write head ``h``'s query, key, value and output weights (see the module for each pattern)."""
-    d, dh, s = lay.d_model, lay.d_head, lay.scales[layer]
-    q0, k0, v0 = h.head * dh, d + h.head * dh, 2 * d + h.head * dh  # this head's columns in c_attn
-    root = math.sqrt(dh)
-    slot = lay.slot
-
-    def read(column: int, subspace: str, size: int, scale: float) -> None:  # column[j] = scale · x̂[subspace + j]
-        rows = torch.arange(slot[subspace], slot[subspace] + size)
-        c_attn[rows, torch.arange(column, column + size)] = scale
-
-    if h.kind == "previous_token":
-        read(q0, f"PQ{h.offset}", C, MATCH * s * s * root / C)
-        read(k0, "PK", C, 1.0)
-        read(v0, "TOK", T, 1.0)
-        target = slot[f"PREV{h.offset}"]
-        c_proj[torch.arange(h.head * dh, h.head * dh + T), torch.arange(target, target + T)] = s
-    elif h.kind == "induction":
-        read(q0, "TOK", T, MATCH * s * s * root / T)
-        read(k0, "PREV1", T, 1.0)
-        if h.match == 2:
-            read(q0 + T, "PREV1", T, MATCH * s * s * root / T)
-            read(k0 + T, "PREV2", T, 1.0)
-        tie = 2 * T  # one more query/key dimension: a constant against the key's position u
-        bias[q0 + tie] = (TIE if h.ties == "latest" else -TIE) * s * root
-        c_attn[slot["POS"], k0 + tie] = 1.0
-        read(v0, "TOK", T, 1.0)
-        c_proj[torch.arange(h.head * dh, h.head * dh + T), torch.arange(slot["TOK"], slot["TOK"] + T)] = COPY * s
-    elif h.kind == "first_token":
-        bias[q0 : q0 + C] = codes[0] * (MATCH * s * root / C)
-        read(k0, "PK", C, 1.0)
-    elif h.kind == "local":
-        bias[q0] = LOCAL * (codes.shape[0] - 1) / h.window * s * root
-        c_attn[slot["POS"], k0] = 1.0
-    elif h.kind == "token":
-        if h.token not in token_ids:
-            raise ConfigError(f"the token head at layer {h.layer} head {h.head} names {h.token!r}, which is not one "
-                              "token of the organism's vocabulary (the embedded MiniLM's WordPiece, lower case)")
-        # The word's code, and the first token's ([CLS]) at half strength: every occurrence of the word scores the
-        # same (one token, one code), so they share the row equally.
-        wanted = tokens[token_ids[h.token]] + 0.5 * tokens[token_ids["[CLS]"]]
-        bias[q0 : q0 + T] = wanted * (MATCH * s * root / T)
-        read(k0, "TOK", T, 1.0)
-    # uniform, zero: nothing
-
-
 def fingerprint(spec: OrganismSpec) -> str:
     """What names an organism's folder: its description and this construction's version."""
     described = {k: v for k, v in vars(spec).items() if k not in ("source", "extra", "needle", "question")}
-    described["planted"] = [vars(h) for h in spec.planted]
+    described["planted"] = [{k: v for k, v in vars(h).items() if k != "settings" or v} for h in spec.planted]
     text = json.dumps({"version": VERSION, "t": T, "c": C, **described}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -49,7 +49,7 @@ def hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
         why = "HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached (no network?)"
         raise ModelNotFoundError(
             f"{repo_id!r}{at} is not in the local Hugging Face cache and {why}; on a machine with network, run "
-            f"`hf download {repo_id}`{'' if revision is None else f' --revision {revision}'} once, or pass a local "
+            f"`hf download {repo_id}` once{'' if revision is None else ' (at that revision)'}, or pass a local "
             "model folder; offline now: leave out [[model]] (the embedded encoder), or a causal model organism: "
             "[[model=sample_configs/organism_needle.toml]]"
         ) from None
