@@ -158,6 +158,18 @@ class Registry(dict[str, Record], Generic[Record]):
         self[name] = record
         return record
 
+    def register_own(self: Registry[Named], record: Named) -> Named:
+        """Add one of attnviz's own records from the module that owns it (a result's formats, registered where the
+        result is defined), sealed as built in at once; plugins are not loaded for it (the module may be importing)."""
+        name = record.name
+        if dict.__contains__(self, name):
+            raise ValueError(f"a {self.what} named {name!r} is already registered")
+        if self._check is not None:
+            self._check(self, record)
+        dict.__setitem__(self, name, record)
+        self.built_in = self.built_in | {name}
+        return record
+
     def seal(self) -> frozenset[str]:
         """Mark every record registered so far as built in; returns their names."""
         self.built_in = frozenset(dict.keys(self))

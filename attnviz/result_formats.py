@@ -3,7 +3,9 @@
 
 Every ``save`` goes through here (``NeedleResult.save``, ``KVResult.save``, ``PatternsResult.save``, by the file's
 extension), and the commands' ``--out`` checks its extensions against it before the model runs: so a format is
-one function and one :func:`register` call, here, in a user's code or in a plugin (:mod:`attnviz.plugins`).
+one function and one :func:`register` call, in a user's code or in a plugin (:mod:`attnviz.plugins`). Each result's
+own formats are registered by the module that defines the result (:func:`register_result_kind`), so this core module
+names no method above it; a plugin's result kind is a name of its own.
 Writers are named ``"module:function"`` and imported only when used (``--help`` loads no matplotlib or pyarrow).
 :data:`RESULT_FORMATS` is a :class:`~attnviz.records.Registry` keyed ``"kind.suffix"`` (``"kv.json"``); the
 built-in ones are sealed.
@@ -19,12 +21,10 @@ from typing import Any
 
 from .records import Registry, function_name, resolve
 
-KINDS = ("needle", "kv", "patterns")
-
 
 @dataclass(frozen=True)
 class ResultFormat:
-    kind: str  # the result it writes: needle, kv or patterns
+    kind: str  # the result it writes: needle, kv, patterns, or a plugin's own kind
     suffix: str  # of the file it writes
     writer: str | Callable[[Any, Path], object]  # "module:function" (or the function) writing (result, path)
     description: str = ""
@@ -44,8 +44,8 @@ class ResultFormat:
 
 
 def _check(registered: Registry[ResultFormat], fmt: ResultFormat) -> None:
-    if fmt.kind not in KINDS:
-        raise ValueError(f"a result format writes one of {', '.join(KINDS)}; got {fmt.kind!r}")
+    if not isinstance(fmt.kind, str) or not fmt.kind.isidentifier() or fmt.kind != fmt.kind.lower():
+        raise ValueError(f"a result format's kind is a lower-case name such as kv; got {fmt.kind!r}")
     if not isinstance(fmt.suffix, str) or not re.fullmatch(r"\.[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)*", fmt.suffix):
         raise ValueError(f"a result format's suffix is a lower-case extension such as .json; got {fmt.suffix!r}")
     if not callable(fmt.writer) and ":" not in str(fmt.writer):
@@ -76,13 +76,16 @@ def save(kind: str, result: Any, path: str | Path) -> Path:
     return path
 
 
-for _kind, _module in (("needle", "attnviz.needle.outputs"), ("kv", "attnviz.kv.outputs"),
-                       ("patterns", "attnviz.kv.patterns_outputs")):
-    register(ResultFormat(_kind, ".json", f"{_module}:write_json", "the whole result (its load reads it)"))
-    register(ResultFormat(_kind, ".csv", f"{_module}:write_rows", "one row per head (per run and head in kv)"))
-    register(ResultFormat(_kind, ".parquet", f"{_module}:write_rows", "the CSV's rows as Parquet (pyarrow)"))
-for _kind, _module in (("needle", "attnviz.needle.outputs"), ("kv", "attnviz.kv.outputs")):
-    for _suffix in (".png", ".svg", ".pdf"):
-        register(ResultFormat(_kind, _suffix, f"{_module}:write_figure", "the figure (matplotlib)"))
-    register(ResultFormat(_kind, ".html", f"{_module}:write_page", "an interactive page, one self-contained file"))
-BUILT_IN = RESULT_FORMATS.seal()
+def register_result_kind(kind: str, module: str, *, figures: bool = True, page: bool = True) -> None:
+    """The files every long-context result writes, registered by the module that defines the result (``kind``; its
+    writers in ``module``, imported when a file is written): .json (the whole result), .csv and .parquet (its rows),
+    and, with ``figures``, .png, .svg and .pdf, with ``page`` an .html page. Sealed as built in."""
+    own = RESULT_FORMATS.register_own
+    own(ResultFormat(kind, ".json", f"{module}:write_json", "the whole result (its load reads it)"))
+    own(ResultFormat(kind, ".csv", f"{module}:write_rows", "one row per head (per run and head in kv)"))
+    own(ResultFormat(kind, ".parquet", f"{module}:write_rows", "the CSV's rows as Parquet (pyarrow)"))
+    if figures:
+        for suffix in (".png", ".svg", ".pdf"):
+            own(ResultFormat(kind, suffix, f"{module}:write_figure", "the figure (matplotlib)"))
+    if page:
+        own(ResultFormat(kind, ".html", f"{module}:write_page", "an interactive page, one self-contained file"))

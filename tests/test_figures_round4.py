@@ -3,6 +3,8 @@ row of thumbnails over a blank area, and the ``--head all`` grid's size and marg
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -213,13 +215,13 @@ def test_the_console_script_sizes_the_pools_before_torch_starts(tmp_path):
 def test_every_label_of_many_heads_is_readable(tmp_path, monkeypatch, n_layers, n_heads):
     """`compare-heads --out grid.png` of MiniLM's 72 heads labelled them in 4- and 5-point type (8-10 pixels): no
     text under 6 points, and the matrix's head names never overlap one another."""
-    out, fig = _comparison(tmp_path, monkeypatch, n_layers, n_heads)
+    _out, fig = _comparison(tmp_path, monkeypatch, n_layers, n_heads)
     renderer = fig.canvas.get_renderer()
     matrix = fig.axes[1]
     texts = [*fig.axes[0].texts, *matrix.get_xticklabels(), *matrix.get_yticklabels()]
     assert min(t.get_fontsize() for t in texts) >= 6
     names = sorted((t.get_window_extent(renderer) for t in matrix.get_yticklabels()), key=lambda box: box.y0)
     assert len(names) == n_layers * n_heads
-    assert all(a.y1 <= b.y0 + 0.5 for a, b in zip(names, names[1:], strict=False))  # a row each, none on another
+    assert all(a.y1 <= b.y0 + 0.5 for a, b in itertools.pairwise(names))  # a row each, none on another
     columns = sorted((t.get_window_extent(renderer) for t in matrix.get_xticklabels()), key=lambda box: box.x0)
-    assert all(a.x1 <= b.x0 + 0.5 for a, b in zip(columns, columns[1:], strict=False))
+    assert all(a.x1 <= b.x0 + 0.5 for a, b in itertools.pairwise(columns))

@@ -121,11 +121,11 @@ def test_the_needle_picture_of_an_all_zero_grid_is_scaled_0_to_1(tmp_path, monke
 
     monkeypatch.setattr(Figure, "colorbar", colorbar)
     needle_figure([[0.0, 0.0]], [100, 200], [0.5], [[0.0, 0.0], [0.0, 0.0]], title="t", path=tmp_path / "z.png")
-    assert tops == [1.0, 1.0]  # the recall grid's bar, then the heads' scores: 0 to 1 both
+    assert tops == [100.0, 1.0]  # the recall grid's bar in percent (as its cells), then the heads' scores, 0 to 1
     tops.clear()
     needle_figure([[1.0, 0.0]], [100, 200], [0.5], [[0.0, 0.4], [0.1, float("nan")]], title="t",
                   path=tmp_path / "s.png")
-    assert tops == [1.0, pytest.approx(0.4)]  # scores drawn on their own range
+    assert tops == [100.0, pytest.approx(0.4)]  # scores drawn on their own range
 
 
 def test_needles_progress_names_needle_not_export(run_cli, circuit, monkeypatch):

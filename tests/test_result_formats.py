@@ -57,5 +57,7 @@ def test_save_writes_by_extension_and_built_ins_are_sealed(tmp_path):
         result.save(tmp_path / "p.png")  # patterns draws no figure
     with pytest.raises(ValueError):
         result_formats.unregister("kv.json")
-    with pytest.raises(ValueError, match="writes one of needle, kv, patterns"):
-        result_formats.register(ResultFormat("heads", ".x", "m:f"))
+    with pytest.raises(ValueError, match="lower-case name"):
+        result_formats.register(ResultFormat("Heads!", ".x", "m:f"))
+    with result_formats.registered(ResultFormat("mykind", ".x", "m:f")):  # a plugin's result kind is its own name
+        assert result_formats.suffixes("mykind") == [".x"]

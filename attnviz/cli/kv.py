@@ -100,7 +100,9 @@ def kv(
         raise UsageError("--question and --continue are two futures: give one of them, not both")
     if question is None and continue_tokens is None:
         raise UsageError("give the future queries: --question TEXT or --continue N")
-    outputs = check_outputs(out, suffixes("kv"))
+    from ..kv.result import KVResult  # its module registers the formats it writes
+
+    outputs = check_outputs(out, suffixes(KVResult.KIND))
     from ..kv import kv as run_kv
 
     def progress(what: str) -> None:

@@ -72,7 +72,9 @@ def needle(
         raise UsageError("[[ray_address]] goes with [[backend=ray]]")
     chosen_lengths = parse_lengths(lengths)
     chosen_depths = parse_depths(depths)
-    outputs = check_outputs(out, suffixes("needle"))
+    from ..needle.result import NeedleResult  # its module registers the formats it writes
+
+    outputs = check_outputs(out, suffixes(NeedleResult.KIND))
     text = None
     if haystack is not None:
         from ..needle.haystack import haystack_chars, read_haystack

@@ -62,7 +62,9 @@ def patterns(
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
     budgets = parse_budgets(budget)
-    check_outputs(out, suffixes("patterns"))
+    from ..kv.patterns import PatternsResult  # its module registers the formats it writes
+
+    check_outputs(out, suffixes(PatternsResult.KIND))
     from ..fileio import check_writable
 
     for path in (p for p in (minference, duo) if p is not None):

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..analysis import sparse_patterns as sp
 from ..analysis.patterns_registry import PATTERNS
@@ -36,6 +36,8 @@ class HeadPattern:
 @dataclass
 class PatternsResult:
     """Every head's search at each budget, the key/value heads' DuoAttention class, and MInference's config."""
+
+    KIND: ClassVar[str] = "patterns"  # its files in attnviz.result_formats
 
     model_name: str
     engine: str
@@ -128,3 +130,8 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = BUDGETS
     for budget in resolved:
         result.configs[budget] = sp.minference_config(searches[budget])
     return result
+
+
+from ..result_formats import register_result_kind  # noqa: E402 - the formats of the result defined above
+
+register_result_kind(PatternsResult.KIND, "attnviz.kv.patterns_outputs", figures=False, page=False)

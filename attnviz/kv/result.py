@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 SCHEMA = "attnviz.kv/1"
 
@@ -54,6 +54,8 @@ class PolicyRun:
 @dataclass
 class KVResult:
     """A context, its future tokens, and every policy × budget asked for (see the module)."""
+
+    KIND: ClassVar[str] = "kv"  # its files in attnviz.result_formats
 
     model_name: str
     engine: str
@@ -127,3 +129,8 @@ def _ranges(positions: list[int]) -> list[list[int]]:
         else:
             out.append([p, p + 1])
     return out
+
+
+from ..result_formats import register_result_kind  # noqa: E402 - the formats of the result defined above
+
+register_result_kind(KVResult.KIND, "attnviz.kv.outputs")

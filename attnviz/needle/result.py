@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import InputError
 from ..limits import MAX_INDEX
@@ -40,6 +40,8 @@ class NeedleRun:
 @dataclass
 class NeedleResult:
     """A depth × length grid of needle runs on one model, and its heads' scores (see :mod:`.scores`)."""
+
+    KIND: ClassVar[str] = "needle"  # its files in attnviz.result_formats
 
     model_name: str
     engine: str
@@ -206,3 +208,8 @@ def _check(result: NeedleResult, where: str) -> None:
                 raise InputError(f"{where}: a run's {key} scores are not {shape[0]} layers × {shape[1]} heads")
             if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for row in grid for v in row):
                 raise InputError(f"{where}: a run's {key} scores hold a value that is not a finite number ≥ 0")
+
+
+from ..result_formats import register_result_kind  # noqa: E402 - the formats of the result defined above
+
+register_result_kind(NeedleResult.KIND, "attnviz.needle.outputs")
