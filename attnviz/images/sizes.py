@@ -19,9 +19,10 @@ MAX_PROCESSED_PIXELS = 16_000_000
 HELD_BYTES = 3
 """Bytes per pixel of a decoded picture, held while the model reads it (RGB)."""
 
-COPY_BYTES = 6
-"""Bytes per pixel of the largest picture's copies while it is decoded and while the processor takes it (Pillow's
-decoded picture and its RGB copy; the processor's array of it and its resize)."""
+COPY_BYTES = 12
+"""Bytes per pixel of the largest picture's copies while it is decoded and while the processor takes it: Pillow's
+decoded picture and its RGB copy; the processor's RGB copy, its bytes (in pieces, then joined) and its array (a
+49-million-pixel picture read by LLaVA's processor peaked at 13.4 bytes a pixel, with the decoded picture)."""
 
 FLOAT_BYTES = 24
 """Bytes per processed pixel: the processor's float32 copies (three channels, rescaled, then normalised)."""
