@@ -13,7 +13,7 @@ MInference's config names the best of the patterns MInference has.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ..errors import PluginError
 from ..records import Registry, resolve
 
 RECALL_SLACK = 1e-6  # a recall summed in float32 may pass 1 by rounding
+TIE = 1e-6  # recalls this close are equal: the first registered (the simpler) wins
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
@@ -76,3 +77,16 @@ register(Pattern("vertical_slash", "the strongest columns and diagonals, estimat
 register(Pattern("block_sparse", "the top 64×64 key blocks per query block, by pooled queries and keys",
                  "Jiang et al. 2024, MInference (arXiv 2407.02490)", "block_sparse"))
 BUILT_IN = PATTERNS.seal()
+
+
+def winners(recall: Mapping[str, Tensor]) -> list[str]:
+    """Each query head's winning pattern among those ``recall`` holds (``[H]`` each): the first, in the registry's
+    order, within :data:`TIE` of the best. The one choice of a winner: the table's, the search's, MInference's."""
+    import torch
+
+    names = [name for name in PATTERNS if name in recall]
+    if not names:
+        raise ValueError("no registered pattern among the recalls given")
+    table = torch.stack([recall[name].double() for name in names])
+    top = table.max(0).values
+    return [names[int((table[:, head] >= top[head] - TIE).nonzero()[0])] for head in range(table.shape[1])]

@@ -41,16 +41,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .kv_policies import RowBlocks, resolve_budget, row_blocks
+from .patterns_registry import PATTERNS, TIE, winners  # noqa: F401 - TIE: the tie rule, where the module says
 
-PATTERNS = ("a_shape", "vertical_slash", "block_sparse")
-MINFERENCE_NAMES = {"a_shape": "stream_llm", "vertical_slash": "vertical_and_slash", "block_sparse": "block_sparse"}
 SINKS = 64  # A-shape sink columns (capped at half the budget)
 LAST_Q = 64  # MInference's last_q: rows that estimate vertical-slash
 FORCED = 30  # MInference: the first 30 columns and the 30 nearest diagonals are always chosen
 BLOCK = 64  # block-sparse block size (MInference's kernel: 64 × 64)
 VERTICAL_SHARES = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)  # vertical-slash splits tried: the columns' share of b
 DUO_SINK, DUO_RECENT, DUO_THRESHOLD = 64, 256, 0.9
-TIE = 1e-6
 
 
 def _top(scores: Tensor, count: int) -> Tensor:
@@ -297,7 +295,6 @@ class PatternSearch:
     budget: int
     first_query: int
     recall: dict[str, Tensor]
-    winner: list[str]
     vertical: Tensor
     slash: Tensor
     sinks: int
@@ -306,6 +303,11 @@ class PatternSearch:
     block: int
     candidates: list[tuple[str, int, int, Tensor]]
     streaming_mass: Tensor
+
+    @property
+    def winner(self) -> list[str]:
+        """Each head's best of the patterns measured here (:func:`~.patterns_registry.winners`)."""
+        return winners(self.recall)
 
 
 def search_patterns(rows: RowBlocks, budget: int | float, *, sinks: int = SINKS, last_q: int = LAST_Q,
@@ -343,11 +345,8 @@ def search_patterns(rows: RowBlocks, budget: int | float, *, sinks: int = SINKS,
     best = vs_recalls.argmax(0)
     recall = {"a_shape": candidates[0][3], "vertical_slash": vs_recalls.max(0).values,
               "block_sparse": candidates[-1][3]}
-    table = torch.stack([recall[p] for p in PATTERNS])
-    top = table.max(0).values
-    winner = [PATTERNS[int((table[:, head] >= top[head] - TIE).nonzero()[0])] for head in range(h)]
     return PatternSearch(
-        budget=b, first_query=i0, recall=recall, winner=winner,
+        budget=b, first_query=i0, recall=recall,
         vertical=torch.tensor([splits[int(i)][0] for i in best]), slash=torch.tensor([splits[int(i)][1] for i in best]),
         sinks=a_sinks, local=b - a_sinks, top_blocks=top_blocks, block=block, candidates=candidates,
         streaming_mass=duo.mean(duo.a_shape_mass()),
@@ -372,14 +371,15 @@ def minference_config(layers: Sequence[PatternSearch]) -> list[dict[str, list[ob
     config = []
     for search in layers:
         heads: dict[str, list[object]] = {}
-        for head, pattern in enumerate(search.winner):
+        known = winners({name: r for name, r in search.recall.items() if PATTERNS[name].minference})
+        for head, pattern in enumerate(known):
             if pattern == "a_shape":
                 sizes = [search.sinks, search.local]
             elif pattern == "vertical_slash":
                 sizes = [int(search.vertical[head]), int(search.slash[head])]
             else:
                 sizes = [search.top_blocks, search.block]
-            heads[str(head)] = [MINFERENCE_NAMES[pattern], *sizes, float(search.recall[pattern][head])]
+            heads[str(head)] = [PATTERNS[pattern].minference, *sizes, float(search.recall[pattern][head])]
         config.append(heads)
     return config
 

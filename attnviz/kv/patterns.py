@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..analysis import sparse_patterns as sp
-from ..analysis.patterns_registry import PATTERNS
+from ..analysis.patterns_registry import PATTERNS, winners
 from ..defaults import BUDGETS
 from ..errors import UsageError
 from .budgets import distinct_budgets
@@ -119,12 +119,11 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = BUDGETS
             mass = search.streaming_mass
             recall = {**search.recall, **{name: pattern.measure(rows, search.budget) for name, pattern in
                                           PATTERNS.items() if pattern.recall is not None}}  # plugins' patterns
+            chosen = winners(recall)
             for head in range(rows.n_heads):
                 found = {p: float(recall[p][head]) for p in PATTERNS}
-                best = max(found.values())
                 result.heads.setdefault(budget, []).append(HeadPattern(
-                    parts.layer, head, head // group, found, next(p for p, r in found.items() if r >= best - sp.TIE),
-                    float(search.streaming_mass[head])))
+                    parts.layer, head, head // group, found, chosen[head], float(search.streaming_mass[head])))
         assert mass is not None
         result.full_attention.append([bool(x) for x in sp.full_attention_heads(mass, n_kv, threshold)])
     for budget in resolved:
