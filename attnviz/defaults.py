@@ -18,3 +18,12 @@ ANSWER_TOKENS = 20
 
 BUDGETS = (0.25,)
 """kv's and patterns' budgets: a quarter of the prompt's keys."""
+
+N_SINK = 4
+"""StreamingLLM's sink tokens (kvpress StreamingLLMPress.n_sink): the streaming policy's n_sink setting."""
+
+WINDOW = 64
+"""SnapKV's observation window (kvpress SnapKVPress.window_size): the snapkv and pyramidkv window setting."""
+
+KERNEL = 5
+"""SnapKV's pooling width (kvpress SnapKVPress.kernel_size; avg_pool1d, padding kernel // 2, stride 1)."""

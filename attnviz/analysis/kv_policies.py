@@ -21,17 +21,16 @@ with ``o_kept`` the softmax over the kept keys only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-N_SINK = 4  # kvpress StreamingLLMPress.n_sink
-WINDOW = 64  # kvpress SnapKVPress.window_size
-KERNEL = 5  # kvpress SnapKVPress.kernel_size (avg_pool1d, padding kernel // 2, stride 1)
+from ..defaults import KERNEL, N_SINK, WINDOW  # the settings' defaults, declared once
+
 BETA = 20  # kvpress PyramidKVPress.beta
 BLOCK_FLOATS = 1 << 24  # floats of one block of rows (64 MiB in float32)
 
@@ -300,6 +299,15 @@ class PolicyInputs:
     question_window: bool = False
     tova_across: Literal["group", "layer"] = "layer"
     keys: Tensor | None = None  # [Hkv, T, d] the prefix's keys, where a policy asks for them (Policy.needs_keys)
+    settings: Mapping[str, Any] = field(default_factory=dict)  # every chosen policy's settings (Policy.settings)
+
+    def setting(self, name: str) -> Any:
+        """A policy's setting by name: as given or its record's default (a plugin's policy reads its own so)."""
+        if name in self.settings:
+            return self.settings[name]
+        if name in ("n_sink", "window", "kernel", "question_window", "tova_across"):
+            return getattr(self, name)
+        raise KeyError(f"no policy setting {name!r} was chosen; declare it on the policy's record (Policy.settings)")
 
 
 def streaming_policy(inputs: PolicyInputs) -> Tensor:

@@ -72,13 +72,15 @@ def _root(
     ),
 ) -> None:
     """attnviz: attention heatmaps, head summaries and step-by-step explanations."""
-    if ctx.invoked_subcommand == "kv":  # before kv's own --help: its --policy lists the registry, plugins loaded
-        from ..analysis.policies import policy_help
+    from .common import LIVE_HELP
 
-        command = ctx.command.get_command(ctx, "kv") if hasattr(ctx.command, "get_command") else None
+    live = LIVE_HELP.get(ctx.invoked_subcommand or "", {})
+    if live:  # before the command's own --help: a help made from a registry, plugins loaded
+        command = ctx.command.get_command(ctx, ctx.invoked_subcommand or "") if hasattr(ctx.command, "get_command") \
+            else None
         for param in getattr(command, "params", []):
-            if param.name == "policy":
-                param.help = policy_help()
+            if param.name in live:
+                param.help = live[param.name]()
 
 
 def plain_message(exc: ClickException) -> str:

@@ -122,6 +122,10 @@ def check_text_arguments(kwargs: dict[str, Any]) -> None:
                                  "give UTF-8 text") from None
 
 
+LIVE_HELP: dict[str, dict[str, Callable[[], str]]] = {}
+"""Help texts made from a registry, by command and parameter: written again when the command runs (plugins are
+loaded by then), so `attnviz kv --help` lists a plugin's policies and settings too. A command module adds its own."""
+
 OUTPUT_PARAMETERS = ("out", "old_out", "page_file", "minference", "duo", "per_text")
 """The parameters that name what a command writes; every other path a command is given is something it reads."""
 MODEL_PARAMETERS = ("model", "vs_model")

@@ -10,7 +10,7 @@ import typer
 from ..defaults import ANSWER_TOKENS
 from ..errors import UsageError
 from ..result_formats import suffixes
-from .common import cli_command, echo_json, note, stdout_console
+from .common import LIVE_HELP, cli_command, echo_json, note, stdout_console
 from .options import (
     Budget,
     CausalModel,
@@ -33,13 +33,23 @@ def _policy_help() -> str:
     return policy_help()
 
 
+def _settings_help() -> str:
+    """--set's help from the registry: every policy's settings (written again once plugins load, as --policy's)."""
+    from ..analysis.policies import settings_help
+
+    return settings_help()
+
+
+LIVE_HELP["kv"] = {"policy": _policy_help, "set_values": _settings_help}
+
+
 def _policy_names(incomplete: str) -> list[str]:
     from ..analysis.policies import POLICIES
 
     return [name for name in POLICIES if name.startswith(incomplete)]
 
 
-@cli_command
+@cli_command(flags={"continue_tokens": "--continue", "answer_tokens": "--max-new-tokens"})
 @model_command(without=("device_map", "causal"), model=CausalModel)
 def kv(
     options: ModelOptions,
@@ -59,6 +69,8 @@ def kv(
     tova_per_group: bool = typer.Option(False, "--tova-per-group", help="TOVA averages the last query's attention "
                                         "within each grouped-query group (one kept set per key/value head), not "
                                         "over every head of the layer (the paper's and kvpress's form)."),
+    set_values: list[str] = typer.Option([], "--set", metavar="NAME=VALUE", help=_settings_help(),
+                                         show_default=False),
     max_new_tokens: int = typer.Option(ANSWER_TOKENS, "--max-new-tokens", "-n", min=1, max=512,
                                        help="How many tokens to generate at most: the answer after --question, on "
                                             "the full cache and on each cut one."),
@@ -88,18 +100,9 @@ def kv(
     text = text_from_file(text, text_file)
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
-    from ..analysis.policies import POLICIES
+    from ..analysis.policies import parse_policies, parse_settings
 
-    policies = list(POLICIES) if policy.strip().lower() == "all" else [p.strip().lower() for p in policy.split(",")]
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown or not policies:
-        raise UsageError(f"--policy {unknown[0] if unknown else policy!r} is unknown; use all or some of "
-                         f"{', '.join(POLICIES)}")
     budgets = parse_budgets(budget)
-    if question is not None and continue_tokens is not None:
-        raise UsageError("--question and --continue are two futures: give one of them, not both")
-    if question is None and continue_tokens is None:
-        raise UsageError("give the future queries: --question TEXT or --continue N")
     from ..kv.result import KVResult  # its module registers the formats it writes
 
     outputs = check_outputs(out, suffixes(KVResult.KIND))
@@ -109,10 +112,10 @@ def kv(
         if not quiet and fmt is StdoutFormat.table:
             note(what)
 
-    result = run_kv(options.model, text, policies=policies, budgets=budgets, question=question,
+    result = run_kv(options.model, text, policies=parse_policies(policy), budgets=budgets, question=question,
                     continue_tokens=continue_tokens, answer_tokens=max_new_tokens, end_to_end=end_to_end,
                     question_window=question_window, truncate=truncate,
-                    tova_across="group" if tova_per_group else "layer",
+                    tova_across="group" if tova_per_group else "layer", settings=parse_settings(set_values),
                     keep_sets=fmt is StdoutFormat.json or any(p.suffix.lower() in (".html", ".json") for p in outputs),
                     engine=options.engine, revision=options.revision, device=options.device,
                     trust_remote_code=options.trust_remote_code, dtype=options.dtype, progress=progress)

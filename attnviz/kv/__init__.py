@@ -11,7 +11,7 @@ the full cache's, and whether the greedy answer changes.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -43,7 +43,7 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
        end_to_end: bool = True, engine: str = "auto", revision: str | None = None, device: str = "cpu",
        trust_remote_code: bool = False, dtype: str | None = None, keep_sets: bool = False,
        question_window: bool = False, truncate: bool = False, tova_across: Literal["layer", "group"] = "layer",
-       progress: Callable[[str], None] | None = None) -> KVResult:
+       settings: Mapping[str, Any] | None = None, progress: Callable[[str], None] | None = None) -> KVResult:
     """Score ``policies`` (default: every registered one) at ``budgets`` (keys per head, or fractions of the
     context's) on ``text``, the future
     being ``question`` (appended) or the model's greedy continuation of ``continue_tokens`` tokens (see the
@@ -51,7 +51,10 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
     ones (the question is known when the cache is cut). ``tova_across``: TOVA averages the last query's attention
     over every head of the layer (``"layer"``, the paper's and kvpress's) or within each GQA group (``"group"``).
     ``truncate``: cut a prompt too long for the model (with its
-    future and answer) to what fits, keeping its start. ``keep_sets``: keep each head's kept positions."""
+    future and answer) to what fits, keeping its start. ``keep_sets``: keep each head's kept positions.
+    ``settings``: the chosen policies' settings by name (each declared on its policy's record,
+    :class:`~attnviz.analysis.policies.Setting`: ``{"window": 32, "n_sink": 8}``); ``question_window`` and
+    ``tova_across`` are two of them."""
     from ..sources.causal import load_causal
     from ..sources.resolve import checked_engine
 
@@ -70,6 +73,13 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
                          "model's own continuation), one of them")
     if tova_across not in ("layer", "group"):
         raise UsageError(f"[[tova_across={tova_across}]]: layer (the paper's) or group")
+    given = dict(settings or {})
+    declared = _policies.declared_settings(policies)
+    for name, value, default in (("question_window", question_window, False), ("tova_across", tova_across, "layer")):
+        if value != default and name in declared:  # the two settings with keywords of their own
+            given.setdefault(name, value)
+    chosen = _policies.chosen_settings(policies, given)
+    question_window = bool(chosen.get("question_window", False))
     if question_window and question is None:
         raise UsageError("[[question_window]] makes SnapKV observe the question: give [[question]]")
     if continue_tokens is not None and not 1 <= continue_tokens <= MAX_FUTURE:
@@ -141,7 +151,10 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
         # The future's rows are few (the question, the continuation): computed once, read by every policy and budget.
         future_rows = kvp.DenseRows(parts.future.block(0, parts.future.n_rows), offset=n_context)
         inputs = kvp.PolicyInputs(rows=parts.context, n_kv_heads=n_kv, future=future_rows,
-                                  question_window=question_window, tova_across=tova_across, keys=parts.context.k)
+                                  n_sink=chosen.get("n_sink", kvp.N_SINK), window=chosen.get("window", kvp.WINDOW),
+                                  kernel=chosen.get("kernel", kvp.KERNEL), question_window=question_window,
+                                  tova_across=chosen.get("tova_across", "layer"), keys=parts.context.k,
+                                  settings=chosen)
         values = parts.values.double()
         future_mass = kvp.oracle_scores(future_rows, n_kv, n_context)  # [Hkv, T]: what the future attends
         if keep_sets:
