@@ -63,8 +63,8 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
 
     every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
     result = picture_attention(options, text, images, rows="all" if every_row else "text")
-    metas = result.metadata["images"]
-    chosen = _query(query, result.tokens, metas[0]["specials"], text_last=text is not None)
+    metas = result.pictures
+    chosen = _query(query, result.tokens, metas[0].specials, text_last=text is not None)
     held = result.metadata.get("rows")
     if held is not None and (chosen is None or chosen not in held):  # a patch's row (or their mean): every row
         result = picture_attention(options, text, images, rows="all")
@@ -88,17 +88,17 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
         return
     console = stdout_console(width)
     who = "the patches' mean query" if chosen is None else result.tokens[chosen]
-    grids = ", ".join(f"{m['rows']} × {m['cols']}" for m in metas)
+    grids = ", ".join(f"{m.rows} × {m.cols}" for m in metas)
     console.print(f"{safe_text(result.model_name)}: {safe_text(who)} over {len(metas)} picture"
-                  f"{'s' if len(metas) > 1 else ''} ({grids} grid of {metas[0]['patch']}-pixel patches, "
-                  f"{metas[0]['layout']} layout; each weight scaled to the largest)", markup=False)
+                  f"{'s' if len(metas) > 1 else ''} ({grids} grid of {metas[0].patch}-pixel patches, "
+                  f"{metas[0].layout} layout; each weight scaled to the largest)", markup=False)
     for each in layers:
         for h in heads if heads is not None else [None]:
             for n in range(len(metas)):
                 console.print(f"layer {each} " + ("mean of heads" if h is None else f"head {h}")
                               + (f", picture {n + 1}" if len(metas) > 1 else ""), markup=False)
                 console.print(terminal_grid(patch_weights(result, each, h, chosen, n), cmap))
-    if metas[0]["specials"] == 0 and query is None and text is None:
+    if metas[0].specials == 0 and query is None and text is None:
         note("no CLS token in this layout: the mean over the patches' own queries is shown (--query rNcM for one)")
 
 
@@ -146,13 +146,13 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
 
     outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
     result = picture_attention(options, text, images, rows="text")
-    last = max(p for meta in result.metadata["images"] for p in meta["image_positions"])
+    last = max(p for meta in result.pictures for p in meta.image_positions)
     if text is not None and result.causal and last == len(result.tokens) - 1:
         note("no word follows the pictures, and the words before them cannot attend to them (a causal model): put "
              "the question after the pictures")
     rows = sorted(image_head_rows(result), key=lambda r: -r["image_share"] if text is not None else r["patch_entropy"])
-    document = {"model": result.model_name, "images": [{k: v for k, v in meta.items() if k not in ("boxes", "grids")}
-                                                       for meta in result.metadata["images"]],
+    document = {"model": result.model_name, "images": [{k: v for k, v in meta.to_dict().items()
+                                                        if k not in ("boxes", "grids")} for meta in result.pictures],
                 "tokens": result.tokens, "heads": rows}
     for path in outputs:
         if path.suffix.lower() == ".json":
@@ -201,8 +201,8 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
         raise UsageError(f"--only-head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
     where = ("every layer" if layer is None else f"layer {layer}") + (", mean of heads" if head is None
                                                                       else f", head {head}")
-    metas = result.metadata["images"]
-    every = [p for meta in metas for p in meta["image_positions"]]
+    metas = result.pictures
+    every = [p for meta in metas for p in meta.image_positions]
     for path in checked:
         if path.suffix.lower() == ".npz":
             result.save(path)
@@ -256,8 +256,7 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
         raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
     rolled = replace(result, attentions=chained[:, None].float(),
                      metadata={**result.metadata, "rollout": {"fusion": fusion or "mean"}})
-    meta = rolled.metadata["images"][0]
-    chosen = _query(query, rolled.tokens, meta["specials"])
+    chosen = _query(query, rolled.tokens, rolled.pictures[0].specials)
     layers = list(range(n_layers)) if layer is None else [layer]
     who = "the patches' mean query" if chosen is None else rolled.tokens[chosen]
     for path in checked:

@@ -150,8 +150,8 @@ def _export_item(model: Any, item: PictureItem, out_dir: Path, settings: ExportS
     if "json" in settings.formats or "parquet" in settings.formats:
         doc = {"index": item.index, "hash": item.hash, "text": item.text,
                "pictures": [str(p) for p in item.pictures], "model": result.model_name, "tokens": result.tokens,
-               "images": [{k: v for k, v in meta.items() if k not in ("boxes", "grids")}
-                          for meta in result.metadata["images"]], "heads": heads}
+               "images": [{k: v for k, v in meta.to_dict().items() if k not in ("boxes", "grids")}
+                          for meta in result.pictures], "heads": heads}
         path = out_dir / f"{item.stem}.stats.json"
         text = json.dumps(doc, ensure_ascii=False, allow_nan=False, sort_keys=True, indent=1) + "\n"
         atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

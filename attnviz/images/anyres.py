@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..result.placement import PatchGrid, Tiles
 from .layouts import Grid, boxes, vision_config
 
 
@@ -44,7 +45,7 @@ def unpadded(rows: int, cols: int, original: tuple[int, int]) -> tuple[range, ra
 
 
 def llava_next_place(config: dict[str, Any], processor: Any, inputs: Any, positions: list[int],
-                     index: int = 0) -> dict[str, Any]:
+                     index: int = 0) -> Tiles:
     """Where picture ``index``'s tokens are, the first of ``positions`` (the prompt's image tokens not yet placed):
     the base grid, then the canvas rows and their newline tokens; each patch's box in the original picture."""
     from ..errors import ModelNotFoundError
@@ -82,15 +83,7 @@ def llava_next_place(config: dict[str, Any], processor: Any, inputs: Any, positi
     canvas_boxes = [((c * patch - left) * sx, (r * patch - top) * sy, ((c + 1) * patch - left) * sx,
                      ((r + 1) * patch - top) * sy) for r in rows for c in cols]
     base_start = len(base.specials)
-    return {
-        "labels": labels,
-        "specials": len(base.specials),
-        "grids": [
-            {"name": "base", "rows": side, "cols": side, "positions": [positions[i] for i in
-                                                                       range(base_start, base_start + side * side)],
-             "boxes": boxes(base, processor.image_processor, (width, height))},
-            {"name": "canvas", "rows": len(rows), "cols": len(cols), "positions": [positions[i] for i in canvas],
-             "boxes": canvas_boxes},
-        ],
-        "patch": patch,
-    }
+    return Tiles(tuple(labels), len(base.specials), (
+        PatchGrid.of("base", side, side, [positions[i] for i in range(base_start, base_start + side * side)],
+                     boxes(base, processor.image_processor, (width, height))),
+        PatchGrid.of("canvas", len(rows), len(cols), [positions[i] for i in canvas], canvas_boxes)), patch)

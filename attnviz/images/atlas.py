@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
+from ..result.placement import Placement, image_token_positions
 from .corpus import PictureRow
 
 HEAD_COLUMNS = ("layer", "head", "image_share", "patch_entropy", "sink", "sink_row", "sink_col", "sink_agreement")
@@ -58,10 +59,9 @@ def picture_atlas(rows: list[PictureRow], model: Any, *, on_text: Any = None) ->
         name = result.model_name
         for entry in image_head_rows(result):
             per_head.setdefault((entry["layer"], entry["head"]), []).append(entry)
-        metas = result.metadata["images"]
-        shape = (metas[-1]["rows"], metas[-1]["cols"])
-        shapes.add(shape)
-        places.append(_place_weights(result, metas[-1]))
+        last = result.pictures[-1]
+        shapes.add((last.rows, last.cols))
+        places.append(_place_weights(result, last))
         if on_text is not None:
             on_text(n, len(rows))
     heads = []
@@ -86,16 +86,15 @@ def picture_atlas(rows: list[PictureRow], model: Any, *, on_text: Any = None) ->
     return PictureAtlas(name, len(rows), grid, heads, sinks)
 
 
-def _place_weights(result: Any, meta: dict[str, Any]) -> torch.Tensor:
+def _place_weights(result: Any, picture: Placement) -> torch.Tensor:
     """``[rows, cols]``: each place of the (last picture's finest) grid's mean share of the attention on its
     patches, over layers, heads and the text's queries after the pictures (the text before them where none
     follow)."""
     from ..render.overlay import row_of
 
-    every = [p for picture in result.metadata["images"] for p in picture["image_positions"]]
+    every = image_token_positions(result.pictures)
     total = len(result.tokens)
     queries = list(range(max(every) + 1, total)) or [q for q in range(total) if q not in set(every)]
-    at = meta["positions"]
-    chosen = result.attentions.double()[:, :, row_of(result, queries)][..., at]  # [L, H, q, patches]
+    chosen = result.attentions.double()[:, :, row_of(result, queries)][..., list(picture.positions)]  # [L, H, q, patches]
     share = chosen / chosen.sum(-1, keepdim=True).clamp_min(1e-300)
-    return share.mean((0, 1, 2)).reshape(meta["rows"], meta["cols"]).float()
+    return share.mean((0, 1, 2)).reshape(picture.rows, picture.cols).float()

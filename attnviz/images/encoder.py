@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
+from ..result.placement import PatchGrid, Placement
 from .layouts import boxes
 
 VISION_TOWERS = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel"}  # a full model's vision tower alone
@@ -63,10 +64,11 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     return AttentionResult(
         tokens=grid.labels(), attentions=attentions, causal=False, model_name=place.name,
         special=[label.startswith("[") for label in grid.labels()],
-        metadata={"engine": "hf", "images": [{
-            "path": str(picture), "size": list(image.size), "layout": layout.name, "first": 0,
-            "specials": len(grid.specials), "rows": grid.rows, "cols": grid.cols, "patch": grid.patch,
-            "image_positions": list(range(grid.n_tokens)),
-            "positions": list(range(len(grid.specials), grid.n_tokens)),
-            "boxes": [[round(v, 3) for v in box] for box in boxes(grid, processor, image.size)]}]},
+        metadata={"engine": "hf", "images": [Placement(
+            layout.name, (int(image.size[0]), int(image.size[1])), 0, len(grid.specials), grid.patch,
+            tuple(range(grid.n_tokens)),
+            (PatchGrid("patches", grid.rows, grid.cols, tuple(range(len(grid.specials), grid.n_tokens)),
+                       tuple((round(a, 3), round(b, 3), round(c, 3), round(d, 3))
+                             for a, b, c, d in boxes(grid, processor, image.size))),),
+            tuple(grid.labels()), str(picture), grids_saved=False).to_dict()]},
     )

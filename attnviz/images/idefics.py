@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..result.placement import Tiles
 from .layouts import token_blocks, vision_config
 
 
 def idefics3_place(config: dict[str, Any], processor: Any, inputs: Any, positions: list[int], index: int = 0, *,
-                   picture: Any) -> dict[str, Any]:
+                   picture: Any) -> Tiles:
     """Picture ``index``'s tokens, the first of ``positions``: each tile's grid, the whole picture's, and the
     stitched canvas (the finest grid, last); each token's box in the original ``picture``."""
     from ..errors import ModelNotFoundError
@@ -65,7 +66,7 @@ def idefics3_place(config: dict[str, Any], processor: Any, inputs: Any, position
     else:
         labels += [f"r{r}c{c}" for r in range(side) for c in range(side)]
         grids.append(_whole(width, height, side, blocks[-1], "global"))
-    return {"labels": labels, "specials": 0, "grids": grids, "patch": patch * scale}
+    return Tiles.of(labels, 0, grids, patch * scale)
 
 
 def _whole(width: int, height: int, side: int, block: list[int], name: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..result.placement import Tiles
 from .layouts import Grid, boxes, sizes_of, token_blocks
 
 OPTIONS = ("do_pan_and_scan", "pan_and_scan_min_crop_size", "pan_and_scan_max_num_crops",
@@ -54,7 +55,7 @@ def crops(size: tuple[int, int], found: dict[str, Any]) -> list[tuple[int, int, 
 
 
 def gemma3_place(config: dict[str, Any], processor: Any, inputs: Any, positions: list[int], index: int = 0, *,
-                 picture: Any) -> dict[str, Any]:
+                 picture: Any) -> Tiles:
     """Picture ``index``'s tokens, the first of ``positions``: the whole picture's pooled grid, then each crop's,
     and the crops side by side (the finest grid, last); each token's box in the original ``picture``."""
     side = math.isqrt(int(config.get("mm_tokens_per_image") or 256))
@@ -66,7 +67,7 @@ def gemma3_place(config: dict[str, Any], processor: Any, inputs: Any, positions:
     whole = {"name": "patches", "rows": side, "cols": side, "positions": blocks[0],
              "boxes": boxes(grid, processor.image_processor, picture.size)}
     if not cut:
-        return {"labels": grid.labels(), "specials": 0, "grids": [whole], "patch": grid.patch}
+        return Tiles.of(grid.labels(), 0, [whole], grid.patch)
     across = sum(1 for box in cut if box[1] == 0)  # crops in a row
     labels = [f"o {label}" for label in grid.labels()]
     grids = [{**whole, "name": "original"}]
@@ -83,4 +84,4 @@ def gemma3_place(config: dict[str, Any], processor: Any, inputs: Any, positions:
     order = sorted(canvas)
     grids.append({"name": "crops", "rows": len(cut) // across * side, "cols": across * side,
                   "positions": [canvas[cell][0] for cell in order], "boxes": [canvas[cell][1] for cell in order]})
-    return {"labels": labels, "specials": 0, "grids": grids, "patch": grid.patch}
+    return Tiles.of(labels, 0, grids, grid.patch)

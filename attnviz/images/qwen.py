@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..result.placement import PatchGrid, Tiles
 from .layouts import token_blocks, vision_config
 
 
 def qwen2_vl_place(config: dict[str, Any], processor: Any, inputs: Any, positions: list[int], index: int = 0, *,
-                   picture: Any) -> dict[str, Any]:
+                   picture: Any) -> Tiles:
     """Picture ``index``'s tokens, the first of ``positions``: its merged grid, row-major, from the processor's
     ``image_grid_thw`` and the vision config's ``spatial_merge_size`` and ``patch_size``; each token's box in the
     original ``picture``."""
@@ -40,10 +41,5 @@ def qwen2_vl_place(config: dict[str, Any], processor: Any, inputs: Any, position
     side = merge * patch  # one token's pixels in the resized picture
     found = [(c * side * sx, r * side * sy, (c + 1) * side * sx, (r + 1) * side * sy)
              for r in range(rows) for c in range(cols)]
-    return {
-        "labels": [f"r{r}c{c}" for r in range(rows) for c in range(cols)],
-        "specials": 0,
-        "grids": [{"name": "patches", "rows": rows, "cols": cols, "positions": positions[: rows * cols],
-                   "boxes": found}],
-        "patch": side,
-    }
+    return Tiles(tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols)), 0,
+                 (PatchGrid.of("patches", rows, cols, positions[: rows * cols], found),), side)

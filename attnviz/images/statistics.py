@@ -19,19 +19,21 @@ from typing import Any
 
 import torch
 
+from ..result.placement import image_token_positions
+
 COLUMNS = ("layer", "head", "image_share", "patch_entropy", "sink", "sink_image", "sink_row", "sink_col",
            "sink_share")
 
 
 def image_head_rows(result: Any) -> list[dict[str, Any]]:
-    """One row per layer × head (see the module), for a result with ``metadata["images"]``; with several pictures
+    """One row per layer × head (see the module), for a result with pictures (``result.pictures``); with several
     the share is on all of them, the entropy over all their patches, the sink in whichever it is
     (``sink_image``, from 1)."""
-    pictures = result.metadata["images"]
-    at = [p for picture in pictures for p in picture["positions"]]  # every picture's (finest) grid
+    pictures = result.pictures
+    at = [p for picture in pictures for p in picture.positions]  # every picture's (finest) grid
     where = [(number, r, c) for number, picture in enumerate(pictures, start=1)
-             for r in range(picture["rows"]) for c in range(picture["cols"])]
-    every = [p for picture in pictures for p in picture["image_positions"]]
+             for r in range(picture.rows) for c in range(picture.cols)]
+    every = image_token_positions(pictures)
     total = result.attentions.shape[-1]
     encoder = not result.causal and len(every) == total  # an image encoder: every token is the picture's
     queries = list(range(total)) if encoder else list(range(max(every) + 1, total))  # the text after the pictures

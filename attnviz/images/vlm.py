@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
+from ..result.placement import PatchGrid, Placement, Tiles
 from .layouts import boxes
 
 
@@ -160,7 +161,7 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
     at: dict[int, str] = {}
     for number, picture in enumerate(placed, start=1):
         prefix = "" if len(placed) == 1 else f"{number} "
-        at.update({position: f"<img {prefix}{name}>" for position, name in zip(picture.pop("at"), picture.pop("names"),
+        at.update({position: f"<img {prefix}{name}>" for position, name in zip(picture.image_positions, picture.names,
                                                                                strict=True)})
     labels = [at.get(i) or label_from_piece(piece or f"<{t}>") for i, (t, piece) in enumerate(zip(ids, pieces,
                                                                                                   strict=True))]
@@ -171,8 +172,8 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
         causal=_causal(attentions, held), model_name=place.name,
         metadata={"engine": "hf" if engine == "hf" or refused else "fused",
                   **({"fused_refused": refused} if engine == "fused" and refused else {}),
-                  **({"rows": held} if held is not None else {}), "images": [{"path": str(path), **picture} for path, picture in zip(paths, placed,
-                                                                                                   strict=True)],
+                  **({"rows": held} if held is not None else {}), "images": [picture.with_path(str(path)).to_dict()
+                                                                   for path, picture in zip(paths, placed, strict=True)],
                   **({"generation": True, "prompt_length": prompt_length} if max_new_tokens else {})},
     )
 
@@ -231,7 +232,7 @@ def _prompt(text: str, count: int, processor: Any, layout: Any, config: dict[str
 
 
 def _place(name: str, layout: Any, config: dict[str, Any], processor: Any, inputs: Any, where: list[int],
-           images: list[Any]) -> list[dict[str, Any]]:
+           images: list[Any]) -> list[Placement]:
     """Each picture's tokens, in order: its share of ``where`` (the prompt's image tokens), its labels, grids and
     boxes, by the family's layout; the counts checked against the processor's."""
     out = []
@@ -245,30 +246,24 @@ def _place(name: str, layout: Any, config: dict[str, Any], processor: Any, input
             found = getattr(importlib.import_module(module), function)
             # the picture itself to a function that asks for it (its size: boxes where the inputs do not say)
             extra = {"picture": image} if "picture" in inspect.signature(found).parameters else {}
-            placed = found(config, processor, inputs, left, index, **extra)
-            names, grids, specials, patch = placed["labels"], placed["grids"], placed["specials"], placed["patch"]
+            placed: Tiles = found(config, processor, inputs, left, index, **extra)
+            names, grids, specials, patch = list(placed.labels), placed.grids, placed.specials, placed.patch
             count = len(names)
         else:
             pixels = inputs["pixel_values"][index]
             grid = layout.grid_of(config, int(pixels.shape[-2]), int(pixels.shape[-1]))
             count, names, specials, patch = grid.n_tokens, grid.labels(), len(grid.specials), grid.patch
-            grids = [{"name": "patches", "rows": grid.rows, "cols": grid.cols,
-                      "positions": left[specials:count], "boxes": boxes(grid, processor.image_processor, image.size)}]
+            grids = (PatchGrid.of("patches", grid.rows, grid.cols, left[specials:count],
+                                  boxes(grid, processor.image_processor, image.size)),)
         mine = left[:count]
         if len(mine) != count or (layout.place is None and mine != list(range(mine[0], mine[0] + count))):
             raise ModelNotFoundError(f"{name}: the processor put {len(where)} image tokens in the prompt; the "
                                      f"{layout.name} layout gives {count} for picture {index + 1}")
         left = left[count:]
-        main = grids[-1]  # the finest grid: what the overlay draws and the statistics read
-        out.append({"size": list(image.size), "layout": layout.name, "first": mine[0], "specials": specials,
-                    "rows": main["rows"], "cols": main["cols"], "patch": patch, "image_positions": mine,
-                    "positions": main["positions"], "boxes": _rounded(main["boxes"]),
-                    "grids": [{**g, "boxes": _rounded(g["boxes"])} for g in grids], "at": mine, "names": names})
+        # the finest grid last: what the overlay draws and the statistics read
+        out.append(Placement(layout.name, (int(image.size[0]), int(image.size[1])), mine[0], specials, patch,
+                             tuple(mine), tuple(grids), tuple(names)))
     if left:
         raise ModelNotFoundError(f"{name}: the processor put {len(where)} image tokens in the prompt; the "
                                  f"{layout.name} layout places {len(where) - len(left)} for {len(images)} pictures")
     return out
-
-
-def _rounded(found: list[Any]) -> list[list[float]]:
-    return [[round(v, 3) for v in box] for box in found]

@@ -28,9 +28,9 @@ def patch_weights(result: Any, layer: int | None, head: int | None, query: int |
     (None: the mean of the layers, of the heads)."""
     import torch
 
-    image = result.metadata["images"][picture]
-    rows, cols = image["rows"], image["cols"]
-    at = torch.tensor(image["positions"])  # the grid's tokens
+    image = result.pictures[picture]
+    rows, cols = image.rows, image.cols
+    at = torch.tensor(image.positions)  # the grid's tokens
     attn = result.attentions.double().mean(0) if layer is None else result.attentions[layer].double()  # [H, T, T]
     attn = attn.mean(0) if head is None else attn[head]
     row = attn[row_of(result, at.tolist())].mean(0) if query is None else attn[row_of(result, [query])[0]]
@@ -41,7 +41,7 @@ def strongest_patches(result: Any, layer: int | None, head: int | None, query: i
     """Per picture: ``query``'s weights over its grid (:func:`patch_weights`) and the place it reads most
     (``r1c2``)."""
     found = []
-    for picture in range(len(result.metadata["images"])):
+    for picture in range(len(result.pictures)):
         weights = patch_weights(result, layer, head, query, picture)
         index, cols = int(weights.argmax()), weights.shape[1]
         found.append((weights, f"r{index // cols}c{index % cols}"))
@@ -118,7 +118,7 @@ def panels_png(result: Any, pictures: list[Any], path: str | Path, grid: list[li
 
     from ..fileio import atomic_write
 
-    metas = result.metadata["images"]
+    metas = result.pictures
     label = 14
     columns = max(len(row) for row in grid)
 
@@ -145,7 +145,7 @@ def panels_png(result: Any, pictures: list[Any], path: str | Path, grid: list[li
             x, y = 4 + c * (panel + 4), 4 + r * (tall + label + 4)
             draw.text((x, y), title, fill="black")
             weights = patch_weights(result, layer, head, query, index)
-            canvas.paste(_heat(shown[index], weights, metas[index]["boxes"], sizes[index], cmap,
+            canvas.paste(_heat(shown[index], weights, metas[index].boxes, sizes[index], cmap,
                                original=pictures[index].size), (x, y + label))
     path = Path(path)
     atomic_write(path, lambda tmp: canvas.save(tmp, format="PNG"))

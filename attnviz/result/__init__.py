@@ -19,6 +19,7 @@ import torch
 
 from ..errors import ResultFileError
 from ..fileio import atomic_write
+from .placement import Placement, placements
 
 FORMAT_VERSION = 1
 _OPTIONAL_TENSORS = ("cross_attentions", "decoder_attentions", "scores", "values", "value_norms", "queries", "keys")
@@ -124,6 +125,12 @@ class AttentionResult:
         """How many layers the result holds: ``n_layers``, or a cross-only result's cross-attention layers."""
         cross = self.cross_attentions
         return cross.shape[0] if cross is not None and self.cross_only else self.n_layers
+
+    @property
+    def pictures(self) -> list[Placement]:
+        """Where each picture's tokens sit (:class:`~attnviz.result.placement.Placement`, typed), in order; none for
+        a text. Read from ``metadata["images"]``, the form a result saves."""
+        return placements(self.metadata)
 
     @property
     def unknown(self) -> list[bool]:

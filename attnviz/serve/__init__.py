@@ -308,7 +308,7 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
             body.update(target_tokens=result.target_tokens, decoder_attentions=result.decoder_attentions.tolist(),
                         cross_attentions=result.cross_attentions.tolist())
         if pictures is not None:  # where each picture's tokens are, and each patch's box in the picture
-            body["images"] = result.metadata["images"]
+            body["images"] = [picture.to_dict() for picture in result.pictures]
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
     def page_json(values: dict[str, Any], checkpoint: Any) -> str:

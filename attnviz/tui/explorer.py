@@ -169,7 +169,7 @@ class Explorer:
     def views(self) -> list[str]:
         """The views this result has (the generation view only for a generation)."""
         shown = self.full if self.full is not None else self.result
-        pictures = shown is not None and bool(shown.metadata.get("images"))
+        pictures = shown is not None and bool(shown.pictures)
         return [v for v in VIEWS if (v != "steps" or self.generated) and (v != "picture" or pictures)]
 
     # --- moving ------------------------------------------------------------------------------------------

@@ -15,18 +15,18 @@ def draw_picture(explorer: Any, sink: Any) -> None:
     from ..render.overlay import strongest_patches, terminal_grid
 
     result = explorer.full if explorer.full is not None else explorer.result
-    metas = result.metadata["images"]
+    metas = result.pictures
     first = (explorer.result.metadata.get("collapsed") or {}).get("first")  # a collapsed row's first token
     selected = explorer.token
     token = len(result.tokens) - 1 if selected is None else first[selected] if first else selected
-    every = [p for meta in metas for p in meta["image_positions"]]
+    every = [p for meta in metas for p in meta.image_positions]
     row = result.attentions[explorer.layer, explorer.head, token].double()
     sink.print(Text(f"{safe_text(result.tokens[token])} (token {token}), layer {explorer.layer} head {explorer.head}: "
                     f"{float(row[every].sum()):.0%} of its attention on the picture"
                     f"{'s' if len(metas) > 1 else ''}; each weight scaled to the largest"))
     for n, (weights, place) in enumerate(strongest_patches(result, explorer.layer, explorer.head, token)):
-        sink.print(Text(f"{'picture ' + str(n + 1) + ', ' if len(metas) > 1 else ''}{metas[n]['rows']} × "
-                        f"{metas[n]['cols']} patches; most on {place}", style="dim"))
+        sink.print(Text(f"{'picture ' + str(n + 1) + ', ' if len(metas) > 1 else ''}{metas[n].rows} × "
+                        f"{metas[n].cols} patches; most on {place}", style="dim"))
         sink.print(terminal_grid(weights))
     if selected is None:
         sink.print(Text("the last token; select another with [ ] or find one with /", style="dim"))

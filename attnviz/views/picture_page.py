@@ -8,7 +8,7 @@ text gets (:func:`attnviz.views.pages.page_view`, made from the result as a fixe
   sum of a row's weights on the picture's tokens, the mean of the picture's rows), which the matrix view shows unless
   asked to expand them (``--expand-images``; a box on the page switches).
 
-The result comes from :mod:`attnviz.images` (``metadata["images"]``: a dict per picture); this module runs no model.
+The result comes from :mod:`attnviz.images` (``result.pictures``: a typed placement per picture); this module runs no model.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..result.placement import Placement, image_token_positions
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -65,10 +66,10 @@ def encode_pictures(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     return [encode_picture(read_image(path)) for path in paths]
 
 
-def _metas(result: AttentionResult) -> list[dict[str, Any]]:
-    metas = result.metadata.get("images")
+def _metas(result: AttentionResult) -> list[Placement]:
+    metas = result.pictures
     if not metas:
-        raise UsageError("the picture page needs a result of attnviz.images (metadata['images']): none here")
+        raise UsageError("the picture page needs a result of attnviz.images (with pictures): none here")
     if result.attentions.shape[-2] != len(result.tokens):
         raise UsageError("the picture page reads every token's row; this result holds only some "
                          "(metadata['rows']): compute it with rows='all'")
@@ -78,7 +79,7 @@ def _metas(result: AttentionResult) -> list[dict[str, Any]]:
 def listed_tokens(result: AttentionResult) -> list[int]:
     """The tokens the picture view lists (its queries): those outside every picture (a vision-language model's
     text), or every token where all are a picture's (an image encoder's [CLS] and patches)."""
-    inside = {p for meta in _metas(result) for p in meta["image_positions"]}
+    inside = set(image_token_positions(_metas(result)))
     outside = [i for i in range(len(result.tokens)) if i not in inside]
     return outside or list(range(len(result.tokens)))
 
@@ -95,7 +96,7 @@ def collapsed(result: AttentionResult, positions: Sequence[int] | None = None) -
 
     metas = _metas(result)
     n = len(result.tokens)
-    block = {p: number for number, meta in enumerate(metas) for p in meta["image_positions"][meta["specials"]:]}
+    block = {p: number for number, meta in enumerate(metas) for p in meta.patch_positions}
     special = list(result.special or [False] * n)
     index: list[int] = [0] * n
     first: list[int] = []
@@ -114,7 +115,7 @@ def collapsed(result: AttentionResult, positions: Sequence[int] | None = None) -
             flags.append(bool(special[t]))
         else:
             rows_of[number] = index[t]
-            tokens.append(f"<image {number + 1}: {metas[number]['rows']}×{metas[number]['cols']}>")
+            tokens.append(f"<image {number + 1}: {metas[number].rows}×{metas[number].cols}>")
             flags.append(False)
     at = torch.tensor(index)
     size = len(first)
@@ -158,7 +159,7 @@ def collapsed_result(result: AttentionResult) -> AttentionResult:
 def picture_data(result: AttentionResult, pictures: Sequence[dict[str, Any]], *, positions: Sequence[int],
                  layers: Sequence[int], expand: bool = False, plan: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the picture view reads (see the module): ``pictures`` as :func:`encode_picture` made them (one per
-    ``metadata["images"]`` entry, in order); ``positions``: the result's layers the page holds, ``layers`` their
+    of the result's pictures, in order); ``positions``: the result's layers the page holds, ``layers`` their
     model numbers. The weights of the listed tokens (``queries``) on every picture's patches (each picture's
     ``positions``, in order: picture n's start at its ``at``), a ``[queries, patches]`` tile per head and per layer's
     mean (:func:`attnviz.render.pyramid.encode_tile`). ``plan``: :func:`collapsed`'s of these layers, where made."""
@@ -170,14 +171,12 @@ def picture_data(result: AttentionResult, pictures: Sequence[dict[str, Any]], *,
     images: list[dict[str, Any]] = []
     keys: list[int] = []
     for number, (meta, shown) in enumerate(zip(metas, pictures, strict=True)):
-        images.append({"label": f"picture {number + 1}", "name": Path(str(meta.get("path") or "")).name,
+        images.append({"label": f"picture {number + 1}", "name": meta.file_name,
                        "src": shown["src"], "width": shown["width"], "height": shown["height"],
-                       "size": [int(v) for v in meta["size"]], "layout": str(meta["layout"]), "rows": int(meta["rows"]),
-                       "cols": int(meta["cols"]), "patch": int(meta["patch"]),
-                       "boxes": [[float(v) for v in box] for box in meta["boxes"]],
-                       "positions": [int(p) for p in meta["positions"]],
-                       "tokens": [int(p) for p in meta["image_positions"]], "at": len(keys)})
-        keys += [int(p) for p in meta["positions"]]
+                       "size": list(meta.size), "layout": meta.layout, "rows": meta.rows, "cols": meta.cols,
+                       "patch": meta.patch, "boxes": [[float(v) for v in box] for box in meta.boxes],
+                       "positions": list(meta.positions), "tokens": list(meta.image_positions), "at": len(keys)})
+        keys += list(meta.positions)
     queries = listed_tokens(result)
     heads = int(result.attentions.shape[1])
     cells = len(positions) * heads * len(queries) * len(keys)
@@ -235,12 +234,12 @@ def picture_page(result: AttentionResult, pictures: Sequence[dict[str, Any]], *,
     kind = page.kinds[COLLAPSED_KIND] = builder.finish().kinds["self"]
     for row in plan["pictures"]:  # its label as written (a page shows a token's spaces as ␣)
         kind["rows"][row] = kind["cols"][row] = plan["tokens"][row]
-    names = ", ".join(Path(str(meta.get("path") or "")).name or f"picture {n + 1}" for n, meta in enumerate(metas))
+    names = ", ".join(meta.file_name or f"picture {n + 1}" for n, meta in enumerate(metas))
     read = f"{_quoted(text)} beside {names}" if text is not None else names
     page.title = f"{result.model_name} · {read}"
     if page.pictures["weights"] is None:
         page.notes.append(f"the picture view holds each layer's mean of the heads only: each head's weights on the "
-                          f"{sum(m['rows'] * m['cols'] for m in metas):,} patches would be over "
+                          f"{sum(m.rows * m.cols for m in metas):,} patches would be over "
                           f"{PICTURE_CELLS:,} (give one [[layer]] for each head's)")
     return page
 
