@@ -74,7 +74,7 @@ def _root(
     """attnviz: attention heatmaps, head summaries and step-by-step explanations."""
     from .common import LIVE_HELP
 
-    live = LIVE_HELP.get(ctx.invoked_subcommand or "", {})
+    live = {**LIVE_HELP.get("*", {}), **LIVE_HELP.get(ctx.invoked_subcommand or "", {})}
     if live:  # before the command's own --help: a help made from a registry, plugins loaded
         command = ctx.command.get_command(ctx, ctx.invoked_subcommand or "") if hasattr(ctx.command, "get_command") \
             else None

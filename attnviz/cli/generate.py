@@ -60,7 +60,7 @@ def generate(
     An encoder-decoder model (T5, BART) reads PROMPT as its source: each new token is shown with what it
     attended to in the source and in the target, and the heatmap is its cross-attention over the source.
 
-    With --image, a vision-language model (LLaVA-1.5, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, Idefics3, SmolVLM, Gemma 3, PaliGemma) answers about the picture, and each
+    With --image, a vision-language model (one of the families --image lists) answers about the picture, and each
     new token's attention over it is shown (--out x.png: a panel per new token).
 
     Example: attnviz generate "The cat sat on the" --model gpt2 --max-new-tokens 10

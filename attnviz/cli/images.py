@@ -28,9 +28,9 @@ def checked_pictures(options: Any, images: list[Path], out: list[Path], allowed:
         raise UsageError(f"{len(images)} pictures without a text: an image encoder reads one picture a run (several "
                          "--image go with a text, to a vision-language model)")
     if options.model is None:
-        raise UsageError("--image needs a model that reads pictures as --model: an image encoder (ViT, CLIP, SigLIP, "
-                         "DINOv2) or a vision-language model (LLaVA-1.5, LLaVA-NeXT, Gemma 3, PaliGemma, Qwen2-VL, "
-                         "Qwen2.5-VL, Idefics3, SmolVLM), a folder or hub id")
+        from ..images.layouts import needs_picture_model
+
+        raise UsageError(needs_picture_model())
     for path in out:
         if path.suffix.lower() not in allowed:
             raise UnknownFormatError(f"cannot write {path}: with --image, --out writes {written}")

@@ -11,6 +11,7 @@ import typer
 
 from ..defaults import BUDGETS
 from ..errors import UsageError
+from .common import LIVE_HELP
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..render.view import HeadChoice
@@ -127,13 +128,24 @@ Budget = typer.Option(",".join(f"{b:g}" for b in BUDGETS), "--budget", "--budget
 Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle --out RUN.json, or its heads table as "
                          ".csv or .parquet): add each head's retrieval_score and reasoning_score, and the label "
                          "retrieval (score ≥ 0.1).", show_default=False)
-ImageFiles = typer.Option(
-    [], "--image", help="A picture the model reads (PNG, JPEG or WebP): alone, an image encoder's patches (ViT, "
-    "CLIP's and SigLIP's towers, DINOv2); beside TEXT, a vision-language model's (LLaVA-1.5, LLaVA-NeXT, Gemma 3 "
-    "with or without pan-and-scan, PaliGemma, Qwen2-VL, Qwen2.5-VL, Idefics3, SmolVLM; repeatable, each where TEXT "
-    "names it with the image token, else before TEXT); the attention drawn as heat over the picture (--out x.png).",
-    show_default=False,
-)
+def image_help(*, live: bool = False) -> str:
+    """--image's help, its families from the layout records: the built-in ones as the app is built (no plugin loads
+    for --help), every registered one (a plugin's too) when a command runs (``live``)."""
+    from ..images.layouts import LAYOUTS, families
+
+    def shown(language: bool) -> str:
+        if live:
+            return ", ".join(families(language=language))
+        return ", ".join(dict.fromkeys(layout.shown for layout in dict.values(LAYOUTS) if layout.language == language))
+
+    return ("A picture the model reads (PNG, JPEG or WebP): alone, an image encoder's patches ("
+            f"{shown(False)}); beside TEXT, a vision-language model's ({shown(True)}; repeatable, each where TEXT "
+            "names it with the image token, else before TEXT); the attention drawn as heat over the picture (--out "
+            "x.png).")
+
+
+LIVE_HELP.setdefault("*", {})["image"] = lambda: image_help(live=True)
+ImageFiles = typer.Option([], "--image", help=image_help(), show_default=False)
 AllowOutsidePictures = typer.Option(
     False, "--allow-outside-pictures", help="A corpus's pictures (its image field or column) may lie outside its "
     "folder (../, an absolute path, a link pointing out); by default such a row is refused. Only for a corpus you "

@@ -11,8 +11,6 @@ from ..result import AttentionResult
 from ..result.placement import PatchGrid, Placement
 from .layouts import boxes
 
-VISION_TOWERS = {"clip": "CLIPVisionModel", "siglip": "SiglipVisionModel"}  # a full model's vision tower alone
-
 
 def image_attention(picture: str | Path, model: str, *, device: str = "cpu", revision: str | None = None,
                     trust_remote_code: bool = False) -> AttentionResult:
@@ -25,11 +23,10 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
 
     found = find(model, language=False, device=device, revision=revision, trust_remote_code=trust_remote_code)
     place, config, layout, options = found.place, found.config, found.layout, found.options
-    kind = config.get("model_type")
     header = picture_header(picture)
     try:
         processor = transformers.AutoImageProcessor.from_pretrained(place.ref, **options)
-        auto = getattr(transformers, VISION_TOWERS.get(str(kind), "AutoModel"))
+        auto = getattr(transformers, layout.tower or "AutoModel")  # a whole model's vision part alone (its record's)
         network = auto.from_pretrained(place.ref, attn_implementation="eager", dtype=torch.float32, **options)
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:200]

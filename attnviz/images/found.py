@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from .layouts import PatchLayout, layout_for
+from .layouts import PatchLayout, layout_for, needs_picture_model
 
 
 @dataclass
@@ -28,8 +28,7 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
 
     check_device(device)
     if model.lower().endswith((".toml", ".npz")):
-        raise UsageError(f"{model} is not a model that reads pictures: [[image]] needs an image encoder (ViT, CLIP, "
-                         "SigLIP, DINOv2) or a vision-language model checkpoint, a folder or a hub id")
+        raise UsageError(f"{model} is not a model that reads pictures: {needs_picture_model()}")
     place, config = _config(model, revision)
     layout = layout_for(config.get("model_type"), place.name)
     if layout.language and not language:

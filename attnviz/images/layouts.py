@@ -53,6 +53,14 @@ class PatchLayout:
     # the config's token ids an image marker comes between when attnviz puts it in the prompt (Qwen's vision start
     # and end), else the marker alone
     around: tuple[str, str] | None = None
+    # transformers' class that loads the model's vision part alone, where the checkpoint is a whole model (CLIP's
+    # CLIPVisionModel), else AutoModel
+    tower: str | None = None
+    family: str = ""  # its name as people say it (LLaVA-1.5, CLIP), in help texts and errors; default: the name
+
+    @property
+    def shown(self) -> str:
+        return self.family or self.name
 
     def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
         function = self.grid
@@ -62,7 +70,21 @@ class PatchLayout:
         return function(config, height, width)
 
 
-LAYOUTS: Registry[PatchLayout] = Registry("patch layout")
+def _check(registered: Registry[PatchLayout], layout: PatchLayout) -> None:
+    """A layout names model types no other layout has: one that would shadow another's would never be used."""
+    if not isinstance(layout, PatchLayout):
+        raise TypeError(f"a patch layout is an attnviz.images.layouts.PatchLayout, not {type(layout).__name__}")
+    if not layout.model_types or not all(isinstance(t, str) and t for t in layout.model_types):
+        raise ValueError(f"patch layout {layout.name}: name the config model_type(s) it reads")
+    for other in registered.values():
+        taken = sorted(set(other.model_types) & set(layout.model_types))
+        if taken:
+            raise ValueError(f"patch layout {layout.name}: model type {taken[0]!r} is the {other.name} layout's "
+                             "already (a layout for a type another has would never be used); name another type, or "
+                             "unregister that layout first")
+
+
+LAYOUTS: Registry[PatchLayout] = Registry("patch layout", _check)
 register, unregister, registered = LAYOUTS.register, LAYOUTS.unregister, LAYOUTS.registered
 
 
@@ -96,13 +118,14 @@ def dinov2_grid(config: dict[str, Any], height: int, width: int) -> Grid:
     return Grid(("[CLS]", *(f"[reg{i}]" for i in range(registers))), rows, cols, patch)
 
 
-register(PatchLayout("vit", ("vit",), "ViT: a CLS token, then the patches row by row", "attnviz.images.layouts:cls_grid"))
+register(PatchLayout("vit", ("vit",), "ViT: a CLS token, then the patches row by row", "attnviz.images.layouts:cls_grid",
+                     family="ViT"))
 register(PatchLayout("clip", ("clip", "clip_vision_model"), "CLIP's vision tower: a CLS token, then the patches",
-                     "attnviz.images.layouts:cls_grid"))
+                     "attnviz.images.layouts:cls_grid", family="CLIP", tower="CLIPVisionModel"))
 register(PatchLayout("siglip", ("siglip", "siglip_vision_model"), "SigLIP's vision tower: the patches, no CLS",
-                     "attnviz.images.layouts:plain_grid"))
+                     "attnviz.images.layouts:plain_grid", family="SigLIP", tower="SiglipVisionModel"))
 register(PatchLayout("dinov2", ("dinov2", "dinov2_with_registers"), "DINOv2: a CLS token, its registers, the patches",
-                     "attnviz.images.layouts:dinov2_grid"))
+                     "attnviz.images.layouts:dinov2_grid", family="DINOv2"))
 def llava_grid(config: dict[str, Any], height: int, width: int) -> Grid:
     """LLaVA-1.5: the vision tower's patches, row-major, in place of the prompt's image token; its CLS dropped under
     ``vision_feature_select_strategy = "default"`` (kept first under ``"full"``)."""
@@ -113,10 +136,10 @@ def llava_grid(config: dict[str, Any], height: int, width: int) -> Grid:
 
 register(PatchLayout("llava", ("llava",), "LLaVA-1.5: the image token expanded to the vision tower's patches, row-major "
                      "(its CLS dropped by the default feature strategy)", "attnviz.images.layouts:llava_grid",
-                     language=True))
+                     language=True, family="LLaVA-1.5"))
 register(PatchLayout("llava_next", ("llava_next",), "LLaVA-NeXT: the base grid, then the any-resolution canvas "
                      "unpadded to the picture, a newline token after each row", "attnviz.images.layouts:llava_grid",
-                     language=True, place="attnviz.images.anyres:llava_next_place"))
+                     language=True, place="attnviz.images.anyres:llava_next_place", family="LLaVA-NeXT"))
 def gemma3_grid(config: dict[str, Any], height: int, width: int) -> Grid:
     """Gemma 3: SigLIP's patches average-pooled to ``mm_tokens_per_image`` tokens, a square grid, row-major."""
     import math
@@ -129,24 +152,24 @@ def gemma3_grid(config: dict[str, Any], height: int, width: int) -> Grid:
 register(PatchLayout("gemma3", ("gemma3",), "Gemma 3: SigLIP's patches pooled to a square grid (16 × 16 at 896 "
                      "pixels) between its start- and end-of-image tokens; with pan-and-scan, the same grid of each "
                      "crop after the whole picture's", "attnviz.images.layouts:gemma3_grid", language=True,
-                     place="attnviz.images.panscan:gemma3_place"))
+                     place="attnviz.images.panscan:gemma3_place", family="Gemma 3"))
 register(PatchLayout("qwen2_vl", ("qwen2_vl",), "Qwen2-VL: the picture resized to a multiple of the merged patch, "
                      "each 2 × 2 block of patches one token, row-major, between <|vision_start|> and <|vision_end|>",
                      "attnviz.images.layouts:plain_grid", language=True, place="attnviz.images.qwen:qwen2_vl_place",
-                     around=("vision_start_token_id", "vision_end_token_id")))
+                     around=("vision_start_token_id", "vision_end_token_id"), family="Qwen2-VL"))
 register(PatchLayout("qwen2_5_vl", ("qwen2_5_vl",), "Qwen2.5-VL: as Qwen2-VL (merged patches of the resized "
                      "picture, row-major)", "attnviz.images.layouts:plain_grid", language=True,
-                     place="attnviz.images.qwen:qwen2_vl_place", around=("vision_start_token_id", "vision_end_token_id")))
+                     place="attnviz.images.qwen:qwen2_vl_place", around=("vision_start_token_id", "vision_end_token_id"), family="Qwen2.5-VL"))
 register(PatchLayout("idefics3", ("idefics3",), "Idefics3: the picture cut into tiles, each tile's pixel-shuffled "
                      "grid after its <row_i_col_j> marker, then the whole picture's after <global-img>; the overlay "
                      "on the tiles stitched together", "attnviz.images.layouts:plain_grid", language=True,
-                     place="attnviz.images.idefics:idefics3_place"))
+                     place="attnviz.images.idefics:idefics3_place", family="Idefics3"))
 register(PatchLayout("smolvlm", ("smolvlm",), "SmolVLM: as Idefics3 (tiles, then the whole picture, each "
                      "pixel-shuffled)", "attnviz.images.layouts:plain_grid", language=True,
-                     place="attnviz.images.idefics:idefics3_place"))
+                     place="attnviz.images.idefics:idefics3_place", family="SmolVLM"))
 register(PatchLayout("paligemma", ("paligemma",), "PaliGemma: SigLIP's patches, row-major, before the prompt (its "
                      "processor puts them there; image and prompt attend to each other, a prefix)",
-                     "attnviz.images.layouts:plain_grid", language=True, inserts=True))
+                     "attnviz.images.layouts:plain_grid", language=True, inserts=True, family="PaliGemma"))
 BUILT_IN = LAYOUTS.seal()
 
 
@@ -222,3 +245,15 @@ def token_blocks(positions: list[int], lengths: list[int], layout: str, index: i
         out.append(positions[at:end])
         at = end
     return out
+
+
+def families(*, language: bool) -> list[str]:
+    """The families attnviz reads pictures with, as people name them, from the layout records (a plugin's too):
+    the vision-language models (``language``) or the image encoders."""
+    return list(dict.fromkeys(layout.shown for layout in LAYOUTS.values() if layout.language == language))
+
+
+def needs_picture_model() -> str:
+    """What to give as the model of a command with pictures: the families, from the records, and the offline ones."""
+    return (f"[[image]] needs a model that reads pictures as [[model]]: an image encoder ({', '.join(families(language=False))}) "
+            f"or a vision-language model ({', '.join(families(language=True))}), a folder or hub id")

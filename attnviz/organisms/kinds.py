@@ -8,13 +8,12 @@ built-in kind's construction works is documented in :mod:`attnviz.organisms.weig
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
 
 from ..errors import ConfigError
 from ..records import Registry, resolve
@@ -130,12 +129,10 @@ register, unregister, registered = KINDS.register, KINDS.unregister, KINDS.regis
 
 # -- the patterns, for the tests and for anyone checking an organism ------------------------------------------------
 
-def _rows(n: int) -> Tensor:
-    return torch.full((n, n), math.nan, dtype=torch.float64)
-
-
 def one_hot_rows(targets: Tensor, n: int) -> Tensor:
     """``[n, n]``: row p all its weight on ``targets[p]``."""
+    import torch
+
     weights = torch.zeros(n, n, dtype=torch.float64)
     weights[torch.arange(n), targets] = 1.0
     return weights
@@ -143,19 +140,27 @@ def one_hot_rows(targets: Tensor, n: int) -> Tensor:
 
 def uniform_rows(n: int) -> Tensor:
     """``[n, n]``: every key so far equally (causal)."""
+    import torch
+
     return torch.tril(torch.ones(n, n, dtype=torch.float64)) / torch.arange(1, n + 1, dtype=torch.float64)[:, None]
 
 
 def _previous(head: PlantedHead, ids: list[int], token_ids: dict[str, int]) -> Expected:
+    import torch
+
     n = len(ids)
     return Expected(weights=one_hot_rows((torch.arange(n) - head.offset).clamp(min=0), n))
 
 
 def _first(head: PlantedHead, ids: list[int], token_ids: dict[str, int]) -> Expected:
+    import torch
+
     return Expected(weights=one_hot_rows(torch.zeros(len(ids), dtype=torch.long), len(ids)))
 
 
 def _local(head: PlantedHead, ids: list[int], token_ids: dict[str, int]) -> Expected:
+    import torch
+
     n = len(ids)
     back = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).double()
     weights = torch.where(back >= 0, torch.exp(-LOCAL * back / head.window), torch.zeros((), dtype=torch.float64))
@@ -163,6 +168,8 @@ def _local(head: PlantedHead, ids: list[int], token_ids: dict[str, int]) -> Expe
 
 
 def _token(head: PlantedHead, ids: list[int], token_ids: dict[str, int]) -> Expected:
+    import torch
+
     n, word = len(ids), token_ids.get(head.token, -1)
     weights = torch.zeros(n, n, dtype=torch.float64)
     for p in range(n):
@@ -173,6 +180,8 @@ def _token(head: PlantedHead, ids: list[int], token_ids: dict[str, int]) -> Expe
 
 def _induction(head: PlantedHead, ids: list[int], token_ids: dict[str, int]) -> Expected:
     """The key after the latest (earliest) earlier occurrence of the last ``match`` tokens; rows with none: free."""
+    import torch
+
     n = len(ids)
     strongest = torch.full((n,), -1, dtype=torch.long)
     for p in range(head.match, n):

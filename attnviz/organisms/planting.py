@@ -5,10 +5,10 @@ works; :mod:`attnviz.organisms.kinds` names them on their records)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
 
 from ..errors import ConfigError
 
@@ -50,11 +50,15 @@ class Planting:
 
     def read(self, column: int, subspace: str, size: int, scale: float) -> None:
         """``c_attn[:, column + j] = scale · x̂[subspace + j]``: a query, key or value reads a subspace."""
+        import torch
+
         start = self.layout.slot[subspace]
         self.c_attn[torch.arange(start, start + size), torch.arange(column, column + size)] = scale
 
     def write(self, subspace: str, size: int, scale: float) -> None:
         """The head's value dimensions ``0..size`` are written into ``subspace`` (times ``scale``)."""
+        import torch
+
         start, own = self.layout.slot[subspace], self.head.head * self.layout.d_head
         self.c_proj[torch.arange(own, own + size), torch.arange(start, start + size)] = scale
 
