@@ -9,12 +9,11 @@ before the patches (a CLS token, DINOv2's registers) and the grid of patches aft
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..records import Registry
+from ..records import Registry, resolve
 
 
 @dataclass(frozen=True)
@@ -63,11 +62,7 @@ class PatchLayout:
         return self.family or self.name
 
     def grid_of(self, config: dict[str, Any], height: int, width: int) -> Grid:
-        function = self.grid
-        if not callable(function):
-            module, name = function.split(":")
-            function = getattr(importlib.import_module(module), name)
-        return function(config, height, width)
+        return resolve(self.grid, f"patch layout {self.name}")(config, height, width)
 
 
 def _check(registered: Registry[PatchLayout], layout: PatchLayout) -> None:

@@ -239,11 +239,11 @@ def _place(name: str, layout: Any, config: dict[str, Any], processor: Any, input
     left = list(where)
     for index, image in enumerate(images):
         if layout.place is not None:  # several grids (tiles), placed by the family's own function
-            import importlib
             import inspect
 
-            module, function = layout.place.split(":")
-            found = getattr(importlib.import_module(module), function)
+            from ..records import resolve
+
+            found = resolve(layout.place, f"patch layout {layout.name}")
             # the picture itself to a function that asks for it (its size: boxes where the inputs do not say)
             extra = {"picture": image} if "picture" in inspect.signature(found).parameters else {}
             placed: Tiles = found(config, processor, inputs, left, index, **extra)
