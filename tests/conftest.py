@@ -66,10 +66,10 @@ SLOW_FILES = {"test_readme_commands.py", "test_ray_backend.py", "test_page.py", 
               "test_cli_models.py", "test_export.py", "test_hostile_export.py", "test_hostile_cli.py",
               "test_environment.py", "test_induction.py", "test_long_inputs.py", "test_serve.py",
               "test_serve_hostile.py", "test_reliability.py", "test_vocabulary.py", "test_engines.py",
-              "test_hostile_round3.py", "test_cli_heads.py", "test_hostile_files.py", "test_bad_inputs.py",
+              "test_hostile_export_and_signals.py", "test_cli_heads.py", "test_hostile_files.py", "test_bad_inputs.py",
               "test_render_image.py", "test_attribution.py", "test_saved_results.py", "test_cli.py",
               "test_render_figures.py", "test_generate_seq2seq.py", "test_generate.py", "test_doc_examples.py",
-              "test_plugins.py", "test_hostile_round4.py", "test_figures_round4.py", "test_tui.py",
+              "test_plugins.py", "test_terminal_safety_and_bounded_reading.py", "test_figure_layout.py", "test_tui.py",
               "test_checkpoint_diff.py", "test_serve_bounds.py", "test_needle_cli.py"}
 SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 
@@ -86,11 +86,11 @@ SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 LONGEST_FIRST = ("test_organisms_long.py", "test_readme_commands.py", "test_export.py", "test_doc_examples.py",
                  "test_organisms.py", "test_needle.py", "test_kv.py", "test_images.py",
                  "test_tui.py",
-                 "test_cli_models.py", "test_ray_backend.py", "test_page_round4.py", "test_hostile_tables.py",
-                 "test_serve_bounds.py", "test_page_zoom.py", "test_hostile_round4.py", "test_page_long.py",
+                 "test_cli_models.py", "test_ray_backend.py", "test_page_in_browser.py", "test_hostile_tables.py",
+                 "test_serve_bounds.py", "test_page_zoom.py", "test_terminal_safety_and_bounded_reading.py", "test_page_long.py",
                  "test_checkpoint_diff.py", "test_serve.py", "test_vocabulary.py", "test_page.py", "test_plugins.py",
                  "test_engines.py", "test_tui_tmux.py", "test_atlas_data.py", "test_needle_cli.py",
-                 "test_hostile_round3.py", "test_environment.py", "test_live_tiles.py")
+                 "test_hostile_export_and_signals.py", "test_environment.py", "test_live_tiles.py")
 
 
 def pytest_collection_modifyitems(config, items):
