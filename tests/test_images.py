@@ -128,7 +128,7 @@ def test_the_command_draws_the_picture_and_writes_the_numbers(run_cli, encoders,
     shown = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["clip"]), "--layer", "1",
                     "--head", "mean")
     assert shown.exit_code == 0, shown.stderr
-    assert "▀" in shown.stdout and "4 × 4 grid" in shown.stdout
+    assert "4 × 4 grid" in shown.stdout and "scale ' '" in shown.stdout and "r3" in shown.stdout  # shades, labelled
     png, npz = tmp_path / "heat.png", tmp_path / "heat.npz"
     written = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["dinov2"]), "--head", "all",
                       "--out", str(png), "--out", str(npz))
@@ -156,8 +156,8 @@ def test_what_is_not_a_picture_or_not_an_encoder_is_one_line(run_cli, encoders, 
     assert refused.exit_code != 0 and "knows no patch layout" in refused.stderr
     both = run_cli("heatmap", "a text", "--image", str(picture), "--model", str(encoders["vit"]))
     assert both.exit_code != 0 and "image encoder" in both.stderr and "texts with pictures need a vision-language model" in both.stderr
-    wrong = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["vit"]), "--out", str(tmp_path / "x.svg"))
-    assert wrong.exit_code != 0 and ".png" in wrong.stderr
+    wrong = run_cli("heatmap", "--image", str(picture), "--model", str(encoders["vit"]), "--out", str(tmp_path / "x.jpg"))
+    assert wrong.exit_code != 0 and ".png" in wrong.stderr and ".svg" in wrong.stderr
 
 
 def test_a_decompression_bomb_is_refused_by_its_header_before_it_is_decoded(tmp_path):
@@ -645,21 +645,20 @@ def test_a_planted_patch_reader_draws_its_heat_on_that_patchs_boxes(family, tmp_
 def test_a_patch_as_the_query_of_a_vision_language_model_reads_every_row(run_cli, llava, picture, tmp_path):
     """The text's rows are kept by default; asking for a patch's row (or the patches' mean) reads every row."""
     from attnviz.images.vlm import vlm_attention
-    from attnviz.render.overlay import overlay_png
-
     patch = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
                     "r1c2", "--layer", "1", "--head", "0", "--cmap", "viridis")
-    assert patch.exit_code == 0 and "<img r1c2> over 1 picture" in patch.stdout, patch.stderr
-    drawn = tmp_path / "patch.png"
+    assert patch.exit_code == 0 and "'<img r1c2>' (token 6)" in patch.stdout, patch.stderr
+    drawn = tmp_path / "patch.json"
     assert run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
                    "r1c2", "--layer", "1", "--head", "0", "--cmap", "magma", "--out", str(drawn)).exit_code == 0
     whole = vlm_attention("what is in the picture ?", picture, str(llava))  # every row
-    from PIL import Image
+    import json
 
-    expected = tmp_path / "expected.png"
-    overlay_png(whole, [Image.open(picture).convert("RGB")], expected, layers=[1], heads=[0],
-                query=whole.tokens.index("<img r1c2>"), cmap="magma")
-    assert np.array_equal(np.asarray(Image.open(drawn)), np.asarray(Image.open(expected)))  # that patch's own row
+    query = whole.tokens.index("<img r1c2>")
+    placed = whole.pictures[0]
+    expected = whole.attentions[1, 0, query, list(placed.positions)].double().reshape(placed.rows, placed.cols)
+    found = json.loads(drawn.read_text(encoding="utf-8"))["panels"][0]["weights"]
+    np.testing.assert_allclose(np.array(found), expected.numpy(), atol=1e-7)  # that patch's own row
     mean = run_cli("heatmap", "what is in the picture ?", "--image", str(picture), "--model", str(llava), "--query",
                    "mean", "--layer", "1")
     assert mean.exit_code == 0 and "the patches' mean query" in mean.stdout, mean.stderr

@@ -86,6 +86,10 @@ def heatmap(
     colour_scale: ColourScale = typer.Option(ColourScale.linear, "--colour-scale", help=COLOUR_SCALE_HELP),
     width: int | None = Width,
     truncate: bool = Truncate,
+    per_panel: bool = typer.Option(False, "--per-panel-scale", help="With --image: each panel's heat scaled to its "
+                                   "own largest weight (the title says so), not one colour scale across the figure."),
+    blocky: bool = typer.Option(False, "--blocky", help="With --image: the heat as one block per patch, not smooth at "
+                                "the picture's resolution."),
 ) -> None:
     """Draw attention as heatmaps, rows are queries and columns keys: --head in every layer (--layer all,
     the default) or in one, every head of a layer with --head all, every head of every layer with both 'all'.
@@ -106,8 +110,11 @@ def heatmap(
                       "fit", "vmax", "colour_scale")
         text = text_from_file(text, text_file)
         image_heatmap(options, text, image, layer=layer_choice, head=head_choice, query=query, out=out,
-                      cmap=cmap.value, width=width)
+                      cmap=cmap.value, width=width, per_panel=per_panel, blocky=blocky)
         return
+    if per_panel or blocky:
+        raise UsageError(f"{'--per-panel-scale' if per_panel else '--blocky'} goes with --image (heat over a picture); "
+                         "leave it out")
     if query is not None and head_choice == "mean":
         raise UsageError("--query lists heads one by one; give --head N or leave --head out (every head)")
     pages = [path for path in out if path.suffix.lower() == ".html"]  # the interactive page

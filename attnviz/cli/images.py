@@ -12,9 +12,8 @@ import typer
 
 from ..errors import UnknownFormatError, UsageError
 from ..labels import safe_text
+from ..views.picture_files import PICTURE_OUTPUTS as IMAGE_OUTPUTS  # every file a picture command writes
 from .common import note, stdout_console, wrote
-
-IMAGE_OUTPUTS = (".png", ".npz")
 
 
 def checked_pictures(options: Any, images: list[Path], out: list[Path], allowed: tuple[str, ...], written: str, *,
@@ -55,13 +54,14 @@ def refuse_unused(*names: str, why: str = "the command draws the attention over 
 
 
 def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: int | None, head: Any,
-                  query: str | None, out: list[Path], cmap: str, width: int | None) -> None:
+                  query: str | None, out: list[Path], cmap: str, width: int | None, per_panel: bool = False,
+                  blocky: bool = False) -> None:
     """Check, run and show (see the module)."""
-    checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the numbers)",
-                       text=text)
-    from ..images.files import read_image
+    from ..views.picture_files import PICTURE_OUTPUTS, write_picture_outputs
+    from ..views.picture_heat import layer_head_panels, picture_heat
 
-    every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
+    checked = checked_pictures(options, images, out, PICTURE_OUTPUTS, ", ".join(PICTURE_OUTPUTS), text=text)
+    every_row = any(path.suffix.lower() in (".npz", ".html") for path in checked)  # the file holds every row
     result = picture_attention(options, text, images, rows="all" if every_row else "text")
     metas = result.pictures
     chosen = _query(query, result.tokens, metas[0].specials, text_last=text is not None)
@@ -75,29 +75,28 @@ def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: 
     heads = list(range(n_heads)) if head == "all" else None if head == "mean" else [int(head)]
     if heads is not None and not all(0 <= h < n_heads for h in heads):
         raise UsageError(f"--head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
-    from ..render.overlay import overlay_png, patch_weights, terminal_grid
-
-    for path in checked:
-        if path.suffix.lower() == ".npz":
-            result.save(path)
-        else:
-            overlay_png(result, [read_image(image) for image in images], path, layers=layers, heads=heads,
-                        query=chosen, cmap=cmap)
+    who = ("the patches' mean query" if chosen is None else f"{result.tokens[chosen]!r} (token {chosen})")
+    what = ("every layer" if layer is None else f"layer {layer}") + (", every head" if head == "all" else
+                                                                      ", mean of heads" if heads is None else
+                                                                      f", head {heads[0]}")
+    view = picture_heat(result, layer_head_panels(result, layers=layers, heads=heads, query=chosen), who=who,
+                        what=what, per_panel=per_panel, smooth=not blocky, cmap=cmap,
+                        columns=len(heads) * len(metas) if heads is not None and len(heads) > 1 else None)
+    for path in write_picture_outputs(result, view, images, checked, text=text, layer=layer,
+                                      head=heads[0] if heads else 0, cmap=cmap):
         wrote(path)
     if checked:
         return
+    from ..render.terminal import render_terminal
+
     console = stdout_console(width)
-    who = "the patches' mean query" if chosen is None else result.tokens[chosen]
     grids = ", ".join(f"{m.rows} × {m.cols}" for m in metas)
-    console.print(f"{safe_text(result.model_name)}: {safe_text(who)} over {len(metas)} picture"
-                  f"{'s' if len(metas) > 1 else ''} ({grids} grid of {metas[0].patch}-pixel patches, "
-                  f"{metas[0].layout} layout; each weight scaled to the largest)", markup=False)
-    for each in layers:
-        for h in heads if heads is not None else [None]:
-            for n in range(len(metas)):
-                console.print(f"layer {each} " + ("mean of heads" if h is None else f"head {h}")
-                              + (f", picture {n + 1}" if len(metas) > 1 else ""), markup=False)
-                console.print(terminal_grid(patch_weights(result, each, h, chosen, n), cmap))
+    console.print(f"{safe_text(view.title)} ({grids} grid of {metas[0].patch}-pixel patches, {metas[0].layout} "
+                  "layout)", markup=False)
+    for shown in view.terminal_views():
+        render_terminal(shown, console)
+    for line in view.notes:
+        note(line)
     if metas[0].specials == 0 and query is None and text is None:
         note("no CLS token in this layout: the mean over the patches' own queries is shown (--query rNcM for one)")
 
@@ -186,10 +185,13 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
                    head: int | None, out: list[Path], cmap: str, width: int | None) -> None:
     """``generate --image``: the vision-language model answers greedily; each new token's attention over the
     picture (its share on the image, the patch it reads most, a grid), and ``--out x.png`` a panel per new token."""
-    from ..images.files import read_image
-    from ..render.overlay import Panel, panels_png, row_of, strongest_patches, terminal_grid
+    from ..render.overlay import row_of, strongest_patches
+    from ..render.terminal import render_terminal
+    from ..views.picture_files import write_picture_outputs
+    from ..views.picture_heat import picture_heat
 
-    checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (a panel per new token) or .npz (every row)")
+    allowed = tuple(s for s in IMAGE_OUTPUTS if s != ".html")
+    checked = checked_pictures(options, images, out, allowed, ", ".join(allowed) + " (a panel per new token)")
     every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
     result = picture_attention(options, prompt, images, max_new_tokens=max_new_tokens, rows="all" if every_row else "text")
     start = result.metadata["prompt_length"]
@@ -202,29 +204,29 @@ def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tok
     where = ("every layer" if layer is None else f"layer {layer}") + (", mean of heads" if head is None
                                                                       else f", head {head}")
     metas = result.pictures
-    every = [p for meta in metas for p in meta.image_positions]
-    for path in checked:
-        if path.suffix.lower() == ".npz":
-            result.save(path)
-        else:
-            grid: list[list[Panel]] = [[(f"{result.tokens[q][:18]} ({where})", layer, head, q, n)
-                                        for n in range(len(metas))] for q in new]
-            panels_png(result, [read_image(image) for image in images], path, grid, cmap=cmap)
+    several = len(metas) > 1
+    view = picture_heat(result, [((f"picture {n + 1} · " if several else "") + f"{result.tokens[q]!r} (token {q})",
+                                  layer, head, q, n) for q in new for n in range(len(metas))],
+                        who="each new token", what=where, cmap=cmap, columns=min(6, len(new) * len(metas)) or 1)
+    for path in write_picture_outputs(result, view, images, checked, cmap=cmap):
         wrote(path)
     console = stdout_console(width)
     console.print(f"{safe_text(result.model_name)} answered {len(new)} tokens; what each read of the picture ({where}):",
                   markup=False)
+    every = [p for meta in metas for p in meta.image_positions]
     attn = result.attentions.double()
     attn = attn.mean(0) if layer is None else attn[layer]
     attn = attn.mean(0) if head is None else attn[head]
+    grids = iter(view.terminal_views())
     for q in new:
         share = float(attn[row_of(result, [q])[0], every].sum())
-        found = [(weights, f"{'picture ' + str(n + 1) + ' ' if len(metas) > 1 else ''}{place}")
-                 for n, (weights, place) in enumerate(strongest_patches(result, layer, head, q))]
-        console.print(f"{safe_text(repr(result.tokens[q]))}: {share:.0%} on the picture{'s' if len(metas) > 1 else ''}, "
-                      f"most on {', '.join(where for _, where in found)}", markup=False)
-        for weights, _ in found:
-            console.print(terminal_grid(weights, cmap))
+        found = [f"{'picture ' + str(n + 1) + ' ' if several else ''}{place}"
+                 for n, (_, place) in enumerate(strongest_patches(result, layer, head, q))]
+        console.print(f"{safe_text(repr(result.tokens[q]))}: {share:.0%} on the picture{'s' if several else ''}, "
+                      f"most on {', '.join(found)}", markup=False)
+        if not checked:
+            for _ in metas:
+                render_terminal(next(grids), console)
 
 
 def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer: int | None, query: str | None,
@@ -235,11 +237,10 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
 
     from ..attribution.rollout import rollout
     from ..images.encoder import image_attention
-    from ..images.files import read_image
-    from ..render.overlay import panels_png, patch_weights, terminal_grid
+    from ..views.picture_files import write_picture_outputs
+    from ..views.picture_heat import picture_heat
 
-    checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ".png (heat over the picture) or .npz (the rollout)",
-                               text=None)
+    checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ", ".join(IMAGE_OUTPUTS), text=None)
     from ..images.found import reads_pictures
 
     if str(getattr(options.engine, "value", options.engine)) == "native":
@@ -258,22 +259,21 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
                      metadata={**result.metadata, "rollout": {"fusion": fusion or "mean"}})
     chosen = _query(query, rolled.tokens, rolled.pictures[0].specials)
     layers = list(range(n_layers)) if layer is None else [layer]
-    who = "the patches' mean query" if chosen is None else rolled.tokens[chosen]
-    for path in checked:
-        if path.suffix.lower() == ".npz":
-            rolled.save(path)
-        else:
-            panels_png(rolled, [read_image(images[0])], path, [[(f"rollout to L{each}", each, 0, chosen, 0)
-                                                                for each in layers]], cmap=cmap)
+    who = "the patches' mean query" if chosen is None else f"{rolled.tokens[chosen]!r} (token {chosen})"
+    view = picture_heat(rolled, [(f"rollout to layer {each}", each, 0, chosen, 0) for each in layers],
+                        who=f"how much of each patch reaches {who}",
+                        what=f"attention rollout, heads fused by {fusion or 'mean'}", cmap=cmap,
+                        value_name="rollout weight")
+    for path in write_picture_outputs(rolled, view, images, checked, cmap=cmap):
         wrote(path)
     if checked:
         return
+    from ..render.terminal import render_terminal
+
     console = stdout_console(width)
-    console.print(f"{safe_text(result.model_name)}: how much of each patch reaches {safe_text(who)} (attention rollout, heads fused by "
-                  f"{fusion or 'mean'})", markup=False)
-    for each in layers:
-        console.print(f"after layer {each}", markup=False)
-        console.print(terminal_grid(patch_weights(rolled, each, 0, chosen), cmap))
+    console.print(safe_text(view.title), markup=False)
+    for shown in view.terminal_views():
+        render_terminal(shown, console)
 
 
 def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | None, column: str | None,

@@ -1,0 +1,112 @@
+"""What a picture command shows, as data (issue 59): one query's weights on each picture's patches, a panel per layer ×
+head (or per new token, or per rollout step), on one colour scale across the figure unless asked, with a title that
+names the model, the query, the layer and head, and a note where the processor cropped or padded the picture. The
+renderers draw it: heat over the picture (:mod:`attnviz.render.picture_figure`: PNG, SVG, PDF) and each panel's
+patch grid as a labelled heatmap in the terminal (shades without colour)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..render.colors import ColorScale
+from ..render.view import HeatmapView, matrix_view
+from ..result.placement import Placement
+
+
+@dataclass(frozen=True)
+class PicturePanel:
+    """One panel: ``weights`` ``[rows, cols]`` over picture ``picture``'s finest grid, titled in full."""
+
+    title: str
+    weights: np.ndarray
+    picture: int
+
+
+@dataclass(frozen=True)
+class PictureHeat:
+    """Panels of heat over pictures (see the module). ``scale`` spans every panel unless ``per_panel`` (then each
+    panel is drawn against its own largest weight, and the title says so); ``smooth``: the heat interpolated at the
+    picture's resolution (else a block per patch); ``columns``: panels per row."""
+
+    title: str
+    panels: list[PicturePanel]
+    pictures: list[Placement]
+    scale: ColorScale
+    columns: int
+    per_panel: bool = False
+    smooth: bool = True
+    notes: list[str] = field(default_factory=list)
+    value_name: str = "attention weight"
+
+    def panel_scale(self, panel: PicturePanel) -> ColorScale:
+        """The scale a panel is drawn on: the figure's, or (``per_panel``) its own."""
+        if not self.per_panel:
+            return self.scale
+        return ColorScale.for_values(panel.weights, cmap=self.scale.cmap)
+
+    def terminal_views(self) -> list[HeatmapView]:
+        """Each panel's patch grid as a heatmap (rows ``r0…``, columns ``c0…``) on the figure's scale: the terminal
+        draws its shades (and colours), its scale line and its labels."""
+        views = []
+        for panel in self.panels:
+            rows, cols = panel.weights.shape
+            scale = self.panel_scale(panel)
+            views.append(matrix_view(panel.weights[None], [f"r{r}" for r in range(rows)],
+                                     [f"c{c}" for c in range(cols)], title=panel.title, panel_titles=[panel.title],
+                                     vmax=scale.vmax, cmap=scale.cmap, row_axis="patch rows (top to bottom)",
+                                     col_axis="patch columns (left to right)", value_name=self.value_name))
+        return views
+
+
+def seen_region(picture: Placement) -> tuple[float, float, float, float]:
+    """The part of the original picture the model's patches cover, ``(x0, y0, x1, y1)`` in its pixels: the picture
+    itself, less what a centre crop cut (or more, where the processor padded it)."""
+    boxes = np.asarray(picture.boxes, dtype=np.float64)
+    return float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 2].max()), float(boxes[:, 3].max())
+
+
+def view_notes(pictures: list[Placement]) -> list[str]:
+    """What a reader must know of each picture's region: the bands a crop cut, the padding the model also saw."""
+    notes = []
+    for number, picture in enumerate(pictures, start=1):
+        which = "" if len(pictures) == 1 else f"picture {number}: "
+        width, height = picture.size
+        x0, y0, x1, y1 = seen_region(picture)
+        slack = 0.5  # a pixel's rounding
+        if x0 > slack or y0 > slack or x1 < width - slack or y1 < height - slack:
+            notes.append(f"{which}the processor cropped the picture: the hatched bands outside the dashed frame were "
+                         "never seen by the model")
+        if x0 < -slack or y0 < -slack or x1 > width + slack or y1 > height + slack:
+            notes.append(f"{which}the processor padded the picture: the model also saw padding beyond its edges, "
+                         "whose heat is not drawn")
+    return notes
+
+
+def picture_heat(result: Any, panels: list[tuple[str, int | None, int | None, int | None, int]], *, who: str,
+                 what: str, per_panel: bool = False, smooth: bool = True, cmap: str = "magma", columns: int | None = None,
+                 value_name: str = "attention weight") -> PictureHeat:
+    """Panels ``(title, layer, head, query, picture)`` of ``result`` (None: the mean of the layers, of the heads, of
+    the patches' queries; :func:`attnviz.render.overlay.patch_weights`), titled ``{model} · {who} · {what}``."""
+    from ..render.overlay import patch_weights
+
+    drawn = [PicturePanel(title, np.asarray(patch_weights(result, layer, head, query, picture), dtype=np.float64),
+                          picture) for title, layer, head, query, picture in panels]
+    every = np.concatenate([p.weights.reshape(-1) for p in drawn]) if drawn else np.zeros(1)
+    scale = ColorScale(vmin=0.0, vmax=float(every.max()) if float(every.max()) > 0 else 1.0, cmap=cmap)
+    scaled = "each panel scaled to its own largest weight" if per_panel else "one colour scale across the panels"
+    pictures = result.pictures
+    return PictureHeat(title=f"{result.model_name} · {who} · {what} · {scaled}", panels=drawn, pictures=pictures,
+                       scale=scale, columns=columns or max(1, min(len(drawn), 6)), per_panel=per_panel, smooth=smooth,
+                       notes=view_notes(pictures), value_name=value_name)
+
+
+def layer_head_panels(result: Any, *, layers: list[int], heads: list[int] | None, query: int | None,
+                      label: str = "") -> list[tuple[str, int | None, int | None, int | None, int]]:
+    """A panel per layer × head (``heads`` None: their mean) × picture, titled ``L2 H3`` (``picture 2 · L2 H3``)."""
+    several = len(result.pictures) > 1
+    return [((f"picture {n + 1} · " if several else "") + f"{label}L{layer} " + ("mean" if head is None else f"H{head}"),
+             layer, head, query, n)
+            for layer in layers for head in (heads if heads is not None else [None]) for n in range(len(result.pictures))]
