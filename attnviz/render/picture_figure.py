@@ -109,12 +109,10 @@ def _panel(ax: Any, panel: Any, picture: Any, size: tuple[int, int], shown: np.n
     """One panel: the picture over its whole area, the heat over the region the patches cover, the crop hatched."""
     from matplotlib.patches import Rectangle
 
-    from ..views.picture_heat import seen_region
-
     width, height = size
     kept = 1 / PANEL_ASPECT <= width / max(1, height) <= PANEL_ASPECT  # else squeezed into its panel
     ax.imshow(shown, extent=(0, width, height, 0), interpolation="bilinear", aspect="equal" if kept else "auto")
-    x0, y0, x1, y1 = seen_region(picture)
+    x0, y0, x1, y1 = picture.seen
     # The heat's opacity grows with its weight: where a head reads nothing the picture shows nearly clear.
     opacity = HEAT_FLOOR + (HEAT_ALPHA - HEAT_FLOOR) * scale.normalize(panel.weights)
     heat = ax.imshow(panel.weights, extent=(x0, x1, y1, y0), cmap=cmap, vmin=scale.vmin, vmax=scale.vmax,

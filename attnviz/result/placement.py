@@ -106,6 +106,14 @@ class Placement:
         return self.main.boxes
 
     @property
+    def seen(self) -> tuple[float, float, float, float]:
+        """The part of the original picture the finest grid's patches cover, ``(x0, y0, x1, y1)`` in its pixels: the
+        picture itself, less what a centre crop cut (or more, where the processor padded it)."""
+        boxes = self.boxes
+        return (float(min(b[0] for b in boxes)), float(min(b[1] for b in boxes)), float(max(b[2] for b in boxes)),
+                float(max(b[3] for b in boxes)))
+
+    @property
     def patch_positions(self) -> tuple[int, ...]:
         """Every token of the picture after its specials."""
         return self.image_positions[self.specials :]

@@ -61,20 +61,13 @@ class PictureHeat:
         return views
 
 
-def seen_region(picture: Placement) -> tuple[float, float, float, float]:
-    """The part of the original picture the model's patches cover, ``(x0, y0, x1, y1)`` in its pixels: the picture
-    itself, less what a centre crop cut (or more, where the processor padded it)."""
-    boxes = np.asarray(picture.boxes, dtype=np.float64)
-    return float(boxes[:, 0].min()), float(boxes[:, 1].min()), float(boxes[:, 2].max()), float(boxes[:, 3].max())
-
-
 def view_notes(pictures: list[Placement]) -> list[str]:
     """What a reader must know of each picture's region: the bands a crop cut, the padding the model also saw."""
     notes = []
     for number, picture in enumerate(pictures, start=1):
         which = "" if len(pictures) == 1 else f"picture {number}: "
         width, height = picture.size
-        x0, y0, x1, y1 = seen_region(picture)
+        x0, y0, x1, y1 = picture.seen
         slack = 0.5  # a pixel's rounding
         if x0 > slack or y0 > slack or x1 < width - slack or y1 < height - slack:
             notes.append(f"{which}the processor cropped the picture: the hatched bands outside the dashed frame were "
