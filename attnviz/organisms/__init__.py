@@ -8,6 +8,10 @@ attnviz's cache folder under its name and a fingerprint of its description (:mod
 its files and checks a folder holds them, whole, before it is used), and from then on it is that folder:
 attnviz's own attention (the native engine) runs it, and so do the fused and eager engines, kvpress, TransformerLens
 or a notebook, by path (:func:`save_organism` writes it where you say).
+
+A picture organism (``[model] family = "llava"`` or ``"vit"``, :mod:`.picture_spec`) is a vision-language model or
+an image encoder whose heads read declared patches of any picture (:mod:`.picture_kinds`), built the same way into
+transformers' own LLaVA or ViT with its processor (:mod:`.picture_weights`, :mod:`.picture_checkpoint`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from pathlib import Path
 
 from .cache import cache_root, organism_folder, save_organism
 from .kinds import KINDS, HeadKind
-from .spec import OrganismSpec, PlantedHead, is_organism_file, read_spec
+from .picture_kinds import PICTURE_KINDS, PictureKind
+from .spec import OrganismSpec, PictureSpec, PlantedHead, is_organism_file, is_picture_organism, read_spec
 
-__all__ = ["KINDS", "HeadKind", "OrganismSpec", "PlantedHead", "cache_root", "is_organism_file", "organism_folder", "read_spec",
-           "save_organism"]
+__all__ = ["KINDS", "PICTURE_KINDS", "HeadKind", "OrganismSpec", "PictureKind", "PictureSpec", "PlantedHead",
+           "cache_root", "is_organism_file", "is_picture_organism", "organism_folder", "read_spec", "save_organism"]
 
 
 def declared_needle(model: str | None) -> tuple[str | None, str | None]:
@@ -31,7 +36,7 @@ def declared_needle(model: str | None) -> tuple[str | None, str | None]:
         return None, None
     if is_organism_file(model):
         spec = read_spec(model)
-        return spec.needle, spec.question
+        return (None, None) if isinstance(spec, PictureSpec) else (spec.needle, spec.question)
     config = Path(model).expanduser() / "config.json"
     try:
         found = json.loads(config.read_text(encoding="utf-8")).get("attnviz_organism") if config.is_file() else None

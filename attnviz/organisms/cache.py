@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import AttnvizWarning, RenderError, ResourceError, UsageError
 from ..interrupts import on_stop
+from .picture_spec import PictureSpec
 from .spec import OrganismSpec, read_spec
 
 _TEMPORARY = re.compile(r"\.tmp(\d+)(?:-old)?$")  # NAME.tmpPID (a build), NAME.tmpPID-old (what it replaces)
@@ -31,12 +32,21 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "attnviz" / "organisms"
 
 
-def check_build_memory(spec: OrganismSpec, path: str | Path) -> None:
+def check_build_memory(spec: OrganismSpec | PictureSpec, path: str | Path) -> None:
     """Refuse to build ``spec`` if its peak memory (:func:`~.weights.build_bytes`, about what loading it takes too)
     is more than :func:`attnviz.limits.memory_budget`, in one line naming the estimate and what to shrink."""
     from ..limits import MEMORY_ENV, human, memory_budget
     from .weights import Layout, build_bytes
 
+    if isinstance(spec, PictureSpec):
+        from .picture_checkpoint import build_bytes as picture_bytes
+
+        needed, budget = picture_bytes(spec), memory_budget()
+        if needed > budget:
+            raise ResourceError(f"{path}: building this picture organism needs about {human(needed)}, more than the "
+                                f"{human(budget)} this machine has; use fewer heads or layers, or set {MEMORY_ENV} to "
+                                "try anyway")
+        return
     needed, budget = build_bytes(spec), memory_budget()
     if needed > budget:
         raise ResourceError(
@@ -46,15 +56,14 @@ def check_build_memory(spec: OrganismSpec, path: str | Path) -> None:
             "to try anyway")
 
 
-def organism_folder(path: str | Path) -> tuple[Path, OrganismSpec]:
-    """The built checkpoint of the organism described at ``path`` (built on first use, and again when the folder
-    is not what it should be, with a warning), and its description."""
-    from .checkpoint import problem
-    from .weights import fingerprint
+def organism_folder(path: str | Path) -> tuple[Path, OrganismSpec | PictureSpec]:
+    """The built checkpoint of the organism described at ``path`` (a text organism or a picture organism; built on
+    first use, and again when the folder is not what it should be, with a warning), and its description."""
+    from .checkpoint import fingerprint_of, problem
 
     spec = read_spec(path)
     root = cache_root()
-    folder = root / f"{spec.name}-{fingerprint(spec)}"
+    folder = root / f"{spec.name}-{fingerprint_of(spec)}"
     wrong = problem(folder, spec)
     if wrong is None:
         return folder, spec
@@ -74,8 +83,9 @@ def organism_folder(path: str | Path) -> tuple[Path, OrganismSpec]:
 
 
 def save_organism(path: str | Path, out: str | Path) -> Path:
-    """Write the organism described at ``path`` as a GPT-2 checkpoint with its tokenizer into the folder ``out``
-    (a new folder, or an empty one), for transformers, kvpress, TransformerLens or a notebook to load by path."""
+    """Write the organism described at ``path`` as a checkpoint into the folder ``out`` (a new folder, or an empty
+    one), for transformers, kvpress, TransformerLens or a notebook to load by path: a text organism's GPT-2 with its
+    tokenizer, a picture organism's LLaVA or ViT with its processor."""
     spec = read_spec(path)
     out = Path(out)
     temporary = out / f"{_OWN}{os.getpid()}"
@@ -110,11 +120,12 @@ def save_organism(path: str | Path, out: str | Path) -> Path:
     return out
 
 
-def _build(spec: OrganismSpec, temporary: Path, failed: Callable[[OSError], Exception], place: Callable[[], None],
-           also: Path | None) -> None:
+def _build(spec: OrganismSpec | PictureSpec, temporary: Path, failed: Callable[[OSError], Exception],
+           place: Callable[[], None], also: Path | None) -> None:
     """Write ``spec``'s checkpoint into ``temporary`` and ``place`` it; whatever stops it (an error, Ctrl-C, SIGTERM)
     removes ``temporary`` and ``also`` (a folder made for it, what the placing moved aside)."""
     from .checkpoint import write_checkpoint
+    from .picture_checkpoint import write_picture_checkpoint
 
     def remove() -> None:
         for path in (temporary, also):
@@ -126,7 +137,10 @@ def _build(spec: OrganismSpec, temporary: Path, failed: Callable[[OSError], Exce
         with on_stop(remove):
             _remove(temporary)
             temporary.mkdir()
-            write_checkpoint(spec, temporary)
+            if isinstance(spec, PictureSpec):
+                write_picture_checkpoint(spec, temporary)
+            else:
+                write_checkpoint(spec, temporary)
             place()
             done = True
     except OSError as exc:
@@ -136,7 +150,7 @@ def _build(spec: OrganismSpec, temporary: Path, failed: Callable[[OSError], Exce
             remove()
 
 
-def _place(temporary: Path, folder: Path, aside: Path, spec: OrganismSpec) -> None:
+def _place(temporary: Path, folder: Path, aside: Path, spec: OrganismSpec | PictureSpec) -> None:
     """``temporary`` renamed ``folder`` (one step: no process ever sees it half-built); what was there (half-built,
     another organism's, a link) first moved aside and removed. Another process that built it meanwhile wins."""
     from .checkpoint import problem

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..errors import AttnvizError
 from ..limits import check_regular, read_small
+from .picture_spec import PictureSpec
 from .spec import OrganismSpec
 from .weights import EPS, VERSION, build_state, fingerprint
 
@@ -96,14 +97,19 @@ def write_safetensors(path: Path, state: dict[str, Tensor], metadata: dict[str, 
             handle.write(tensor.float().contiguous().numpy().data)
 
 
-def problem(folder: Path, spec: OrganismSpec) -> str | None:
+def fingerprint_of(spec: OrganismSpec | PictureSpec) -> str:
+    """What names an organism's folder, a text organism's or a picture organism's."""
+    return spec.fingerprint() if isinstance(spec, PictureSpec) else fingerprint(spec)
+
+
+def problem(folder: Path, spec: OrganismSpec | PictureSpec) -> str | None:
     """``None`` when ``folder`` holds ``spec``'s finished checkpoint; ``""`` when nothing is there; else what is
     wrong with what is, in words ("is half-built", "holds another organism's weights", ...)."""
     if not os.path.lexists(folder):
         return ""
     if folder.is_symlink() or not folder.is_dir():
         return "is not a folder attnviz built"
-    expected = fingerprint(spec)
+    expected = fingerprint_of(spec)
     try:
         return _problem(folder, expected)
     except FileNotFoundError as exc:
