@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -145,7 +146,15 @@ def image_help(*, live: bool = False) -> str:
 
 
 LIVE_HELP.setdefault("*", {})["image"] = lambda: image_help(live=True)
-ImageFiles = typer.Option([], "--image", help=image_help(), show_default=False)
+def _example_pictures(pictures: list[Path]) -> list[Path]:
+    """Each ``--image``, or for ``examples/NAME`` (the picture the README's commands read) missing here, the copy
+    installed with attnviz, so those lines run from any folder, as ``--text-file examples/report.txt`` does."""
+    from ..inputs import example_file
+
+    return [example_file(picture) for picture in pictures or []]
+
+
+ImageFiles = typer.Option([], "--image", help=image_help(), show_default=False, callback=_example_pictures)
 AllowOutsidePictures = typer.Option(
     False, "--allow-outside-pictures", help="A corpus's pictures (its image field or column) may lie outside its "
     "folder (../, an absolute path, a link pointing out); by default such a row is refused. Only for a corpus you "

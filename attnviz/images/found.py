@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..organisms import is_picture_organism
 from .layouts import PatchLayout, layout_for, needs_picture_model
 
 
@@ -27,7 +28,7 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
     from ..sources.resolve import check_device
 
     check_device(device)
-    if model.lower().endswith((".toml", ".npz")):
+    if model.lower().endswith((".toml", ".npz")) and not is_picture_organism(model):
         raise UsageError(f"{model} is not a model that reads pictures: {needs_picture_model()}")
     place, config = _config(model, revision)
     layout = layout_for(config.get("model_type"), place.name)
@@ -48,11 +49,11 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
 def _config(model: str, revision: str | None) -> tuple[Any, dict[str, Any]]:
     """Where ``model`` is, and its config (a folder's, or the hub's at ``revision``)."""
     from ..sources.files import read_config
-    from ..sources.hub import fetch_config
+    from ..sources.hub import PICTURE_OFFLINE, fetch_config
     from ..sources.resolve import locate
 
     place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
+    folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision, PICTURE_OFFLINE)
     return place, read_config(folder)
 
 
@@ -63,7 +64,7 @@ def picture_layout(model: str) -> PatchLayout | None:
     from ..errors import AttnvizError
     from .layouts import LAYOUTS
 
-    if model.lower().endswith((".toml", ".npz")):
+    if model.lower().endswith((".toml", ".npz")) and not is_picture_organism(model):
         return None
     try:
         kind = _config(model, None)[1].get("model_type")

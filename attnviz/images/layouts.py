@@ -251,4 +251,6 @@ def families(*, language: bool) -> list[str]:
 def needs_picture_model() -> str:
     """What to give as the model of a command with pictures: the families, from the records, and the offline ones."""
     return (f"[[image]] needs a model that reads pictures as [[model]]: an image encoder ({', '.join(families(language=False))}) "
-            f"or a vision-language model ({', '.join(families(language=True))}), a folder or hub id")
+            f"or a vision-language model ({', '.join(families(language=True))}), a folder or hub id; offline: "
+            "[[model=sample_configs/organism_llava.toml]] (a vision-language organism, heads planted by hand) or "
+            "sample_configs/organism_vit.toml (an image encoder organism)")

@@ -23,9 +23,16 @@ def looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
 
 
+OFFLINE = ("leave out [[model]] (the embedded encoder), or a causal model organism: "
+           "[[model=sample_configs/organism_needle.toml]]")
+PICTURE_OFFLINE = ("a picture organism, heads planted by hand: [[model=sample_configs/organism_llava.toml]] (a "
+                   "vision-language model) or sample_configs/organism_vit.toml (an image encoder)")
+"""What runs offline instead, as the hub's error says it: for texts (:data:`OFFLINE`), for pictures."""
+
+
 @contextmanager
-def hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
-    """Turn the hub library's exceptions into one actionable line."""
+def hub_errors(repo_id: str, revision: str | None, offline: str = OFFLINE) -> Iterator[None]:
+    """Turn the hub library's exceptions into one actionable line (``offline``: what runs offline instead)."""
     from huggingface_hub import constants
     from huggingface_hub import errors as hub
 
@@ -50,8 +57,7 @@ def hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
         raise ModelNotFoundError(
             f"{repo_id!r}{at} is not in the local Hugging Face cache and {why}; on a machine with network, run "
             f"`hf download {repo_id}` once{'' if revision is None else ' (at that revision)'}, or pass a local "
-            "model folder; offline now: leave out [[model]] (the embedded encoder), or a causal model organism: "
-            "[[model=sample_configs/organism_needle.toml]]"
+            f"model folder; offline now: {offline}"
         ) from None
     except hub.HfHubHTTPError as exc:
         raise ModelNotFoundError(f"the hub refused {repo_id!r}{at}: {exc}") from None
@@ -89,9 +95,10 @@ def download(repo_id: str, filename: str, revision: str | None) -> Path:
     return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=not hub_reachable()))
 
 
-def fetch_config(repo_id: str, revision: str | None) -> Path:
-    """The cached snapshot folder holding ``config.json`` (downloaded if needed)."""
-    with hub_errors(repo_id, revision):
+def fetch_config(repo_id: str, revision: str | None, offline: str = OFFLINE) -> Path:
+    """The cached snapshot folder holding ``config.json`` (downloaded if needed; ``offline``: what the error names
+    to run offline instead)."""
+    with hub_errors(repo_id, revision, offline):
         return download(repo_id, "config.json", revision).parent
 
 
