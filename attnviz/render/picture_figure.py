@@ -88,6 +88,11 @@ def render_picture_figure(view: Any, images: list[Any], path: str | Path) -> Pat
                                fraction=0.04, pad=0.02)
             bar.set_label("share of the panel's largest weight" if view.per_panel else view.value_name, fontsize=8)
             bar.ax.tick_params(labelsize=7)
+            if view.uniform is not None and not view.per_panel and view.uniform <= view.scale.vmax:
+                # where attention spread evenly would sit: a head at this level reads nothing in particular
+                bar.ax.axhline(view.uniform, color="white", linewidth=1.5, linestyle="--")
+                bar.ax.text(-0.3, view.uniform, f"uniform\n1/{round(1 / view.uniform)}", ha="right", va="center",
+                            fontsize=6, transform=bar.ax.get_yaxis_transform())
         if view.notes:
             fig.supxlabel("\n".join(textwrap.fill(note, max(40, int(width * 12))) for note in view.notes), fontsize=7)
         save_figure(fig, path)

@@ -40,6 +40,7 @@ class PictureHeat:
     smooth: bool = True
     notes: list[str] = field(default_factory=list)
     value_name: str = "attention weight"
+    uniform: float | None = None  # the weight of attention spread evenly over the query's keys (marked on the bar)
 
     def panel_scale(self, panel: PicturePanel) -> ColorScale:
         """The scale a panel is drawn on: the figure's, or (``per_panel``) its own."""
@@ -91,9 +92,13 @@ def picture_heat(result: Any, panels: list[tuple[str, int | None, int | None, in
     scale = ColorScale(vmin=0.0, vmax=float(every.max()) if float(every.max()) > 0 else 1.0, cmap=cmap)
     scaled = "each panel scaled to its own largest weight" if per_panel else "one colour scale across the panels"
     pictures = result.pictures
+    queries = {query for _, _, _, query, _ in panels}
+    n_keys = int(result.attentions.shape[-1])
+    keys = [n_keys if query is None or not result.causal else query + 1 for query in queries]
+    uniform = 1.0 / keys[0] if len(set(keys)) == 1 and value_name == "attention weight" else None
     return PictureHeat(title=f"{result.model_name} · {who} · {what} · {scaled}", panels=drawn, pictures=pictures,
                        scale=scale, columns=columns or max(1, min(len(drawn), 6)), per_panel=per_panel, smooth=smooth,
-                       notes=view_notes(pictures), value_name=value_name)
+                       notes=view_notes(pictures), value_name=value_name, uniform=uniform)
 
 
 def layer_head_panels(result: Any, *, layers: list[int], heads: list[int] | None, query: int | None,
