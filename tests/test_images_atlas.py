@@ -87,13 +87,19 @@ def test_the_command_reads_a_corpus_with_its_image_column_and_refuses_in_one_lin
     written = run_cli("atlas", str(questions), "--image", str(pictures[0]), "--model", str(llava), "--out",
                       str(parquet))
     assert written.exit_code == 0 and parquet.read_text().startswith("layer,head,image_share"), written.stderr
+    page = tmp_path / "atlas.html"
+    paged = run_cli("atlas", str(questions), "--image", str(pictures[0]), "--model", str(llava), "--out", str(page))
+    assert paged.exit_code == 0, paged.stderr
+    text = page.read_text(encoding="utf-8")  # the sinks over the picture, then the ranked sinks and the heads
+    assert "Visual sinks" in text and "data:image/png;base64," in text and "<td>r" in text and "<th>sink</th>" in text
+    assert "<script" not in text.split("</title>")[1]  # nothing runs, nothing is fetched
     for args, message in [
         (("atlas", str(questions), "--model", str(llava)), "file of lines"),
         (("atlas", str(questions), "--image", str(pictures[0]), "--model", str(llava), "--vs-model", str(llava)),
          "--vs-model"),
         (("atlas", str(questions), "--image", str(tmp_path / "missing.png"), "--model", str(llava)), "missing.png"),
         (("atlas", str(questions), "--image", str(pictures[0]), "--model", str(llava), "--out",
-          str(tmp_path / "a.html")), ".json"),
+          str(tmp_path / "a.txt")), ".json"),
     ]:
         refused = run_cli(*args)
         assert refused.exit_code != 0 and message in refused.stderr, (args, refused.stderr)

@@ -288,8 +288,10 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
     from ..images.vlm import load_vlm
     from ..render.progress import export_progress
 
-    outputs = checked_pictures(options, images, [out] if out is not None else [], (".json", ".csv", ".parquet"),
-                       ".json (the heads and the sinks), .csv or .parquet (the heads)")
+    outputs = checked_pictures(options, images, [out] if out is not None else [],
+                               (".html", ".json", ".csv", ".parquet"),
+                               ".html (the atlas page, the sinks over the picture), .json (the heads and the sinks), "
+                               ".csv or .parquet (the heads)")
     rows = picture_rows(texts, field=field, column=column, input_format=input_format, pictures=images or None,
                         allow_outside=allow_outside)
     from ..images.files import read_image
@@ -309,7 +311,11 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
         atlas = picture_atlas(rows, model, on_text=lambda done, total: advance())
     document = atlas.to_dict()
     for path in outputs:
-        if path.suffix.lower() == ".json":
+        if path.suffix.lower() == ".html":
+            from ..views.picture_atlas_page import picture_atlas_page
+
+            picture_atlas_page(atlas, path)
+        elif path.suffix.lower() == ".json":
             from ..fileio import write_json
 
             write_json(path, document)

@@ -37,6 +37,7 @@ class PictureAtlas:
     grid: tuple[int, int] | None  # the finest grid's rows and columns, where every text's is the same
     heads: list[dict[str, Any]] = field(default_factory=list)
     sinks: list[dict[str, Any]] = field(default_factory=list)
+    picture: Placement | None = None  # the last text's last picture: where the sinks' places are drawn
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "texts": self.texts, "grid": list(self.grid) if self.grid else None,
@@ -54,6 +55,7 @@ def picture_atlas(rows: list[PictureRow], model: Any, *, on_text: Any = None) ->
     places: list[torch.Tensor] = []  # per text: [rows × cols] mean share of each place
     shapes = set()
     name = ""
+    last: Placement | None = None
     for n, row in enumerate(rows, start=1):
         result = model.read(row.text, list(row.pictures), rows="text")
         name = result.model_name
@@ -83,7 +85,7 @@ def picture_atlas(rows: list[PictureRow], model: Any, *, on_text: Any = None) ->
             r, c = divmod(index, grid[1])
             sinks.append({"row": r, "col": c, "weight": round(float(mean[r, c]), 6),
                           "texts": round(float((top == index).double().mean()), 6)})
-    return PictureAtlas(name, len(rows), grid, heads, sinks)
+    return PictureAtlas(name, len(rows), grid, heads, sinks, last)
 
 
 def _place_weights(result: Any, picture: Placement) -> torch.Tensor:
