@@ -119,7 +119,7 @@ def _panel(ax: Any, panel: Any, picture: Any, size: tuple[int, int], shown: np.n
     ax.imshow(shown, extent=(0, width, height, 0), interpolation="bilinear", aspect="equal" if kept else "auto")
     x0, y0, x1, y1 = picture.seen
     # The heat's opacity grows with its weight: where a head reads nothing the picture shows nearly clear.
-    opacity = HEAT_FLOOR + (HEAT_ALPHA - HEAT_FLOOR) * scale.normalize(panel.weights)
+    opacity = HEAT_FLOOR + (HEAT_ALPHA - HEAT_FLOOR) * np.sqrt(scale.normalize(panel.weights))  # a sixth still shows
     heat = ax.imshow(panel.weights, extent=(x0, x1, y1, y0), cmap=cmap, vmin=scale.vmin, vmax=scale.vmax,
                      alpha=opacity, interpolation="bilinear" if smooth else "nearest",
                      aspect="equal" if kept else "auto")
