@@ -15,6 +15,9 @@ kind = "previous_token"
 layer = 0
 head = 0
 ```
+
+``family = "llava"`` or ``"vit"`` in ``[model]`` makes a picture organism instead (:mod:`.picture_spec`), which
+:func:`read_spec` reads too; ``family = "gpt2"`` (the default) is this one.
 """
 
 from __future__ import annotations
