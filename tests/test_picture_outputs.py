@@ -122,3 +122,38 @@ def test_rollout_writes_every_kind_too(run_cli, vit, grey, tmp_path):
     done = run_cli("rollout", "--image", str(grey), "--model", str(vit), *[a for p in outs for a in ("--out", str(p))])
     assert done.exit_code == 0, done.stderr
     assert all(p.stat().st_size > 0 for p in outs)
+
+
+def test_a_panel_title_a_font_lacks_is_named_not_drawn_as_a_box(tmp_path, monkeypatch, grey):
+    """`generate --image --out answer.png` drew `##დ` as an empty box without a word: the figure's titles go through
+    the font chain, and what no installed font has is named once."""
+    from test_render_image import _dejavu
+
+    from attnviz.render import fonts
+    from attnviz.render.colors import ColorScale
+    from attnviz.render.image import MissingGlyphsWarning
+    from attnviz.render.picture_figure import render_picture_figure
+    from attnviz.result.placement import PatchGrid, Placement
+    from attnviz.views.picture_heat import PictureHeat, PicturePanel
+
+    monkeypatch.setattr(fonts, "_installed", lambda: [(fonts.DEFAULT_FAMILY, _dejavu())])
+    placed = Placement("vit", (64, 48), 1, 0, 16, tuple(range(1, 5)),
+                       (PatchGrid.of("patches", 2, 2, range(1, 5), [(0, 0, 32, 24), (32, 0, 64, 24), (0, 24, 32, 48),
+                                                                    (32, 24, 64, 48)]),))
+    view = PictureHeat("model · each new token", [PicturePanel("'##猫' (token 7)", np.eye(2), 0)], [placed],
+                       ColorScale(0.0, 1.0, "magma"), 1)
+    with pytest.warns(MissingGlyphsWarning, match="猫"):
+        render_picture_figure(view, [Image.open(grey).convert("RGB")], tmp_path / "answer.png")
+
+
+def test_generate_on_the_picture_organism_titles_each_new_token_in_full(run_cli, tmp_path):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "answer.json"
+    done = run_cli("generate", "what is here ?", "--image", str(root / "examples" / "house.png"), "--model",
+                   str(root / "sample_configs" / "organism_llava.toml"), "-n", "2", "--out", str(out), "--out",
+                   str(tmp_path / "answer.png"))
+    assert done.exit_code == 0, done.stderr
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert len(document["panels"]) == 2 and all("(token " in p["title"] for p in document["panels"])

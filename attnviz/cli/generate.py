@@ -75,10 +75,10 @@ def generate(
     # --out: the result (.npz), or a view format of the registry: a figure of the generated rows, or the page
     pages = [f.suffix for f in FORMATS.values() if f.kind == "view" and f.per_text]
     accepted = list(dict.fromkeys([FORMATS["npz"].suffix, *figure_suffixes(), *pages]))
-    for path in out:
+    for path in out if not image else []:  # with pictures, the picture commands' own kinds (checked there)
         if path.suffix.lower() not in accepted:
             raise UsageError(f"--out {path}: use {or_list(accepted)}")
-    out = check_view_outputs(out)
+    out = check_view_outputs(out) if not image else out
     prompt = text_from_file(prompt, text_file)
     if prompt is None:
         raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
