@@ -157,3 +157,24 @@ def test_generate_on_the_picture_organism_titles_each_new_token_in_full(run_cli,
     assert done.exit_code == 0, done.stderr
     document = json.loads(out.read_text(encoding="utf-8"))
     assert len(document["panels"]) == 2 and all("(token " in p["title"] for p in document["panels"])
+
+
+def test_a_checkpoints_generation_config_cannot_change_the_greedy_answer(tmp_path):
+    """generate --image called transformers' generate without the decoding settings said, so a checkpoint's
+    generation_config.json (here: the first answer token banned) changed its answer; the text engines' do not."""
+    from pathlib import Path
+
+    from attnviz.images.vlm import vlm_attention
+    from attnviz.organisms import save_organism
+
+    root = Path(__file__).resolve().parent.parent
+    folder = save_organism(str(root / "sample_configs" / "organism_llava.toml"), tmp_path / "llava")
+    picture = root / "examples" / "house.png"
+    first = vlm_attention("what is here ?", picture, str(folder), max_new_tokens=2)
+    answer = first.token_ids[first.metadata["prompt_length"]:]
+    config = folder / "generation_config.json"
+    found = json.loads(config.read_text(encoding="utf-8")) if config.exists() else {}
+    config.write_text(json.dumps({**found, "bad_words_ids": [[answer[0]]], "num_beams": 3,
+                                  "repetition_penalty": 50.0}), encoding="utf-8")
+    again = vlm_attention("what is here ?", picture, str(folder), max_new_tokens=2)
+    assert again.token_ids[again.metadata["prompt_length"]:] == answer

@@ -141,8 +141,10 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
         pad = processor.tokenizer.pad_token_id if processor.tokenizer.pad_token_id is not None else \
             (eos[0] if isinstance(eos, list) else eos)
         with torch.no_grad():
-            sequence = network.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                        pad_token_id=pad)[0]
+            from ..sources.sampling import Sampling  # greedy, every setting said: the checkpoint's own
+            # generation_config.json (beams, penalties, top-p) cannot change the answer, as on the text engines
+            sequence = network.generate(**inputs, max_new_tokens=max_new_tokens, pad_token_id=pad,
+                                        **Sampling().options())[0]
         ids = [int(i) for i in sequence]
         added = len(ids) - prompt_length
         inputs["input_ids"] = sequence[None]
