@@ -291,7 +291,7 @@ def find_query(tokens: Sequence[str], query: int | str) -> int:
     ignoring case and word-piece marks (``Ġ``, ``▁``, ``##``); the first of several."""
     from .errors import UsageError
 
-    if isinstance(query, int) or (isinstance(query, str) and query.strip().isdigit()):
+    if isinstance(query, int) or (isinstance(query, str) and query.strip().isascii() and query.strip().isdigit()):
         index = int(query)
         if not 0 <= index < len(tokens):
             raise UsageError(f"[[query={index}]] is out of range; the text has tokens 0 to {len(tokens) - 1}")

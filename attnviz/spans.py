@@ -19,7 +19,7 @@ def parse_span(text: str, name: str) -> Span:
         part = part.strip()
         if not part:
             ends.append(None)
-        elif part.isdigit():
+        elif part.isascii() and part.isdigit():  # not ² or ٣: int() refuses those
             ends.append(int(part))
         else:
             raise UsageError(f"[[{name}={text}]] is a range of token positions: A:B with whole numbers from 0")

@@ -457,3 +457,13 @@ def test_a_refused_picture_export_leaves_no_empty_out_folder(run_cli, llava, tmp
     out.mkdir()  # a folder that was there stays
     refused_in_one_line(run_cli("export", str(corpus), "--model", str(llava), "--out", str(out), "--layer", "5"))
     assert out.is_dir() and not any(out.iterdir())
+
+
+@pytest.mark.parametrize("argv", [("heatmap", "the cat", "--query", "²"), ("heatmap", "the cat", "--rows", "²:"),
+                                  ("heatmap", "the cat", "--cols", ":٣")])
+def test_digits_that_are_not_ascii_are_one_line_in_the_text_commands_too(run_cli, argv):
+    """`--query ²` (and a region of them) passed str.isdigit() and then int(): an internal error."""
+    from conftest import TINY
+
+    done = run_cli(*argv, "--model", TINY)
+    assert done.exit_code != 0 and done.stderr.count("\n") == 1 and "internal error" not in done.stderr, done.stderr

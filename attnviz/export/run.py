@@ -86,7 +86,7 @@ def _resume(all_items: list[Item], my_blocks: list[list[Item]], items: list[Item
     failed_now = {index for index, _ in summary.failed}
     for path in journal.stale_files(items):  # an earlier run's outputs that these settings no longer make
         path.unlink(missing_ok=True)
-        own = path.name[:6].isdigit() and int(path.name[:6]) in failed_now  # a text that failed in this run
+        own = path.name[:6].isascii() and path.name[:6].isdigit() and int(path.name[:6]) in failed_now  # a text that failed in this run
         if not own:  # (its partial files are this run's own, not an earlier export's)
             summary.removed.append(path.name)
     remove_stale_temporaries(out_dir)  # again: workers of a killed run may have outlived it by a moment
