@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import ResourceError
+from .errors import InputError, ResourceError
 
 MAX_INDEX = 10_000
 """Layers or heads a list may name (``--layers 0-100000000`` is refused before it is expanded)."""
@@ -153,8 +153,15 @@ def read_small(path: str | os.PathLike[str], *, limit: int = MAX_SMALL_FILE, wha
     info = check_regular(path, what)
     if info.st_size > limit:
         raise ResourceError(f"{path} is {human(info.st_size)}, more than the {human(limit)} a {what} may be")
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(min(limit, info.st_size) + 1)  # no buffer of the limit's size for a small file
+            if len(data) > info.st_size:  # it grew as it was read (or says 0 bytes, as /proc's): the rest, bounded
+                data += handle.read(limit + 1 - len(data))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a device that refuses (/proc/self/mem), a permission: which file, and why
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > limit:
         raise ResourceError(f"{path} grew past the {human(limit)} a {what} may be while it was read")
     return data

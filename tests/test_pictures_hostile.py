@@ -467,3 +467,12 @@ def test_digits_that_are_not_ascii_are_one_line_in_the_text_commands_too(run_cli
 
     done = run_cli(*argv, "--model", TINY)
     assert done.exit_code != 0 and done.stderr.count("\n") == 1 and "internal error" not in done.stderr, done.stderr
+
+
+def test_a_device_that_refuses_to_be_read_is_named(run_cli, tmp_path):
+    """`--image /proc/self/mem` said "cannot use: Input/output error" and named no file."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = run_cli("heatmap", "--image", "/proc/self/mem", "--model", str(root / "sample_configs" / "organism_vit.toml"))
+    assert done.exit_code != 0 and done.stderr.count("\n") == 1 and "/proc/self/mem" in done.stderr, done.stderr
