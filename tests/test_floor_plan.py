@@ -92,3 +92,25 @@ def test_the_dead_code_of_issue_42_stays_gone(module, owner, name):
     defined = [str(path.relative_to(PACKAGE.parent)) for path in sorted(PACKAGE.rglob("*.py"))
                if re.search(rf"^{name}\b.*=|^\s*def {name}\b", path.read_text(encoding="utf-8"), re.M)]
     assert not defined, defined
+
+
+def test_the_docs_floor_plan_table_places_every_module_as_parts_does():
+    """docs/development.md's table of parts lists, for each part, exactly the packages and modules PARTS places
+    there (it lacked images/, organisms/, tables and result_formats)."""
+    import re
+
+    from docs_text import DOCS
+    from test_imports import PARTS
+
+    table = DOCS["development.md"].split("```text\npart       modules", 1)[1].split("```", 1)[0]
+    found: dict[str, set[str]] = {}
+    part = ""
+    for line in table.splitlines()[1:]:
+        cells = re.split(r"\s{2,}", re.sub(r"\([^)]*\)", "", line).strip())
+        if not line.startswith(" "):
+            part, cells = cells[0], cells[1:]
+        names = re.findall(r"[A-Za-z_]+(?:\.py|/)?", cells[0]) if cells else []
+        found.setdefault(part, set()).update(n.removesuffix(".py").removesuffix("/") for n in names)
+    for name, modules in PARTS.items():
+        expected = {m.removeprefix("attnviz.") for m in modules}
+        assert found.get(name) == expected, (name, sorted(expected ^ found.get(name, set())))
