@@ -72,7 +72,7 @@ def registered_family(cls: type[NativeModel]) -> Iterator[type[NativeModel]]:
         unregister_family(cls)
 
 
-for _family in (Bert, gpt2.GPT2, llama.Llama):
+for _family in (Bert, gpt2.GPT2, llama.Llama, llama.Mistral, llama.Qwen2):
     register_family(_family)
 BUILT_IN = FAMILIES.seal()
 

@@ -61,7 +61,9 @@ class RMSNorm(nn.Module):
 
 
 class Llama(NativeModel):
-    model_types = {"llama": "LLaMA", "mistral": "Mistral", "qwen2": "Qwen2"}  # noqa: RUF012 (a trait, never changed)
+    model_types = {"llama": "LLaMA"}  # noqa: RUF012 (a trait, never changed)
+    biased_qkv = False  # Q, K and V carry biases (O does not) whatever the config's attention_bias says
+    windowed = False  # every layer slides the config's sliding_window, whatever use_sliding_window says
     prefixes = ("model.",)
     causal = True
     pre_norm = "norm_attn"
@@ -75,9 +77,9 @@ class Llama(NativeModel):
         self.theta = float(rope_parameters(config)["rope_theta"])
         eps = config.get("rms_norm_eps", 1e-6)
         self.eps = eps
-        qkv_bias = bool(config.get("attention_bias")) or config.get("model_type") == "qwen2"
+        qkv_bias = bool(config.get("attention_bias")) or self.biased_qkv
         window = config.get("sliding_window")
-        uses_window = config.get("model_type") == "mistral" or config.get("use_sliding_window", False)
+        uses_window = self.windowed or config.get("use_sliding_window", False)
         self.window = window if (window and uses_window) else None
         self.act = ACTIVATIONS[config.get("hidden_act", "silu")]
         self.embed = take(weights, "embed_tokens.weight")
@@ -129,3 +131,17 @@ class Llama(NativeModel):
         if cache is not None:
             cache.length, cache.hidden = start + t, x
         return x
+
+
+class Mistral(Llama):
+    """Mistral: LLaMA's blocks, every layer on the config's sliding window."""
+
+    model_types = {"mistral": "Mistral"}  # noqa: RUF012 (a trait, never changed)
+    windowed = True
+
+
+class Qwen2(Llama):
+    """Qwen2: LLaMA's blocks with biased queries, keys and values (its window only where use_sliding_window says)."""
+
+    model_types = {"qwen2": "Qwen2"}  # noqa: RUF012 (a trait, never changed)
+    biased_qkv = True
