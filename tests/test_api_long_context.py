@@ -56,7 +56,7 @@ def test_without_a_needle_the_library_uses_the_defaults_or_the_organisms(monkeyp
         raise Stop
 
     monkeypatch.setattr(needle_module, "PromptBuilder", builder)
-    monkeypatch.setattr("attnviz.generation.stepping.load_stepper", lambda model, **_: (None, None))
+    monkeypatch.setattr("attnviz.needle.model.load_stepper", lambda model, **_: (None, None))
     with pytest.raises(Stop):
         api.needle("some/model")
     assert seen == {"needle": defaults.NEEDLE, "question": defaults.QUESTION}

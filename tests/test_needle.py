@@ -150,8 +150,8 @@ def test_the_copy_circuit_finds_the_needle_at_every_depth_and_its_induction_head
 
 
 def test_the_prompt_is_the_length_asked_with_the_needle_at_a_sentence_boundary(circuit):
-    from attnviz.generation.stepping import load_stepper
     from attnviz.needle.haystack import PromptBuilder
+    from attnviz.needle.model import load_stepper
 
     _, codec = load_stepper(circuit, engine="native")
     builder = PromptBuilder(codec, haystack=cc.haystack(), needle=cc.NEEDLE, question=cc.QUESTION)
@@ -195,8 +195,8 @@ def lm(tiny_hf, tmp_path_factory):
 def test_the_answers_are_transformers_greedy_generate_on_every_engine(lm, family, engine):
     from transformers import AutoModelForCausalLM
 
-    from attnviz.generation.stepping import load_stepper
     from attnviz.needle.haystack import NEEDLE, QUESTION, PromptBuilder
+    from attnviz.needle.model import load_stepper
 
     result = needle(lm[family], lengths=[300], depths=[0.0, 0.6], max_new_tokens=8, engine=engine)
     assert result.engine == engine
@@ -216,7 +216,7 @@ def test_each_steps_row_is_the_full_forward_pass_row(lm):
     """The rows the scores read are transformers' eager attention of the same tokens, at the step's position."""
     from transformers import AutoModelForCausalLM
 
-    from attnviz.generation.stepping import load_stepper
+    from attnviz.needle.model import load_stepper
     from attnviz.sources.stepping import prefill, step
 
     model = AutoModelForCausalLM.from_pretrained(lm["llama"], attn_implementation="eager").eval()

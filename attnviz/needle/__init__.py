@@ -45,8 +45,8 @@ def needle(model: str | None, *, haystack: str | None = None, needle: str | None
     (last). ``pictures``: keep what the page draws of each run (``result.pictures``). ``backend="ray"``: the cells on a Ray cluster, ``jobs`` actors with a model each (a local cluster,
     or the one at ``ray_address``); the runs are the same as a local grid's. ``progress(done, total, run)`` is
     called before the first run and after each."""
-    from ..generation.stepping import load_codec, load_stepper
     from ..organisms import declared_needle
+    from .model import load_codec, load_stepper
 
     if needle is None or question is None:
         own_needle, own_question = declared_needle(model)

@@ -24,8 +24,8 @@ class NeedleActor:
     def __init__(self, spec: dict[str, Any], threads: int) -> None:
         import torch
 
-        from ..generation.stepping import load_stepper
         from .haystack import PromptBuilder
+        from .model import load_stepper
 
         torch.set_num_threads(max(1, threads))
         self.spec = spec
