@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from ..analysis import sparse_patterns as sp
 from ..analysis.patterns_registry import PATTERNS, winners
@@ -37,7 +37,7 @@ class HeadPattern:
 class PatternsResult:
     """Every head's search at each budget, the key/value heads' DuoAttention class, and MInference's config."""
 
-    KIND: ClassVar[str] = "patterns"  # its files in attnviz.result_formats
+    KIND = "patterns"  # its files in attnviz.result_formats (a class attribute, not a field)
 
     model_name: str
     engine: str

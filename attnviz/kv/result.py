@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 SCHEMA = "attnviz.kv/1"
 
@@ -55,7 +55,7 @@ class PolicyRun:
 class KVResult:
     """A context, its future tokens, and every policy × budget asked for (see the module)."""
 
-    KIND: ClassVar[str] = "kv"  # its files in attnviz.result_formats
+    KIND = "kv"  # its files in attnviz.result_formats (a class attribute, not a field)
 
     model_name: str
     engine: str

@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from ..errors import InputError
 from ..limits import MAX_INDEX
@@ -41,7 +41,7 @@ class NeedleRun:
 class NeedleResult:
     """A depth × length grid of needle runs on one model, and its heads' scores (see :mod:`.scores`)."""
 
-    KIND: ClassVar[str] = "needle"  # its files in attnviz.result_formats
+    KIND = "needle"  # its files in attnviz.result_formats (a class attribute, not a field)
 
     model_name: str
     engine: str
