@@ -10,7 +10,8 @@ function attnvizPicture(env) {
   const {el, state, fmt, showTip, hideTip} = env;
   const decode = (text, encoding) => attnvizDecode(text, encoding);  // tiles.js: one decoder for the page
 
-  const MIN_SIDE = 320;  // a small picture is shown larger (its patches stay pixels: image-rendering)
+  const MIN_SIDE = 384;  // a small picture is shown larger, its short side at least this (its pixels stay crisp)
+  const MAX_SIDE = 900;  // and never wider or taller than this
   const cache = new Map();
   let built = null;  // the data the elements were built for
   let serial = 0;
@@ -81,7 +82,8 @@ function attnvizPicture(env) {
     });
     picsBox = el("div", {class: "pics"});
     figures = p.images.map((image, n) => {
-      const long = Math.max(image.width, image.height), scale = Math.max(1, MIN_SIDE / long);
+      const short = Math.min(image.width, image.height), long = Math.max(image.width, image.height);
+      const scale = Math.max(1, Math.min(MIN_SIDE / short, MAX_SIDE / long));
       const shownW = Math.round(image.width * scale), shownH = Math.round(image.height * scale);
       const img = el("img", {src: image.src, width: shownW, height: shownH, alt: `${image.label}: ${image.name}`});
       if (scale > 1.5) img.style.imageRendering = "pixelated";
@@ -170,14 +172,35 @@ function attnvizPicture(env) {
     ctx.clearRect(0, 0, w, h);
     let best = -1;
     if (values) {
+      // The grid's colours as a canvas of one pixel a patch, drawn over the region the patches cover with the
+      // browser's smoothing: heat smooth at the picture's resolution, as the PNG draws it (a block per patch where
+      // the grid is not one rows × cols rectangle of boxes).
+      const regular = image.rows * image.cols === image.boxes.length;
+      const cells = regular ? document.createElement("canvas") : null;
+      const grid = cells ? cells.getContext("2d") : null;
+      const pixels = grid ? grid.createImageData(image.cols, image.rows) : null;
+      if (cells) { cells.width = image.cols; cells.height = image.rows; }
       for (let c = 0; c < image.boxes.length; c++) {
         const v = values[c];
         if (Number.isNaN(v)) continue;
         if (best < 0 || v > values[best]) best = c;
         const t = Math.max(0, Math.min(1, top > 0 ? v / top : 0)), [R, G, B] = table[Math.round(t * 255)];
-        const [x0, y0, x1, y1] = image.boxes[c];
-        ctx.fillStyle = `rgba(${R},${G},${B},${(0.05 + 0.7 * t).toFixed(3)})`;
-        ctx.fillRect(x0 * sx, y0 * sy, (x1 - x0) * sx, (y1 - y0) * sy);
+        const alpha = 0.15 + 0.55 * Math.sqrt(t);  // more opaque where stronger: the picture shows through
+        if (pixels) {
+          pixels.data.set([R, G, B, Math.round(alpha * 255)], c * 4);
+        } else {
+          const [x0, y0, x1, y1] = image.boxes[c];
+          ctx.fillStyle = `rgba(${R},${G},${B},${alpha.toFixed(3)})`;
+          ctx.fillRect(x0 * sx, y0 * sy, (x1 - x0) * sx, (y1 - y0) * sy);
+        }
+      }
+      if (cells && grid && pixels) {
+        grid.putImageData(pixels, 0, 0);
+        const xs = image.boxes.map((b) => [b[0], b[2]]).flat(), ys = image.boxes.map((b) => [b[1], b[3]]).flat();
+        const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+        ctx.save(); ctx.imageSmoothingEnabled = true; ctx.imageSmoothingQuality = "high";
+        ctx.drawImage(cells, x0 * sx, y0 * sy, (x1 - x0) * sx, (y1 - y0) * sy);
+        ctx.restore();
       }
     }
     const outline = (c, dashed) => {
