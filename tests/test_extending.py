@@ -127,7 +127,7 @@ def test_native_families_are_their_classes_traits():
     assert {kind: cls for cls in CLASSES for kind in cls.model_types} == FAMILIES
     names = [name for cls in CLASSES for name in cls.model_types.values()]
     assert family_names() == ", ".join(names) and all(name in what_works() for name in names)
-    assert [cls.pre_norm for cls in CLASSES] == [None, "ln_1", "norm_attn"]  # BERT is post-LN
+    assert [cls.pre_norm for cls in CLASSES] == [None, "ln_1", "norm_attn", "norm_attn", "norm_attn"]  # BERT: post-LN
 
 
 def test_a_native_family_added_from_outside_runs_on_the_native_engine(tiny_hf, tmp_path):

@@ -75,12 +75,19 @@ def _root(
     from .common import LIVE_HELP
 
     live = {**LIVE_HELP.get("*", {}), **LIVE_HELP.get(ctx.invoked_subcommand or "", {})}
-    if live:  # before the command's own --help: a help made from a registry, plugins loaded
+    if live:  # before the command's own --help: a help made from a registry, plugins loaded (their warnings said)
         command = ctx.command.get_command(ctx, ctx.invoked_subcommand or "") if hasattr(ctx.command, "get_command") \
             else None
-        for param in getattr(command, "params", []):
-            if param.name in live:
-                param.help = live[param.name]()
+        import warnings
+
+        from .common import said_warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for param in getattr(command, "params", []):
+                if param.name in live:
+                    param.help = live[param.name]()
+        said_warnings(caught)
 
 
 def plain_message(exc: ClickException) -> str:

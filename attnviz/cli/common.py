@@ -186,14 +186,19 @@ def cli_command(func: F | None = None, *, flags: dict[str, str] | None = None) -
                     raise
                 raise fail(internal_error(exc), 1) from None
             finally:
-                for w in caught:
-                    if issubclass(w.category, AttnvizWarning):
-                        said = in_cli_terms(str(w.message), {**FLAGS, **(flags or {})})
-                        sys.stderr.write(f"attnviz: warning: {one_line(said)}\n")
-                    elif debug:
-                        sys.stderr.write(f"warning ({w.category.__name__}): {one_line(str(w.message))}\n")
+                said_warnings(caught, {**FLAGS, **(flags or {})})
 
     return wrapper
+
+
+def said_warnings(caught: list[Any], flags: dict[str, str] | None = None) -> None:
+    """attnviz's own warnings as ``attnviz: warning: …`` lines on stderr; other libraries' only with ATTNVIZ_DEBUG=1."""
+    for w in caught:
+        if issubclass(w.category, AttnvizWarning):
+            said = in_cli_terms(str(w.message), flags or FLAGS)
+            sys.stderr.write(f"attnviz: warning: {one_line(said)}\n")
+        elif os.environ.get(DEBUG_ENV) == "1":
+            sys.stderr.write(f"warning ({w.category.__name__}): {one_line(str(w.message))}\n")
 
 
 ENVIRONMENT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
