@@ -11,17 +11,30 @@ eager's (:func:`~attnviz.sources.hf_attention.switch_to_fused`), else eager. The
 With the text's rows only (the rows a picture overlay, the heads' statistics and an answer's rows read), a
 2,880-token LLaVA-NeXT prompt holds a few dozen rows per head instead of 2,880: the memory the user's command
 needs stays a small part of eager's ``output_attentions=True`` (``benchmarks/bench_images.py``).
+
+Or nothing is kept (:func:`stream_layers`): each layer is handed on as it is computed, to a consumer that reduces it
+(the picture page: :mod:`attnviz.views.picture_stream`), as an :class:`~attnviz.sources.stream.ItemLayer` read a
+block of query rows at a time on the fused engine (never a layer's ``[H, T, T]``: a 10,017-token prompt's page
+within 4 GiB, ``benchmarks/bench_picture_page.py``), whole on eager attention (which builds it anyway).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import ModelNotFoundError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..sources.stream import ItemLayer
+
+LayerConsumer = Callable[[int, "ItemLayer", bool], None]
+"""What :func:`stream_layers` hands each layer to: its number, the layer (``[H, T, T]`` as blocks of query rows or
+whole) and whether it is causal (no row sees a later key)."""
 
 
 def language_model(network: nn.Module, name: str) -> nn.Module:
@@ -53,13 +66,9 @@ def run_layers(network: nn.Module, inputs: dict[str, Tensor], rows: list[int] | 
     """``[L, H, len(rows), T]`` float32 (``rows`` None: every row, ``[L, H, T, T]``): the language model's
     attention, a layer at a time (see the module)."""
     from ..attention.rows import AttentionRows
-    from ..sources.hf_attention import is_fused, weights_mode
-    from ..sources.hf_layers import attention_modules
 
     model = language_model(network, name)
-    modules = attention_modules(model)
-    if not modules:
-        raise ModelNotFoundError(f"{name}: attnviz finds no attention layers in its language model")
+    modules = attention_modules(model, name)
     total = int(inputs["input_ids"].shape[-1])
     wanted = list(range(total)) if rows is None else rows
     runs = _runs(wanted)
@@ -84,6 +93,63 @@ def run_layers(network: nn.Module, inputs: dict[str, Tensor], rows: list[int] | 
             layer.copy_(weights[0][:, wanted] if rows is not None else weights[0])
         count[0] += 1
 
+    _forward(network, model, inputs, modules, take)
+    if not out:
+        raise ModelNotFoundError(f"{name}: its language model gave no attention weights")
+    return out[0][: count[0]]
+
+
+def stream_layers(network: nn.Module, inputs: dict[str, Tensor], name: str, each: LayerConsumer) -> int:
+    """The language model's attention handed to ``each`` a layer at a time, as it is computed (a hook per layer:
+    ``each`` runs before the next layer does), and nothing kept: on the fused engine an
+    :class:`~attnviz.sources.stream.ItemLayer` whose blocks of query rows are computed as read, from the layer's
+    queries and keys; on eager attention the layer's weights whole. Returns how many layers were handed on."""
+    from ..attention.rows import AttentionRows
+    from ..sources.stream import ItemLayer, check_finite
+
+    model = language_model(network, name)
+    modules = attention_modules(model, name)
+    total = int(inputs["input_ids"].shape[-1])
+    count = [0]
+
+    def checked(block: Tensor) -> None:
+        check_finite(block, count[0], name)
+
+    def take(module: nn.Module, args: Any, output: Any, index: int) -> None:
+        weights = output[index] if isinstance(output, (tuple, list)) else None
+        if isinstance(weights, AttentionRows):
+            layer = ItemLayer(count[0], rows=(weights, 0, total), check=checked)  # (read before the next layer)
+            causal = _rows_causal(weights, total)
+        elif isinstance(weights, Tensor):
+            check_finite(weights, count[0], name)
+            layer = ItemLayer(count[0], weights[0].float())
+            causal = _weights_causal(weights[0])
+        else:
+            raise ModelNotFoundError(f"{name}: its language model gave no attention weights in layer {count[0]}")
+        each(count[0], layer, causal)
+        count[0] += 1
+
+    _forward(network, model, inputs, modules, take)
+    if not count[0]:
+        raise ModelNotFoundError(f"{name}: its language model gave no attention weights")
+    return count[0]
+
+
+def attention_modules(model: nn.Module, name: str) -> list[tuple[nn.Module, int]]:
+    """The language model's attention modules, each with where its output holds the weights."""
+    from ..sources.hf_layers import attention_modules as found
+
+    modules = found(model)
+    if not modules:
+        raise ModelNotFoundError(f"{name}: attnviz finds no attention layers in its language model")
+    return list(modules)
+
+
+def _forward(network: nn.Module, model: nn.Module, inputs: dict[str, Tensor], modules: list[tuple[nn.Module, int]],
+             take: Callable[..., None]) -> None:
+    """One forward of ``network`` with ``take(module, args, output, index)`` hooked after each attention module."""
+    from ..sources.hf_attention import is_fused, weights_mode
+
     handles = [module.register_forward_hook(lambda m, a, o, i=index: take(m, a, o, i)) for module, index in modules]
     try:
         with torch.no_grad(), weights_mode("rows") if is_fused(model) else nullcontext():
@@ -91,9 +157,47 @@ def run_layers(network: nn.Module, inputs: dict[str, Tensor], rows: list[int] | 
     finally:
         for handle in handles:
             handle.remove()
-    if not out:
-        raise ModelNotFoundError(f"{name}: its language model gave no attention weights")
-    return out[0][: count[0]]
+
+
+def _rows_causal(rows: Any, total: int) -> bool:
+    """Whether no query of a layer made from ``rows`` (:class:`~attnviz.attention.rows.AttentionRows`) may see a
+    later key: read off its mask a block of rows at a time (a masked key's weight is exactly 0, so this is what its
+    weights say; no mask: every row sees every key)."""
+    from ..attention.rows import rows_per_block
+
+    mask = rows.mask
+    if total <= 1:
+        return True
+    if mask is None:
+        return False
+    if getattr(mask, "start", None) == 0 and getattr(mask, "t_q", None) == total:  # a RowMask, plainly causal
+        return True
+    step = rows_per_block(rows.n_heads, total)
+    for first in range(0, total, step):
+        stop = min(total, first + step)
+        allowed = mask.rows(first, stop, total)
+        if allowed is None:
+            return False
+        allowed = allowed.expand(*allowed.shape[:-2], stop - first, allowed.shape[-1])
+        later = torch.arange(allowed.shape[-1], device=allowed.device)[None, :] > \
+            torch.arange(first, stop, device=allowed.device)[:, None]
+        if bool((allowed.bool() & later).any()):
+            return False
+    return True
+
+
+def _weights_causal(weights: Tensor) -> bool:
+    """Whether every weight after its row's own position is exactly 0 (``[H, T, T]``), a block of rows at a time."""
+    from ..attention.rows import rows_per_block
+
+    heads, total = int(weights.shape[0]), int(weights.shape[-1])
+    step = rows_per_block(heads, total)
+    for first in range(0, total, step):
+        block = weights[:, first : first + step]
+        later = torch.arange(total)[None, :] > torch.arange(first, first + block.shape[1])[:, None]
+        if bool(block[:, later].any()):
+            return False
+    return True
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:

@@ -6,15 +6,18 @@ is the processor's own, checked against the layout's."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from ..result.placement import PatchGrid, Placement, Tiles
 from .layouts import boxes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .forward import LayerConsumer
 
 
 def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model: str, *, device: str = "cpu",
@@ -57,6 +60,12 @@ class VisionLanguageModel:
         """``text`` and ``pictures`` read (see :func:`vlm_attention`)."""
         return _read(self, text, pictures, max_new_tokens, rows)
 
+    def stream(self, text: str, pictures: str | Path | Sequence[str | Path]) -> PictureStream:
+        """``text`` and ``pictures`` made ready to run, each layer then handed on as it is computed and none kept
+        (:class:`PictureStream`): what a page of a long prompt reads, a block of rows at a time (thousands of
+        image tokens: a layer's ``[H, T, T]`` alone is gigabytes)."""
+        return _stream(self, text, pictures)
+
 
 def load_vlm(model: str, *, device: str = "cpu", revision: str | None = None, trust_remote_code: bool = False,
              engine: str = "fused") -> VisionLanguageModel:
@@ -85,21 +94,29 @@ def load_vlm(model: str, *, device: str = "cpu", revision: str | None = None, tr
     return VisionLanguageModel(found, processor, network, engine, refused, device)
 
 
-def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequence[str | Path], max_new_tokens: int,
-          rows: str) -> AttentionResult:
-    import torch
+@dataclass
+class _Processed:
+    """A text and its pictures as the processor made them: the inputs, their ids, where the image tokens are and
+    each picture placed."""
 
-    from ..sources.tokens import label_from_piece
-    from .forward import run_layers
+    inputs: Any
+    ids: list[int]
+    where: list[int]
+    placed: list[Placement]
+    paths: list[str | Path]
+    whose: str
+    layers: int
+    heads: int
 
-    if rows not in ("all", "text"):
-        raise UsageError(f"rows {rows!r}: all, or text (the text's rows only)")
+
+def _process(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequence[str | Path],
+             max_new_tokens: int) -> _Processed:
+    """The pictures read, the prompt made and processed, its length checked and each picture placed."""
     paths = [pictures] if isinstance(pictures, (str, Path)) else list(pictures)
     if not paths:
         raise UsageError("no picture given: a vision-language model reads a text beside at least one picture")
     place, config, layout = loaded.found.place, loaded.found.config, loaded.found.layout
-    processor, network, device, engine, refused = (loaded.processor, loaded.network, loaded.device, loaded.engine,
-                                                   loaded.refused)
+    processor, network, device = loaded.processor, loaded.network, loaded.device
     images = _pictures(paths, processor, place.name)
     prompt = _prompt(text, len(images), processor, layout, config)
     with warnings.catch_warnings():  # a processor's own deprecation notes (numpy's copy keyword) are not the user's
@@ -128,12 +145,26 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
     text_config = config.get("text_config") or {}
     layers = int(text_config.get("num_hidden_layers") or 32)
     heads = int(text_config.get("num_attention_heads") or 32)
+    return _Processed(inputs, ids, where, placed, paths, whose, layers, heads)
+
+
+def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequence[str | Path], max_new_tokens: int,
+          rows: str) -> AttentionResult:
+    import torch
+
+    from .forward import run_layers
+
+    if rows not in ("all", "text"):
+        raise UsageError(f"rows {rows!r}: all, or text (the text's rows only)")
+    read = _process(loaded, text, pictures, max_new_tokens)
+    processor, network, inputs, ids, where = loaded.processor, loaded.network, read.inputs, read.ids, read.where
+    layers, heads = read.layers, read.heads
     from ..limits import check_memory
 
     kept = len(ids) - len(where) if rows == "text" else len(ids)
     # The rows kept of every layer, and one layer's weights as it is computed (twice: scores, then weights).
     check_memory(4 * layers * heads * kept * len(ids) + 2 * 4 * heads * len(ids) ** 2,
-                 f"the attention of {len(ids):,} tokens ({len(where):,} of them {whose}) in {layers} layers × "
+                 f"the attention of {len(ids):,} tokens ({len(where):,} of them {read.whose}) in {layers} layers × "
                  f"{heads} heads")
     prompt_length = len(ids)
     if max_new_tokens:
@@ -158,7 +189,18 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
                      f"the attention of {len(ids):,} tokens with the answer")
     image_rows = set(where)
     held = None if rows == "all" else [i for i in range(len(ids)) if i not in image_rows]
-    attentions = run_layers(network, dict(inputs), held, place.name)  # [L, H, T or Q, T]
+    attentions = run_layers(network, dict(inputs), held, loaded.name)  # [L, H, T or Q, T]
+    generation = {"generation": True, "prompt_length": prompt_length} if max_new_tokens else {}
+    return _result(loaded, read, ids, attentions, causal=_causal(attentions, held), held=held, extra=generation)
+
+
+def _result(loaded: VisionLanguageModel, read: _Processed, ids: list[int], attentions: Any, *, causal: bool,
+            held: list[int] | None, extra: dict[str, Any]) -> AttentionResult:
+    """The result of ``ids`` (the prompt's, or with an answer) with ``attentions`` (``[0, 0, T, T]``: a header,
+    whose layers are handed on as they are computed)."""
+    from ..sources.tokens import label_from_piece
+
+    processor, placed = loaded.processor, read.placed
     pieces = processor.tokenizer.convert_ids_to_tokens(ids)
     at: dict[int, str] = {}
     for number, picture in enumerate(placed, start=1):
@@ -168,16 +210,60 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
     labels = [at.get(i) or label_from_piece(piece or f"<{t}>") for i, (t, piece) in enumerate(zip(ids, pieces,
                                                                                                   strict=True))]
     special = set(getattr(processor.tokenizer, "all_special_ids", []) or [])
+    engine, refused = loaded.engine, loaded.refused
     return AttentionResult(
         # causal as the weights are: PaliGemma's image and prompt attend to each other (a prefix), LLaVA's do not
         tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids],
-        causal=_causal(attentions, held), model_name=place.name,
+        causal=causal, model_name=loaded.name,
         metadata={"engine": "hf" if engine == "hf" or refused else "fused",
                   **({"fused_refused": refused} if engine == "fused" and refused else {}),
                   **({"rows": held} if held is not None else {}), "images": [picture.with_path(str(path)).to_dict()
-                                                                   for path, picture in zip(paths, placed, strict=True)],
-                  **({"generation": True, "prompt_length": prompt_length} if max_new_tokens else {})},
+                                                                   for path, picture in zip(read.paths, placed,
+                                                                                            strict=True)],
+                  **extra},
     )
+
+
+@dataclass
+class PictureStream:
+    """A text and its pictures ready to run, their layers handed on one at a time (:meth:`VisionLanguageModel.stream`):
+    ``header`` (the result's tokens, ids and pictures, no weights: ``[0, 0, T, T]``), ``layers`` (how many the
+    language model has). :meth:`run` runs the model once."""
+
+    header: AttentionResult
+    layers: int
+    heads: int
+    _run: Callable[[LayerConsumer], int]
+
+    def run(self, each: LayerConsumer) -> None:
+        """The model run over the text and pictures, each layer handed to ``each(number, layer, causal)`` as it is
+        computed (see :func:`attnviz.images.forward.stream_layers`); ``header.causal`` then says whether every
+        layer was."""
+        causal: list[bool] = []
+
+        def take(number: int, layer: Any, is_causal: bool) -> None:
+            causal.append(is_causal)
+            each(number, layer, is_causal)
+
+        self._run(take)
+        self.header.causal = all(causal)
+
+
+def _stream(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequence[str | Path]) -> PictureStream:
+    import torch
+
+    from ..limits import check_memory
+    from .forward import attention_modules, language_model, stream_layers
+
+    read = _process(loaded, text, pictures, 0)
+    total = len(read.ids)
+    if loaded.engine == "hf" or loaded.refused:  # eager attention builds each layer whole (scores, then weights)
+        check_memory(2 * 4 * read.heads * total**2, f"one layer's attention of {total:,} tokens "
+                     f"({len(read.where):,} of them {read.whose}) × {read.heads} heads, as eager attention builds it")
+    header = _result(loaded, read, read.ids, torch.zeros(0, 0, total, total), causal=False, held=None, extra={})
+    network, inputs = loaded.network, dict(read.inputs)
+    layers = len(attention_modules(language_model(network, loaded.name), loaded.name))
+    return PictureStream(header, layers, read.heads, lambda each: stream_layers(network, inputs, loaded.name, each))
 
 
 def positions_of(network: Any) -> int | None:

@@ -10,9 +10,10 @@ from rich.text import Text
 
 def draw_picture(explorer: Any, sink: Any) -> None:
     """Onto ``sink``: the selected token's (the last token's by default) attention over each picture of the
-    explorer's result (its ``full`` one, where the matrices show each picture as one token)."""
+    explorer's result (its ``full`` one, where the matrices show each picture as one token: every row, or the rows
+    of the collapsed matrix's tokens, :class:`~attnviz.views.picture_parts.PictureRows`)."""
     from ..labels import safe_text
-    from ..render.overlay import strongest_patches, terminal_grid
+    from ..render.overlay import row_of, strongest_patches, terminal_grid
 
     result = explorer.full if explorer.full is not None else explorer.result
     metas = result.pictures
@@ -20,7 +21,8 @@ def draw_picture(explorer: Any, sink: Any) -> None:
     selected = explorer.token
     token = len(result.tokens) - 1 if selected is None else first[selected] if first else selected
     every = [p for meta in metas for p in meta.image_positions]
-    row = result.attentions[explorer.layer, explorer.head, token].double()
+    # (a long prompt's full result holds the rows this view shows only: metadata["rows"])
+    row = result.attentions[explorer.layer, explorer.head, row_of(result, [token])[0]].double()
     sink.print(Text(f"{safe_text(result.tokens[token])} (token {token}), layer {explorer.layer} head {explorer.head}: "
                     f"{float(row[every].sum()):.0%} of its attention on the picture"
                     f"{'s' if len(metas) > 1 else ''}; each weight scaled to the largest"))
