@@ -106,7 +106,7 @@ def atlas(
     attnviz atlas export-base/ --vs-model export-finetuned/ --format json ·
     attnviz atlas questions.txt --image photo.png --model llava-hf/llava-1.5-7b-hf
     """
-    from ..images.found import reads_pictures
+    from ..api import reads_pictures
 
     if image or (options.model is not None and reads_pictures(options.model)):
         from .images import image_atlas
@@ -141,7 +141,7 @@ def atlas(
         check_writable(per_text)
     if embed_tokens == 1:
         raise UsageError("--embed-tokens 1: the embedding needs at least 2 tokens (or 0 to leave it out)")
-    from ..analysis.qk_embedding import MAX_EMBED_TOKENS
+    from ..api import MAX_EMBED_TOKENS
 
     if embed_tokens > MAX_EMBED_TOKENS:
         raise UsageError(f"--embed-tokens {embed_tokens}: the page embeds at most {MAX_EMBED_TOKENS:,} tokens (each "
@@ -156,7 +156,7 @@ def atlas(
     if retrieval is not None:
         if vs_model is not None:
             raise UsageError("--retrieval adds one model's retrieval scores; it does not go with --vs-model")
-        from ..needle.tables import read_retrieval
+        from ..api import read_retrieval
 
         found_retrieval = read_retrieval(retrieval)  # a damaged file fails before the model runs
     if vs_model is None:
@@ -264,8 +264,7 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, texts_as: TextsA
         sources = [options.load(), replace(options, model=vs_model).load()]
         if any(source.capabilities.fixed_input for source in sources):
             raise UsageError("atlas runs both models on TEXTS; a saved result or a matrices config has a fixed input")
-        from ..analysis.checkpoint_diff import check_summary_cost, run_diff
-        from ..analysis.statistics import STATISTICS
+        from ..api import STATISTICS, check_summary_cost, run_diff
 
         measures = 1 + len(STATISTICS) + (0 if not importance else 1 if importance[0] is None else 2)
         # before any model runs, with at least one head a layer (run_diff checks again once it sees the heads)
@@ -300,7 +299,7 @@ def _importance_changes(options: ModelOptions, vs_model: str, texts: list[str],
                         importance: tuple[Ablate | None, str | None], truncate: bool) -> dict[str, Tensor]:
     """Each text's head importance (and ablation) in the other model minus in --model, scaled per layer as the
     heads table scales each (so the change of a head's mean is the change of its normalised importance)."""
-    from ..attribution.importance import head_importance
+    from ..api import head_importance
 
     ablate, vs = importance
     found = [head_importance(importance_source(o, vs), texts, ablate=None if ablate is None else ablate.value,

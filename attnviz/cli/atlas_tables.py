@@ -13,13 +13,13 @@ from .common import stdout_console
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import JustifyMethod
 
-    from ..analysis.checkpoint_diff import CheckpointDiff
+    from ..api import CheckpointDiff
     from ..export.atlas_data import AtlasData
 
 
 def print_corpus(data: AtlasData, top: int | None, width: int | None) -> None:
     """Per statistic and label, the heads with the highest corpus mean or rate."""
-    from ..analysis.statistics import short_name
+    from ..api import short_name
 
     console = stdout_console(width)
     shown = top or 3

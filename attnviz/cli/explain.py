@@ -77,7 +77,7 @@ def explain(
 
             echo_json([asdict(item) for item in items])
         else:
-            from ..explain.printed import render_errata
+            from ..api import render_errata
 
             render_errata(items, stdout_console(width), lang.value)
         return
@@ -87,6 +87,6 @@ def explain(
     if as_json:
         echo_json(walk.to_dict())
     else:
-        from ..explain.printed import render_walkthrough
+        from ..api import render_walkthrough
 
         render_walkthrough(walk, stdout_console(width), lang.value)

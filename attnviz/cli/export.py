@@ -119,7 +119,7 @@ def export(
         )
     input = inputs[0]
     settings = build_settings(config, export_options)
-    from ..images.found import reads_pictures
+    from ..api import reads_pictures
     from ..render.progress import export_progress
 
     pictures = bool(image) or (settings.model is not None and reads_pictures(settings.model))

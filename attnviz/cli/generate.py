@@ -96,8 +96,8 @@ def generate(
 
         sys.stderr.write(f"attnviz: no --model given; generating with {GENERATING_MODEL} (random weights: its words "
                          "mean nothing; give --model gpt2 for real text)\n")
+    from ..api import generate as run
     from ..api import generation_summary, generation_view
-    from ..generation import generate as run
 
     result = run(prompt, options.model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
                  top_k=top_k, top_p=top_p, seed=0 if seed is None and sample else seed, stop_at_eos=stop_at_eos, engine=options.engine,

@@ -40,7 +40,7 @@ from .options import (
 from .outputs import StdoutFormat, announcer, check_outputs, write_table, write_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analysis.heads import HeadRow
+    from ..api import HeadRow
 
 BATCH = 16
 EXACTLY_ONE = "give exactly one of TEXT, --file FILE or --probe induction"
@@ -123,7 +123,7 @@ def heads(
         return
     found_retrieval = None
     if retrieval is not None:
-        from ..needle.tables import read_retrieval
+        from ..api import read_retrieval
 
         found_retrieval = read_retrieval(retrieval)  # a damaged file fails before the model runs
     sort = _sort_column(sort, importance=importance, ablate=ablate is not None, retrieval=retrieval is not None)
@@ -191,7 +191,7 @@ def heads(
                      reading=view, kind=kind_name(kind), target=target, layer=one_layer, retrieval=found_retrieval)
     found = None
     if importance:
-        from ..attribution.importance import head_importance
+        from ..api import head_importance
 
         # (no text only for a fixed-input source: a matrices config or a saved result, which have no fused engine)
         found = head_importance(source, texts if texts is not None else [] if text is None else [text],
@@ -200,7 +200,7 @@ def heads(
         if chosen is not None:
             chosen += [c for c in found.columns() if c not in chosen]
     if found_retrieval is not None:
-        from ..needle.tables import COLUMNS as RETRIEVAL_COLUMNS
+        from ..api import retrieval_columns as RETRIEVAL_COLUMNS
 
         if chosen is not None:
             chosen += [c for c in RETRIEVAL_COLUMNS if c not in chosen]
@@ -219,7 +219,7 @@ def heads(
     if fmt is Format.json:
         echo_json(table.document(rows, **what))
     elif fmt is Format.csv:
-        from ..analysis.heads import rows_csv
+        from ..api import rows_csv
 
         typer.echo(rows_csv(rows), nl=False)
     else:
@@ -249,7 +249,7 @@ HEADS_OUTPUTS = (".json", ".csv", ".parquet")
 
 def write_heads_output(document: dict[str, Any], rows: list[Any], path: Path) -> None:
     """The head table to ``path``, its kind by extension: the JSON document, or one row per head as CSV or Parquet."""
-    from ..analysis.heads import rows_flat
+    from ..api import rows_flat
     from ..labels import json_text
 
     if path.suffix.lower() == ".json":
@@ -263,8 +263,7 @@ def importance_source(options: Any, vs: str | None) -> Any:
     """The model importance runs on (the fused engine where the engine is auto), checked to have a loss."""
     from dataclasses import replace
 
-    from ..attribution.importance import check_importance
-    from ..sources.resolve import is_config_model, is_saved_result
+    from ..api import check_importance, is_config_model, is_saved_result
 
     if is_config_model(options.model) or is_saved_result(options.model):
         kind = "a config model" if is_config_model(options.model) else "a saved result"
@@ -279,7 +278,7 @@ def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None
                        input_format: str | None = None) -> None:
     """``importance.parquet`` beside heads.parquet: each text's importance (and ablation) per head, by ``source``
     (:func:`importance_source`)."""
-    from ..attribution.importance import head_importance
+    from ..api import head_importance
     from ..inputs import read_corpus
 
     texts = read_corpus(file, field=field, column=column, input_format=input_format)
@@ -294,7 +293,7 @@ def _sort_column(sort: str | None, *, importance: bool = False, ablate: bool = F
                  retrieval: bool = False) -> str | None:
     """The statistic ``--sort`` names (full or short name), ``layer``, ``head``, ``importance`` or ``ablation``
     (with ``--importance`` and ``--ablate``), or None."""
-    from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
+    from ..api import RETIRED, STATISTICS, short_name, statistic_named
 
     if sort is None or sort in ("layer", "head"):
         return sort
@@ -318,7 +317,7 @@ def _chosen_columns(columns: str | None, *, importance: bool = False, ablate: bo
                     retrieval: bool = False) -> list[str] | None:
     """The statistics ``--columns`` names, in its order (full or short names, or ``all``; ``importance`` and
     ``ablation`` with ``--importance`` and ``--ablate``); None if not given."""
-    from ..analysis.statistics import RETIRED, STATISTICS, short_name, statistic_named
+    from ..api import RETIRED, STATISTICS, short_name, statistic_named
 
     if columns is None:
         return None
@@ -357,7 +356,7 @@ def print_table(rows: list[HeadRow], *, title: str, width: int | None, sort: str
                 label_rules: dict[str, tuple[str, float]] | None = None) -> None:
     """The table at the console's width, a legend of its columns, what was left out and how to see it,
     and the label rules."""
-    from ..analysis.statistics import STATISTICS, column_order, labels, priority_order, short_name
+    from ..api import STATISTICS, column_order, labels, priority_order, short_name
     from ..render.tables import choose_columns, head_stats_table, legend_table
 
     console = stdout_console(width)
@@ -388,6 +387,6 @@ def print_table(rows: list[HeadRow], *, title: str, width: int | None, sort: str
 
 
 def _both(statistic: str) -> str:
-    from ..analysis.statistics import short_name
+    from ..api import short_name
 
     return statistic if short_name(statistic) == statistic else f"{short_name(statistic)} ({statistic})"

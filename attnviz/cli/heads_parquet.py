@@ -19,7 +19,7 @@ from .common import note, say
 ALONE = "--format parquet writes one row per text × layer × head of --file's texts"
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analysis.reading import Reading
+    from ..api import Reading
     from ..export.settings import ExportSettings
     from .options import ModelOptions
 

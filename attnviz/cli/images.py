@@ -27,7 +27,7 @@ def checked_pictures(options: Any, images: list[Path], out: list[Path], allowed:
         raise UsageError(f"{len(images)} pictures without a text: an image encoder reads one picture a run (several "
                          "--image go with a text, to a vision-language model)")
     if options.model is None:
-        from ..images.layouts import needs_picture_model
+        from ..api import needs_picture_model
 
         raise UsageError(needs_picture_model())
     for path in out:
@@ -105,8 +105,8 @@ def picture_attention(options: Any, text: str | None, images: list[Path], *, row
     """An image encoder's attention over the picture (no text), else the vision-language model's over text and
     pictures (``rows="text"``: the text's rows only, where nothing else is read), on the engine asked: fused (the
     default) or hf (transformers' eager attention); an encoder runs on eager attention."""
-    from ..images.encoder import image_attention
-    from ..images.vlm import vlm_attention
+    from ..api import image_attention
+    from ..api import vlm_attention
 
     engine = str(getattr(options.engine, "value", options.engine))
     if engine == "native":
@@ -140,7 +140,7 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     """``heads --image``: each head's share on the picture, its spread over the patches and its sink patch."""
     import json
 
-    from ..images.statistics import COLUMNS, image_head_rows
+    from ..api import image_head_columns as COLUMNS, image_head_rows
     from .outputs import csv_text
 
     outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
@@ -235,13 +235,13 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
     each patch reaches the CLS token (or ``--query``) after each layer, as heat over the picture."""
     from dataclasses import replace
 
-    from ..attribution.rollout import rollout
-    from ..images.encoder import image_attention
+    from ..api import rollout
+    from ..api import image_attention
     from ..views.picture_files import write_picture_outputs
     from ..views.picture_heat import picture_heat
 
     checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ", ".join(IMAGE_OUTPUTS), text=None)
-    from ..images.found import reads_pictures
+    from ..api import reads_pictures
 
     if str(getattr(options.engine, "value", options.engine)) == "native":
         raise UsageError("--engine native: attnviz's own engine reads no pictures; an image encoder runs on "
@@ -251,7 +251,7 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
                          "attention over its patches; see what its words read of the picture with heatmap TEXT --image")
     result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
                              trust_remote_code=options.trust_remote_code)
-    chained = rollout(result.attentions, head_fusion=fusion or "mean")  # type: ignore[arg-type]  # [L, T, T]
+    chained = rollout(result.attentions, head_fusion=fusion or "mean")  # [L, T, T]
     n_layers = chained.shape[0]
     if layer is not None and not 0 <= layer < n_layers:
         raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
@@ -283,9 +283,9 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
     ``allow_outside``: a corpus's pictures may lie outside its folder."""
     import json
 
-    from ..images.atlas import HEAD_COLUMNS, SINK_COLUMNS, picture_atlas
-    from ..images.corpus import picture_rows
-    from ..images.vlm import load_vlm
+    from ..api import picture_atlas_head_columns as HEAD_COLUMNS, SINK_COLUMNS, picture_atlas
+    from ..api import picture_rows
+    from ..api import load_vlm
     from ..render.progress import export_progress
 
     outputs = checked_pictures(options, images, [out] if out is not None else [],
@@ -294,7 +294,7 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
                                ".csv or .parquet (the heads)")
     rows = picture_rows(texts, field=field, column=column, input_format=input_format, pictures=images or None,
                         allow_outside=allow_outside)
-    from ..images.files import read_image
+    from ..api import read_image
 
     for picture in dict.fromkeys(p for each in rows for p in each.pictures):  # each read before the model loads
         read_image(picture)  # (once): a bad one is one line, not a late failure
@@ -366,8 +366,8 @@ class PictureExplorer:
 def picture_explorer(options: Any, text: str | None, images: list[Path], *, reading: Any,
                      expand: bool = False) -> PictureExplorer:
     """``tui --image``: the pictures checked before anything loads (see :class:`PictureExplorer`)."""
-    from ..images.files import read_image
-    from ..images.found import reads_pictures
+    from ..api import read_image
+    from ..api import reads_pictures
     from ..tui.explorer import Explorer
 
     checked_pictures(options, images, [], (), "", text=text)
@@ -376,8 +376,8 @@ def picture_explorer(options: Any, text: str | None, images: list[Path], *, read
     load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
     if not reads_pictures(options.model):  # an image encoder (or a family found by name when it loads)
         def encoder() -> Any:
-            from ..images.encoder import image_attention
-            from ..sources.saved import SavedSource
+            from ..api import image_attention
+            from ..api import SavedSource
 
             result = image_attention(images[0], options.model, **load)
             return Explorer(SavedSource(result, result.model_name), reading=reading)
@@ -391,7 +391,7 @@ def picture_explorer(options: Any, text: str | None, images: list[Path], *, read
         raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
 
     def language() -> Any:
-        from ..images.vlm import load_vlm
+        from ..api import load_vlm
 
         model = load_vlm(options.model, **load, engine="hf" if engine == "hf" else "fused")
         return Explorer(model, reading=reading, pictures=tuple(images), expand=expand)

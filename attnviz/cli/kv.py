@@ -28,14 +28,14 @@ from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 def _policy_help() -> str:
     """--policy's help from the registry (:mod:`attnviz.analysis.policies`); the root command writes it again once
     plugins have loaded, so `attnviz kv --help` lists a plugin's policy too."""
-    from ..analysis.policies import policy_help
+    from ..api import policy_help
 
     return policy_help()
 
 
 def _settings_help() -> str:
     """--set's help from the registry: every policy's settings (written again once plugins load, as --policy's)."""
-    from ..analysis.policies import settings_help
+    from ..api import settings_help
 
     return settings_help()
 
@@ -44,7 +44,7 @@ LIVE_HELP["kv"] = {"policy": _policy_help, "set_values": _settings_help}
 
 
 def _policy_names(incomplete: str) -> list[str]:
-    from ..analysis.policies import POLICIES
+    from ..api import POLICIES
 
     return [name for name in POLICIES if name.startswith(incomplete)]
 
@@ -100,13 +100,13 @@ def kv(
     text = text_from_file(text, text_file)
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
-    from ..analysis.policies import parse_policies, parse_settings
+    from ..api import parse_policies, parse_settings
 
     budgets = parse_budgets(budget)
-    from ..kv.result import KVResult  # its module registers the formats it writes
+    from ..api import KVResult  # its module registers the formats it writes
 
     outputs = check_outputs(out, suffixes(KVResult.KIND))
-    from ..kv import kv as run_kv
+    from ..api import kv as run_kv
 
     def progress(what: str) -> None:
         if not quiet and fmt is StdoutFormat.table:
@@ -129,7 +129,7 @@ def kv(
         echo_json(result.to_dict())
         return
     if fmt is StdoutFormat.csv:
-        from ..kv.outputs import ROW_COLUMNS
+        from ..api import ROW_COLUMNS
 
         typer.echo(csv_text(rows, ROW_COLUMNS), nl=False)
         return

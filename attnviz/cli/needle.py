@@ -72,18 +72,18 @@ def needle(
         raise UsageError("[[ray_address]] goes with [[backend=ray]]")
     chosen_lengths = parse_lengths(lengths)
     chosen_depths = parse_depths(depths)
-    from ..needle.result import NeedleResult  # its module registers the formats it writes
+    from ..api import NeedleResult  # its module registers the formats it writes
 
     outputs = check_outputs(out, suffixes(NeedleResult.KIND))
     text = None
     if haystack is not None:
-        from ..needle.haystack import haystack_chars, read_haystack
+        from ..api import haystack_chars, read_haystack
 
         text = read_haystack(haystack, field=field, column=column, input_format=input_format,
                              max_chars=haystack_chars(chosen_lengths))
     elif field is not None or column is not None or input_format is not None:
         raise UsageError("[[field]], [[column]] and [[input_format]] say how to read [[haystack]]; give a haystack file")
-    from ..needle import needle as run_needle
+    from ..api import needle as run_needle
     from ..render.progress import export_progress
 
     console = stdout_console(width)
@@ -115,7 +115,7 @@ def needle(
         echo_json(result.to_dict())
         return
     if fmt is StdoutFormat.csv:
-        from ..needle.outputs import HEAD_COLUMNS
+        from ..api import needle_head_columns as HEAD_COLUMNS
 
         typer.echo(csv_text(ranked, HEAD_COLUMNS), nl=False)
         return

@@ -15,9 +15,9 @@ from ..errors import UsageError
 from .common import LIVE_HELP
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..api import Engine
     from ..render.view import HeadChoice
     from ..render.view import Kind as ViewKind
-    from ..sources.resolve import Engine
 
 MODEL_HELP = (
     "Model: a Hugging Face folder, a hub id (e.g. gpt2), a .toml config such as sample_configs/tiny.toml, or a "
@@ -132,7 +132,7 @@ Retrieval = typer.Option(None, "--retrieval", help="A needle run (attnviz needle
 def image_help(*, live: bool = False) -> str:
     """--image's help, its families from the layout records: the built-in ones as the app is built (no plugin loads
     for --help), every registered one (a plugin's too) when a command runs (``live``)."""
-    from ..images.layouts import LAYOUTS, families
+    from ..api import LAYOUTS, families
 
     def shown(language: bool) -> str:
         if live:
@@ -182,7 +182,7 @@ def parse_budgets(text: str) -> list[int | float]:
     """--budget's list: numbers of keys (256) or fractions (0.25, 25%), comma-separated."""
     import math
 
-    from ..analysis.kv_policies import parse_budget
+    from ..api import parse_budget
     from ..limits import MAX_BUDGETS
 
     parts = [b for b in text.split(",") if b.strip()]
@@ -202,7 +202,7 @@ def parse_budgets(text: str) -> list[int | float]:
 
 def reading(hide_special: bool, renormalize: bool, words: bool) -> Any:
     """The library's Reading for --hide-special, --renormalize and --words (one check, in the library)."""
-    from ..analysis.reading import Reading
+    from ..api import Reading
 
     return Reading(hide_special=hide_special, renormalize=renormalize, words=words)
 

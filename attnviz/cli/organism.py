@@ -32,9 +32,9 @@ def organism(
 
     Example: attnviz organism sample_configs/organism_needle.toml --out needle-organism · attnviz organism sample_configs/organism_llava.toml --format json
     """
-    from ..organisms import PictureSpec, read_spec
-    from ..organisms.picture_kinds import describe as describe_picture
-    from ..organisms.spec import describe
+    from ..api import PictureSpec, read_spec
+    from ..api import describe_picture_head as describe_picture
+    from ..api import describe_planted_head as describe
 
     spec = read_spec(config)  # what is wrong with the file, else that it is not an organism, in one line
     planted = {(h.layer, h.head): h for h in spec.planted}
@@ -75,7 +75,7 @@ def organism(
             console.print(f"needle: {safe_text(spec.needle)}\nquestion: {safe_text(spec.question or '(needle default)')}",
                           markup=False)
     if out is not None:
-        from ..organisms import save_organism
+        from ..api import save_organism
 
         note(f"building {spec.name}")
         wrote(save_organism(config, out))

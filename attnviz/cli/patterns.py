@@ -62,7 +62,7 @@ def patterns(
     if text is None:
         raise UsageError("give the prompt: TEXT, - (standard input) or --text-file")
     budgets = parse_budgets(budget)
-    from ..kv.patterns import PatternsResult  # its module registers the formats it writes
+    from ..api import PatternsResult  # its module registers the formats it writes
 
     check_outputs(out, suffixes(PatternsResult.KIND))
     from ..fileio import check_writable
@@ -70,7 +70,7 @@ def patterns(
     for path in (p for p in (minference, duo) if p is not None):
         check_writable(path)  # as every --out: not a link, a pipe or a device; written atomically
     check_distinct([*(("out", path) for path in out), ("minference", minference), ("duo", duo)])
-    from ..kv.patterns import patterns as run_patterns
+    from ..api import patterns as run_patterns
 
     result = run_patterns(options.model, text, budgets=budgets, threshold=threshold, engine=options.engine,
                           revision=options.revision, device=options.device,
@@ -92,7 +92,7 @@ def patterns(
         echo_json(result.to_dict())
         return
     if fmt is StdoutFormat.csv:
-        from ..kv.patterns_outputs import columns
+        from ..api import patterns_columns as columns
 
         typer.echo(csv_text(result.rows(), columns()), nl=False)
         return
@@ -101,7 +101,7 @@ def patterns(
 
     console = stdout_console(width)
     streaming = sum(not x for row in result.full_attention for x in row)
-    from ..analysis.patterns_registry import PATTERNS
+    from ..api import PATTERNS
     from ..render.kv import pattern_label
 
     wins = {p: sum(r["winner"] == p for r in result.rows() if r["budget"] == result.budgets[0]) for p in PATTERNS}

@@ -49,7 +49,7 @@ class Fusion(str, Enum):
 
 def _method_help() -> str:
     """--method's help, from the registry of methods (:mod:`attnviz.attribution.methods`)."""
-    from ..attribution.methods import METHODS
+    from ..api import METHODS
 
     listed = ", ".join(f"{m.name} ({m.summary})" for m in METHODS.values())
     return (f"What to show (rollout, flow and grad-rollout chain the layers through --layer; the others show --layer, "
@@ -57,7 +57,7 @@ def _method_help() -> str:
 
 
 def _method_names(incomplete: str) -> list[str]:
-    from ..attribution.methods import METHODS
+    from ..api import METHODS
 
     return [name for name in METHODS if name.startswith(incomplete)]
 
@@ -117,7 +117,7 @@ def rollout(
         return
     if query is not None:
         raise UsageError("--query goes with --image here (the token whose rollout over the picture is drawn)")
-    from ..attribution.methods import method_named
+    from ..api import method_named
 
     if norm and method not in ("rollout", "norm"):
         raise UsageError(f"--norm is --method norm; it cannot go with --method {method}")
@@ -127,7 +127,7 @@ def rollout(
     chosen = parse_layer(layer)
     out = check_view_outputs(out)
     view = reading(hide_special, renormalize, words)
-    from ..attribution import check_method_options
+    from ..api import check_method_options
 
     # Before the model loads: an option the method does not use is a mistake worth saying at once.
     check_method_options(chosen_method, fusion=None if fusion is None else fusion.value,

@@ -82,8 +82,7 @@ def _ready(name: str) -> Any:
 def _pictures(options: ModelOptions, images: list[Path], expand: bool) -> Any:
     """``serve --image``: the pictures (read and embedded once) and a vision-language model, loaded once, to read each
     text beside them; the pictures, the model and the engine checked before it loads (as every picture command's)."""
-    from ..images.found import find
-    from ..images.vlm import load_vlm
+    from ..api import find, load_vlm
     from ..views.picture_page import Pictures, encode_pictures
     from .images import checked_pictures
 
