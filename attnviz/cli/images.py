@@ -366,8 +366,7 @@ class PictureExplorer:
 def picture_explorer(options: Any, text: str | None, images: list[Path], *, reading: Any,
                      expand: bool = False) -> PictureExplorer:
     """``tui --image``: the pictures checked before anything loads (see :class:`PictureExplorer`)."""
-    from ..api import read_image
-    from ..api import reads_pictures
+    from ..api import read_image, reads_pictures
     from ..tui.explorer import Explorer
 
     checked_pictures(options, images, [], (), "", text=text)
@@ -376,8 +375,7 @@ def picture_explorer(options: Any, text: str | None, images: list[Path], *, read
     load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
     if not reads_pictures(options.model):  # an image encoder (or a family found by name when it loads)
         def encoder() -> Any:
-            from ..api import image_attention
-            from ..api import SavedSource
+            from ..api import SavedSource, image_attention
 
             result = image_attention(images[0], options.model, **load)
             return Explorer(SavedSource(result, result.model_name), reading=reading)
@@ -392,8 +390,12 @@ def picture_explorer(options: Any, text: str | None, images: list[Path], *, read
 
     def language() -> Any:
         from ..api import load_vlm
+        from ..views.picture_stream import StreamedPictures
 
         model = load_vlm(options.model, **load, engine="hf" if engine == "hf" else "fused")
-        return Explorer(model, reading=reading, pictures=tuple(images), expand=expand)
+        # The matrices show each picture as one token: the model read a layer at a time, the full result's rows kept
+        # only where the picture view shows them (every image token expanded keeps every row).
+        return Explorer(model if expand else StreamedPictures(model), reading=reading, pictures=tuple(images),
+                        expand=expand)
 
     return PictureExplorer(False, language)

@@ -151,10 +151,22 @@ def _picture_page(options: ModelOptions, text: str | None, images: list[Path], o
     from ..views.picture_page import encode_pictures, picture_page
 
     pictures = encode_pictures(images)  # each read (and refused) before the model loads
-    result = picture_attention(options, text, images)
+    if text is None:  # an image encoder: one picture's few hundred tokens, computed whole
+        result = picture_attention(options, text, images)
+        page = picture_page(result, pictures, text=text, layer=layer, head=head, view=view, stats=stats, expand=expand)
+    else:  # a vision-language model: the page built as each layer is computed (thousands of image tokens)
+        from ..api import load_vlm
+        from ..views.picture_stream import streamed_picture_page
+
+        engine = str(getattr(options.engine, "value", options.engine))
+        if engine == "native":
+            raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
+        model = load_vlm(str(options.model), device=options.device, revision=options.revision,
+                         trust_remote_code=options.trust_remote_code, engine="hf" if engine == "hf" else "fused")
+        page = streamed_picture_page(model, text, images, pictures, layer=layer, head=head, view=view, stats=stats,
+                                     expand=expand)
     from ..render.html import render_html
 
-    page = picture_page(result, pictures, text=text, layer=layer, head=head, view=view, stats=stats, expand=expand)
     written = render_html(page, out, cmap=cmap)
     wrote(written)
     if open_page:
