@@ -105,8 +105,7 @@ def picture_attention(options: Any, text: str | None, images: list[Path], *, row
     """An image encoder's attention over the picture (no text), else the vision-language model's over text and
     pictures (``rows="text"``: the text's rows only, where nothing else is read), on the engine asked: fused (the
     default) or hf (transformers' eager attention); an encoder runs on eager attention."""
-    from ..api import image_attention
-    from ..api import vlm_attention
+    from ..api import image_attention, vlm_attention
 
     engine = str(getattr(options.engine, "value", options.engine))
     if engine == "native":
@@ -140,7 +139,8 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     """``heads --image``: each head's share on the picture, its spread over the patches and its sink patch."""
     import json
 
-    from ..api import image_head_columns as COLUMNS, image_head_rows
+    from ..api import image_head_columns as COLUMNS
+    from ..api import image_head_rows
     from .outputs import csv_text
 
     outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
@@ -235,8 +235,7 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
     each patch reaches the CLS token (or ``--query``) after each layer, as heat over the picture."""
     from dataclasses import replace
 
-    from ..api import rollout
-    from ..api import image_attention
+    from ..api import image_attention, rollout
     from ..views.picture_files import write_picture_outputs
     from ..views.picture_heat import picture_heat
 
@@ -283,9 +282,8 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
     ``allow_outside``: a corpus's pictures may lie outside its folder."""
     import json
 
-    from ..api import picture_atlas_head_columns as HEAD_COLUMNS, SINK_COLUMNS, picture_atlas
-    from ..api import picture_rows
-    from ..api import load_vlm
+    from ..api import SINK_COLUMNS, load_vlm, picture_atlas, picture_rows
+    from ..api import picture_atlas_head_columns as HEAD_COLUMNS
     from ..render.progress import export_progress
 
     outputs = checked_pictures(options, images, [out] if out is not None else [],
