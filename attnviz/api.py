@@ -414,6 +414,7 @@ _LONG_CONTEXT = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResul
                  "picture_atlas": ("attnviz.images.atlas", "picture_atlas"),
                  "LAYOUTS": ("attnviz.images.layouts", "LAYOUTS"),
                  # what the commands reach for: each command's computation and check, offered here too
+                 "heads_over_pictures": ("attnviz.views.picture_heat", "heads_over_pictures"),
                  "CheckpointDiff": ("attnviz.analysis.checkpoint_diff", "CheckpointDiff"),
                  "HeadRow": ("attnviz.analysis.heads", "HeadRow"),
                  "MAX_EMBED_TOKENS": ("attnviz.analysis.qk_embedding", "MAX_EMBED_TOKENS"),

@@ -178,3 +178,22 @@ def test_a_checkpoints_generation_config_cannot_change_the_greedy_answer(tmp_pat
                                   "repetition_penalty": 50.0}), encoding="utf-8")
     again = vlm_attention("what is here ?", picture, str(folder), max_new_tokens=2)
     assert again.token_ids[again.metadata["prompt_length"]:] == answer
+
+
+def test_heads_draws_every_head_over_the_picture(run_cli, tmp_path):
+    """`heads --image --out heads.png`: each head's attention from the text over the picture, a panel per head on
+    one scale, where the table names shares and sinks (the picture organism's patch reader on its patch)."""
+    from pathlib import Path
+
+    from attnviz.api import heads_over_pictures, vlm_attention
+
+    root = Path(__file__).resolve().parent.parent
+    model, picture = root / "sample_configs" / "organism_llava.toml", root / "examples" / "house.png"
+    out = tmp_path / "heads.png"
+    done = run_cli("heads", "what is here ?", "--image", str(picture), "--model", str(model), "--out", str(out))
+    assert done.exit_code == 0, done.stderr
+    with Image.open(out) as png:
+        assert min(png.size) >= 300
+    view = heads_over_pictures(vlm_attention("what is here ?", picture, str(model), rows="text"))
+    reader = next(p for p in view.panels if p.title == "L0 H0")
+    assert np.unravel_index(reader.weights.argmax(), reader.weights.shape) == (2, 3)  # its declared patch

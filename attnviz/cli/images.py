@@ -143,7 +143,9 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     from ..api import image_head_rows
     from .outputs import csv_text
 
-    outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet"), ".json, .csv or .parquet", text=text)
+    outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet", ".png", ".svg", ".pdf"),
+                               ".json, .csv or .parquet (the table), .png, .svg or .pdf (each head over the picture)",
+                               text=text)
     result = picture_attention(options, text, images, rows="text")
     last = max(p for meta in result.pictures for p in meta.image_positions)
     if text is not None and result.causal and last == len(result.tokens) - 1:
@@ -158,6 +160,11 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
             from ..fileio import write_json
 
             write_json(path, document)
+        elif path.suffix.lower() in (".png", ".svg", ".pdf"):
+            from ..api import heads_over_pictures, read_image
+            from ..render.picture_figure import render_picture_figure
+
+            render_picture_figure(heads_over_pictures(result, cmap="magma"), [read_image(i) for i in images], path)
         else:
             from ..tables import write_rows
 
