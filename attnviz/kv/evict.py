@@ -30,29 +30,41 @@ class Continuation:
 
 
 class CacheRunner:
-    """A causal model's stepper, the context run once and its cache held."""
+    """A causal model's stepper, the context run once and its cache held. On the native engine, where the full
+    cache runs first (:meth:`full`, as kv runs it), the context is taken back from that run's cache (its first
+    positions), so the context's keys and the cache fed after them are never two copies; elsewhere it is copied
+    before (a sliding-window layer of transformers' cache drops its oldest keys as it is fed)."""
 
     def __init__(self, stepper: Any, context: list[int], eos: list[int]) -> None:
+        from ..sources.stepping import NativeStepper
+
         self.stepper, self.eos, self.length = stepper, list(eos), len(context)
         prefill(stepper, context)
-        self.held = stepper.hold()
+        self.held = None if isinstance(stepper, NativeStepper) else stepper.hold()
 
     def cut(self, keep: list[Tensor]) -> Any:
         """The held cache keeping, in each layer and key/value head, only the keys ``keep[layer]`` (``[Hkv, T]``
         bool, the same count in every head of a layer) marks."""
+        if self.held is None:  # a cut before the full cache's run: the context's cache, as the prefill left it
+            self.held = self.stepper.hold()
         return self.stepper.cut(self.held, keep)
 
     @torch.no_grad()
     def run(self, state: Any, future: list[int], answer_tokens: int) -> Continuation:
         """Feed ``future`` on ``state`` (the held cache or a cut), then answer greedily for up to ``answer_tokens``
         tokens."""
-        self.stepper.restore(state)
+        if state is not None:
+            self.stepper.restore(state)
         done = decode(self.stepper, future, max_new_tokens=answer_tokens, eos_ids=self.eos, fresh=False,
                       prompt_logprobs=True)
+        if self.held is None:  # the full cache's run, on the context's own cache: the context taken back from it
+            self.held = self.stepper.hold(self.length)
+        self.stepper.reset()  # the cache it grew is let go before the next cut is made
         assert done.prompt_logprobs is not None  # prompt_logprobs=True keeps them
         return Continuation(done.prompt_logprobs, done.new)
 
     def full(self, future: list[int], answer_tokens: int) -> Continuation:
+        """Feed ``future`` on the whole context's cache (once, before any cut), then answer greedily."""
         return self.run(self.held, future, answer_tokens)
 
 

@@ -90,7 +90,9 @@ def cut_cache(cache: Any, n_context: int, keep: list[Tensor]) -> Cut:
     holds its last keys only: its kept keys must be among them, and it becomes a plain layer (see the module)."""
     from transformers.cache_utils import DynamicLayer
 
-    cache = copy.deepcopy(cache)
+    # A copy of everything but the keys and values each layer's are replaced by below (never written into).
+    replaced = {id(t): t for layer in cache.layers for t in (layer.keys, layer.values) if isinstance(t, Tensor)}
+    cache = copy.deepcopy(cache, replaced)
     plan = []
     for number, (layer, kept) in enumerate(zip(cache.layers, keep, strict=True)):
         positions = torch.stack([row.nonzero()[:, 0] for row in kept])  # [Hkv, b], in order

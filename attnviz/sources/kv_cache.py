@@ -3,7 +3,7 @@ so far, and a copy cut to the keys a policy keeps (kv's end-to-end check)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,11 +18,19 @@ if TYPE_CHECKING:  # pragma: no cover
 class KVCache:
     """Incremental decoding's state: each layer's keys and values so far (``[B, H, T, d]``, after RoPE,
     repeated under grouped-query attention), how many tokens they cover, and the last layer's
-    output for the newest tokens (``hidden``, ``[B, n, d]``), from which the next token is read."""
+    output for the newest tokens (``hidden``, ``[B, n, d]``), from which the next token is read.
+
+    A feed never writes into the tensors a cache holds: it replaces each layer's keys and values with new
+    ones (the old ones and the new token's, concatenated), and ``length`` and ``hidden`` with new values. So
+    :meth:`snapshot`, which shares the tensors, is as good as a copy, for no memory."""
 
     layers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     length: int = 0
     hidden: Tensor | None = None
+
+    def snapshot(self) -> KVCache:
+        """The cache as it is now, to feed from again: its own list of layers, the tensors shared (see the class)."""
+        return replace(self, layers=list(self.layers))
 
     def past(self, layer: int) -> tuple[Tensor, Tensor] | None:
         return self.layers[layer] if layer < len(self.layers) else None

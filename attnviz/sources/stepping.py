@@ -137,17 +137,27 @@ class NativeStepper:
     def reset(self) -> None:
         self.cache, self.length = None, 0
 
-    def hold(self) -> Any:
-        """A copy of the cache as it is (to feed again from here: :meth:`restore`)."""
-        import copy
+    def hold(self, length: int | None = None) -> Any:
+        """The cache as it is (to feed again from here: :meth:`restore`): a snapshot sharing its tensors, which no
+        feed writes into (:class:`~attnviz.sources.kv_cache.KVCache`), so holding a context costs no memory. With
+        ``length``, its first ``length`` positions only (views): the context it held before more was fed, taken
+        back afterwards, so the context and the cache fed after it are never two copies."""
+        if self.cache is None:
+            return None
+        if length is None:
+            return self.cache.snapshot()
+        from .kv_cache import KVCache
 
-        return copy.deepcopy(self.cache)
+        return KVCache([(keys[:, :, :length], values[:, :, :length]) for keys, values in self.cache.layers], length)
 
     def restore(self, state: Any) -> None:
-        """Feed from ``state`` next (one :meth:`hold` or :meth:`cut` gave; copied, so it can be restored twice)."""
-        import copy
-
-        self.cache = copy.deepcopy(state)
+        """Feed from ``state`` next (one :meth:`hold` or :meth:`cut` gave; a snapshot of it is fed, so it can be
+        restored twice)."""
+        if state is None:
+            self.reset()
+            return
+        self.cache = None  # the cache fed before is let go first
+        self.cache = state.snapshot()
         self.length = self.cache.length
 
     def cut(self, state: Any, keep: list[Tensor]) -> Any:
@@ -213,6 +223,7 @@ class TransformersStepper:
 
         from .cut_cache import Cut
 
+        self.past = None  # the cache fed before is let go before its successor is copied
         if isinstance(state, Cut):
             self.past, self.length, self.cutting = copy.deepcopy(state.cache), state.n_context, state
         else:
