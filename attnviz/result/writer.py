@@ -21,6 +21,7 @@ import torch
 from ..errors import ResultFileError
 from ..fileio import IN_PROGRESS, current_umask
 from . import AttentionResult
+from .direct import DirectFile, direct_file
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed zip timestamps, as write_npz uses
 
@@ -49,8 +50,12 @@ class ResultWriter:
                                         dir=self.path.parent)
         IN_PROGRESS.add(self.tmp)  # removed on SIGTERM too (attnviz.interrupts)
         os.close(fd)
+        self.file: DirectFile | None = None
         try:
-            self.archive = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_STORED)
+            # Past the page cache where the system allows (gigabytes of weights: attnviz.result.direct).
+            self.file = direct_file(self.tmp)
+            self.archive = zipfile.ZipFile(self.tmp if self.file is None else self.file, "w",
+                                           compression=zipfile.ZIP_STORED)
             for name, array in header.token_arrays().items():
                 self._entry(name, array)
             self._open = self.archive.open(zipfile.ZipInfo("attentions.npy", date_time=_EPOCH), "w", force_zip64=True)
@@ -138,6 +143,8 @@ class ResultWriter:
             if self.norms and len(self.norms) == self.n_layers:
                 self._entry("value_norms", np.stack(self.norms).astype(self.dtype))
             self.archive.close()
+            if self.file is not None:
+                self.file.close()
             os.chmod(self.tmp, 0o666 & ~current_umask())
             os.replace(self.tmp, self.path)
             IN_PROGRESS.discard(self.tmp)
@@ -155,6 +162,8 @@ class ResultWriter:
                     closing.close()
             except (OSError, ValueError, zipfile.BadZipFile):
                 pass
+        if self.file is not None:
+            self.file.discard()
         IN_PROGRESS.discard(self.tmp)
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
