@@ -52,6 +52,17 @@ __all__ = [
     "split_heads",
 ]
 
+def _rows_causal(mask: Tensor | RowMask | None, q: Tensor, causal: bool, keep_scores: bool) -> bool:
+    """Whether a layer's whole weights go through :func:`attnviz.attention.rows.causal_weights`: a causal mask
+    described from the first position (no cache before it, no window), float32, no scores kept, no gradient, and
+    more query rows than one block."""
+    from .rows import ROW_BLOCK
+
+    return (mask is not None and not isinstance(mask, Tensor) and mask.start == 0 and mask.window is None and not causal
+            and not keep_scores and q.dtype == torch.float32 and q.shape[-2] > ROW_BLOCK
+            and not (torch.is_grad_enabled() and q.requires_grad))
+
+
 class AttentionOutput(NamedTuple):
     """What :class:`MultiHeadAttention` returns."""
 
@@ -178,14 +189,20 @@ class MultiHeadAttention(nn.Module):
             rows = AttentionRows(q, k, described, scale) if need_weights == "rows" else None
             scores = weights = None
         elif need_weights:
-            if mask is not None and not isinstance(mask, Tensor):
-                mask = mask.dense()
-            scores = attention_scores(q, k, scale=scale)  # (B, H, Tq, Tk)
-            # Scores nobody keeps become the weights in place: one [Tq, Tk] buffer per head, not three.
-            weights = attention_weights(scores, mask=mask, causal=causal, inplace=not keep_scores)
+            if _rows_causal(mask, q, causal, keep_scores):
+                from .rows import causal_weights
+
+                assert mask is not None and not isinstance(mask, Tensor)
+                scores, weights = None, causal_weights(q, k, mask, scale=scale)  # the keys each row sees only
+            else:
+                if mask is not None and not isinstance(mask, Tensor):
+                    mask = mask.dense()
+                scores = attention_scores(q, k, scale=scale)  # (B, H, Tq, Tk)
+                # Scores nobody keeps become the weights in place: one [Tq, Tk] buffer per head, not three.
+                weights = attention_weights(scores, mask=mask, causal=causal, inplace=not keep_scores)
+                if not keep_scores:
+                    scores = None
             heads = weights.to(v.dtype) @ v  # (B, H, Tq, d)
-            if not keep_scores:
-                scores = None
         else:
             assert isinstance(mask, Tensor)  # no mask, or a RowMask, took the first branch
             allowed = combine_masks(mask, causal_mask(q.shape[-2], k.shape[-2], device=q.device) if causal else None)

@@ -93,6 +93,30 @@ class RowMask:
         return self._dense[0]
 
 
+def causal_weights(q: Tensor, k: Tensor, mask: RowMask, *, scale: float | None = None) -> Tensor:
+    """The whole weights ``[B, H, Tq, Tk]`` of ``q`` over ``k`` under a causal ``mask`` (a :class:`RowMask`),
+    computed :data:`ROW_BLOCK` query rows at a time (``Tq`` ≥ that many) over the keys the block sees: the keys
+    after them are 0 and never multiplied (about half the products of a square layer, and half its softmax).
+    Each block is :func:`~attnviz.attention.ops.attention_weights` of ``(q · scale) kᵀ`` under its rows' mask,
+    so every weight is the number the whole matrix gives (``attention_weights(attention_scores(q, k),
+    mask=mask.dense())``), bit for bit with torch's CPU kernels: each score is the same product (every block has
+    ``ROW_BLOCK`` rows, the last one overlapping the one before: a product of 1–3 rows takes another kernel, whose
+    sums round differently), and a row's softmax over its visible keys adds the same terms as over all of them
+    (the rest are exp(−inf) = 0)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    weights = q.new_empty(*q.shape[:-1], t_k)
+    queries = q * scale  # as attention_scores scales them
+    for end in range(ROW_BLOCK, t_q + ROW_BLOCK, ROW_BLOCK):
+        stop = min(t_q, end)
+        first = stop - ROW_BLOCK
+        width = mask.visible(stop, first)
+        block = queries[..., first:stop, :] @ k[..., :width, :].transpose(-2, -1)
+        weights[..., first:stop, :width] = attention_weights(block, mask=mask.rows(first, stop, width), inplace=True)
+        weights[..., first:stop, width:] = 0
+    return weights
+
+
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, mask: RowMask | None, *, scale: float | None = None) -> Tensor:
     """``softmax(q kᵀ · scale + mask) v`` ``[B, H, Tq, dv]`` without building a ``[Tq, Tk]`` mask or matrix.
 
