@@ -277,11 +277,13 @@ def _grown(scratch: Tensor, needed: int, most: int, dtype: torch.dtype) -> Tenso
 
 def _gathered_sum(b: Tensor, row: Tensor, key: Tensor) -> Tensor:
     """``Σ b[:, row, key]`` per head, float64: read through a flat view of the block's memory with one
-    index per cell (about 3× faster than indexing with a row and a key tensor)."""
+    index per cell, gathered (``index_select`` on that strided view copied one cell at a time: 2.5 ms for
+    256 cells of a 2,048-token layer's block, 70× the gather's time)."""
     _, rows, width = b.shape
     span = (rows - 1) * b.stride(1) + (width - 1) * b.stride(2) + 1
     flat = b.as_strided((b.shape[0], span), (b.stride(0), 1))
-    return flat.index_select(1, row * b.stride(1) + key * b.stride(2)).sum(-1, dtype=torch.float64)
+    index = (row * b.stride(1) + key * b.stride(2)).expand(b.shape[0], -1)
+    return torch.gather(flat, 1, index).sum(-1, dtype=torch.float64)
 
 
 def _ranges(rows: list[int]) -> str:
