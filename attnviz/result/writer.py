@@ -162,8 +162,9 @@ class ResultWriter:
                     closing.close()
             except (OSError, ValueError, zipfile.BadZipFile):
                 pass
-        if self.file is not None:
-            self.file.discard()
+        file = getattr(self, "file", None)  # (None too where __init__ failed before opening it)
+        if file is not None:
+            file.discard()
         IN_PROGRESS.discard(self.tmp)
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
