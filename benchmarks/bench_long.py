@@ -14,7 +14,13 @@ Issue 17 asks more of ``heads`` on 4,096 tokens: peak RSS ≤ 0.15× and time �
 ``[12, 4096, 4096]`` alone is 805 MB, so the native engine hands each layer over as blocks of query
 rows and the statistics are reduced block by block). Run it with ``--length 4096 --only heads --rss-goal 0.15``.
 
+Issue 58 (E21) asks ``export`` for ≤ 0.7× the baseline's time: ``--time-goal 0.7``. ``--before CHECKOUT`` also
+times each chosen command from another checkout (a folder holding an ``attnviz`` package, such as
+``git worktree add /tmp/before HEAD~3``), taking turns with the baseline and this checkout in every run.
+Each ratio is of medians; the paired ratios (each run's own against the baseline of that run) show the spread.
+
 Run: python benchmarks/bench_long.py [--length 2048] [--runs 3] [--only export,heads] [--rss-goal 0.5]
+     [--time-goal 1.0] [--before CHECKOUT]
 """
 
 from __future__ import annotations
@@ -72,11 +78,15 @@ def build(folder: Path, length: int) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(folder)
 
 
-def measure(args: list[str], env: dict[str, str]) -> dict[str, float]:
+def measure(args: list[str], env: dict[str, str], where: Path, checkout: Path | None = None) -> dict[str, float]:
+    """One command's seconds and peak RSS, run in the folder ``where`` (not a checkout: ``python -m`` imports
+    from its working folder first), attnviz imported from ``checkout`` when one is given."""
     # Each command starts with nothing of an earlier one still being written back to disk
     # (an export writes 2.4 GB of float32 attentions; its writeback would slow whatever runs next).
     os.sync()
-    out = subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, env=env)
+    if checkout is not None:
+        env = {**env, "PYTHONPATH": os.pathsep.join([str(checkout.resolve()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    out = subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, env=env, cwd=where)
     if out.returncode != 0:
         sys.exit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -89,7 +99,12 @@ def main() -> None:
     parser.add_argument("--only", default="export,heads,rollout,compare-heads",
                         help="comma-separated commands to time (default: all four)")
     parser.add_argument("--rss-goal", type=float, default=0.5, help="the peak-RSS ratio to meet (issue 17: 0.15)")
+    parser.add_argument("--time-goal", type=float, default=1.0, help="the time ratio to meet (issue 58, export: 0.7)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a checkout of the code before (a folder with the attnviz package): its commands timed too")
     args = parser.parse_args()
+    if args.before is not None and not (args.before / "attnviz" / "__init__.py").is_file():
+        parser.error(f"--before {args.before}: no attnviz package there")
     env = offline_env()
     attnviz = [sys.executable, "-m", "attnviz"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,24 +119,30 @@ def main() -> None:
             "compare-heads": [*attnviz, "compare-heads", text.read_text().strip(), *model],
         }
         chosen = [c for c in args.only.split(",") if c]
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in ["baseline", *chosen]}
+        sides = [(name, None) for name in chosen]
+        if args.before is not None:
+            sides += [(f"{name} (before)", args.before) for name in chosen]
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in ["baseline", *(side for side, _ in sides)]}
         for _ in range(args.runs):
-            runs["baseline"].append(measure([sys.executable, "-c", BASELINE, str(folder), str(text)], env))
-            for name in chosen:
-                if name == "export" and out.exists():
+            runs["baseline"].append(measure([sys.executable, "-c", BASELINE, str(folder), str(text)], env, Path(tmp)))
+            for side, checkout in sides:
+                if out.exists():
                     import shutil
 
                     shutil.rmtree(out)  # a rerun would skip the finished item
-                runs[name].append(measure(commands[name], env))
+                runs[side].append(measure(commands[side.split(" ")[0]], env, Path(tmp), checkout))
     med = {name: (statistics.median(r["seconds"] for r in rs), statistics.median(r["peak_mib"] for r in rs))
            for name, rs in runs.items()}
     base_s, base_m = med["baseline"]
     print(f"== one text of {args.length} tokens, GPT-2 sized (12x12, d=768, vocab 50257), medians of {args.runs} runs")
-    print(f"   {'transformers output_attentions=True':<40} {base_s:7.2f} s   peak {base_m:7.0f} MiB   (baseline)")
-    for name in chosen:
-        s, m = med[name]
-        print(f"   {'attnviz ' + name:<40} {s:7.2f} s   peak {m:7.0f} MiB   "
-              f"time {s / base_s:.2f}x (goal <= 1.0x)   peak RSS {m / base_m:.2f}x (goal <= {args.rss_goal}x)")
+    each = ", ".join(f"{r['seconds']:.1f}" for r in runs["baseline"])
+    print(f"   {'transformers output_attentions=True':<40} {base_s:7.2f} s   peak {base_m:7.0f} MiB   (baseline; {each} s)")
+    for side, _ in sides:
+        s, m = med[side]
+        paired = [r["seconds"] / b["seconds"] for r, b in zip(runs[side], runs["baseline"], strict=True)]
+        print(f"   {'attnviz ' + side:<40} {s:7.2f} s   peak {m:7.0f} MiB   "
+              f"time {s / base_s:.2f}x (goal <= {args.time_goal}x; paired {', '.join(f'{p:.2f}' for p in paired)})   "
+              f"peak RSS {m / base_m:.2f}x (goal <= {args.rss_goal}x)")
 
 
 if __name__ == "__main__":
