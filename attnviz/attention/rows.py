@@ -97,8 +97,9 @@ def causal_weights(q: Tensor, k: Tensor, mask: RowMask, *, scale: float | None =
     """The whole weights ``[B, H, Tq, Tk]`` of ``q`` over ``k`` under a causal ``mask`` (a :class:`RowMask`),
     computed :data:`ROW_BLOCK` query rows at a time (``Tq`` ≥ that many) over the keys the block sees: the keys
     after them are 0 and never multiplied (about half the products of a square layer, and half its softmax).
-    Each block is :func:`~attnviz.attention.ops.attention_weights` of ``(q · scale) kᵀ`` under its rows' mask,
-    so every weight is the number the whole matrix gives (``attention_weights(attention_scores(q, k),
+    Each block is :func:`~attnviz.attention.ops.attention_weights` of ``(q · scale) kᵀ`` under its rows' mask
+    (without padding, the mask filled in only over the block's own square: every earlier key is seen), so every
+    weight is the number the whole matrix gives (``attention_weights(attention_scores(q, k),
     mask=mask.dense())``), bit for bit with torch's CPU kernels: each score is the same product (every block has
     ``ROW_BLOCK`` rows, the last one overlapping the one before: a product of 1–3 rows takes another kernel, whose
     sums round differently), and a row's softmax over its visible keys adds the same terms as over all of them
@@ -107,12 +108,19 @@ def causal_weights(q: Tensor, k: Tensor, mask: RowMask, *, scale: float | None =
     t_q, t_k = q.shape[-2], k.shape[-2]
     weights = q.new_empty(*q.shape[:-1], t_k)
     queries = q * scale  # as attention_scores scales them
+    lead = q.shape[:-2]
+    scratch = q.new_empty(math.prod(lead) * ROW_BLOCK * t_k)  # every block's scores in turn
     for end in range(ROW_BLOCK, t_q + ROW_BLOCK, ROW_BLOCK):
         stop = min(t_q, end)
         first = stop - ROW_BLOCK
         width = mask.visible(stop, first)
-        block = queries[..., first:stop, :] @ k[..., :width, :].transpose(-2, -1)
-        weights[..., first:stop, :width] = attention_weights(block, mask=mask.rows(first, stop, width), inplace=True)
+        block = scratch[: math.prod(lead) * ROW_BLOCK * width].view(*lead, ROW_BLOCK, width)
+        torch.matmul(queries[..., first:stop, :], k[..., :width, :].transpose(-2, -1), out=block)
+        if mask.padding is None:  # every key before the block's rows is seen: only its own square is masked
+            block[..., first:].masked_fill_(~mask.rows(first, stop, width)[..., first:], float("-inf"))
+            weights[..., first:stop, :width] = torch.softmax(block, dim=-1, out=block)
+        else:
+            weights[..., first:stop, :width] = attention_weights(block, mask=mask.rows(first, stop, width), inplace=True)
         weights[..., first:stop, width:] = 0
     return weights
 
