@@ -116,11 +116,12 @@ def causal_weights(q: Tensor, k: Tensor, mask: RowMask, *, scale: float | None =
         width = mask.visible(stop, first)
         block = scratch[: math.prod(lead) * ROW_BLOCK * width].view(*lead, ROW_BLOCK, width)
         torch.matmul(queries[..., first:stop, :], k[..., :width, :].transpose(-2, -1), out=block)
-        if mask.padding is None:  # every key before the block's rows is seen: only its own square is masked
-            block[..., first:].masked_fill_(~mask.rows(first, stop, width)[..., first:], float("-inf"))
+        rows = mask.rows(first, stop, width)
+        if mask.padding is None and rows is not None:  # every key before the block's rows is seen: its square masked
+            block[..., first:].masked_fill_(~rows[..., first:], float("-inf"))
             weights[..., first:stop, :width] = torch.softmax(block, dim=-1, out=block)
         else:
-            weights[..., first:stop, :width] = attention_weights(block, mask=mask.rows(first, stop, width), inplace=True)
+            weights[..., first:stop, :width] = attention_weights(block, mask=rows, inplace=True)
         weights[..., first:stop, width:] = 0
     return weights
 
