@@ -54,7 +54,9 @@ def test_export_holds_one_layer_at_a_time(run_cli, tmp_path, layers_alive):
                 "--formats", "npz,json", "--quiet")
     assert r.exit_code == 0, r.stderr
     assert len(layers_alive) == 6  # MiniLM's layers, one padded batch
-    assert max(layers_alive) == 0, f"earlier layers still alive when the next was computed: {layers_alive}"
+    # Layer l is taken (statistics, the npz's bytes) on a thread of its own while l + 1 is computed, as the npz
+    # writer always held it: never an earlier one.
+    assert max(layers_alive) <= 1, f"earlier layers still alive when the next was computed: {layers_alive}"
 
 
 def test_heads_and_rollout_hold_one_layer_at_a_time(run_cli, tmp_path, layers_alive):

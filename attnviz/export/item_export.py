@@ -100,6 +100,11 @@ class ItemExport:
             for fmt in self.settings.image_formats:
                 self.images.append((view, self.out_dir / f"{self.item.stem}.{name}.{fmt}"))
 
+    def written(self) -> None:
+        """Until the layers added so far are in the npz on disk (the writer's error raised, as ``add`` would)."""
+        if self.npz is not None:
+            self.npz.wait()
+
     def finish(self, full: AttentionResult | None = None) -> Outcome:
         """Close the npz, write the statistics JSON; return the files, a summary and the image jobs."""
         files: list[str] = []

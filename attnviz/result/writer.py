@@ -88,6 +88,10 @@ class ResultWriter:
             self.norms.append(value_norms.detach().to("cpu", torch.float32).numpy())
         self.done += 1
 
+    def wait(self) -> None:
+        """Until every layer given is written; a write that failed is raised as :class:`ResultFileError`."""
+        self._wait()
+
     def _drain(self) -> None:
         """The writer thread: write each block handed over, until told to stop (a pending ``False``)."""
         while True:
