@@ -12,6 +12,7 @@ half a file under its final name in any case.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 
@@ -37,6 +38,9 @@ def main() -> None:
         # Exiting (torch's and matplotlib's clean-up can take a moment): a Ctrl-C now must neither print a
         # traceback nor kill the process by the signal after its one line was said.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # What the command made goes with the process: the interpreter's last collection need not walk it
+        # (0.4 s after a 2,048-token GPT-2 export, a model's and torch's objects).
+        gc.freeze()
         if interrupts.INTERRUPTED:
             # A KeyboardInterrupt that escaped an exec() of a string (dataclasses and namedtuple build their
             # methods so) leaves CPython's "unhandled KeyboardInterrupt" flag set, and `python -m attnviz`
