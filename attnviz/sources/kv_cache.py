@@ -27,10 +27,27 @@ class KVCache:
     layers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     length: int = 0
     hidden: Tensor | None = None
+    # Held compact (:meth:`compact`): each layer's key/value heads once, each standing for ``group`` query heads.
+    group: int = 1
 
     def snapshot(self) -> KVCache:
-        """The cache as it is now, to feed from again: its own list of layers, the tensors shared (see the class)."""
+        """The cache as it is now, to feed from again: its own list of layers, the tensors shared (see the class);
+        a compact cache's heads repeated again (a copy)."""
+        if self.group > 1:
+            layers = [(keys.repeat_interleave(self.group, dim=1), values.repeat_interleave(self.group, dim=1))
+                      for keys, values in self.layers]
+            return replace(self, layers=layers, group=1)
         return replace(self, layers=list(self.layers))
+
+    def compact(self, length: int, groups: list[int]) -> KVCache:
+        """The first ``length`` positions, each layer's key/value heads once (``groups[layer]`` query heads share
+        one under grouped-query attention; their keys were repeated): a context held to be cut, in 1/group of the
+        memory. Feeding from it (:meth:`snapshot`) repeats them again."""
+        group = max(groups, default=1)
+        if group == 1 or any(g != group for g in groups):  # views of the first positions
+            return KVCache([(keys[:, :, :length], values[:, :, :length]) for keys, values in self.layers], length)
+        return KVCache([(keys[:, ::group, :length].contiguous(), values[:, ::group, :length].contiguous())
+                        for keys, values in self.layers], length, group=group)
 
     def past(self, layer: int) -> tuple[Tensor, Tensor] | None:
         return self.layers[layer] if layer < len(self.layers) else None
@@ -78,6 +95,14 @@ def cut_kv_cache(cache: KVCache, keep: list[Tensor], window: int | None) -> CutK
     layers, positions = [], []
     for (keys, values), kept in zip(cache.layers, keep, strict=True):
         at = torch.stack([row.nonzero()[:, 0] for row in kept]).to(keys.device)  # [Hkv, b]
+        if cache.group > 1:  # a compact cache: each key/value head's kept keys, then repeated per query head
+            index = at[None, :, :, None]
+            layers.append((keys.gather(2, index.expand(keys.shape[0], -1, -1, keys.shape[-1])).repeat_interleave(
+                               cache.group, dim=1),
+                           values.gather(2, index.expand(values.shape[0], -1, -1, values.shape[-1])).repeat_interleave(
+                               cache.group, dim=1)))
+            positions.append(at.repeat_interleave(cache.group, dim=0))
+            continue
         at = at.repeat_interleave(keys.shape[1] // at.shape[0], dim=0)  # per query head (keys repeated under GQA)
         index = at[None, :, :, None]
         layers.append((keys.gather(2, index.expand(keys.shape[0], -1, -1, keys.shape[-1])),

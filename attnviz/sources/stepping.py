@@ -140,15 +140,15 @@ class NativeStepper:
     def hold(self, length: int | None = None) -> Any:
         """The cache as it is (to feed again from here: :meth:`restore`): a snapshot sharing its tensors, which no
         feed writes into (:class:`~attnviz.sources.kv_cache.KVCache`), so holding a context costs no memory. With
-        ``length``, its first ``length`` positions only (views): the context it held before more was fed, taken
-        back afterwards, so the context and the cache fed after it are never two copies."""
+        ``length``, its first ``length`` positions only, each key/value head once (a compact copy, 1/group of the
+        keys under grouped-query attention): the context it held before more was fed, taken back afterwards to be
+        cut, so the context and the cache fed after it are never two copies."""
         if self.cache is None:
             return None
         if length is None:
             return self.cache.snapshot()
-        from .kv_cache import KVCache
-
-        return KVCache([(keys[:, :, :length], values[:, :, :length]) for keys, values in self.cache.layers], length)
+        groups = [self.model.attention(i).n_heads // self.model.attention(i).n_kv_heads for i in range(self.n_layers)]
+        return self.cache.compact(length, groups)
 
     def restore(self, state: Any) -> None:
         """Feed from ``state`` next (one :meth:`hold` or :meth:`cut` gave; a snapshot of it is fed, so it can be
