@@ -58,7 +58,7 @@ class CacheRunner:
         done = decode(self.stepper, future, max_new_tokens=answer_tokens, eos_ids=self.eos, fresh=False,
                       prompt_logprobs=True)
         if self.held is None:  # the full cache's run, on the context's own cache: the context taken back from it
-            self.held = self.stepper.hold(self.length)
+            self.held = self.stepper.take_context(self.length)
         self.stepper.reset()  # the cache it grew is let go before the next cut is made
         assert done.prompt_logprobs is not None  # prompt_logprobs=True keeps them
         return Continuation(done.prompt_logprobs, done.new)

@@ -39,15 +39,24 @@ class KVCache:
             return replace(self, layers=layers, group=1)
         return replace(self, layers=list(self.layers))
 
-    def compact(self, length: int, groups: list[int]) -> KVCache:
+    def taken(self, length: int, groups: list[int]) -> KVCache:
         """The first ``length`` positions, each layer's key/value heads once (``groups[layer]`` query heads share
         one under grouped-query attention; their keys were repeated): a context held to be cut, in 1/group of the
-        memory. Feeding from it (:meth:`snapshot`) repeats them again."""
+        memory (feeding from it, :meth:`snapshot` repeats them again). This cache gives up each layer as it is
+        taken (it is left empty), so the two are never held whole at once."""
         group = max(groups, default=1)
-        if group == 1 or any(g != group for g in groups):  # views of the first positions
-            return KVCache([(keys[:, :, :length], values[:, :, :length]) for keys, values in self.layers], length)
-        return KVCache([(keys[:, ::group, :length].contiguous(), values[:, ::group, :length].contiguous())
-                        for keys, values in self.layers], length, group=group)
+        compact = group > 1 and all(g == group for g in groups)
+        step = group if compact else 1
+        layers = []
+        for i, (keys, values) in enumerate(self.layers):
+            if compact:
+                keys, values = keys[:, ::step, :length].contiguous(), values[:, ::step, :length].contiguous()
+            else:  # views of the first positions
+                keys, values = keys[:, :, :length], values[:, :, :length]
+            layers.append((keys, values))
+            self.layers[i] = (keys, values)  # (this layer's whole keys let go now)
+        self.layers, self.length, self.hidden = [], 0, None
+        return KVCache(layers, length, group=step)
 
     def past(self, layer: int) -> tuple[Tensor, Tensor] | None:
         return self.layers[layer] if layer < len(self.layers) else None

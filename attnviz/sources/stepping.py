@@ -137,18 +137,22 @@ class NativeStepper:
     def reset(self) -> None:
         self.cache, self.length = None, 0
 
-    def hold(self, length: int | None = None) -> Any:
+    def hold(self) -> Any:
         """The cache as it is (to feed again from here: :meth:`restore`): a snapshot sharing its tensors, which no
-        feed writes into (:class:`~attnviz.sources.kv_cache.KVCache`), so holding a context costs no memory. With
-        ``length``, its first ``length`` positions only, each key/value head once (a compact copy, 1/group of the
-        keys under grouped-query attention): the context it held before more was fed, taken back afterwards to be
-        cut, so the context and the cache fed after it are never two copies."""
-        if self.cache is None:
-            return None
-        if length is None:
-            return self.cache.snapshot()
+        feed writes into (:class:`~attnviz.sources.kv_cache.KVCache`), so holding a context costs no memory."""
+        return None if self.cache is None else self.cache.snapshot()
+
+    def take_context(self, length: int) -> Any:
+        """The cache's first ``length`` positions, each key/value head once (1/group of the keys under grouped-query
+        attention), to :meth:`cut` from or :meth:`restore`: the context it held before more was fed, taken back a
+        layer at a time as the cache is let go (the stepper starts afresh after), so the two are never held whole."""
+        from .kv_cache import KVCache
+
+        cache, self.cache, self.length = self.cache, None, 0
+        if cache is None:
+            return KVCache()
         groups = [self.model.attention(i).n_heads // self.model.attention(i).n_kv_heads for i in range(self.n_layers)]
-        return self.cache.compact(length, groups)
+        return cache.taken(length, groups)
 
     def restore(self, state: Any) -> None:
         """Feed from ``state`` next (one :meth:`hold` or :meth:`cut` gave; a snapshot of it is fed, so it can be
