@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import zipfile
 
 import numpy as np
@@ -116,3 +117,26 @@ def test_an_aborted_direct_write_leaves_nothing(tmp_path, monkeypatch):
     writer.add(result.attentions[0])
     writer.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="buffers are pooled on Linux only")
+def test_a_weights_buffer_is_reused_only_once_nobody_holds_it():
+    from attnviz.attention import buffers
+
+    like = torch.zeros(1)
+    shape = (4, 1024, 1024)  # 16 MiB: pooled
+    with buffers.reused_buffers():
+        first = buffers.weights_buffer(shape, like)
+        first.fill_(1.0)
+        address = first.data_ptr()
+        view = first[1:2].numpy()  # an array of it still held: not reused
+        del first
+        second = buffers.weights_buffer(shape, like)
+        assert second.data_ptr() != address and float(view.sum()) == 1024 * 1024
+        del view
+        third = buffers.weights_buffer(shape, like)  # nobody holds the first any more
+        assert third.data_ptr() == address
+    assert buffers._pool == []  # let go after the block (the tensors still alive keep theirs)
+    assert float(second.sum()) == 0 and third.shape == shape
+    outside = buffers.weights_buffer(shape, like)  # no block open: an ordinary tensor
+    assert outside.data_ptr() not in (address, second.data_ptr())

@@ -12,17 +12,14 @@ block as it comes (:mod:`attnviz.analysis.row_statistics`), so memory grows with
 
 from __future__ import annotations
 
-import functools
 import math
-import mmap
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from .buffers import weights_buffer
 from .ops import attention_weights, combine_masks, decoding_mask
 
 ROW_BLOCK = 256  # query rows per block: a block of 12 heads × 256 rows × 32,768 keys is 400 MB of float32
@@ -97,39 +94,6 @@ class RowMask:
         return self._dense[0]
 
 
-HUGE_PAGE = 2 * 2**20
-
-
-def huge_pages(fresh: Tensor) -> Tensor:
-    """``fresh`` (memory not touched yet, on the CPU) backed by 2 MiB pages where Linux's transparent huge pages
-    allow it (``madvise(MADV_HUGEPAGE)``; the system's mode is ``madvise`` or ``always``): a 2,048-token layer's
-    201 MB of weights is then ~100 page faults instead of 49,152 (170 -> 115 ms of CPU for its weights). Advice
-    only: anywhere else, or refused, nothing changes."""
-    size = fresh.numel() * fresh.element_size()
-    madvise = _madvise() if fresh.device.type == "cpu" and size >= 4 * HUGE_PAGE else None
-    if madvise is not None:
-        start = -(-fresh.data_ptr() // HUGE_PAGE) * HUGE_PAGE
-        stop = (fresh.data_ptr() + size) // HUGE_PAGE * HUGE_PAGE
-        madvise(start, stop - start, mmap.MADV_HUGEPAGE)  # (its result is advice too: not checked)
-    return fresh
-
-
-@functools.cache
-def _madvise() -> Any:
-    """libc's ``madvise`` on Linux, or None."""
-    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return None
-    import ctypes
-
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
-
-
 def causal_weights(q: Tensor, k: Tensor, mask: RowMask, *, scale: float | None = None) -> Tensor:
     """The whole weights ``[B, H, Tq, Tk]`` of ``q`` over ``k`` under a causal ``mask`` (a :class:`RowMask`),
     computed :data:`ROW_BLOCK` query rows at a time (``Tq`` ≥ that many) over the keys the block sees: the keys
@@ -143,7 +107,7 @@ def causal_weights(q: Tensor, k: Tensor, mask: RowMask, *, scale: float | None =
     (the rest are exp(−inf) = 0)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     t_q, t_k = q.shape[-2], k.shape[-2]
-    weights = huge_pages(q.new_empty(*q.shape[:-1], t_k))
+    weights = weights_buffer((*q.shape[:-1], t_k), q)
     queries = q * scale  # as attention_scores scales them
     lead = q.shape[:-2]
     scratch = q.new_empty(math.prod(lead) * ROW_BLOCK * t_k)  # every block's scores in turn

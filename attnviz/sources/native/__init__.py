@@ -180,6 +180,7 @@ class NativeSource(ModelSource):
                        capture: Capture) -> Iterator[LayerOut]:
         """Each captured layer as soon as it is computed; the run stops after the last one wanted."""
         from ...attention import head_value_norms
+        from ...attention.buffers import reused_buffers
 
         n_layers = self.n_layers if capture.layers is None else max(capture.layers) + 1
         # Row blocks for an input too long to hold a layer, or a long one whose caller asked for them.
@@ -187,15 +188,16 @@ class NativeSource(ModelSource):
         rows = (asked or self.rows_for(ids.shape[0], ids.shape[1])) and not (capture.details or capture.grad)
         capture = replace(capture, rows=rows)
         i = -1
-        for out in self.model.run(ids, mask, types, n_layers, capture):  # (enumerate would hold the last layer)
-            i += 1
-            if capture.wants(i):
-                yield LayerOut(
-                    layer=i, weights=out.weights, rows=out.rows,
-                    scores=out.scores if capture.details else None,
-                    values=out.values if capture.details or capture.values else None,
-                    queries=out.queries if capture.details or capture.queries_keys else None,
-                    keys=out.keys if capture.details or capture.queries_keys else None,
-                    value_norms=head_value_norms(out.values, self.model.o_weight(i)),
-                )
-            del out  # one layer's matrices at a time
+        with reused_buffers():  # a layer's weights written where an earlier layer's were, once nobody holds them
+            for out in self.model.run(ids, mask, types, n_layers, capture):  # (enumerate would hold the last layer)
+                i += 1
+                if capture.wants(i):
+                    yield LayerOut(
+                        layer=i, weights=out.weights, rows=out.rows,
+                        scores=out.scores if capture.details else None,
+                        values=out.values if capture.details or capture.values else None,
+                        queries=out.queries if capture.details or capture.queries_keys else None,
+                        keys=out.keys if capture.details or capture.queries_keys else None,
+                        value_norms=head_value_norms(out.values, self.model.o_weight(i)),
+                    )
+                del out  # one layer's matrices at a time
