@@ -5,10 +5,14 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
 PY = sys.executable
+# Every command runs from an empty folder: `python -m attnviz` puts its working folder first on sys.path, so run from
+# the repository it would import this checkout's attnviz even where PYTHONPATH names another (`--before CHECKOUT`).
+NEUTRAL = tempfile.mkdtemp(prefix="attnviz-bench-")
 
 
 def offline_env() -> dict[str, str]:
@@ -24,7 +28,7 @@ def time_command(args: list[str], runs: int, env: dict[str, str] | None = None) 
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=NEUTRAL)
         times.append(time.perf_counter() - start)
     return times
 
@@ -72,7 +76,7 @@ def peak_mib(args: list[str], env: dict[str, str] | None = None, limit_gib: floa
     import json
 
     out = subprocess.run([PY, "-c", _LIMITED, str(int(limit_gib * 2**30)), *args], capture_output=True, text=True,
-                         env=env)
+                         env=env, cwd=NEUTRAL)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if got["rc"]:
         raise SystemExit(f"{' '.join(args[:4])} … failed: {got['error']}")
@@ -85,7 +89,7 @@ def report_limited(title: str, args: list[str], limit_gib: float, env: dict[str,
     import json
 
     out = subprocess.run([PY, "-c", _LIMITED, str(int(limit_gib * 2**30)), *args], capture_output=True, text=True,
-                         env=env)
+                         env=env, cwd=NEUTRAL)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     met = got["rc"] == 0 and got["peak_mib"] <= limit_gib * 1024
     print(f"== {title} under RLIMIT_AS {limit_gib:g} GiB")

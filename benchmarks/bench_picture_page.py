@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import offline_env
+from _common import NEUTRAL, offline_env
 
 # Runs argv[2:] under RLIMIT_AS argv[1] bytes; prints its wall seconds, CPU seconds (user + system), exit code, peak
 # RSS, the load average over the run's last minute and its last stderr line, as JSON.
@@ -113,7 +113,7 @@ def build(folder: Path, picture: Path, layers: int) -> None:
 def run(args: list[str], limit_gib: float, env: dict[str, str]) -> dict[str, object]:
     """One fresh process under ``RLIMIT_AS``: its seconds, exit code, peak RSS (MiB) and last line of stderr."""
     out = subprocess.run([sys.executable, "-c", LIMITED, str(int(limit_gib * 2**30)), *args], capture_output=True,
-                         text=True, env=env)
+                         text=True, env=env, cwd=NEUTRAL)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -189,6 +189,23 @@ def test_llava_attention_over_text_and_picture_equals_transformers_and_its_layou
     assert meta["boxes"][0] == pytest.approx([8.0, 0.0, 20.0, 12.0])  # CLIP's resize and crop, as the encoder's
 
 
+def test_a_pictures_tokens_are_not_separators_in_the_head_statistics(llava, picture):
+    """Image tokens are special tokens, but the ``sep`` statistic (Clark et al.'s weight on [SEP]/EOS) must not read
+    attention to the picture as attention to a separator: every key it reads is outside the picture."""
+    from attnviz.analysis import heads
+    from attnviz.images.vlm import vlm_attention
+
+    result = vlm_attention("what is in the picture ?", picture, str(llava))
+    picture_tokens = set(result.pictures[0].image_positions)
+    special_in_picture = [i for i in picture_tokens if result.special[i]]
+    assert special_in_picture, "the test needs image tokens marked special, as the processor marks them"
+    sep = heads.sep_keys(result)
+    assert not any(sep[i] for i in picture_tokens)
+    keys = [i for i, flag in enumerate(sep) if flag]
+    on_sep = result.attentions[..., keys].double().sum(-1).mean(-1)  # [layers, heads]; 0 where no separator is left
+    torch.testing.assert_close(heads.head_table([result]).stats["sep"], on_sep)
+
+
 def test_the_command_shows_what_the_last_word_reads_of_the_picture(run_cli, llava, picture, tmp_path):
     from attnviz.render.overlay import patch_weights
 

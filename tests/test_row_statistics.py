@@ -159,3 +159,39 @@ def test_left_out_zeros_count_in_a_row_maximum():
 
 def test_every_built_in_statistic_has_its_dense_reference():
     assert set(BUILT_IN) == set(STATISTICS) == set(dense_statistics(_result(True, ids=True), _attention(True, torch.float64)[None]))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rows", [5, 64])
+def test_long_runs_of_one_id_are_summed_as_slices_and_give_the_dense_patterns(causal, rows, monkeypatch):
+    """A picture's patch tokens share one id: runs of LONG_RUN or more equal ids take the slice path. Two runs of
+    one id (a row after the first run reads it whole), a lone copy between and after them, a shorter run that is
+    gathered, and blocks that start and stop inside the runs all give the dense duplicate and induction scores."""
+    import attnviz.analysis.row_statistics as row_statistics
+
+    monkeypatch.setattr(row_statistics, "LONG_RUN", 6)
+    row_statistics._text_facts.cache_clear()
+    words = (["[CLS]", "look", "<image>"] + ["<image>"] * 12 + ["at", "<image>", "the", "cat"] + ["<image>"] * 9
+             + ["cat", "cat", "cat", "<image>", "."] + ["cat"] * 5 + ["<image>", "[SEP]"])
+    n = len(words)
+    vocabulary = {w: 1000 + i for i, w in enumerate(dict.fromkeys(words))}
+    result = AttentionResult(tokens=words, attentions=torch.zeros(1, 1, n, n), token_ids=[vocabulary[w] for w in words],
+                             special=[w in ("[CLS]", "[SEP]") for w in words], causal=causal)
+    ids = heads.token_ids(result)
+    assert row_statistics._long_runs(torch.tensor(ids), 6) == ((2, 15), (19, 28))
+    g = torch.Generator().manual_seed(rows)
+    scores = torch.randn(HEADS, n, n, generator=g, dtype=torch.float64) * 2
+    scores[0] += 6 * metrics.induction_pattern(ids)
+    scores[1] += 6 * metrics.duplicate_token_pattern(ids)
+    if causal:
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    attn = scores.softmax(-1).float()
+    stats = LayerRowStatistics(n=n, n_heads=HEADS, token_ids=ids, tokens=words, sep=heads.sep_keys(result),
+                               causal=causal)
+    for start, block in blocks_of(attn, rows, causal_trim=causal):
+        stats.add(start, block)
+    got, expected = stats.statistics(), dense_statistics(result, attn[None].double())
+    for name in ("duplicate", "induction"):
+        torch.testing.assert_close(got[name], expected[name][0], rtol=1e-5, atol=1e-7, msg=name)
+    assert float(got["duplicate"][1]) > 0.5 and float(got["induction"][0]) > 0.5  # the planted heads are seen
+    row_statistics._text_facts.cache_clear()

@@ -32,8 +32,11 @@ def token_ids(result: AttentionResult) -> list[int]:
 
 
 def sep_keys(result: AttentionResult) -> list[bool]:
-    """[SEP], or a special token after the start (``</s>``, EOS)."""
-    return [t == "[SEP]" or (s and i > 0) for i, (t, s) in enumerate(zip(result.tokens, result.special, strict=True))]
+    """[SEP], or a special token after the start (``</s>``, EOS); never a picture's token (a vision-language model's
+    image tokens are special tokens, but the weight on them is attention to the picture, not to a separator)."""
+    picture = {p for placement in result.pictures for p in placement.image_positions}
+    return [i not in picture and (t == "[SEP]" or (s and i > 0))
+            for i, (t, s) in enumerate(zip(result.tokens, result.special, strict=True))]
 
 
 @dataclass

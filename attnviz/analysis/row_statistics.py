@@ -20,6 +20,7 @@ summed in it, and rows are accumulated in float64, as :func:`attnviz.analysis.me
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 
@@ -30,6 +31,10 @@ from . import metrics
 from .statistics import STATISTICS, Statistic
 
 ROWS = 256  # query rows per block when a dense layer is cut up (as metrics' own blocks)
+# A run of at least this many equal consecutive ids (a picture's patch tokens all share one) has its duplicate and
+# induction hits summed as slices of the block instead of gathered cell by cell: 9,888 patch tokens make 49 M pairs a
+# head, whose indices alone cost more than reading every weight once.
+LONG_RUN = 64
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -230,19 +235,55 @@ class LayerRowStatistics:
 
     def pattern_hits(self, b: Tensor, start: int) -> tuple[Tensor, Tensor]:
         """``Σ A⊙P`` per head for TransformerLens's duplicate pattern (key j < i with token j = token i)
-        and induction pattern (key j + 1 for each such j), from this block's rows of the pattern only."""
+        and induction pattern (key j + 1 for each such j), from this block's rows of the pattern only.
+        Earlier copies inside a run of :data:`LONG_RUN` or more equal ids are summed by :meth:`_run_hits`;
+        the other pairs are found from the ids and gathered."""
         _, rows, width = b.shape
-        zero = torch.zeros(b.shape[0], dtype=torch.float64)
+        duplicate = torch.zeros(b.shape[0], dtype=torch.float64)
+        induction = torch.zeros(b.shape[0], dtype=torch.float64)
         keys = min(width, start + rows - 1)  # an earlier copy is left of the block's last row
         if keys <= 0:
-            return zero, zero
-        ids = self.facts[0]
+            return duplicate, induction
+        ids, runs, in_run = self.facts[0], self.facts[5], self.facts[6]
         same = ids[start : start + rows, None] == ids[None, :keys]  # (R, keys)
+        if runs:
+            same &= ~in_run[None, :keys]
         row, key = same.nonzero(as_tuple=True)
         earlier = key < row + start
         row, key = row[earlier], key[earlier]
         inside = key + 1 < width
-        return _gathered_sum(b, row, key), _gathered_sum(b, row[inside], key[inside] + 1)
+        duplicate += _gathered_sum(b, row, key)
+        induction += _gathered_sum(b, row[inside], key[inside] + 1)
+        for run_start, run_stop in runs:
+            if run_start >= keys:
+                break
+            hits = self._run_hits(b, start, run_start, run_stop)
+            duplicate += hits[0]
+            induction += hits[1]
+        return duplicate, induction
+
+    def _run_hits(self, b: Tensor, start: int, s: int, e: int) -> tuple[Tensor, Tensor]:
+        """The duplicate and induction hits of this block's rows whose earlier copies are keys ``s … e−1``, a run of
+        one id: a row i inside the run reads keys ``s … i−1`` (duplicate) and ``s+1 … i`` (induction), a lower
+        triangle of the block; a row after it with the same id reads ``s … e−1`` and ``s+1 … e``."""
+        heads, rows, width = b.shape
+        duplicate = torch.zeros(heads, dtype=torch.float64)
+        induction = torch.zeros(heads, dtype=torch.float64)
+        first, stop = max(start, s + 1), min(start + rows, e)  # rows inside the run with a copy before them
+        if first < stop and s < width:
+            part = b[:, first - start : stop - start, s : min(stop, width)]  # row r is i = first + r, column k key s + k
+            lower = self._scratch_for(b).view(-1)[: part.numel()].view(part.shape)
+            torch.tril(part, first - s, out=lower)  # k ≤ r + (first − s): key ≤ i
+            total = lower.sum(-1).double().sum(-1)
+            duplicate += total - torch.diagonal(part, first - s, dim1=1, dim2=2).sum(-1).double()  # key < i
+            induction += total - part[:, :, 0].sum(-1).double()  # key > s
+        later = torch.arange(max(start, e), max(start + rows, e))
+        later = later[self.facts[0][later] == self.facts[0][s]] - start
+        if later.numel() and s < width:
+            after = b[:, later]
+            duplicate += after[:, :, s : min(e, width)].sum(-1).double().sum(-1)
+            induction += after[:, :, s + 1 : min(e + 1, width)].sum(-1).double().sum(-1)
+        return duplicate, induction
 
     def _check_complete(self) -> None:
         if not bool(self._seen.all()):
@@ -253,9 +294,10 @@ class LayerRowStatistics:
 
 @functools.lru_cache(maxsize=64)
 def _text_facts(token_ids: tuple[int, ...], tokens: tuple[str, ...], sep: tuple[bool, ...],
-                causal: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+                causal: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, int, tuple[tuple[int, int], ...], Tensor]:
     """What every layer of one text shares (computed once per text, not once per layer): the ids
-    made small, the [SEP] and punctuation keys, and entropy_norm's row weights."""
+    made small, the [SEP] and punctuation keys, entropy_norm's row weights, and the runs of
+    :data:`LONG_RUN` or more equal ids (``(start, stop)``, and which keys lie in one)."""
     n = len(token_ids)
     ids = torch.tensor(token_ids, dtype=torch.long)
     small = torch.unique(ids, return_inverse=True)[1].to(torch.int32)  # equal ids stay equal, smaller
@@ -263,7 +305,21 @@ def _text_facts(token_ids: tuple[int, ...], tokens: tuple[str, ...], sep: tuple[
     punct = torch.tensor([metrics.is_punctuation(t) for t in tokens], dtype=torch.bool).nonzero().flatten()
     # entropy_norm: row i's entropy / ln(keys it sees); rows that see one key are left out.
     visible = torch.arange(1, n + 1, dtype=torch.float64) if causal else torch.full((n,), float(n), dtype=torch.float64)
-    return small, sep_keys, punct, torch.where(visible > 1, 1 / visible.log(), torch.zeros(())), int((visible > 1).sum())
+    runs = _long_runs(small, LONG_RUN)
+    in_run = torch.zeros(n, dtype=torch.bool)
+    for run_start, run_stop in runs:
+        in_run[run_start:run_stop] = True
+    return (small, sep_keys, punct, torch.where(visible > 1, 1 / visible.log(), torch.zeros(())),
+            int((visible > 1).sum()), runs, in_run)
+
+
+def _long_runs(ids: Tensor, least: int) -> tuple[tuple[int, int], ...]:
+    """``(start, stop)`` of each run of at least ``least`` equal consecutive ids, in order."""
+    if ids.numel() < least:
+        return ()
+    change = torch.cat([torch.ones(1, dtype=torch.bool), ids[1:] != ids[:-1]]).nonzero().flatten().tolist()
+    bounds = [*change, ids.numel()]
+    return tuple((a, b) for a, b in itertools.pairwise(bounds) if b - a >= least)
 
 
 def _grown(scratch: Tensor, needed: int, most: int, dtype: torch.dtype) -> Tensor:

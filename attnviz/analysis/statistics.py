@@ -155,7 +155,7 @@ for _statistic in (
               label="next-token", threshold=0.5, order=50, priority=20),
     Statistic("first", "1st", "weight on the first token: [CLS]/BOS, or a sink", lambda b: b.first,
               label="first-token", threshold=0.5, order=60, priority=40),
-    Statistic("sep", "sep", "mean weight on [SEP] or EOS (Clark et al.)", lambda b: b.on_keys(b.sep_keys),
+    Statistic("sep", "sep", "mean weight on [SEP] or EOS, not a picture's tokens (Clark et al.)", lambda b: b.on_keys(b.sep_keys),
               label="[SEP]", threshold=0.5, order=70, priority=60),
     Statistic("punct", "punc", "mean weight on punctuation (Clark et al.)", lambda b: b.on_keys(b.punct_keys),
               label="punctuation", threshold=0.5, order=80, priority=70),
