@@ -396,9 +396,10 @@ def show(what: AttentionResult | str, *, model: str | None = None, head: int = 0
                           height=HEIGHT if height is None else height)
 
 
-# The long-context methods (what `attnviz needle`, `kv` and `patterns` compute), here for callers: imported when first
-# asked for, so loading the API (every command's `options.load`) imports no torch before a model is needed.
-_LONG_CONTEXT = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
+# Names imported when first asked for (the long-context methods, the picture commands, the organisms, the files and
+# tables every command reads and writes), so loading the API (every command's `options.load`) imports no torch before a
+# model is needed.
+_LAZY = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
                  "patterns": ("attnviz.kv.patterns", "patterns"),
                  "PatternsResult": ("attnviz.kv.patterns", "PatternsResult"),
                  "needle": ("attnviz.needle", "needle"), "NeedleResult": ("attnviz.needle", "NeedleResult"),
@@ -467,13 +468,33 @@ _LONG_CONTEXT = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResul
                  "run_diff": ("attnviz.analysis.checkpoint_diff", "run_diff"),
                  "settings_help": ("attnviz.analysis.policies", "settings_help"),
                  "short_name": ("attnviz.analysis.statistics", "short_name"),
-                 "statistic_named": ("attnviz.analysis.statistics", "statistic_named")}
+                 "statistic_named": ("attnviz.analysis.statistics", "statistic_named"),
+                 # What every command reads and writes, offered to Python too (the core's files, tables and labels):
+                 "MAX_BUDGETS": ("attnviz.limits", "MAX_BUDGETS"),
+                 "check_picture_count": ("attnviz.views.picture_commands", "check_picture_count"),
+                 "check_writable": ("attnviz.fileio", "check_writable"),
+                 "csv_text": ("attnviz.tables", "csv_text"),
+                 "example_file": ("attnviz.inputs", "example_file"),
+                 "is_unsafe": ("attnviz.labels", "is_unsafe"),
+                 "json_text": ("attnviz.labels", "json_text"),
+                 "parse_span": ("attnviz.spans", "parse_span"),
+                 "printable": ("attnviz.labels", "printable"),
+                 "pyarrow": ("attnviz.tables", "pyarrow"),
+                 "read_corpus": ("attnviz.inputs", "read_corpus"),
+                 "read_text_file": ("attnviz.inputs", "read_text_file"),
+                 "refuse_overwriting_inputs": ("attnviz.fileio", "refuse_overwriting_inputs"),
+                 "result_suffixes": ("attnviz.result_formats", "suffixes"),
+                 "safe_text": ("attnviz.labels", "safe_text"),
+                 "scratch_folder": ("attnviz.fileio", "scratch_folder"),
+                 "write_document": ("attnviz.fileio", "write_json"),
+                 "write_rows": ("attnviz.tables", "write_rows"),
+                 "write_text": ("attnviz.tables", "write_text")}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LONG_CONTEXT:
+    if name in _LAZY:
         import importlib
 
-        module, attribute = _LONG_CONTEXT[name]
+        module, attribute = _LAZY[name]
         return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'attnviz.api' has no attribute {name!r}")

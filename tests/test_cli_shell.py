@@ -17,22 +17,7 @@ ALLOWED = ("attnviz.api", "attnviz.views", "attnviz.render", "attnviz.serve", "a
            "attnviz.report", "attnviz.notebook", "attnviz.errors", "attnviz.interrupts", "attnviz.plugins",
            "attnviz.defaults", "attnviz.cli")
 
-DEBT = {
-    "atlas": {"fileio", "inputs"},
-    "atlas_tables": {"labels"},
-    "common": {"fileio", "labels"},
-    "generate": {"labels"},
-    "heads": {"inputs", "labels"},
-    "heatmap": {"spans"},
-    "images": {"fileio", "labels", "tables"},
-    "kv": {"labels", "result_formats"},
-    "needle": {"result_formats"},
-    "options": {"inputs", "limits"},
-    "organism": {"labels"},
-    "outputs": {"fileio", "tables"},
-    "patterns": {"fileio", "result_formats"},
-    "rollout": {"labels"},
-}
+DEBT: dict[str, set[str]] = {}
 
 
 def _is_module(name: str) -> bool:

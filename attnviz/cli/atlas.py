@@ -136,7 +136,7 @@ def atlas(
         if vs_model is None or per_text.suffix.lower() != ".parquet":
             raise UsageError("--per-text writes each text's change between two checkpoints: give --vs-model and a "
                              ".parquet file")
-        from ..fileio import check_writable
+        from ..api import check_writable
 
         check_writable(per_text)
     if embed_tokens == 1:
@@ -179,8 +179,8 @@ def _corpus(texts: Path, options: ModelOptions, *, texts_as: TextsAs, fmt: Atlas
             importance: tuple[Ablate | None, str | None] | None = None, retrieval: Any = None) -> None:
     """The corpus's atlas: from an export folder as it is, or from a file of texts exported first; with
     ``retrieval`` (:class:`attnviz.needle.tables.RetrievalColumns`), a needle run's scores as statistics."""
+    from ..api import scratch_folder
     from ..export.atlas_data import atlas_data, document
-    from ..fileio import scratch_folder
 
     if texts.is_dir():
         data = atlas_data(texts)
@@ -256,7 +256,7 @@ def _diff(texts: Path, vs_model: str, options: ModelOptions, *, texts_as: TextsA
                             force=force)
         corpus = diff.texts  # the first export's texts, checked against its heads table
     else:
-        from ..inputs import read_corpus
+        from ..api import read_corpus
 
         if other_folder.is_dir() and (other_folder / "heads.parquet").is_file():
             raise UsageError(f"{vs_model} is an export; to compare two exports give TEXTS as the other export's folder")

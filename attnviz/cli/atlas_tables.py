@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from ..labels import head_name
+from ..api import head_name
 from .common import stdout_console
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 import typer
 
+from ..api import is_unsafe, json_text
 from ..errors import AttnvizError, AttnvizWarning, in_cli_terms
-from ..labels import is_unsafe, json_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -135,7 +135,7 @@ MODEL_PARAMETERS = ("model", "vs_model")
 def refuse_outputs_over_inputs(kwargs: dict[str, Any]) -> None:
     """Before any work: no output of the command may be one of its inputs (:func:`attnviz.fileio.refuse_overwriting_inputs`),
     whichever parameter named it (a picture, a text file, a corpus, a haystack, a saved result given as the model)."""
-    from ..fileio import refuse_overwriting_inputs
+    from ..api import refuse_overwriting_inputs
 
     def paths(value: Any) -> list[Any]:
         items = value if isinstance(value, (list, tuple)) else [value]

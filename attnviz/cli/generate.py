@@ -133,7 +133,7 @@ def generate(
 
 
 def _print_summary(summary: Any, console: Any) -> None:
-    from ..labels import printable
+    from ..api import printable
 
     def listed(attended: list[tuple[int, str, float]]) -> str:
         return " · ".join(f"{printable(t)} ({k}) {w:.2f}" for k, t, w in attended)

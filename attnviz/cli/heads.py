@@ -167,7 +167,7 @@ def heads(
     outputs = check_outputs(out, HEADS_OUTPUTS)
     texts = None
     if file is not None:
-        from ..inputs import read_corpus
+        from ..api import read_corpus
 
         # One text per line, JSONL (--field), CSV or Parquet (--column): as export and atlas read them.
         texts = read_corpus(file, field=field, column=column, input_format=input_format)
@@ -249,8 +249,7 @@ HEADS_OUTPUTS = (".json", ".csv", ".parquet")
 
 def write_heads_output(document: dict[str, Any], rows: list[Any], path: Path) -> None:
     """The head table to ``path``, its kind by extension: the JSON document, or one row per head as CSV or Parquet."""
-    from ..api import rows_flat
-    from ..labels import json_text
+    from ..api import json_text, rows_flat
 
     if path.suffix.lower() == ".json":
         write_text(path, json_text(document, indent=1) + "\n")
@@ -278,8 +277,7 @@ def importance_parquet(file: Path, out: Path, source: Any, *, column: str | None
                        input_format: str | None = None) -> None:
     """``importance.parquet`` beside heads.parquet: each text's importance (and ablation) per head, by ``source``
     (:func:`importance_source`)."""
-    from ..api import head_importance
-    from ..inputs import read_corpus
+    from ..api import head_importance, read_corpus
 
     texts = read_corpus(file, field=field, column=column, input_format=input_format)
     found = head_importance(source, texts, ablate=None if ablate is None else ablate.value, vs=vs,

@@ -123,7 +123,7 @@ def heatmap(
         raise UsageError("--query draws a picture; the page has its own query view (click a token in the head view)")
     if renormalize and not hide_special:
         raise UsageError("--renormalize rescales rows after --hide-special; add --hide-special")
-    from ..spans import parse_span
+    from ..api import parse_span
 
     region = (None if rows is None else parse_span(rows, "rows"), None if cols is None else parse_span(cols, "cols"))
     if region != (None, None) and (query is not None or pages):

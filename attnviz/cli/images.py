@@ -10,8 +10,8 @@ from typing import Any
 
 import typer
 
-from ..errors import UnknownFormatError, UsageError
-from ..labels import safe_text
+from ..api import safe_text
+from ..errors import UsageError
 from ..views.picture_files import PICTURE_OUTPUTS as IMAGE_OUTPUTS  # every file a picture command writes
 from .common import note, stdout_console, wrote
 
@@ -20,26 +20,13 @@ def checked_pictures(options: Any, images: list[Path], out: list[Path], allowed:
              text: str | None = "") -> list[Path]:
     """The checks every picture command makes before a model loads: the pictures (an encoder reads one, ``text``
     None), a model, the --out files."""
-    from ..fileio import check_writable
-    from .outputs import check_distinct
+    from ..api import check_picture_count, needs_picture_model
+    from .outputs import check_outputs
 
-    if text is None and len(images) > 1:
-        raise UsageError(f"{len(images)} pictures without a text: an image encoder reads one picture a run (several "
-                         "--image go with a text, to a vision-language model)")
+    check_picture_count(text, images)
     if options.model is None:
-        from ..api import needs_picture_model
-
         raise UsageError(needs_picture_model())
-    for path in out:
-        if path.suffix.lower() not in allowed:
-            raise UnknownFormatError(f"cannot write {path}: with --image, --out writes {written}")
-        if path.suffix.lower() == ".parquet":  # pyarrow, before the model runs
-            from ..tables import pyarrow
-
-            pyarrow()
-    checked = [check_writable(path) for path in out]
-    check_distinct([("out", path) for path in checked])
-    return checked
+    return check_outputs(out, allowed, written=f"with --image, --out writes {written}")
 
 
 def refuse_unused(*names: str, why: str = "the command draws the attention over the picture") -> None:
@@ -53,85 +40,44 @@ def refuse_unused(*names: str, why: str = "the command draws the attention over 
             raise UsageError(f"{flag} does not go with --image ({why}): leave out {flag}")
 
 
+def loading(options: Any) -> Any:
+    """How the command's options load a picture model (:class:`attnviz.views.picture_commands.Loading`)."""
+    from ..views.picture_commands import Loading
+
+    return Loading(engine=str(getattr(options.engine, "value", options.engine)), device=options.device,
+                   revision=options.revision, trust_remote_code=options.trust_remote_code)
+
+
 def image_heatmap(options: Any, text: str | None, images: list[Path], *, layer: int | None, head: Any,
                   query: str | None, out: list[Path], cmap: str, width: int | None, per_panel: bool = False,
                   blocky: bool = False) -> None:
     """Check, run and show (see the module)."""
+    from ..views.picture_commands import picture_heatmap
     from ..views.picture_files import PICTURE_OUTPUTS, write_picture_outputs
-    from ..views.picture_heat import layer_head_panels, picture_heat
 
     checked = checked_pictures(options, images, out, PICTURE_OUTPUTS, ", ".join(PICTURE_OUTPUTS), text=text)
-    every_row = any(path.suffix.lower() in (".npz", ".html") for path in checked)  # the file holds every row
-    result = picture_attention(options, text, images, rows="all" if every_row else "text")
-    metas = result.pictures
-    chosen = _query(query, result.tokens, metas[0].specials, text_last=text is not None)
-    held = result.metadata.get("rows")
-    if held is not None and (chosen is None or chosen not in held):  # a patch's row (or their mean): every row
-        result = picture_attention(options, text, images, rows="all")
-    n_layers, n_heads = result.attentions.shape[:2]
-    if layer is not None and not 0 <= layer < n_layers:
-        raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
-    layers = list(range(n_layers)) if layer is None else [layer]
-    heads = list(range(n_heads)) if head == "all" else None if head == "mean" else [int(head)]
-    if heads is not None and not all(0 <= h < n_heads for h in heads):
-        raise UsageError(f"--head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
-    who = ("the patches' mean query" if chosen is None else f"{result.tokens[chosen]!r} (token {chosen})")
-    what = ("every layer" if layer is None else f"layer {layer}") + (", every head" if head == "all" else
-                                                                      ", mean of heads" if heads is None else
-                                                                      f", head {heads[0]}")
-    view = picture_heat(result, layer_head_panels(result, layers=layers, heads=heads, query=chosen), who=who,
-                        what=what, per_panel=per_panel, smooth=not blocky, cmap=cmap,
-                        columns=len(heads) * len(metas) if heads is not None and len(heads) > 1 else None)
+    shown = picture_heatmap(text, images, options.model, layer=layer, head=head, query=query,
+                            every_row=any(path.suffix.lower() in (".npz", ".html") for path in checked),
+                            per_panel=per_panel, blocky=blocky, cmap=cmap, loading=loading(options))
+    result, view = shown.result, shown.view
     for path in write_picture_outputs(result, view, images, checked, text=text, layer=layer,
-                                      head=heads[0] if heads else 0, cmap=cmap):
+                                      head=shown.heads[0] if shown.heads else 0, cmap=cmap):
         wrote(path)
     if checked:
         return
     from ..render.terminal import render_terminal
 
+    metas = result.pictures
     console = stdout_console(width)
     grids = ", ".join(f"{m.rows} × {m.cols}" for m in metas)
     console.print(f"{safe_text(view.title)} ({grids} grid of {metas[0].patch}-pixel patches, {metas[0].layout} "
                   "layout)", markup=False)
-    for shown in view.terminal_views():
-        render_terminal(shown, console)
+    for drawn in view.terminal_views():
+        render_terminal(drawn, console)
     for line in view.notes:
         note(line)
     if metas[0].specials == 0 and query is None and text is None:
         note("no CLS token in this layout: the mean over the patches' own queries is shown (--query rNcM for one)")
-
-
-def picture_attention(options: Any, text: str | None, images: list[Path], *, rows: str = "all", **extra: Any) -> Any:
-    """An image encoder's attention over the picture (no text), else the vision-language model's over text and
-    pictures (``rows="text"``: the text's rows only, where nothing else is read), on the engine asked: fused (the
-    default) or hf (transformers' eager attention); an encoder runs on eager attention."""
-    from ..api import image_attention, vlm_attention
-
-    engine = str(getattr(options.engine, "value", options.engine))
-    if engine == "native":
-        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
-    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
-    if text is None:
-        return image_attention(images[0], options.model, **load)
-    return vlm_attention(text, images, options.model, **load, engine="hf" if engine == "hf" else "fused", rows=rows,
-                         **extra)
-
-
-def _query(query: str | None, tokens: list[str], specials: int, *, text_last: bool = False) -> int | None:
-    """The query token: ``--query`` as an index or a label (``[CLS]``, ``r3c4``, a word), ``mean`` for the patches'
-    mean; by default the text's last token (a vision-language model: what it reads of the picture as it answers), the
-    CLS token, or the mean where the layout has none."""
-    if query is None:
-        return len(tokens) - 1 if text_last else 0 if specials else None
-    if query == "mean":
-        return None
-    if query.isascii() and query.isdigit() and int(query) < len(tokens):  # ASCII digits: "²" is no index
-        return int(query)
-    for label in (query, f"<img {query}>"):  # a patch of a vision-language model's prompt: <img r1c2>
-        if label in tokens:
-            return tokens.index(label)
-    raise UsageError(f"--query {query!r} is not a token of this result: a word of the text, a patch (r1c2; with "
-                     f"several pictures 2 r1c2), {tokens[0]}, an index up to {len(tokens) - 1}, or mean")
 
 
 def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any, out: list[Path], top: int | None,
@@ -139,42 +85,32 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
     """``heads --image``: each head's share on the picture, its spread over the patches and its sink patch."""
     import json
 
-    from ..api import image_head_columns as COLUMNS
-    from ..api import image_head_rows
-    from .outputs import csv_text
+    from ..views.picture_commands import picture_heads
+    from .outputs import csv_text, write_document, write_table
 
     outputs = checked_pictures(options, images, out, (".json", ".csv", ".parquet", ".png", ".svg", ".pdf"),
                                ".json, .csv or .parquet (the table), .png, .svg or .pdf (each head over the picture)",
                                text=text)
-    result = picture_attention(options, text, images, rows="text")
-    last = max(p for meta in result.pictures for p in meta.image_positions)
-    if text is not None and result.causal and last == len(result.tokens) - 1:
-        note("no word follows the pictures, and the words before them cannot attend to them (a causal model): put "
-             "the question after the pictures")
-    rows = sorted(image_head_rows(result), key=lambda r: -r["image_share"] if text is not None else r["patch_entropy"])
-    document = {"model": result.model_name, "images": [{k: v for k, v in meta.to_dict().items()
-                                                        if k not in ("boxes", "grids")} for meta in result.pictures],
-                "tokens": result.tokens, "heads": rows}
+    found = picture_heads(text, images, options.model, loading=loading(options))
+    if found.note:
+        note(found.note)
+    rows, result = found.rows, found.result
     for path in outputs:
         if path.suffix.lower() == ".json":
-            from ..fileio import write_json
-
-            write_json(path, document)
+            write_document(path, found.document)
         elif path.suffix.lower() in (".png", ".svg", ".pdf"):
             from ..api import heads_over_pictures, read_image
             from ..render.picture_figure import render_picture_figure
 
             render_picture_figure(heads_over_pictures(result, cmap="magma"), [read_image(i) for i in images], path)
         else:
-            from ..tables import write_rows
-
-            write_rows(path, rows, COLUMNS)
+            write_table(path, rows, found.columns)
         wrote(path)
     shown = rows[:top] if top else rows
     if fmt.value == "json":
-        typer.echo(json.dumps(document, ensure_ascii=False))
+        typer.echo(json.dumps(found.document, ensure_ascii=False))
     elif fmt.value == "csv":
-        typer.echo(csv_text(shown, COLUMNS), nl=False)
+        typer.echo(csv_text(shown, found.columns), nl=False)
     else:
         from rich.table import Table
 
@@ -189,50 +125,31 @@ def image_heads(options: Any, text: str | None, images: list[Path], *, fmt: Any,
 
 
 def image_generate(options: Any, prompt: str, images: list[Path], *, max_new_tokens: int, layer: int | None,
-                   head: int | None, out: list[Path], cmap: str, width: int | None) -> None:
-    """``generate --image``: the vision-language model answers greedily; each new token's attention over the
-    picture (its share on the image, the patch it reads most, a grid), and ``--out x.png`` a panel per new token."""
-    from ..render.overlay import row_of, strongest_patches
+                   head: int | None, out: list[Path], cmap: str, width: int | None, sampling: Any = None) -> None:
+    """``generate --image``: the vision-language model answers (greedily unless ``sampling`` says otherwise); each
+    new token's attention over the picture (its share on the image, the patch it reads most, a grid), and
+    ``--out x.png`` a panel per new token."""
     from ..render.terminal import render_terminal
+    from ..views.picture_commands import picture_generation
     from ..views.picture_files import write_picture_outputs
-    from ..views.picture_heat import picture_heat
 
     allowed = tuple(s for s in IMAGE_OUTPUTS if s != ".html")
     checked = checked_pictures(options, images, out, allowed, ", ".join(allowed) + " (a panel per new token)")
-    every_row = any(path.suffix.lower() == ".npz" for path in checked)  # the file holds every row
-    result = picture_attention(options, prompt, images, max_new_tokens=max_new_tokens, rows="all" if every_row else "text")
-    start = result.metadata["prompt_length"]
-    new = list(range(start, len(result.tokens)))
-    n_layers, n_heads = result.attentions.shape[:2]
-    if layer is not None and not 0 <= layer < n_layers:
-        raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
-    if head is not None and not 0 <= head < n_heads:
-        raise UsageError(f"--only-head {head} is out of range; {result.model_name} has heads 0 to {n_heads - 1}")
-    where = ("every layer" if layer is None else f"layer {layer}") + (", mean of heads" if head is None
-                                                                      else f", head {head}")
-    metas = result.pictures
-    several = len(metas) > 1
-    view = picture_heat(result, [((f"picture {n + 1} · " if several else "") + f"{result.tokens[q]!r} (token {q})",
-                                  layer, head, q, n) for q in new for n in range(len(metas))],
-                        who="each new token", what=where, cmap=cmap, columns=min(6, len(new) * len(metas)) or 1)
-    for path in write_picture_outputs(result, view, images, checked, cmap=cmap):
+    made = picture_generation(prompt, images, options.model, max_new_tokens=max_new_tokens, layer=layer, head=head,
+                              every_row=any(path.suffix.lower() == ".npz" for path in checked), sampling=sampling,
+                              cmap=cmap, loading=loading(options))
+    for path in write_picture_outputs(made.result, made.view, images, checked, cmap=cmap):
         wrote(path)
     console = stdout_console(width)
-    console.print(f"{safe_text(result.model_name)} answered {len(new)} tokens; what each read of the picture ({where}):",
-                  markup=False)
-    every = [p for meta in metas for p in meta.image_positions]
-    attn = result.attentions.double()
-    attn = attn.mean(0) if layer is None else attn[layer]
-    attn = attn.mean(0) if head is None else attn[head]
-    grids = iter(view.terminal_views())
-    for q in new:
-        share = float(attn[row_of(result, [q])[0], every].sum())
-        found = [f"{'picture ' + str(n + 1) + ' ' if several else ''}{place}"
-                 for n, (_, place) in enumerate(strongest_patches(result, layer, head, q))]
-        console.print(f"{safe_text(repr(result.tokens[q]))}: {share:.0%} on the picture{'s' if several else ''}, "
-                      f"most on {', '.join(found)}", markup=False)
+    several = len(made.result.pictures) > 1
+    console.print(f"{safe_text(made.result.model_name)} answered {len(made.readings)} tokens; what each read of the "
+                  f"picture ({made.where}):", markup=False)
+    grids = iter(made.view.terminal_views())
+    for reading in made.readings:
+        console.print(f"{safe_text(repr(reading.label))}: {reading.share:.0%} on the picture{'s' if several else ''}, "
+                      f"most on {', '.join(reading.places)}", markup=False)
         if not checked:
-            for _ in metas:
+            for _ in made.result.pictures:
                 render_terminal(next(grids), console)
 
 
@@ -240,45 +157,21 @@ def image_rollout(options: Any, images: list[Path], *, fusion: str | None, layer
                   out: list[Path], cmap: str, width: int | None) -> None:
     """``rollout --image``: attention rollout over an image encoder's patches (Abnar & Zuidema 2020): how much of
     each patch reaches the CLS token (or ``--query``) after each layer, as heat over the picture."""
-    from dataclasses import replace
-
-    from ..api import image_attention, rollout
+    from ..views.picture_commands import picture_rollout
     from ..views.picture_files import write_picture_outputs
-    from ..views.picture_heat import picture_heat
 
     checked = checked_pictures(options, images, out, IMAGE_OUTPUTS, ", ".join(IMAGE_OUTPUTS), text=None)
-    from ..api import reads_pictures
-
-    if str(getattr(options.engine, "value", options.engine)) == "native":
-        raise UsageError("--engine native: attnviz's own engine reads no pictures; an image encoder runs on "
-                         "transformers' eager attention")
-    if reads_pictures(options.model):
-        raise UsageError(f"{options.model} is a vision-language model: rollout --image chains an image encoder's "
-                         "attention over its patches; see what its words read of the picture with heatmap TEXT --image")
-    result = image_attention(images[0], options.model, device=options.device, revision=options.revision,
-                             trust_remote_code=options.trust_remote_code)
-    chained = rollout(result.attentions, head_fusion=fusion or "mean")  # [L, T, T]
-    n_layers = chained.shape[0]
-    if layer is not None and not 0 <= layer < n_layers:
-        raise UsageError(f"--layer {layer} is out of range; {result.model_name} has layers 0 to {n_layers - 1}")
-    rolled = replace(result, attentions=chained[:, None].float(),
-                     metadata={**result.metadata, "rollout": {"fusion": fusion or "mean"}})
-    chosen = _query(query, rolled.tokens, rolled.pictures[0].specials)
-    layers = list(range(n_layers)) if layer is None else [layer]
-    who = "the patches' mean query" if chosen is None else f"{rolled.tokens[chosen]!r} (token {chosen})"
-    view = picture_heat(rolled, [(f"rollout to layer {each}", each, 0, chosen, 0) for each in layers],
-                        who=f"how much of each patch reaches {who}",
-                        what=f"attention rollout, heads fused by {fusion or 'mean'}", cmap=cmap,
-                        value_name="rollout weight")
-    for path in write_picture_outputs(rolled, view, images, checked, cmap=cmap):
+    rolled = picture_rollout(images[0], options.model, fusion=fusion, layer=layer, query=query, cmap=cmap,
+                             loading=loading(options))
+    for path in write_picture_outputs(rolled.result, rolled.view, images, checked, cmap=cmap):
         wrote(path)
     if checked:
         return
     from ..render.terminal import render_terminal
 
     console = stdout_console(width)
-    console.print(safe_text(view.title), markup=False)
-    for shown in view.terminal_views():
+    console.print(safe_text(rolled.view.title), markup=False)
+    for shown in rolled.view.terminal_views():
         render_terminal(shown, console)
 
 
@@ -289,7 +182,7 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
     ``allow_outside``: a corpus's pictures may lie outside its folder."""
     import json
 
-    from ..api import SINK_COLUMNS, load_vlm, picture_atlas, picture_rows
+    from ..api import SINK_COLUMNS, picture_atlas, picture_rows
     from ..api import picture_atlas_head_columns as HEAD_COLUMNS
     from ..render.progress import export_progress
 
@@ -299,15 +192,10 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
                                ".csv or .parquet (the heads)")
     rows = picture_rows(texts, field=field, column=column, input_format=input_format, pictures=images or None,
                         allow_outside=allow_outside)
-    from ..api import read_image
+    from ..views.picture_commands import picture_model, read_pictures
 
-    for picture in dict.fromkeys(p for each in rows for p in each.pictures):  # each read before the model loads
-        read_image(picture)  # (once): a bad one is one line, not a late failure
-    engine = str(getattr(options.engine, "value", options.engine))
-    if engine == "native":
-        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
-    model = load_vlm(options.model, device=options.device, revision=options.revision,
-                     trust_remote_code=options.trust_remote_code, engine="hf" if engine == "hf" else "fused")
+    read_pictures([p for each in rows for p in each.pictures])  # each once, before the model loads
+    model = picture_model(options.model, loading=loading(options))
     from rich.console import Console
 
     with export_progress(Console(stderr=True), enabled=fmt == "table" and not outputs, doing="atlas",
@@ -321,11 +209,11 @@ def image_atlas(options: Any, texts: Path, images: list[Path], *, field: str | N
 
             picture_atlas_page(atlas, path)
         elif path.suffix.lower() == ".json":
-            from ..fileio import write_json
+            from ..api import write_document as write_json
 
             write_json(path, document)
         else:
-            from ..tables import write_rows
+            from ..api import write_rows
 
             write_rows(path, atlas.heads, HEAD_COLUMNS)
         wrote(path)
@@ -371,33 +259,30 @@ class PictureExplorer:
 def picture_explorer(options: Any, text: str | None, images: list[Path], *, reading: Any,
                      expand: bool = False) -> PictureExplorer:
     """``tui --image``: the pictures checked before anything loads (see :class:`PictureExplorer`)."""
-    from ..api import read_image, reads_pictures
+    from ..api import reads_pictures
     from ..tui.explorer import Explorer
+    from ..views.picture_commands import picture_attention, picture_model, read_pictures
 
     checked_pictures(options, images, [], (), "", text=text)
-    for picture in images:
-        read_image(picture)
-    load = {"device": options.device, "revision": options.revision, "trust_remote_code": options.trust_remote_code}
+    read_pictures(images)
+    how = loading(options)
     if not reads_pictures(options.model):  # an image encoder (or a family found by name when it loads)
         def encoder() -> Any:
-            from ..api import SavedSource, image_attention
+            from ..api import SavedSource
 
-            result = image_attention(images[0], options.model, **load)
+            result = picture_attention(None, images, options.model, loading=how)
             return Explorer(SavedSource(result, result.model_name), reading=reading)
 
         if text is not None:
             raise UsageError(f"{options.model} reads a picture alone (an image encoder), or is not one attnviz knows; "
                              "leave the text out, or give a vision-language model")
         return PictureExplorer(True, encoder)
-    engine = str(getattr(options.engine, "value", options.engine))
-    if engine == "native":
-        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
+    how.language_engine()  # attnviz's own engine reads no pictures: said before anything loads
 
     def language() -> Any:
-        from ..api import load_vlm
         from ..views.picture_stream import StreamedPictures
 
-        model = load_vlm(options.model, **load, engine="hf" if engine == "hf" else "fused")
+        model = picture_model(options.model, loading=how)
         # The matrices show each picture as one token: the model read a layer at a time, the full result's rows kept
         # only where the picture view shows them (every image token expanded keeps every row).
         return Explorer(model if expand else StreamedPictures(model), reading=reading, pictures=tuple(images),

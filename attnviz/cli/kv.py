@@ -7,9 +7,9 @@ from typing import Any
 
 import typer
 
+from ..api import result_suffixes as suffixes
 from ..defaults import ANSWER_TOKENS
 from ..errors import UsageError
-from ..result_formats import suffixes
 from .common import LIVE_HELP, cli_command, echo_json, note, stdout_console
 from .options import (
     Budget,
@@ -144,7 +144,7 @@ def kv(
     if result.full_answer is not None:
         from rich.text import Text
 
-        from ..labels import safe_text
+        from ..api import safe_text
 
         console.print(Text(f"answer on the full cache: {safe_text(result.full_answer)}", style="dim"))
     console.print()

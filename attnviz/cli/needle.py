@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
+from ..api import result_suffixes as suffixes
 from ..defaults import ANSWER_TOKENS, DEPTHS, NEEDLE, QUESTION
 from ..errors import UsageError
-from ..result_formats import suffixes
 from .common import cli_command, echo_json, note, stdout_console
 from .options import CausalModel, Column, Field, InputFormat, ModelOptions, Width, model_command
 from .outputs import StdoutFormat, announcer, check_outputs, csv_text

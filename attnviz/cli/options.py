@@ -149,7 +149,7 @@ LIVE_HELP.setdefault("*", {})["image"] = lambda: image_help(live=True)
 def _example_pictures(pictures: list[Path]) -> list[Path]:
     """Each ``--image``, or for ``examples/NAME`` (the picture the README's commands read) missing here, the copy
     installed with attnviz, so those lines run from any folder, as ``--text-file examples/report.txt`` does."""
-    from ..inputs import example_file
+    from ..api import example_file
 
     return [example_file(picture) for picture in pictures or []]
 
@@ -182,8 +182,7 @@ def parse_budgets(text: str) -> list[int | float]:
     """--budget's list: numbers of keys (256) or fractions (0.25, 25%), comma-separated."""
     import math
 
-    from ..api import parse_budget
-    from ..limits import MAX_BUDGETS
+    from ..api import MAX_BUDGETS, parse_budget
 
     parts = [b for b in text.split(",") if b.strip()]
     if len(parts) > MAX_BUDGETS:
@@ -242,7 +241,7 @@ def text_from_file(text: str | None, path: Any) -> str | None:
     """``text``, or the contents of ``path`` (``--text-file``; ``-`` reads standard input) when given:
     one text, refused when both are given, when the file is missing, not a regular file, too large,
     empty or not UTF-8 (:func:`attnviz.inputs.read_text_file`). Read before any model loads."""
-    from ..inputs import read_text_file
+    from ..api import read_text_file
 
     if path is None:
         return read_text_file("-") if text == "-" else text  # TEXT "-": standard input, as everywhere

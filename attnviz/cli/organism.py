@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..labels import safe_text
+from ..api import safe_text
 from .common import cli_command, note, stdout_console, wrote
 from .options import Width
 from .outputs import StdoutFormat

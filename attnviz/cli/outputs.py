@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 
-from ..tables import csv_text, write_text
-from ..tables import write_rows as write_table
+from ..api import csv_text, write_document, write_text
+from ..api import write_rows as write_table
 
 __all__ = ["StdoutFormat", "announcer", "check_distinct", "check_outputs", "check_view_outputs", "csv_text",
-           "write_table", "write_text"]
+           "write_document", "write_table", "write_text"]
 
 class StdoutFormat(str, Enum):
     table = "table"
@@ -20,19 +20,18 @@ class StdoutFormat(str, Enum):
     csv = "csv"
 
 
-def check_outputs(paths: Sequence[Path], allowed: Sequence[str]) -> list[Path]:
+def check_outputs(paths: Sequence[Path], allowed: Sequence[str], *, written: str | None = None) -> list[Path]:
     """``paths``, each with an extension in ``allowed``, writable (Parquet: pyarrow installed; not a link, a pipe or
-    a device) and each named once (:func:`check_distinct`)."""
+    a device) and each named once (:func:`check_distinct`). ``written``: what the command writes, in words, for the
+    message naming a wrong extension (default: the extensions)."""
+    from ..api import check_writable, pyarrow
     from ..errors import UnknownFormatError
-    from ..fileio import check_writable
 
     for path in paths:
         if path.suffix.lower() not in allowed:
-            raise UnknownFormatError(f"cannot write {path}: unknown extension {path.suffix or '(none)'!r}; use one of "
-                                     f"{', '.join(allowed)}")
+            raise UnknownFormatError(f"cannot write {path}: " + (written or f"unknown extension "
+                                     f"{path.suffix or '(none)'!r}; use one of {', '.join(allowed)}"))
         if path.suffix.lower() == ".parquet":
-            from ..tables import pyarrow
-
             pyarrow()
     checked = [check_writable(path) for path in paths]
     check_distinct([("out", path) for path in checked])

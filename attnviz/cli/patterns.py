@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ..api import result_suffixes as suffixes
 from ..errors import UsageError
-from ..result_formats import suffixes
 from .common import cli_command, echo_json, note, stdout_console
 from .options import (
     Budget,
@@ -65,7 +65,7 @@ def patterns(
     from ..api import PatternsResult  # its module registers the formats it writes
 
     check_outputs(out, suffixes(PatternsResult.KIND))
-    from ..fileio import check_writable
+    from ..api import check_writable
 
     for path in (p for p in (minference, duo) if p is not None):
         check_writable(path)  # as every --out: not a link, a pipe or a device; written atomically

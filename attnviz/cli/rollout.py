@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
+from ..api import safe_text
 from ..errors import UsageError
-from ..labels import safe_text
 from .common import cli_command, given, renamed, show_view
 from .options import (
     CMAP_HELP,

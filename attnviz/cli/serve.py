@@ -84,12 +84,10 @@ def _pictures(options: ModelOptions, images: list[Path], expand: bool) -> Any:
     text beside them; the pictures, the model and the engine checked before it loads (as every picture command's)."""
     from ..api import find, load_vlm
     from ..views.picture_page import Pictures, encode_pictures
-    from .images import checked_pictures
+    from .images import checked_pictures, loading
 
     checked_pictures(options, images, [], (), "", text="")
-    engine = str(getattr(options.engine, "value", options.engine))
-    if engine == "native":
-        raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
+    engine = loading(options).language_engine()  # attnviz's own engine reads no pictures
     where: dict[str, Any] = {"device": options.device, "revision": options.revision,
                              "trust_remote_code": options.trust_remote_code}
     try:

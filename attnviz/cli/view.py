@@ -145,24 +145,21 @@ def _picture_page(options: ModelOptions, text: str | None, images: list[Path], o
     if view == "qk":
         raise UsageError("--show qk shows query and key vectors, which the picture models' engines hand out to no "
                          "page: open another view")
-    from .images import checked_pictures, picture_attention
+    from ..views.picture_commands import picture_attention
+    from .images import checked_pictures, loading
 
     checked_pictures(options, images, [], (), "", text=text)
     from ..views.picture_page import encode_pictures, picture_page
 
     pictures = encode_pictures(images)  # each read (and refused) before the model loads
     if text is None:  # an image encoder: one picture's few hundred tokens, computed whole
-        result = picture_attention(options, text, images)
+        result = picture_attention(text, images, str(options.model), loading=loading(options))
         page = picture_page(result, pictures, text=text, layer=layer, head=head, view=view, stats=stats, expand=expand)
     else:  # a vision-language model: the page built as each layer is computed (thousands of image tokens)
-        from ..api import load_vlm
+        from ..views.picture_commands import picture_model
         from ..views.picture_stream import streamed_picture_page
 
-        engine = str(getattr(options.engine, "value", options.engine))
-        if engine == "native":
-            raise UsageError("--engine native: attnviz's own engine reads no pictures; use fused (the default) or hf")
-        model = load_vlm(str(options.model), device=options.device, revision=options.revision,
-                         trust_remote_code=options.trust_remote_code, engine="hf" if engine == "hf" else "fused")
+        model = picture_model(str(options.model), loading=loading(options))
         page = streamed_picture_page(model, text, images, pictures, layer=layer, head=head, view=view, stats=stats,
                                      expand=expand)
     from ..render.html import render_html

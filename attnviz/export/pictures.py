@@ -55,8 +55,9 @@ def check_settings(settings: ExportSettings) -> None:
     if settings.pair is not None or settings.hide_special or settings.renormalize or settings.words:
         raise UsageError("an export of pictures reads each text as the model's processor makes it: no [[pair]], "
                          "[[hide_special]], [[renormalize]] or [[words]]")
-    if settings.engine == "native":
-        raise UsageError("[[engine=native]]: attnviz's own engine reads no pictures; use fused (the default) or hf")
+    from ..images.found import picture_engine
+
+    picture_engine(settings.engine)  # attnviz's own engine reads no pictures
     if "parquet" in settings.formats:
         from ..tables import pyarrow
 

@@ -77,3 +77,14 @@ def reads_pictures(model: str) -> bool:
     """Whether ``model`` is a vision-language model attnviz has a layout for (see :func:`picture_layout`)."""
     layout = picture_layout(model)
     return layout is not None and layout.language
+
+
+def picture_engine(engine: str, *, encoder: bool = False) -> str:
+    """The engine a picture model runs on for the engine asked: ``hf`` (transformers' eager attention) or ``fused``
+    (the default, ``auto``); an image encoder runs on eager attention whatever is asked. The one refusal of
+    ``native``: attnviz's own engine reads no pictures."""
+    engine = str(getattr(engine, "value", engine))
+    if engine == "native":
+        runs = "an image encoder runs on transformers' eager attention" if encoder else "use fused (the default) or hf"
+        raise UsageError(f"[[engine=native]]: attnviz's own engine reads no pictures; {runs}")
+    return "hf" if engine == "hf" or encoder else "fused"
