@@ -316,7 +316,6 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
     """What one token attends to in every layer and head at once: a ``[layers·heads, keys]`` picture
     (``heatmap --query``). ``query`` is a token or its index; ``layer`` (None: every one) and ``head`` narrow the rows."""
     from .analysis.transforms import kind_tensor, resolved_kind
-    from .errors import UsageError
     from .render.view import matrix_view
 
     result = reading.apply(source.extract(text, pair=pair, target=target, truncate=truncate,
@@ -326,8 +325,9 @@ def query_view(source: Source, text: str | None, query: int | str, *, layer: int
     position = find_query(rows, query)
     layers = result.metadata.get("layers") or list(range(tensor.shape[0]))
     heads = list(range(tensor.shape[1])) if head == "all" else [int(head)]
-    if heads[-1] >= tensor.shape[1]:
-        raise UsageError(f"[[head={heads[-1]}]] is out of range; {result.model_name} has heads 0 to {tensor.shape[1] - 1}")
+    from .layer_range import check_heads
+
+    check_heads(heads, owner=result.model_name, count=tensor.shape[1])
     picked = tensor[:, heads, position, :].reshape(len(layers) * len(heads), -1)
     names = [head_name(la, h) for la in layers for h in heads]
     where = "" if kind in ("self", "encoder") else f" · {kind}"

@@ -99,13 +99,13 @@ class HeadTable:
         """The :meth:`rows` of one ``layer`` and/or ``head`` (None: every one), sorted by a statistic
         (largest first) or by ``"layer"``/``"head"``, the first ``top`` of them (what ``heads`` prints)."""
         from ..errors import UsageError
-        from ..layer_range import check_layer
+        from ..layer_range import check_head, check_layer
 
         n_layers, n_heads = self.shape
         if layer is not None:
             check_layer(layer, owner=self.model_name, count=n_layers, held=self.layers)
-        if head is not None and not 0 <= head < n_heads:
-            raise UsageError(f"[[head={head}]] is out of range; {self.model_name} has heads 0 to {n_heads - 1}")
+        if head is not None:
+            check_head(head, owner=self.model_name, count=n_heads)
         if sort is not None and sort not in ("layer", "head") and sort not in self.stats:
             raise UsageError(f"[[sort={sort!r}]] is not a column; use layer, head or one of {', '.join(self.stats)}")
         rows = [row for row in self.rows()

@@ -242,8 +242,10 @@ def walkthrough(inputs: ExplainInputs, *, scale: str | float | None = None, head
     ctx = None if inputs.context is None else inputs.context.detach().to(torch.float64)
     source = x if ctx is None else ctx
     t_q, t_k = x.shape[0], source.shape[0]
-    if head is not None and not 0 <= head < mha.n_heads:
-        raise UsageError(f"[[head={head}]] is out of range: this layer has heads 0 to {mha.n_heads - 1}")
+    if head is not None:
+        from ..layer_range import check_head
+
+        check_head(head, owner="this layer", count=mha.n_heads)
     (w_q, b_q), (w_k, b_k), (w_v, b_v) = (_weight_and_bias(p) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
     q = x @ w_q + (0 if b_q is None else b_q)
     k = source @ w_k + (0 if b_k is None else b_k)

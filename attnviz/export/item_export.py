@@ -7,7 +7,6 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
 from ..fileio import atomic_write
 from ..labels import head_name
 from ..result import AttentionResult
@@ -52,9 +51,10 @@ class ItemExport:
         """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``,
         read as the settings say (:mod:`attnviz.sources.layers`), over ``shown``'s tokens."""
         heads = part.n_heads
-        if self.settings.heads is not None and max(self.settings.heads) >= heads:
-            raise UsageError(f"[[heads={max(self.settings.heads)}]] is out of range; {self.header.model_name} has "
-                             f"heads 0 to {heads - 1}")
+        if self.settings.heads is not None:
+            from ..layer_range import check_heads
+
+            check_heads(self.settings.heads, owner=self.header.model_name, count=heads, option="heads")
         self.layers.append(part.layer)
         self.shown = shown
         if self.streams_npz and self.npz is None:  # read another way: opened once the tokens as read are known

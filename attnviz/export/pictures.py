@@ -139,11 +139,11 @@ def _export_item(model: Any, item: PictureItem, out_dir: Path, settings: ExportS
     result = model.read(item.text, list(item.pictures), rows="all" if "npz" in settings.formats else "text")
     n_layers, n_heads = int(result.attentions.shape[0]), int(result.attentions.shape[1])
     layers = list(range(n_layers)) if settings.layers is None else list(settings.layers)
-    if any(not 0 <= layer < n_layers for layer in layers):
-        raise UsageError(f"[[layers]] out of range; {result.model_name} has layers 0 to {n_layers - 1}")
-    if settings.heads is not None and max(settings.heads) >= n_heads:
-        raise UsageError(f"[[heads={max(settings.heads)}]] is out of range; {result.model_name} has heads 0 to "
-                         f"{n_heads - 1}")
+    from ..layer_range import check_heads, check_layers
+
+    check_layers(layers, owner=result.model_name, count=n_layers)
+    if settings.heads is not None:
+        check_heads(settings.heads, owner=result.model_name, count=n_heads, option="heads")
     files: list[str] = []
     if "npz" in settings.formats:
         files.append(result.save(out_dir / f"{item.stem}.npz", float16=settings.float16).name)

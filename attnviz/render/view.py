@@ -61,9 +61,12 @@ def every_layer_panels(tensor: Any, layers: list[int], head: HeadChoice,
         return panels, titles, "every head", n_heads
     if head == "mean":
         return np.asarray(tensor.double().mean(1)), [f"L{la}" for la in layers], "mean of heads", None
-    if isinstance(head, int) and 0 <= head < n_heads:
-        return np.asarray(tensor[:, head].double()), [f"L{la}" for la in layers], f"head {head}", None
-    raise UsageError(f"[[head={head}]] is out of range; {model_name} has heads 0 to {n_heads - 1}")
+    if not isinstance(head, int):
+        raise UsageError(f"[[head={head}]] is no head: give a number from 0 to {n_heads - 1}, mean or all")
+    from ..layer_range import check_head
+
+    check_head(head, owner=model_name, count=n_heads)
+    return np.asarray(tensor[:, head].double()), [f"L{la}" for la in layers], f"head {head}", None
 
 
 def select_panels(tensor: Any, layer: int, head: HeadChoice, model_name: str) -> tuple[np.ndarray, list[str], str]:
@@ -77,8 +80,9 @@ def select_panels(tensor: Any, layer: int, head: HeadChoice, model_name: str) ->
         return attn, [f"head {h}" for h in range(n_heads)], "all heads"
     if head == "mean":
         return attn.mean(axis=0, keepdims=True), ["mean of heads"], "mean of heads"
-    if not 0 <= head < n_heads:
-        raise UsageError(f"[[head={head}]] is out of range; {model_name} has heads 0 to {n_heads - 1}")
+    from ..layer_range import check_head
+
+    check_head(head, owner=model_name, count=n_heads)
     return attn[head : head + 1], [f"head {head}"], f"head {head}"
 
 

@@ -88,10 +88,10 @@ def generation_view(result: AttentionResult, *, layer: int | None = None, head: 
         check_layer(layer, owner=result.model_name, count=attn.shape[0])
         attn = attn[layer : layer + 1]
     attn = attn.mean(0)
-    if head is not None and not 0 <= head < attn.shape[0]:
-        from ..errors import UsageError
+    if head is not None:
+        from ..layer_range import check_head
 
-        raise UsageError(f"[[head={head}]] is out of range; {result.model_name} has heads 0 to {attn.shape[0] - 1}")
+        check_head(head, owner=result.model_name, count=attn.shape[0])
     attn = attn.mean(0) if head is None else attn[head]
     where = _where(layer, head, seq2seq)
     if seq2seq:

@@ -117,8 +117,9 @@ class LiveTiles:
         :class:`~attnviz.errors.UsageError` naming the parameter out of range."""
         if layer not in self.numbers:
             raise UsageError(f"[[layer={layer}]] is not on this page; it shows layers {', '.join(map(str, self.numbers))}")
-        if not 0 <= head < self.heads:
-            raise UsageError(f"[[head={head}]] is out of range; the model has heads 0 to {self.heads - 1}")
+        from ..layer_range import check_head
+
+        check_head(head, owner="the model", count=self.heads)
         if not 0 <= level < self.geometry.levels:
             raise UsageError(f"[[level={level}]] is out of range; this text's matrix has levels 0 to "
                              f"{self.geometry.leaf}")

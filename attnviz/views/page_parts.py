@@ -157,12 +157,13 @@ class PageCollector:
         self.builder.end_layer(pyramid, self.layers[position])
 
     def finish(self, *, head: int | str, kind: str, view: str) -> Page:
-        from ..errors import UsageError
 
         shown = self.builder.kinds.get(kind) or next(iter(self.builder.kinds.values()))
         heads = shown["heads"]
-        if isinstance(head, int) and not 0 <= head < heads:
-            raise UsageError(f"[[head={head}]] is out of range; {self.builder.model} has heads 0 to {heads - 1}")
+        if isinstance(head, int):
+            from ..layer_range import check_head
+
+            check_head(head, owner=self.builder.model, count=heads)
         stats_data = None
         if self.stats:
             rows = self.table.table().rows()

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
 from ..result.placement import Placement
 from .picture_parts import (
     COLLAPSED_KIND,
@@ -148,8 +147,10 @@ def picture_page(result: AttentionResult, pictures: Sequence[dict[str, Any]], *,
     placements_of(result)
     source = SavedSource(result, result.model_name or "pictures")
     n_layers = len(source.layer_numbers)
-    if layer is not None and layer not in source.layer_numbers:
-        raise UsageError(f"[[layer={layer}]] is out of range; {source.name} has layers 0 to {n_layers - 1}")
+    if layer is not None:
+        from ..layer_range import check_layer
+
+        check_layer(layer, owner=source.name, count=n_layers)
     # The page every text gets, opened on its head view where the picture view is asked (the views are the same).
     page = page_view(source, None, layer=layer, head=head, stats=stats, view="head" if view == "picture" else view,
                      **build)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
 from ..result import AttentionResult
 from .picture_parts import PictureParts, PictureRows, collapse_into, collapse_plan, collapsed_of
 
@@ -46,10 +45,11 @@ def streamed_picture_page(model: Any, text: str, paths: Sequence[str | Path], pi
     check_view(view)
     stream = model.stream(text, paths)
     header = stream.header
-    if layer is not None and not 0 <= layer < stream.layers:
-        raise UsageError(f"[[layer={layer}]] is out of range; {header.model_name} has layers 0 to {stream.layers - 1}")
-    if not 0 <= head < stream.heads:
-        raise UsageError(f"[[head={head}]] is out of range; {header.model_name} has heads 0 to {stream.heads - 1}")
+    from ..layer_range import check_head, check_layer
+
+    if layer is not None:
+        check_layer(layer, owner=header.model_name, count=stream.layers)
+    check_head(head, owner=header.model_name, count=stream.heads)
     layers = list(range(stream.layers)) if layer is None else [layer]
     collector = PageCollector(layers, stats, "the config's input")
     parts = PictureParts(header, pictures, layers=layers, heads=stream.heads, expand=expand)

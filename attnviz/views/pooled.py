@@ -83,8 +83,11 @@ def chosen_heads(head: HeadChoice, n_heads: int, model_name: str) -> list[int] |
         return None
     if head == "all":
         return list(range(n_heads))
-    if not isinstance(head, int) or not 0 <= head < n_heads:
-        raise UsageError(f"[[head={head}]] is out of range; {model_name} has heads 0 to {n_heads - 1}")
+    if not isinstance(head, int):
+        raise UsageError(f"[[head={head}]] is no head: give a number from 0 to {n_heads - 1}, or all")
+    from ..layer_range import check_head
+
+    check_head(head, owner=model_name, count=n_heads)
     return [head]
 
 
