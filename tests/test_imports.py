@@ -21,7 +21,7 @@ PARTS = {
     "apps": ("attnviz.serve", "attnviz.export", "attnviz.report", "attnviz.tui"),
     "api": ("attnviz", "attnviz.api", "attnviz.views", "attnviz.notebook"),
     "methods": ("attnviz.attribution", "attnviz.explain", "attnviz.generation", "attnviz.needle", "attnviz.kv",
-                "attnviz.images"),
+                "attnviz.images", "attnviz.audio"),
     "sources": ("attnviz.sources", "attnviz.config", "attnviz.organisms"),
     "analysis": ("attnviz.analysis", "attnviz.attention"),
     "render": ("attnviz.render",),

@@ -1,0 +1,178 @@
+"""Whisper's attention over a clip as an AttentionResult (attnviz/audio/whisper.py), checked against transformers'
+eager attention (``output_attentions=True``, called here on features and tokens built independently of attnviz) and
+against a hand computation of a cross-attention layer from its projections; the greedy transcript against
+transformers' ``generate``; the language against its ``detect_language``; on tiny random Whispers of 80 mel bins and
+of 128 (large-v3's), built offline (tests/audio_models.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz.audio.model import load_whisper
+from attnviz.audio.transcript import detect_language
+from attnviz.audio.whisper import encode, whisper_attention
+from attnviz.errors import InputError, UsageError
+
+pytest.importorskip("soundfile")
+from audio_models import clip, tiny_whisper
+
+SHAPES = {"80 mels, 2 and 4 heads": dict(mels=80, heads=(2, 4)), "128 mels, 4 and 2 heads": dict(mels=128, heads=(4, 2))}
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def model(request, tmp_path_factory):
+    folder = tiny_whisper(tmp_path_factory.mktemp("whisper") / "tiny", **SHAPES[request.param], init_std=0.3)
+    return load_whisper(str(folder))
+
+
+@pytest.fixture(scope="module")
+def wav(tmp_path_factory):
+    return clip(tmp_path_factory.mktemp("clips") / "clip.wav", 1.5, subtype="FLOAT")
+
+
+def _reference(model, samples: np.ndarray, text: str):
+    """transformers' own run: features from its feature extractor, the prompt from its tokenizer's prefix tokens."""
+    from transformers import WhisperFeatureExtractor, WhisperTokenizer
+
+    folder = model.network.name_or_path  # the folder it was loaded from
+    assert Path(folder).is_dir()
+    features = WhisperFeatureExtractor.from_pretrained(folder)(samples, sampling_rate=16_000, return_tensors="pt")
+    tokenizer = WhisperTokenizer.from_pretrained(folder)
+    tokenizer.set_prefix_tokens(language="en", task="transcribe", predict_timestamps=False)
+    ids = tokenizer(" " + text).input_ids  # prefix, the text, end of text
+    with torch.no_grad():
+        out = model.network(input_features=features.input_features, decoder_input_ids=torch.tensor([ids]),
+                            output_attentions=True)
+    return ids, out
+
+
+def test_the_attention_equals_transformers_eager_attention(model, wav):
+    import soundfile
+
+    samples = soundfile.read(wav, dtype="float32")[0]
+    result = whisper_attention(wav, model, text="hello world the cat", language="en")
+    ids, out = _reference(model, samples, "hello world the cat")
+    assert result.metadata["target_ids"] == ids
+    for got, want in ((result.attentions, out.encoder_attentions), (result.decoder_attentions, out.decoder_attentions),
+                      (result.cross_attentions, out.cross_attentions)):
+        want = torch.stack([w[0] for w in want])
+        assert got.shape == want.shape
+        assert (got - want).abs().max() < 1e-5
+    config = model.config
+    assert result.attentions.shape == (config.encoder_layers, config.encoder_attention_heads, 1500, 1500)
+    assert result.cross_attentions.shape == (config.decoder_layers, config.decoder_attention_heads, len(ids), 1500)
+
+
+def test_a_cross_attention_layer_equals_its_projections_by_hand(model, wav):
+    """softmax(q_proj(h) · k_proj(encoder)ᵀ / √d) per head, from the decoder's hidden state going into the layer's
+    cross-attention: no output_attentions involved."""
+    captured = {}
+    layer = model.config.decoder_layers - 1
+    attention = model.network.model.decoder.layers[layer].encoder_attn
+
+    def keep(module, args, kwargs):
+        captured["h"] = kwargs.get("hidden_states", args[0] if args else None)
+        captured["kv"] = kwargs["key_value_states"]
+
+    hook = attention.register_forward_pre_hook(keep, with_kwargs=True)
+    try:
+        result = whisper_attention(wav, model, text="the cat sat on the mat", language="en")
+    finally:
+        hook.remove()
+    heads = attention.num_heads
+    d = attention.head_dim
+    with torch.no_grad():
+        q = attention.q_proj(captured["h"])[0].view(-1, heads, d).transpose(0, 1)
+        k = attention.k_proj(captured["kv"])[0].view(-1, heads, d).transpose(0, 1)
+        by_hand = torch.softmax((q * d**-0.5) @ k.transpose(1, 2), dim=-1)
+    assert (result.cross_attentions[layer] - by_hand).abs().max() < 1e-5
+
+
+def test_the_result_says_where_the_clip_is_in_time(model, wav):
+    result = whisper_attention(wav, model, text="hello world", language="en")
+    meta = result.metadata
+    assert meta["seconds_per_position"] == pytest.approx(0.02)
+    assert meta["duration"] == 1.5 and meta["audio_frames"] == 150 and meta["audio_positions"] == 75
+    assert result.tokens[:2] == ["0.00s", "0.02s"] and result.tokens[-1] == "29.98s"
+    assert result.special == [k >= 75 for k in range(1500)]
+    assert result.target_tokens[:4] == ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
+    assert result.target_tokens[4:6] == ["hello", "world"] and result.target_tokens[-1] == "<|endoftext|>"
+    assert result.target_special == [True] * 4 + [False, False, True]
+    assert meta["prompt_length"] == 4 and meta["teacher_forced"] and meta["transcript"] == " hello world"
+
+
+def test_samples_in_memory_are_the_same_as_their_file(model, wav):
+    import soundfile
+
+    samples = soundfile.read(wav, dtype="float32")[0]
+    a = whisper_attention(wav, model, text="hello", language="en")
+    b = whisper_attention(samples, model, text="hello", language="en")
+    assert torch.equal(a.cross_attentions, b.cross_attentions)
+
+
+def test_the_language_is_the_one_transformers_detects(model, wav):
+    from attnviz.audio.hearing import hear
+
+    heard = hear(wav, model)
+    encoded, _ = encode(model, heard, attentions=False)
+    found = detect_language(model, encoded)
+    with torch.no_grad():
+        want = int(model.network.detect_language(input_features=heard.features)[0])
+    assert model.languages[found] == want
+    result = whisper_attention(wav, model, text="hello")
+    assert result.metadata["language"] == found and result.metadata["target_ids"][1] == want
+
+
+def test_the_greedy_transcript_is_transformers_greedy_whatever_the_checkpoint_says(tmp_path, wav):
+    """A checkpoint that asks for sampling, beams and penalties is read greedily: the tokens transformers' generate
+    gives with explicit greedy settings on the same weights saved without them."""
+    settings = {"do_sample": True, "temperature": 3.0, "num_beams": 3, "repetition_penalty": 5.0,
+                "no_repeat_ngram_size": 1}
+    ours = load_whisper(str(tiny_whisper(tmp_path / "ours", init_std=1.0, seed=3, generation=settings)))
+    plain = load_whisper(str(tiny_whisper(tmp_path / "plain", init_std=1.0, seed=3)))
+    result = whisper_attention(wav, ours, language="en", max_new_tokens=15)
+    from attnviz.audio.hearing import hear
+
+    with torch.no_grad():
+        want = plain.network.generate(hear(wav, plain).features, language="en", task="transcribe", do_sample=False,
+                                      num_beams=1, max_new_tokens=15, return_timestamps=False,
+                                      return_dict_in_generate=True).sequences[0].tolist()
+    got = result.metadata["target_ids"]
+    assert got[:-1] == want  # ours ends with end of text, read after the last token
+    assert len(set(want[4:])) > 3  # a transcript of several tokens, not one repeated
+    assert not result.metadata["teacher_forced"] and not result.metadata["ended"]
+
+
+def test_a_clip_longer_than_the_window_is_refused_with_the_limit_and_the_fix(model, tmp_path):
+    long = clip(tmp_path / "long.wav", 31.0)
+    with pytest.raises(InputError, match=r"31\.0 s long, more than the 30 s .* cut it into clips") as caught:
+        whisper_attention(long, model, text="hello", language="en")
+    assert str(long) in str(caught.value)
+
+
+def test_a_text_too_long_for_the_decoder_is_refused(model, wav):
+    with pytest.raises(InputError, match="decoder reads at most 443"):
+        whisper_attention(wav, model, text="hello " * 500, language="en")
+    with pytest.raises(InputError, match="the text is empty"):
+        whisper_attention(wav, model, text="  ", language="en")
+
+
+def test_bad_options_are_one_line(model, wav):
+    with pytest.raises(UsageError, match="language=xx"):
+        whisper_attention(wav, model, text="hello", language="xx")
+    with pytest.raises(UsageError, match="task=dance"):
+        whisper_attention(wav, model, text="hello", language="en", task="dance")
+
+
+def test_a_model_that_is_not_whisper_is_refused_by_name(tmp_path):
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert", "num_hidden_layers": 2}')
+    with pytest.raises(UsageError, match="is a bert model; attnviz hears sound with Whisper"):
+        load_whisper(str(folder))
+    with pytest.raises(UsageError, match="not a Whisper checkpoint"):
+        load_whisper("sample_configs/tiny.toml")
