@@ -6,16 +6,14 @@ followed by the generated tokens, ``attentions`` ``[layers, heads, T, T]`` are l
 (row t is token t's attention over tokens 0..t), and ``metadata["prompt_length"]`` says where the
 prompt ends. It saves, loads and draws like any result.
 
-Three ways run it, chosen by :func:`generate`:
-
-- the native engine (GPT-2, the LLaMA family): attnviz's own attention with a key/value cache
-  (:mod:`attnviz.sources.native.generate`, :mod:`attnviz.sources.decoding`);
-- a causal config model with a vocabulary (``sample_configs/causal.toml``), offline;
-- transformers, for every other causal model (:mod:`attnviz.generation.hf`: its stepper, the same loop);
-  encoder-decoder models run on transformers' own ``generate`` (:mod:`attnviz.generation.seq2seq`).
-
-Every causal model loads through :func:`attnviz.sources.causal.load_causal` and decodes through
-:func:`attnviz.sources.decoding.decode`.
+One way runs it for every causal model: :func:`attnviz.sources.causal.load_causal` loads it once with its
+:class:`~attnviz.sources.stepping.Stepper` (the native engine for GPT-2 and the LLaMA family: attnviz's own attention
+on a key/value cache; a causal config model with a vocabulary, ``sample_configs/causal.toml``, offline; transformers
+for every other causal model, on attnviz's attention function or eager attention), and
+:func:`attnviz.sources.generated.generate_on` encodes the prompt as that engine reads it, decodes on that stepper
+(:func:`attnviz.sources.decoding.decode`, every row kept) and builds the result. Encoder-decoder models run on
+transformers' own ``generate`` (:mod:`attnviz.generation.seq2seq`); a vision-language model answers on the same
+loop (:mod:`attnviz.images.vlm`).
 
 Greedy by default; ``sample=True`` with ``temperature``, ``top_k``, ``top_p`` and ``seed`` (the same
 seed gives the same tokens, on every engine: they sample as transformers does).
@@ -75,15 +73,11 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
                                    local_files_only=seq2seq.hub_id is not None and not hub_reachable(),
                                    attention={"hf": "eager", "fused": "fused"}.get(engine, "auto"), dtype=dtype)
     from ..sources.causal import load_causal
+    from ..sources.generated import generate_on
 
     causal = load_causal(model, engine=engine, revision=revision, device=device,
                          trust_remote_code=trust_remote_code, dtype=dtype)
-    if causal.stepper.engine in ("native", "config"):
-        result: AttentionResult = causal.source.generate(prompt, **options)
-        return result
-    from .hf import generate_hf
-
-    return generate_hf(causal, prompt, **options)
+    return generate_on(causal, prompt, **options)
 
 
 def _seq2seq_place(model: str | None, revision: str | None) -> Any:

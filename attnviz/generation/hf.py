@@ -1,49 +1,13 @@
-"""Generation on transformers, on the one decoding loop (:func:`attnviz.sources.decoding.decode`): the prompt's
-rows from its feed, each generated token's row from the step that feeds it back; and the loading of a model with
-its head (:func:`load_for_generation`, for the encoder-decoders :mod:`.seq2seq` runs on transformers' own
-``generate``)."""
+"""What an encoder-decoder's generation on transformers' own ``generate`` (:mod:`.seq2seq`) is built with: the model
+loaded with its head (:func:`load_for_generation`), each step's rows laid into one matrix (:func:`rows_by_step`), the
+engine it ran on (:func:`engine_of`). Causal models generate on their stepper instead
+(:func:`attnviz.sources.generated.generate_on`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import ModelNotFoundError, UsageError
-from ..result import AttentionResult
-from ..sources.decoding import decode, sampling_metadata
-from ..sources.sampling import Sampling
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..sources.causal import CausalModel
-
-
-def generate_hf(causal: CausalModel, prompt: str, *, max_new_tokens: int, sampling: Sampling,
-                stop_at_eos: bool) -> AttentionResult:
-    """Generate on transformers (``causal``'s stepper: the fused or the eager engine) and keep every row."""
-    source = causal.source
-    tokenizer, name = source.hf_tokenizer, causal.name
-    ids = [int(i) for i in tokenizer(prompt)["input_ids"]]
-    if not ids:
-        raise UsageError("the tokenizer produced no tokens for the prompt")
-    limit = causal.stepper.max_positions
-    if limit is not None and len(ids) + max_new_tokens > limit:
-        raise UsageError(f"the prompt ({len(ids)} tokens) and [[max_new_tokens={max_new_tokens}]] "
-                         f"pass the {limit} positions {name} takes; ask for fewer tokens")
-    try:
-        done = decode(causal.stepper, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=causal.eos,
-                      stop_at_eos=stop_at_eos, keep="matrix")
-    except RuntimeError as exc:
-        if sampling.sample and "probability tensor contains" in str(exc):
-            raise sampling.overflow() from None
-        raise
-    assert done.attentions is not None  # keep="matrix" keeps them
-    labels = generated_labels(tokenizer, done.ids)
-    special = set(tokenizer.all_special_ids)
-    return AttentionResult(
-        tokens=labels, attentions=done.attentions, token_ids=done.ids, special=[i in special for i in done.ids],
-        causal=True, model_name=name,
-        metadata={"engine": causal.stepper.engine, "generation": True, "prompt_length": len(ids),
-                  "sampling": sampling_metadata(sampling), "stopped_at_eos": done.stopped_at_eos},
-    )
+from ..errors import ModelNotFoundError
 
 
 def rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> Any:
@@ -64,15 +28,6 @@ def rows_by_step(steps: list[tuple[Any, ...]], total: int, keys: int | None) -> 
             out[layer, :, row:end, first : first + width] = weights[0].float().cpu()
         row = end
     return out
-
-
-def generated_labels(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Readable labels, as the other commands write them (byte-level pieces decoded); an id the
-    vocabulary has no piece for (a model whose embedding has more rows than its tokenizer) is ``<id>``."""
-    from ..sources.tokens import label_from_piece
-
-    pieces = tokenizer.convert_ids_to_tokens(ids)
-    return [label_from_piece(piece) if piece is not None else f"<{i}>" for piece, i in zip(pieces, ids, strict=True)]
 
 
 def engine_of(model: Any) -> str:

@@ -15,7 +15,8 @@ an encoder-decoder result (:mod:`attnviz.sources.hf`):
 
 It runs on transformers (``generate(output_attentions=True, return_dict_in_generate=True)``): row t
 of both comes from the step that fed token t to the decoder, and the last token's rows from one more
-decoder step on the cache, as :func:`attnviz.generation.generate_hf` does for decoder-only models.
+decoder step on the cache, as decoder-only models' last rows come from the step that feeds their last
+token back (:func:`attnviz.sources.decoding.decode`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from ..sources.cache import cache_of, with_cache
 from ..sources.decoding import sampling_metadata
+from ..sources.generated import generated_labels
 from ..sources.sampling import Sampling
-from .hf import engine_of, generated_labels, load_for_generation, rows_by_step
+from .hf import engine_of, load_for_generation, rows_by_step
 
 TARGET_START = 1
 """Index in ``target_tokens`` of the first generated token: the decoder's start token comes before it."""

@@ -11,12 +11,12 @@ and the ids that end generation. On transformers the checkpoint loads once with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ModelNotFoundError, UsageError
-from .stepping import Stepper
+from .generated import end_of_sequence_ids
+from .stepping import CausalModel
 
 ENCODERS = frozenset({"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
                       "camembert", "mpnet", "modernbert", "ernie", "nomic_bert", "vit", "clip", "siglip", "dinov2"})
@@ -70,28 +70,15 @@ def causal_place(model: str | None, *, engine: str, revision: str | None, dtype:
     return place, Path(folder), config
 
 
-@dataclass
-class CausalModel:
-    """A causal model loaded once (see the module): ``source`` for extraction, ``stepper`` for decoding, ``eos`` the
-    ids that end generation, ``folder`` where its files are (None for a config model)."""
-
-    source: Any
-    stepper: Stepper
-    eos: list[int]
-    folder: Path | None
-
-    @property
-    def name(self) -> str:
-        return str(self.source.name)
-
-
 def load_causal(model: str | None, *, engine: str = "auto", revision: str | None = None, device: str = "cpu",
-                trust_remote_code: bool = False, dtype: str | None = None, cut: bool = False) -> CausalModel:
+                trust_remote_code: bool = False, dtype: str | None = None, cut: bool = False,
+                located: tuple[Any, Path, dict[str, Any]] | None = None) -> CausalModel:
     """Load ``model`` (a folder, a hub id, a causal config model) to extract and decode (see the module).
     ``engine``: ``auto`` runs the native engine where it supports the model, else transformers on attnviz's
     attention function where it gives eager's weights, else eager attention; ``native``, ``fused`` or ``hf``
     insist on one. ``cut``: the stepper must hold a cache a policy can cut (kv's end-to-end check: the native
-    engine's or transformers', not a config model's)."""
+    engine's or transformers', not a config model's). ``located``: what :func:`causal_place` gave a caller that
+    looked already (the needle, which reads the tokenizer beside it), so the config is not read again."""
     from .resolve import (
         check_dtype,
         check_run_options,
@@ -109,23 +96,18 @@ def load_causal(model: str | None, *, engine: str = "auto", revision: str | None
             raise UsageError(f"{model} is a config model; kv's end-to-end check cuts the cache of a checkpoint (the "
                              "native engine's or transformers'): pass [[end_to_end=False]]")
         source: Any = load_source(model, engine=checked_engine(engine), revision=revision, device=device, dtype=dtype)
-        from .own import ConfigSource, ConfigStepper
+        from .own import ConfigSource
 
         assert isinstance(source, ConfigSource)  # a .toml model's source
-        source.check_generates()
-        cfg: Any = source.cfg  # a transformer's config (check_generates refused the rest)
-        vocab, eos = cfg.vocab, cfg.eos
-        return CausalModel(source, ConfigStepper(source), [vocab.index(eos)] if eos is not None else [], None)
-    place, folder, config = causal_place(model, engine=engine, revision=revision, dtype=dtype)
-    from .native.generate import end_of_sequence_ids
-
+        return source.causal_model()
+    place, folder, config = located or causal_place(model, engine=engine, revision=revision, dtype=dtype)
     eos = end_of_sequence_ids(Path(folder), config)
     if engine in ("auto", "native") and dtype in (None, "float32"):
         native = native_source(place, engine=engine, revision=revision, device=device)
         if native is not None:
-            from .stepping import NativeStepper
+            from .native.generate import native_causal
 
-            return CausalModel(native, NativeStepper(native), eos, Path(folder))
+            return native_causal(native)
     why = None
     if engine == "auto":
         why = (f"[[dtype={dtype}]] runs on the transformers engines" if dtype not in (None, "float32")
@@ -141,3 +123,4 @@ def load_causal(model: str | None, *, engine: str = "auto", revision: str | None
     if generation is not None:
         eos = [int(i) for i in (generation if isinstance(generation, list) else [generation]) if i is not None]
     return CausalModel(loaded, TransformersStepper(loaded.lm, place.name), eos, Path(folder))
+

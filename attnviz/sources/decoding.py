@@ -46,7 +46,12 @@ def choose_next(logits: Tensor, sampling: Sampling, *, banned: Sequence[int] = (
         drop = ordered.softmax(dim=-1).cumsum(dim=-1) <= 1 - sampling.top_p
         drop[..., -1:] = False  # the likeliest token always stays
         scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    return int(torch.multinomial(scores.softmax(dim=-1), num_samples=1))
+    try:
+        return int(torch.multinomial(scores.softmax(dim=-1), num_samples=1))
+    except RuntimeError as exc:  # NaN or infinite probabilities: the logits overflowed
+        if "probability tensor contains" in str(exc):
+            raise sampling.overflow() from None
+        raise
 
 
 def check_generation_memory(layers: int, heads: int, total: int) -> None:

@@ -22,6 +22,7 @@ from .words import word_id, word_tokens
 if TYPE_CHECKING:  # pragma: no cover
     from .own_seq2seq import OwnSeq2Seq
     from .sampling import Sampling
+    from .stepping import CausalModel
     from .stream import LayerStream
 
 
@@ -148,32 +149,24 @@ class ConfigSource(Source):
                              "when it is causal and lists its words (causal = true and vocab = [...] in [model], "
                              "as in sample_configs/causal.toml)")
 
-    def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
-        """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache."""
-        from .decoding import decode, sampling_metadata
+    def causal_model(self) -> CausalModel:
+        """This model ready to decode (refused in one line where it cannot): its stepper, and its ``eos`` word's
+        index in its ``vocab`` (what :func:`attnviz.sources.causal.load_causal` returns for it)."""
+        from .stepping import CausalModel
 
         self.check_generates()
-        network = self.network
-        assert network is not None  # a config that generates is a transformer's
-        cfg = network.cfg
-        tokens, ids = self.tokenize(prompt)
-        if len(ids) + max_new_tokens > cfg.max_positions:
-            raise InputError(f"the prompt ({len(ids)} tokens) and [[max_new_tokens={max_new_tokens}]] pass the "
-                             f"{cfg.max_positions} positions of {self.name}; ask for fewer tokens")
-        stepper = ConfigStepper(self)
-        eos = [cfg.vocab.index(cfg.eos)] if cfg.eos is not None else []
-        # The prompt goes in as word ids; every later step feeds back a vocabulary index.
-        done = decode(stepper, ids, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos,
-                      stop_at_eos=stop_at_eos, keep="matrix")
-        assert done.attentions is not None  # keep="matrix" keeps them
-        new = [cfg.vocab[i] for i in done.ids[len(ids):]]
-        return AttentionResult(
-            tokens=tokens + new, token_ids=ids + [word_id(w, cfg.vocab_size) for w in new],
-            attentions=done.attentions, causal=True, model_name=self.name,
-            metadata={"engine": "config", "config_type": "TransformerConfig", "generation": True,
-                      "prompt_length": len(ids), "sampling": sampling_metadata(sampling),
-                      "stopped_at_eos": done.stopped_at_eos},
-        )
+        cfg = self.cfg
+        assert isinstance(cfg, TransformerConfig)  # check_generates refused the rest
+        return CausalModel(self, ConfigStepper(self), [cfg.vocab.index(cfg.eos)] if cfg.eos is not None else [], None)
+
+    def generate(self, prompt: str, *, max_new_tokens: int, sampling: Sampling, stop_at_eos: bool) -> AttentionResult:
+        """Continue ``prompt`` word by word from the config's ``vocab``, on a key/value cache (for a source already
+        loaded; :func:`attnviz.generate` loads through :func:`attnviz.sources.causal.load_causal` and runs the same
+        :func:`attnviz.sources.generated.generate_on`)."""
+        from .generated import generate_on
+
+        return generate_on(self.causal_model(), prompt, max_new_tokens=max_new_tokens, sampling=sampling,
+                           stop_at_eos=stop_at_eos)
 
     def explain_inputs(self, text: str | None, layer: int = 0) -> ExplainInputs:
         from ..layer_range import check_layer

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import torch
@@ -46,6 +47,22 @@ class Stepper(Protocol):
         """Run ``ids`` after everything so far: the next-token logits of the last one (``[vocab]``; of each one,
         ``[n, vocab]``, with ``every_logit``), float32 on the CPU, and the attention ``rows`` asks for."""
         ...  # pragma: no cover - a protocol
+
+
+@dataclass
+class CausalModel:
+    """A causal model loaded once (:func:`attnviz.sources.causal.load_causal`): ``source`` for extraction,
+    ``stepper`` for decoding, ``eos`` the ids that end generation, ``folder`` where its files are (None for a config
+    model)."""
+
+    source: Any
+    stepper: Stepper
+    eos: list[int]
+    folder: Path | None
+
+    @property
+    def name(self) -> str:
+        return str(self.source.name)
 
 
 def prefill(stepper: Stepper, ids: list[int]) -> None:
