@@ -118,11 +118,11 @@ def head_table_of_texts(source: Any, texts: Sequence[str | None], *, truncate: b
     Texts run in padded batches of ``batch_size``, and each layer's statistics are taken as soon
     as the engine computes it, so a long text never holds every layer's matrices at once.
     ``pair`` is a second sentence for every text; ``reading`` drops special tokens or joins words first;
-    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`attnviz.sources.layers.read_layers`);
+    ``kind``/``target``: an encoder-decoder model's decoder self-attention (see :func:`attnviz.sources.layer_reader.read_layers`);
     ``layer``: that layer alone (the native engine computes no other layer's weights).
     """
     from .analysis.heads import HeadTableBuilder
-    from .sources.layers import read_layers
+    from .sources.layer_reader import read_layers
 
     builder = HeadTableBuilder()
     for start in range(0, len(texts), batch_size):
@@ -153,7 +153,7 @@ def compare_heads_of_text(source: Any, text: str | None, *, layer: int | None = 
     :data:`attnviz.analysis.compare.DISTANCE_BUDGET` (long inputs): then summed over evenly spaced query
     rows and scaled, which the overview's notes say; ``all_rows`` computes every row."""
     from .analysis.compare import OverviewBuilder
-    from .sources.layers import read_layers
+    from .sources.layer_reader import read_layers
 
     reader = read_layers(source, [text], reading=reading, kind=kind, target=target, truncate=truncate,
                          layers=None if layer is None else [layer], pairs=[pair], purpose="comparing heads")
@@ -200,7 +200,7 @@ def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | No
     that reads pictures is refused by name: :func:`vlm_attention` and :func:`image_attention` read it."""
     if model is not None:
         from .errors import UsageError
-        from .images.found import picture_layout
+        from .images.picture_models import picture_layout
 
         layout = picture_layout(model)
         if layout is not None:
@@ -434,7 +434,7 @@ _LAZY = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
                  "describe_picture_head": ("attnviz.organisms.picture_kinds", "describe"),
                  "describe_planted_head": ("attnviz.organisms.spec", "describe"),
                  "families": ("attnviz.images.layouts", "families"),
-                 "find": ("attnviz.images.found", "find"),
+                 "locate_picture_model": ("attnviz.images.picture_models", "locate"),
                  "generate": ("attnviz.generation", "generate"),
                  "haystack_chars": ("attnviz.needle.haystack", "haystack_chars"),
                  "head_importance": ("attnviz.attribution.importance", "head_importance"),
@@ -458,7 +458,7 @@ _LAZY = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
                  "read_image": ("attnviz.images.files", "read_image"),
                  "read_retrieval": ("attnviz.needle.tables", "read_retrieval"),
                  "read_spec": ("attnviz.organisms", "read_spec"),
-                 "reads_pictures": ("attnviz.images.found", "reads_pictures"),
+                 "reads_pictures": ("attnviz.images.picture_models", "reads_pictures"),
                  "render_errata": ("attnviz.explain.printed", "render_errata"),
                  "render_walkthrough": ("attnviz.explain.printed", "render_walkthrough"),
                  "retrieval_columns": ("attnviz.needle.tables", "COLUMNS"),

@@ -77,7 +77,7 @@ def test_the_page_scripts_name_heads_with_head_name_only():
 
 @pytest.mark.parametrize(("module", "owner", "name"), [
     ("attnviz.analysis.compare", None, "head_names"),
-    ("attnviz.sources.layers", None, "SQUARE"),
+    ("attnviz.sources.layer_reader", None, "SQUARE"),
     ("attnviz.export.manifest", None, "_REQUIRED"),
     ("attnviz.explain.text", None, "LANGS"),
     ("attnviz.render.view", "HeatmapView", "with_note"),

@@ -9,7 +9,7 @@ window and TOVA's last key the most recent highest, StreamingLLM's sinks the ear
 equal scores the earlier key wins (a stable sort).
 
 Attention is read as a :class:`RowBlocks` source, one block of query rows at a time (``[H, rows, keys]``). The
-commands read :class:`attnviz.kv.layers.LayerRows`, rows computed on demand by the engines' own
+commands read :class:`attnviz.kv.context_pass.LayerRows`, rows computed on demand by the engines' own
 :class:`attnviz.attention.rows.AttentionRows` (never ``[H, T, T]``); :class:`QKRows` (rows from given queries and
 keys) and :class:`DenseRows` (given dense weights) are the tests' independent sources. What a policy loses is
 measured on the **future queries** (the question or the continuation; rows ``[H, F, T + F]`` over the prefix keys
@@ -139,7 +139,7 @@ class DenseRows:
 
 class QKRows:
     """Rows computed on demand from given queries ``q [H, n_rows, d]`` and keys ``k [Hkv, n_keys, d]`` (after
-    RoPE): the tests' reference source (the commands read the engines' rows, :class:`attnviz.kv.layers.LayerRows`): ``softmax(scale · q kᵀ)`` with query head h reading KV head ``h // (H // Hkv)``, causal by
+    RoPE): the tests' reference source (the commands read the engines' rows, :class:`attnviz.kv.context_pass.LayerRows`): ``softmax(scale · q kᵀ)`` with query head h reading KV head ``h // (H // Hkv)``, causal by
     default (row r at position ``offset + r``, ``offset`` defaulting to ``n_keys − n_rows``). float64
     inputs stay float64, others are computed in float32."""
 

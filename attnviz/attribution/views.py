@@ -1,5 +1,5 @@
 """The views of rollout, flow and norm-based attention (:mod:`attnviz.attribution.methods` names them):
-layers read one at a time (:mod:`attnviz.sources.layers`), fused as they arrive."""
+layers read one at a time (:mod:`attnviz.sources.layer_reader`), fused as they arrive."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _read_layers(source: Any, text: str | None, *, layer: int | None, truncate: 
     ``reading`` says; the header result (tokens as read) is filled in as layers arrive. With
     ``head_fusion``, a layer the engine hands over as row blocks (a long input) comes already fused,
     ``[q, k]``, built block by block."""
-    from ..sources.layers import check_through, read_layers
+    from ..sources.layer_reader import check_through, read_layers
 
     check_through(source, layer, kind, purpose)
     wanted = None if layer is None else list(range(layer + 1))

@@ -82,7 +82,7 @@ def _ready(name: str) -> Any:
 def _pictures(options: ModelOptions, images: list[Path], expand: bool) -> Any:
     """``serve --image``: the pictures (read and embedded once) and a vision-language model, loaded once, to read each
     text beside them; the pictures, the model and the engine checked before it loads (as every picture command's)."""
-    from ..api import find, load_vlm
+    from ..api import load_vlm, locate_picture_model
     from ..views.picture_page import Pictures, encode_pictures
     from .images import checked_pictures, loading
 
@@ -91,9 +91,9 @@ def _pictures(options: ModelOptions, images: list[Path], expand: bool) -> Any:
     where: dict[str, Any] = {"device": options.device, "revision": options.revision,
                              "trust_remote_code": options.trust_remote_code}
     try:
-        find(str(options.model), language=True, **where)
+        locate_picture_model(str(options.model), language=True, **where)
     except UsageError:
-        found = find(str(options.model), language=False, **where)  # (what is neither says so here)
+        found = locate_picture_model(str(options.model), language=False, **where)  # (what is neither says so here)
         raise UsageError(f"{found.place.name} is an image encoder: it reads a picture without a text, and serve "
                          "--image reads each typed text beside its pictures (a vision-language model); attnviz view "
                          "--image writes an encoder's page") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AttnvizError, RenderError, ResultFileError, UsageError, in_api_terms
-from ..sources.layers import read_layers
+from ..sources.layer_reader import read_layers
 from .item_export import ItemExport, Outcome
 from .items import Item
 from .manifest import Journal, file_sizes

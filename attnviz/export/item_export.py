@@ -49,7 +49,7 @@ class ItemExport:
 
     def add(self, position: int, part: Any, shown: AttentionResult) -> None:
         """Layer number ``part.layer`` (the ``position``-th exported): ``part.attentions`` ``[heads, n, n]``,
-        read as the settings say (:mod:`attnviz.sources.layers`), over ``shown``'s tokens."""
+        read as the settings say (:mod:`attnviz.sources.layer_reader`), over ``shown``'s tokens."""
         heads = part.n_heads
         if self.settings.heads is not None:
             from ..layer_range import check_heads

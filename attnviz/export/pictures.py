@@ -55,7 +55,7 @@ def check_settings(settings: ExportSettings) -> None:
     if settings.pair is not None or settings.hide_special or settings.renormalize or settings.words:
         raise UsageError("an export of pictures reads each text as the model's processor makes it: no [[pair]], "
                          "[[hide_special]], [[renormalize]] or [[words]]")
-    from ..images.found import picture_engine
+    from ..images.picture_models import picture_engine
 
     picture_engine(settings.engine)  # attnviz's own engine reads no pictures
     if "parquet" in settings.formats:

@@ -19,9 +19,9 @@ def image_attention(picture: str | Path, model: str, *, device: str = "cpu", rev
     import transformers
 
     from .files import picture_header, read_image
-    from .found import find
+    from .picture_models import locate
 
-    found = find(model, language=False, device=device, revision=revision, trust_remote_code=trust_remote_code)
+    found = locate(model, language=False, device=device, revision=revision, trust_remote_code=trust_remote_code)
     place, config, layout, options = found.place, found.config, found.layout, found.options
     header = picture_header(picture)
     try:

@@ -137,7 +137,7 @@ def stream_layers(network: nn.Module, inputs: dict[str, Tensor], name: str, each
 
 def attention_modules(model: nn.Module, name: str) -> list[tuple[nn.Module, int]]:
     """The language model's attention modules, each with where its output holds the weights."""
-    from ..sources.hf_layers import attention_modules as found
+    from ..sources.hf_layer_stream import attention_modules as found
 
     modules = found(model)
     if not modules:

@@ -73,12 +73,12 @@ def load_vlm(model: str, *, device: str = "cpu", revision: str | None = None, tr
     import torch
     import transformers
 
-    from .found import find
+    from .picture_models import locate
     from .processors import load_processor
 
     if engine not in ("fused", "hf"):
         raise UsageError(f"engine {engine!r}: a vision-language model runs on the fused engine or hf")
-    found = find(model, language=True, device=device, revision=revision, trust_remote_code=trust_remote_code)
+    found = locate(model, language=True, device=device, revision=revision, trust_remote_code=trust_remote_code)
     try:
         processor = load_processor(found.place.ref, found.options)
         auto: Any = transformers.AutoModelForImageTextToText

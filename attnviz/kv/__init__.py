@@ -138,7 +138,7 @@ def kv(model: str | None, text: str, *, policies: Sequence[str] | None = None, b
     runs = {key: PolicyRun(key[0], key[1], [], []) for key in resolved}
     keep_by_run: dict[tuple[str, int | float, int], list[torch.Tensor]] = {key: [] for key in resolved}
     n_layers = source.n_layers
-    from .layers import layer_windows
+    from .context_pass import layer_windows
 
     # A sliding-window layer holds only the keys its next query sees (its last W − 1): its policy chooses among them.
     held_from = [max(0, n_context - (w - 1)) if w is not None else 0 for w in layer_windows(source)]
@@ -242,7 +242,7 @@ def _vocabulary(source: Any) -> int:
 
 
 def _layers(source: Any, ids: list[int], labels: list[str], n_context: int, *, keys: bool = False) -> Any:
-    from .layers import read_sequence
+    from .context_pass import read_sequence
 
     # The policies read narrow causal blocks; the prefix's keys too where a policy scores them (key norms).
     return read_sequence(source, ids, labels, n_context, narrow=True, queries_keys=keys)

@@ -91,7 +91,7 @@ def patterns(model: str | None, text: str, *, budgets: Sequence[float] = BUDGETS
     """Search every head of ``model`` on ``text`` at each of ``budgets`` (keys per query row, or a fraction of the
     prompt's), and class the key/value heads as DuoAttention does at ``threshold`` (see the module)."""
     from ..sources.resolve import checked_engine, load_source
-    from .layers import read_sequence
+    from .context_pass import read_sequence
 
     if not 0.0 < threshold <= 1.0:
         raise UsageError(f"[[threshold={threshold}]] is a share of the attention mass, in (0, 1]")

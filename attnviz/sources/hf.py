@@ -10,7 +10,7 @@ Two ways to get the weights from transformers:
   attention through the registry, or differs there, keeps eager.
 - ``hf``: transformers' eager attention, which builds every layer's ``[B, H, T, T]`` itself.
 
-Each layer's weights are taken as the forward computes them (:mod:`attnviz.sources.hf_layers`), so
+Each layer's weights are taken as the forward computes them (:mod:`attnviz.sources.hf_layer_stream`), so
 a long input holds about one layer's at a time; where that cannot be established for a model, it
 asks for ``output_attentions=True`` and hands the layers on one at a time. Encoder-decoder models
 (T5, BART) give three kinds of attention: the encoder's, the decoder's and the decoder's
@@ -32,7 +32,7 @@ from ..errors import ModelNotFoundError, UsageError
 from ..result import AttentionResult
 from .base import Capabilities, ExtractOptions
 from .engine import Capture, LayerOut, ModelSource, given_texts
-from .hf_layers import LayerPlan, plan_layers, stream_layers
+from .hf_layer_stream import LayerPlan, plan_layers, stream_layers
 from .stream import ROWS_ASKED_FROM_TOKENS, ROWS_FROM_BYTES, LayerStream
 from .tokens import TokenInfo, unknown_token_id
 
@@ -308,7 +308,7 @@ class HFSource(ModelSource):
         return all(bool((a[..., upper] == 0).all()) for a in attentions)
 
     def forward_layers(self, ids: Tensor, mask: Tensor, types: Tensor, capture: Capture) -> Iterator[LayerOut]:
-        """Each layer as transformers computes it (:func:`~attnviz.sources.hf_layers.stream_layers`):
+        """Each layer as transformers computes it (:func:`~attnviz.sources.hf_layer_stream.stream_layers`):
         the forward waits while the consumer works on a layer and stops after the last one wanted.
         Models where that cannot be established run whole (:meth:`_whole_layers`)."""
         if self._plan is None or capture.grad:

@@ -56,7 +56,7 @@ def page_view(source: Any, text: str | None, *, layer: int | None = None, head: 
     if kind not in ("self", "encoder"):
         raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {source.name} has only "
                          "self-attention")
-    from ..sources.layers import read_layers
+    from ..sources.layer_reader import read_layers
 
     # A server keeps each layer to answer tiles: as queries and keys (O(T·d)) wherever the engine can, never
     # a long text's whole weights (32 layers of 4,096 tokens would be 16 GiB).

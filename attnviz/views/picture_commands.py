@@ -4,7 +4,7 @@ each command what it shows: :func:`picture_heatmap`, :func:`picture_heads`, :fun
 :func:`picture_rollout`, :func:`picture_model` (atlas and the explorer's vision-language model).
 
 Every check is made here once, before a model loads where it can be: the engine (attnviz's own engine reads no
-pictures, :func:`attnviz.images.found.picture_engine`), the layers and heads (:mod:`attnviz.layer_range`), the
+pictures, :func:`attnviz.images.picture_models.picture_engine`), the layers and heads (:mod:`attnviz.layer_range`), the
 query. The command line only parses, calls these and draws what they return."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Loading:
 
     def language_engine(self) -> str:
         """The vision-language model's engine: fused (the default) or hf."""
-        from ..images.found import picture_engine
+        from ..images.picture_models import picture_engine
 
         return picture_engine(self.engine)
 
@@ -53,7 +53,7 @@ def picture_attention(text: str | None, images: Pictures, model: str, *, loading
     ``max_new_tokens``, ``sampling``), on the engine asked: fused (the default) or hf (transformers' eager
     attention); an encoder runs on eager attention."""
     from ..images.encoder import image_attention
-    from ..images.found import picture_engine
+    from ..images.picture_models import picture_engine
     from ..images.vlm import vlm_attention
 
     engine = picture_engine(loading.engine, encoder=text is None)
@@ -231,7 +231,7 @@ def picture_rollout(image: str | Path, model: str, *, fusion: str | None = None,
     """Attention rollout over an image encoder's patches (Abnar & Zuidema 2020): how much of each patch reaches the
     CLS token (or ``query``) after each layer (every layer where ``layer`` is None), heads fused by ``fusion``."""
     from ..attribution.rollout import rollout
-    from ..images.found import picture_engine, reads_pictures
+    from ..images.picture_models import picture_engine, reads_pictures
     from .picture_heat import picture_heat
 
     picture_engine(loading.engine, encoder=True)

@@ -69,7 +69,7 @@ def pooled_view(source: Any, text: str | None, *, layer: int | None, head: HeadC
 def heatmap_layers(source: Any, text: str | None, *, layer: int | None, pair: str | None, truncate: bool) -> Any:
     """The layer reader of a heatmap's text: ``layer`` (checked first) or every one, read as the model reads it."""
     from ..layer_range import check_layer
-    from ..sources.layers import read_layers
+    from ..sources.layer_reader import read_layers
 
     if layer is not None:
         check_layer(layer, owner=source.name, count=source.n_layers)

@@ -13,14 +13,14 @@ from .layouts import PatchLayout, layout_for, needs_picture_model
 
 
 @dataclass
-class Found:
+class Located:
     place: Any
     config: dict[str, Any]
     layout: PatchLayout
     options: dict[str, Any]
 
 
-def find(model: str, *, language: bool, device: str, revision: str | None, trust_remote_code: bool) -> Found:
+def locate(model: str, *, language: bool, device: str, revision: str | None, trust_remote_code: bool) -> Located:
     """The model (``language``: a vision-language model is wanted, else an image encoder), its config and layout."""
     import transformers
 
@@ -43,7 +43,7 @@ def find(model: str, *, language: bool, device: str, revision: str | None, trust
     transformers.logging.disable_progress_bar()
     options = {"revision": revision, "trust_remote_code": trust_remote_code,
                "local_files_only": place.hub_id is not None and not hub_reachable()}
-    return Found(place, config, layout, options)
+    return Located(place, config, layout, options)
 
 
 def _config(model: str, revision: str | None) -> tuple[Any, dict[str, Any]]:
