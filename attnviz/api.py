@@ -436,6 +436,7 @@ _LAZY = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
                  "families": ("attnviz.images.layouts", "families"),
                  "locate_picture_model": ("attnviz.images.picture_models", "locate"),
                  "generate": ("attnviz.generation", "generate"),
+                 "Sampling": ("attnviz.sources.sampling", "Sampling"),  # how generate and generate --image choose
                  "haystack_chars": ("attnviz.needle.haystack", "haystack_chars"),
                  "head_importance": ("attnviz.attribution.importance", "head_importance"),
                  "image_head_columns": ("attnviz.images.statistics", "COLUMNS"),

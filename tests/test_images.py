@@ -699,7 +699,7 @@ def test_a_picture_command_reads_its_text_file_and_refuses_what_it_does_not_use(
 
     assert AttentionResult.load(npz).tokens == vlm_attention("what is in the picture ?", picture, str(llava)).tokens
     for args, flag in [(("heatmap", "what", "--words"), "--words"), (("heads", "what", "--layer", "1"), "--layer"),
-                       (("generate", "what", "--sample"), "--sample"), (("heatmap", "what", "--rows", "0:2"), "--rows")]:
+                       (("generate", "what", "--top-attended", "2"), "--top-attended"), (("heatmap", "what", "--rows", "0:2"), "--rows")]:
         refused = run_cli(*args, "--image", str(picture), "--model", str(llava))
         assert refused.exit_code != 0 and f"{flag} does not go with --image" in refused.stderr, refused.stderr
 

@@ -60,8 +60,9 @@ def generate(
     An encoder-decoder model (T5, BART) reads PROMPT as its source: each new token is shown with what it
     attended to in the source and in the target, and the heatmap is its cross-attention over the source.
 
-    With --image, a vision-language model (one of the families --image lists) answers about the picture, and each
-    new token's attention over it is shown (--out x.png: a panel per new token).
+    With --image, a vision-language model (one of the families --image lists) answers about the picture (greedy
+    unless --sample, as without it), and each new token's attention over it is shown (--out x.png: a panel per new
+    token).
 
     Example: attnviz generate "The cat sat on the" --model gpt2 --max-new-tokens 10
     """
@@ -82,13 +83,18 @@ def generate(
     prompt = text_from_file(prompt, text_file)
     if prompt is None:
         raise UsageError("give PROMPT, the text to continue (or --text-file PATH, or - for standard input)")
+    seed = 0 if seed is None and sample else seed  # a sampled run repeats unless --seed says otherwise
     if image:
+        from ..api import Sampling
         from .images import image_generate, refuse_unused
 
-        refuse_unused("sample", "temperature", "top_k", "top_p", "seed", "stop_at_eos", "top_attended",
-                      why="the model answers greedily, and each new token's attention over the picture is shown")
+        refuse_unused("stop_at_eos", "top_attended",
+                      why="the model answers until its end token, and each new token's attention over the picture is "
+                          "shown")
+        sampling = Sampling(sample, temperature, top_k, top_p, seed)
+        sampling.check()  # before the model loads
         image_generate(options, prompt, image, max_new_tokens=max_new_tokens, layer=chosen_layer, head=chosen_head,
-                       out=list(out), cmap=cmap.value, width=width)
+                       out=list(out), cmap=cmap.value, width=width, sampling=sampling)
         return
     if options.model is None:
         options = replace(options, model=GENERATING_MODEL)
@@ -100,7 +106,7 @@ def generate(
     from ..api import generation_summary, generation_view
 
     result = run(prompt, options.model, max_new_tokens=max_new_tokens, sample=sample, temperature=temperature,
-                 top_k=top_k, top_p=top_p, seed=0 if seed is None and sample else seed, stop_at_eos=stop_at_eos, engine=options.engine,
+                 top_k=top_k, top_p=top_p, seed=seed, stop_at_eos=stop_at_eos, engine=options.engine,
                  revision=options.revision, device=options.device, trust_remote_code=options.trust_remote_code,
                  dtype=options.dtype)
     console = stdout_console(width)

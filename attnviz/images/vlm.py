@@ -17,18 +17,22 @@ from ..result.placement import PatchGrid, Placement, Tiles
 from .layouts import boxes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..sources.sampling import Sampling
     from .forward import LayerConsumer
 
 
 def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model: str, *, device: str = "cpu",
                   revision: str | None = None, trust_remote_code: bool = False, max_new_tokens: int = 0,
-                  engine: str = "fused", rows: str = "all") -> AttentionResult:
+                  sampling: Sampling | None = None, engine: str = "fused", rows: str = "all") -> AttentionResult:
     """Every layer's and head's attention of a vision-language ``model`` over ``text`` and ``pictures`` (one path or
     several, each where the text puts the processor's image token, in order, else all before the text).
-    ``max_new_tokens``: first let the model answer greedily (up to that many tokens, stopping at its end token); the
-    result then holds every row of the prompt and the answer, each answer token's row the attention with which it was
-    read (one forward over the whole sequence, the pictures included: the rows a step-by-step decoding computes),
-    ``metadata["prompt_length"]`` where the answer starts. ``metadata["images"]`` places every picture's tokens.
+    ``max_new_tokens``: first let the model answer (up to that many tokens, stopping at its end token), greedily or
+    as ``sampling`` says (:class:`~attnviz.sources.sampling.Sampling`: its seed gives the same tokens again), on the
+    one decoding loop ``generate`` runs (:mod:`.answer`: the checkpoint's ``generation_config.json`` names the end
+    tokens and chooses nothing); the result then holds every row of the prompt and the answer, each answer token's
+    row the attention with which it was read (one forward over the whole sequence, the pictures included: the rows a
+    step-by-step decoding computes), ``metadata["prompt_length"]`` where the answer starts (and, sampled,
+    ``metadata["sampling"]``). ``metadata["images"]`` places every picture's tokens.
 
     ``engine``: ``"fused"`` (the language model on attnviz's attention function where a probe shows it equal to
     eager's, else eager) or ``"hf"`` (transformers' eager attention); either way a layer at a time
@@ -37,7 +41,7 @@ def vlm_attention(text: str, pictures: str | Path | Sequence[str | Path], model:
     heads' statistics and an answer read, in a small part of the memory for thousands of image tokens. Reading
     many texts, load once: :func:`load_vlm`, then its ``read``."""
     loaded = load_vlm(model, device=device, revision=revision, trust_remote_code=trust_remote_code, engine=engine)
-    return loaded.read(text, pictures, max_new_tokens=max_new_tokens, rows=rows)
+    return loaded.read(text, pictures, max_new_tokens=max_new_tokens, sampling=sampling, rows=rows)
 
 
 @dataclass
@@ -56,9 +60,9 @@ class VisionLanguageModel:
         return str(self.found.place.name)
 
     def read(self, text: str, pictures: str | Path | Sequence[str | Path], *, max_new_tokens: int = 0,
-             rows: str = "all") -> AttentionResult:
+             sampling: Sampling | None = None, rows: str = "all") -> AttentionResult:
         """``text`` and ``pictures`` read (see :func:`vlm_attention`)."""
-        return _read(self, text, pictures, max_new_tokens, rows)
+        return _read(self, text, pictures, max_new_tokens, rows, sampling)
 
     def stream(self, text: str, pictures: str | Path | Sequence[str | Path]) -> PictureStream:
         """``text`` and ``pictures`` made ready to run, each layer then handed on as it is computed and none kept
@@ -149,15 +153,19 @@ def _process(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequ
 
 
 def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequence[str | Path], max_new_tokens: int,
-          rows: str) -> AttentionResult:
+          rows: str, sampling: Sampling | None = None) -> AttentionResult:
     import torch
 
     from .forward import run_layers
 
     if rows not in ("all", "text"):
         raise UsageError(f"rows {rows!r}: all, or text (the text's rows only)")
+    if sampling is not None:
+        sampling.check()
+        if sampling.sample and not max_new_tokens:
+            raise UsageError("[[sampling]] chooses the answer's tokens; give [[max_new_tokens]] for the model to answer")
     read = _process(loaded, text, pictures, max_new_tokens)
-    processor, network, inputs, ids, where = loaded.processor, loaded.network, read.inputs, read.ids, read.where
+    network, inputs, ids, where = loaded.network, read.inputs, read.ids, read.where
     layers, heads = read.layers, read.heads
     from ..limits import check_memory
 
@@ -168,15 +176,13 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
                  f"{heads} heads")
     prompt_length = len(ids)
     if max_new_tokens:
-        eos = getattr(network.generation_config, "eos_token_id", None)
-        pad = processor.tokenizer.pad_token_id if processor.tokenizer.pad_token_id is not None else \
-            (eos[0] if isinstance(eos, list) else eos)
-        with torch.no_grad():
-            from ..sources.sampling import Sampling  # greedy, every setting said: the checkpoint's own
-            # generation_config.json (beams, penalties, top-p) cannot change the answer, as on the text engines
-            sequence = network.generate(**inputs, max_new_tokens=max_new_tokens, pad_token_id=pad,
-                                        **Sampling().options())[0]
-        ids = [int(i) for i in sequence]
+        from .answer import PictureStepper, answer
+
+        stepper = PictureStepper(network, inputs, name=loaded.name, engine=_engine(loaded), layers=layers,
+                                 heads=heads, max_positions=positions_of(network))
+        ids = answer(stepper, max_new_tokens=max_new_tokens, sampling=sampling)
+        del stepper  # its cache
+        sequence = torch.tensor(ids, device=inputs["input_ids"].device)
         added = len(ids) - prompt_length
         inputs["input_ids"] = sequence[None]
         inputs["attention_mask"] = torch.ones_like(sequence)[None]
@@ -190,8 +196,11 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
     image_rows = set(where)
     held = None if rows == "all" else [i for i in range(len(ids)) if i not in image_rows]
     attentions = run_layers(network, dict(inputs), held, loaded.name)  # [L, H, T or Q, T]
-    generation = {"generation": True, "prompt_length": prompt_length} if max_new_tokens else {}
-    return _result(loaded, read, ids, attentions, causal=_causal(attentions, held), held=held, extra=generation)
+    from ..sources.decoding import sampling_metadata
+
+    sampled = {"sampling": sampling_metadata(sampling)} if sampling is not None and sampling.sample else {}
+    extra = {"generation": True, "prompt_length": prompt_length, **sampled} if max_new_tokens else {}
+    return _result(loaded, read, ids, attentions, causal=_causal(attentions, held), held=held, extra=extra)
 
 
 def _result(loaded: VisionLanguageModel, read: _Processed, ids: list[int], attentions: Any, *, causal: bool,
@@ -215,7 +224,7 @@ def _result(loaded: VisionLanguageModel, read: _Processed, ids: list[int], atten
         # causal as the weights are: PaliGemma's image and prompt attend to each other (a prefix), LLaVA's do not
         tokens=labels, attentions=attentions, token_ids=ids, special=[t in special for t in ids],
         causal=causal, model_name=loaded.name,
-        metadata={"engine": "hf" if engine == "hf" or refused else "fused",
+        metadata={"engine": _engine(loaded),
                   **({"fused_refused": refused} if engine == "fused" and refused else {}),
                   **({"rows": held} if held is not None else {}), "images": [picture.with_path(str(path)).to_dict()
                                                                    for path, picture in zip(read.paths, placed,
@@ -264,6 +273,11 @@ def _stream(loaded: VisionLanguageModel, text: str, pictures: str | Path | Seque
     network, inputs = loaded.network, dict(read.inputs)
     layers = len(attention_modules(language_model(network, loaded.name), loaded.name))
     return PictureStream(header, layers, read.heads, lambda each: stream_layers(network, inputs, loaded.name, each))
+
+
+def _engine(loaded: VisionLanguageModel) -> str:
+    """The engine the language model runs on: ``fused`` where it was asked and taken, else ``hf``."""
+    return "hf" if loaded.engine == "hf" or loaded.refused else "fused"
 
 
 def positions_of(network: Any) -> int | None:
