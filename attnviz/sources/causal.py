@@ -18,9 +18,22 @@ from ..errors import ModelNotFoundError, UsageError
 from .generated import end_of_sequence_ids
 from .stepping import CausalModel
 
-ENCODERS = frozenset({"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "xlm-roberta",
-                      "camembert", "mpnet", "modernbert", "ernie", "nomic_bert", "vit", "clip", "siglip", "dinov2"})
-"""Model types that are encoders: no causal mask, no cache to decode on."""
+
+def is_encoder(config: dict[str, Any]) -> bool:
+    """Whether a config is an encoder's (no causal mask, no cache to decode on), by transformers' own records of
+    its family: a family with a masked-language-model head (BERT, RoBERTa, ModernBERT, …) whose config does not
+    ask to decode (``is_decoder``, XLM's ``causal``), or an image classifier's (ViT, CLIP, SigLIP, DINOv2). A family
+    transformers does not list (a hub model's own code) is left to its loading."""
+    from transformers.models.auto import modeling_auto
+
+    kind = config.get("model_type")
+    if config.get("is_encoder_decoder"):
+        return False  # said as an encoder-decoder (or generated on transformers' own generate)
+    if kind in modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
+        return kind not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return (kind in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+            and not config.get("is_decoder") and not config.get("causal"))
+
 
 EXAMPLES = "gpt2, a LLaMA-family folder, or a causal config model such as sample_configs/causal.toml"
 
@@ -48,7 +61,7 @@ def refuse_non_causal(config: dict[str, Any], name: str, *, embedded: bool = Fal
                          f"model: {EXAMPLES}")
     if config.get("is_encoder_decoder") and not seq2seq:
         raise UsageError(f"{name} is an encoder-decoder model ({kind}); this needs a causal language model: {EXAMPLES}")
-    if kind in ENCODERS or text_config(config).get("model_type") in ENCODERS:
+    if is_encoder(config) or is_encoder(text_config(config)):
         raise UsageError(f"{name} is not a causal language model ({kind}); give one such as {EXAMPLES}")
 
 
