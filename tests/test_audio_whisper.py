@@ -134,17 +134,25 @@ def test_the_greedy_transcript_is_transformers_greedy_whatever_the_checkpoint_sa
                 "no_repeat_ngram_size": 1}
     ours = load_whisper(str(tiny_whisper(tmp_path / "ours", init_std=1.0, seed=3, generation=settings)))
     plain = load_whisper(str(tiny_whisper(tmp_path / "plain", init_std=1.0, seed=3)))
-    result = whisper_attention(wav, ours, language="en", max_new_tokens=15)
     from attnviz.audio.hearing import hear
 
-    with torch.no_grad():
-        want = plain.network.generate(hear(wav, plain).features, language="en", task="transcribe", do_sample=False,
-                                      num_beams=1, max_new_tokens=15, return_timestamps=False,
-                                      return_dict_in_generate=True).sequences[0].tolist()
-    got = result.metadata["target_ids"]
-    assert got[:-1] == want  # ours ends with end of text, read after the last token
+    def generated() -> list[int]:
+        with torch.no_grad():
+            return plain.network.generate(hear(wav, plain).features, language="en", task="transcribe",
+                                          do_sample=False, num_beams=1, max_new_tokens=15, return_timestamps=False,
+                                          return_dict_in_generate=True).sequences[0].tolist()
+
+    result = whisper_attention(wav, ours, language="en", max_new_tokens=15)
+    want = generated()
+    assert result.metadata["target_ids"][:-1] == want  # ours ends with end of text, read after the last token
     assert len(set(want[4:])) > 3  # a transcript of several tokens, not one repeated
     assert not result.metadata["teacher_forced"] and not result.metadata["ended"]
+    # the checkpoint's suppressed tokens are kept: its first token suppressed at the first step, as transformers does
+    for loaded in (ours, plain):
+        loaded.network.generation_config.begin_suppress_tokens = [want[4]]
+    result = whisper_attention(wav, ours, language="en", max_new_tokens=15)
+    again = generated()
+    assert again[4] != want[4] and result.metadata["target_ids"][:-1] == again
 
 
 def test_a_clip_longer_than_the_window_is_refused_with_the_limit_and_the_fix(model, tmp_path):

@@ -58,8 +58,9 @@ def from_openai_mask(text: str | bytes, layers: int, per_layer: int) -> list[Hea
     except (ValueError, zlib.error) as exc:
         raise UsageError(f"the alignment-heads mask is not base85 of gzip, as openai-whisper writes it ({exc})") from None
     if len(raw) != size:
-        raise UsageError(f"the alignment-heads mask holds {len(raw)}{'+' if len(raw) > size else ''} heads, not the "
-                         f"{layers} × {per_layer} = {size} of this decoder; it is another model's")
+        held = f"more than {size}" if len(raw) > size else str(len(raw))
+        raise UsageError(f"the alignment-heads mask holds {held} heads, not the {layers} × {per_layer} = {size} of "
+                         "this decoder; it is another model's")
     if any(b > 1 for b in raw):
         raise UsageError("the alignment-heads mask holds values other than true and false; it is not openai-whisper's")
     mask = np.frombuffer(raw, dtype=bool).reshape(layers, per_layer)

@@ -4,13 +4,12 @@ computes them (``whisper/timing.py``, release 20250625), and transformers' token
 
 openai-whisper's steps (:func:`word_alignment`), over one teacher-forced pass of prompt + text + end of text:
 
-1. the cross-attention of the alignment heads ``[heads, tokens, positions]``, cropped to the positions that hold
-   the clip (``num_frames // 2``);
-2. a softmax over those positions (openai-whisper takes the scores before the softmax, cropped; transformers'
-   weights are a softmax over the whole window, so each row is renormalised over the clip's positions: the same
-   numbers);
+1. the cross-attention scores (before the softmax) of the alignment heads ``[heads, tokens, positions]``, cropped
+   to the positions that hold the clip (``num_frames // 2``);
+2. a softmax over those positions (not the window's: the weights a model returns are a softmax over all 1,500
+   positions, so the scores are read as the layer computes them, :func:`~attnviz.audio.whisper.cross_scores`);
 3. normalised over tokens: each position's column less its mean, over its standard deviation (``unbiased=False``),
-   over every row of the pass;
+   over every row of the pass (a column the same for every token, which openai-whisper divides by zero, is 0);
 4. a median filter of width 7 along time (:func:`~attnviz.audio.dtw.median_filter`);
 5. the mean over heads, then the rows from no-timestamps to the last text token (each the step that predicts the
    next text token, then end of text);
@@ -112,25 +111,26 @@ def checked_heads(heads: Sequence[Sequence[int]], layers: int, per_layer: int) -
     return found
 
 
-def alignment_matrix(cross: Any, heads: Sequence[Head], positions: int, *, renormalise: bool = True,
+def alignment_matrix(values: Any, heads: Sequence[Head], positions: int, *, scores: bool,
                      width: int = FILTER_WIDTH) -> Any:
-    """Steps 1 to 4 and the mean over heads (see the module): ``cross`` ``[layers, heads, tokens, window]`` → the
-    ``[tokens, positions]`` matrix, float32. ``renormalise``: each row's weights made a softmax over the clip's
-    positions (openai-whisper); without it, cropped as they are (transformers)."""
+    """Steps 1 to 4 and the mean over heads (see the module): ``values[layer][head]`` ``[tokens, window]`` → the
+    ``[tokens, positions]`` matrix, float32. ``scores``: the values are scores before the softmax, made a softmax
+    over the clip's positions (openai-whisper); else weights, cropped as they are (transformers)."""
     import torch
 
-    weights = torch.stack([cross[layer, head] for layer, head in heads])[:, :, :positions].float()
-    if renormalise:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+    weights = torch.stack([values[layer][head] for layer, head in heads])[:, :, :positions].float()
+    if scores:
+        weights = weights.softmax(dim=-1)
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
-    weights = median_filter((weights - mean) / std, width)
+    weights = median_filter(torch.nan_to_num((weights - mean) / std, nan=0.0), width)
     return weights.mean(dim=0)
 
 
-def word_alignment(cross: Any, logits: Any, read: Transcript, positions: int, decode: Decode, per_second: float,
+def word_alignment(scores: Any, logits: Any, read: Transcript, positions: int, decode: Decode, per_second: float,
                    heads: Sequence[Head], *, width: int = FILTER_WIDTH, duration: float = 0.0) -> Alignment:
-    """openai-whisper's ``find_alignment`` (see the module) over one teacher-forced pass of ``read.ids``: ``cross``
-    ``[layers, heads, T, window]`` its cross-attention, ``logits`` ``[T, vocabulary]``; ``positions`` encoder
+    """openai-whisper's ``find_alignment`` (see the module) over one teacher-forced pass of ``read.ids``:
+    ``scores[layer][head]`` ``[T, window]`` its cross-attention's scores before the softmax (a mapping of the heads'
+    layers, or a ``[layers, heads, T, window]`` tensor), ``logits`` ``[T, vocabulary]``; ``positions`` encoder
     positions hold the clip, ``per_second`` of them a second (50 for Whisper)."""
     import torch
 
@@ -139,7 +139,7 @@ def word_alignment(cross: Any, logits: Any, read: Transcript, positions: int, de
     if not text:
         return Alignment((), (), tuple(heads), read.language, duration, empty, empty)
     start = len(read.prompt) - 1  # the no-timestamps row: openai-whisper's len(sot_sequence)
-    matrix = alignment_matrix(cross, heads, positions, width=width)[start:-1]
+    matrix = alignment_matrix(scores, heads, positions, scores=True, width=width)[start:-1]
     rows, columns = dtw(-matrix.double().numpy())
     jumps = np.pad(np.diff(rows), (1, 0), constant_values=1).astype(bool)
     times = columns[jumps] / per_second
@@ -165,7 +165,7 @@ def token_timestamps(cross: Any, heads: Sequence[Head], positions: int, prompt_l
     cropped to ``positions`` without renormalising; the steps of the module from 3 on; one time per token, 0 for the
     prompt's, a token's time the jump of the row that reads it, end of text's repeating the last."""
     rows = cross.shape[2] - 1  # the last token (end of text) is never read by generate
-    matrix = alignment_matrix(cross[:, :, prompt_length:rows], heads, positions, renormalise=False, width=width)
+    matrix = alignment_matrix(cross[:, :, prompt_length:rows], heads, positions, scores=False, width=width)
     times = np.zeros(rows + 1, dtype=np.float32)
     if matrix.shape[0] == 0:
         return times
@@ -192,14 +192,14 @@ def align(audio: str | os.PathLike[str] | np.ndarray, model: str | WhisperModel,
           max_new_tokens: int = MAX_NEW_TOKENS, width: int = FILTER_WIDTH, device: str = "cpu",
           revision: str | None = None) -> Alignment:
     """Word and token timings of ``audio`` (a sound file, or mono samples at the model's rate): ``text``
-    teacher-forced, or the model's greedy transcript; from ``heads`` (see the module); one pass, the encoder's own
-    weights not kept."""
+    teacher-forced, or the model's greedy transcript; from ``heads`` (see the module); one pass, only the heads'
+    layers' cross-attention scores kept."""
     from .whisper import forward
 
     loaded = whisper_model(model, device=device, revision=revision)
     chosen = alignment_heads(loaded, heads)
     run = forward(audio, loaded, text=text, language=language, task=task, max_new_tokens=max_new_tokens,
-                  encoder=False)
+                  encoder=False, weights=False, scores=[layer for layer, _ in chosen])
     per_second = loaded.sampling_rate / (loaded.hop_length * loaded.stride)
-    return word_alignment(run.cross, run.logits, run.read, run.heard.positions, decoder_of(loaded), per_second,
+    return word_alignment(run.scores, run.logits, run.read, run.heard.positions, decoder_of(loaded), per_second,
                           chosen, width=width, duration=run.heard.seconds)

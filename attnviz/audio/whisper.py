@@ -16,7 +16,9 @@ clip's seconds), ``audio_positions`` (the positions that hold the clip), ``audio
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,9 +32,10 @@ from .transcript import MAX_NEW_TOKENS, Transcript, transcript
 
 @dataclass
 class Forward:
-    """One teacher-forced pass over a clip: the transcript read, the encoder's output, and the weights asked for
-    (``encoder`` ``[L_enc, H, P, P]`` or None, ``decoder`` ``[L_dec, H, T, T]``, ``cross`` ``[L_dec, H, T, P]``)
-    with the decoder's ``logits`` ``[T, vocabulary]``; all float32 on the CPU."""
+    """One teacher-forced pass over a clip: the transcript read, the weights asked for (``encoder`` ``[L_enc, H, P,
+    P]``, ``decoder`` ``[L_dec, H, T, T]``, ``cross`` ``[L_dec, H, T, P]``, each None where not asked), the
+    cross-attention's scores before the softmax of the layers asked (``scores``: layer → ``[H, T, P]``) and the
+    decoder's ``logits`` ``[T, vocabulary]``; all float32 on the CPU."""
 
     heard: Heard
     read: Transcript
@@ -40,6 +43,7 @@ class Forward:
     decoder: Any
     cross: Any
     logits: Any
+    scores: dict[int, Any] = field(default_factory=dict)
 
 
 def encode(loaded: WhisperModel, heard: Heard, *, attentions: bool) -> tuple[Any, tuple[Any, ...] | None]:
@@ -52,9 +56,11 @@ def encode(loaded: WhisperModel, heard: Heard, *, attentions: bool) -> tuple[Any
 
 
 def forward(audio: str | os.PathLike[str] | np.ndarray, loaded: WhisperModel, *, text: str | None,
-            language: str | None, task: str, max_new_tokens: int = MAX_NEW_TOKENS, encoder: bool = True) -> Forward:
+            language: str | None, task: str, max_new_tokens: int = MAX_NEW_TOKENS, encoder: bool = True,
+            weights: bool = True, scores: Sequence[int] = ()) -> Forward:
     """The clip heard, its transcript read (:mod:`.transcript`) and one teacher-forced pass over prompt +
-    transcript + end of text, its weights kept (the encoder's where ``encoder``)."""
+    transcript + end of text: the encoder's weights where ``encoder``, the decoder's and cross weights where
+    ``weights``, and the cross-attention's scores of the decoder layers ``scores`` (see :func:`cross_scores`)."""
     import torch
 
     heard = hear(audio, loaded)
@@ -63,19 +69,51 @@ def forward(audio: str | os.PathLike[str] | np.ndarray, loaded: WhisperModel, *,
     encoded, encoder_weights = encode(loaded, heard, attentions=encoder)
     read = transcript(loaded, encoded, text=text, language=language, task=task, max_new_tokens=max_new_tokens)
     ids = torch.tensor([read.ids], device=encoded.device)
-    with torch.no_grad():
-        out = loaded.network(encoder_outputs=(encoded,), decoder_input_ids=ids, output_attentions=True,
+    with torch.no_grad(), cross_scores(loaded, scores) as captured:
+        out = loaded.network(encoder_outputs=(encoded,), decoder_input_ids=ids, output_attentions=weights,
                              use_cache=False)
 
     def stack(layers: Any) -> Any:
-        weights = torch.stack([layer[0] for layer in layers]).float().cpu()
-        if not torch.isfinite(weights).all():
+        found = torch.stack([layer[0] for layer in layers]).float().cpu()
+        if not torch.isfinite(found).all():
             raise NumericalError(f"{loaded.name} computed attention that is not finite (NaN or infinite) on "
                                  f"{heard.name}; its weights overflow in this precision")
-        return weights
+        return found
 
     return Forward(heard, read, stack(encoder_weights) if encoder_weights is not None else None,
-                   stack(out.decoder_attentions), stack(out.cross_attentions), out.logits[0].float().cpu())
+                   stack(out.decoder_attentions) if weights else None, stack(out.cross_attentions) if weights else None,
+                   out.logits[0].float().cpu(), {layer: found[0].float().cpu() for layer, found in captured.items()})
+
+
+@contextmanager
+def cross_scores(loaded: WhisperModel, layers: Sequence[int]) -> Iterator[dict[int, Any]]:
+    """While the decoder runs, each of ``layers``' cross-attention scores before the softmax, ``[1, H, T, P]``:
+    ``(q_proj(h) · scaling) @ k_proj(encoder)ᵀ``, the operations transformers' eager attention makes, in its order
+    (``WhisperAttention.forward``, then ``eager_attention_forward`` with a scaling of 1), so its softmax is the
+    layer's weights bit for bit. Read from the hidden state entering the layer's cross-attention (a forward
+    pre-hook), the layer itself untouched."""
+    found: dict[int, Any] = {}
+    hooks = []
+
+    def keep(layer: int) -> Any:
+        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            hidden: Any = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            memory: Any = kwargs["key_value_states"] if "key_value_states" in kwargs else args[1]
+            heads, size = module.num_heads, module.head_dim
+            query = (module.q_proj(hidden) * module.scaling).view(*hidden.shape[:-1], heads, size).transpose(1, 2)
+            key = module.k_proj(memory).view(memory.shape[0], -1, heads, size).transpose(1, 2)
+            found[layer] = query.contiguous() @ key.contiguous().transpose(2, 3)
+
+        return hook
+
+    blocks = loaded.network.model.decoder.layers
+    try:
+        for layer in sorted(set(layers)):
+            hooks.append(blocks[layer].encoder_attn.register_forward_pre_hook(keep(layer), with_kwargs=True))
+        yield found
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 def whisper_attention(audio: str | os.PathLike[str] | np.ndarray, model: str | WhisperModel, *,
