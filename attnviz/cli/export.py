@@ -127,7 +127,9 @@ def export(
         from ..export.pictures import check_settings
 
         if settings.model is None:
-            raise UsageError("--image needs a vision-language model as --model (LLaVA, Gemma 3, PaliGemma, …)")
+            from ..api import needs_picture_model
+
+            raise UsageError(needs_picture_model())
         check_settings(settings)
     elif allow_outside_pictures:
         raise UsageError("--allow-outside-pictures goes with a corpus of pictures (a vision-language model); leave it "
