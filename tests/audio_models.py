@@ -115,3 +115,99 @@ def clip(path: Path, seconds: float = 1.5, *, rate: int = 16_000, channels: int 
     samples = np.stack([wave * (1 - 0.1 * c) for c in range(channels)], axis=1).astype(np.float32)
     soundfile.write(path, samples, rate, subtype=subtype, format=format)
     return path
+
+
+# openai-whisper's parameter names → transformers' (openai-whisper's model.py and transformers' modeling_whisper.py,
+# side by side: transformers 5.x no longer ships its conversion script)
+_BLOCK_PARTS = (("cross_attn_ln.", "encoder_attn_layer_norm."), ("cross_attn.query.", "encoder_attn.q_proj."),
+                ("cross_attn.key.", "encoder_attn.k_proj."), ("cross_attn.value.", "encoder_attn.v_proj."),
+                ("cross_attn.out.", "encoder_attn.out_proj."), ("attn_ln.", "self_attn_layer_norm."),
+                ("attn.query.", "self_attn.q_proj."), ("attn.key.", "self_attn.k_proj."),
+                ("attn.value.", "self_attn.v_proj."), ("attn.out.", "self_attn.out_proj."), ("mlp_ln.", "final_layer_norm."),
+                ("mlp.0.", "fc1."), ("mlp.2.", "fc2."))
+_WHOLE = {"encoder.positional_embedding": "model.encoder.embed_positions.weight",
+          "decoder.positional_embedding": "model.decoder.embed_positions.weight",
+          "decoder.token_embedding.weight": "model.decoder.embed_tokens.weight"}
+_PREFIXES = (("encoder.conv1.", "model.encoder.conv1."), ("encoder.conv2.", "model.encoder.conv2."),
+             ("encoder.ln_post.", "model.encoder.layer_norm."), ("decoder.ln.", "model.decoder.layer_norm."))
+
+
+def openai_name(name: str) -> str:
+    """The transformers name of an openai-whisper parameter."""
+    import re
+
+    if name in _WHOLE:
+        return _WHOLE[name]
+    for old, new in _PREFIXES:
+        if name.startswith(old):
+            return new + name[len(old):]
+    found = re.fullmatch(r"(encoder|decoder)\.blocks\.(\d+)\.(.+)", name)
+    if found is None:
+        raise KeyError(name)
+    side, layer, rest = found.groups()
+    for old, new in _BLOCK_PARTS:
+        if rest.startswith(old):
+            return f"model.{side}.layers.{layer}.{new}{rest[len(old):]}"
+    raise KeyError(name)
+
+
+def openai_tokenizer():
+    """openai-whisper's multilingual tokenizer (its tiktoken file, shipped in the package) as a transformers
+    WhisperTokenizer: the same 50,257 byte-level tokens (merges read from the ranks by transformers' own
+    TikTokenConverter) and the same special tokens at the same ids."""
+    import os
+
+    import whisper
+    from tokenizers import AddedToken
+    from transformers import WhisperTokenizer
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    from whisper.tokenizer import get_encoding
+
+    path = os.path.join(os.path.dirname(whisper.__file__), "assets", "multilingual.tiktoken")
+    vocab, merges = TikTokenConverter(path).extract_vocab_merges_from_model(path)
+    encoding = get_encoding("multilingual", num_languages=99)
+    specials = sorted(encoding._special_tokens.items(), key=lambda item: item[1])
+    assert [i for _, i in specials] == list(range(len(vocab), len(vocab) + len(specials)))
+    for token, i in specials:
+        vocab[token] = i
+    tokenizer = WhisperTokenizer(vocab=vocab, merges=merges)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t, _ in specials], special_tokens=True)
+    return tokenizer
+
+
+def openai_whisper_pair(folder: Path, *, seed: int = 0, std: float = 0.2, layers: tuple[int, int] = (2, 2),
+                        heads: tuple[int, int] = (2, 4), d_model: int = 64):
+    """A random openai-whisper ``Whisper`` (multilingual, 51,865 tokens, 80 mels) and the same weights as a
+    transformers checkpoint with openai's tokenizer, saved in ``folder``: (the openai model, the folder)."""
+    import torch
+    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+    from whisper.model import ModelDimensions, Whisper
+
+    dims = ModelDimensions(n_mels=80, n_audio_ctx=1500, n_audio_state=d_model, n_audio_head=heads[0],
+                           n_audio_layer=layers[0], n_vocab=51865, n_text_ctx=448, n_text_state=d_model,
+                           n_text_head=heads[1], n_text_layer=layers[1])
+    torch.manual_seed(seed)
+    theirs = Whisper(dims).eval()
+    with torch.no_grad():
+        for name, value in theirs.named_parameters():  # the decoder's positions are left empty by openai: all drawn
+            if name.endswith("ln.weight") or name.endswith("ln_post.weight"):
+                value.copy_(1 + 0.1 * torch.randn_like(value))
+            elif name.endswith("bias"):
+                value.copy_(0.1 * torch.randn_like(value))
+            else:
+                value.copy_(std * torch.randn_like(value))
+    config = WhisperConfig(vocab_size=51865, num_mel_bins=80, encoder_layers=layers[0], decoder_layers=layers[1],
+                           encoder_attention_heads=heads[0], decoder_attention_heads=heads[1], d_model=d_model,
+                           encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model, decoder_start_token_id=50258,
+                           pad_token_id=50257, bos_token_id=50257, eos_token_id=50257, suppress_tokens=[],
+                           begin_suppress_tokens=[220, 50257])
+    ours = WhisperForConditionalGeneration(config).eval()
+    state = {openai_name(name): value for name, value in theirs.state_dict().items()}
+    missing, unexpected = ours.load_state_dict(state, strict=False)
+    assert set(missing) <= {"proj_out.weight"} and not unexpected, (missing, unexpected)  # proj_out: tied
+    ours.generation_config.is_multilingual = True
+    folder.mkdir(parents=True, exist_ok=True)
+    ours.save_pretrained(folder)
+    openai_tokenizer().save_pretrained(folder)
+    WhisperFeatureExtractor(feature_size=80).save_pretrained(folder)
+    return theirs, folder
