@@ -184,3 +184,26 @@ def test_a_model_that_is_not_whisper_is_refused_by_name(tmp_path):
         load_whisper(str(folder))
     with pytest.raises(UsageError, match="not a Whisper checkpoint"):
         load_whisper("sample_configs/tiny.toml")
+
+
+def test_attention_that_would_not_fit_is_refused_before_the_model_runs(model, wav, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_MAX_MEMORY", "1M")
+    from attnviz.errors import ResourceError
+
+    with pytest.raises(ResourceError, match=r"over a 30-s window needs about .* set ATTNVIZ_MAX_MEMORY"):
+        whisper_attention(wav, model, text="hello", language="en")
+
+
+def test_samples_handed_in_are_checked(model):
+    for samples, words in ((np.zeros((2, 100), np.float32), "one channel"), (np.zeros(0, np.float32), "empty"),
+                           (np.array([0.0, np.nan], np.float32), "not numbers")):
+        with pytest.raises(InputError, match=words):
+            whisper_attention(samples, model, text="hello", language="en")
+
+
+def test_a_hub_id_offline_is_one_line_naming_what_runs_offline():
+    from attnviz.errors import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match="not in the local Hugging Face cache") as caught:
+        load_whisper("openai/whisper-tiny-not-cached")
+    assert "Whisper checkpoint folder" in str(caught.value)
