@@ -185,6 +185,10 @@ def test_a_rate_outside_any_recording_is_refused(tmp_path):
         read_audio(path)
     with pytest.raises(UsageError, match="rate=5"):
         read_audio(tmp_path / "whatever.wav", rate=5)
+    for limits, words in (({"max_seconds": 0}, "max_seconds=0"), ({"max_seconds": float("nan")}, "max_seconds=nan"),
+                          ({"max_channels": 0}, "max_channels=0")):
+        with pytest.raises(UsageError, match=words):
+            read_audio(path, **limits)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

@@ -85,6 +85,7 @@ def audio_header(path: str | os.PathLike[str], *, max_seconds: float = MAX_SECON
     """The header of the sound file at ``path`` (see the module), every refusal of :func:`read_audio` made but those
     of its samples (truncated, lying, not finite); nothing decoded."""
     path = Path(path)
+    _check_limits(max_seconds, max_channels)
     with stderr_silenced(), _opened(path) as (handle, size), _sound(path, handle) as sound:
         return _checked(path, sound, size, handle, max_seconds, max_channels)
 
@@ -95,6 +96,7 @@ def read_audio(path: str | os.PathLike[str], *, rate: int = SAMPLE_RATE, max_sec
     high-quality filter where the file's rate differs (see the module for what is refused; each refusal is one line
     naming the file)."""
     path = Path(path)
+    _check_limits(max_seconds, max_channels)
     if isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE:
         raise UsageError(f"[[rate={rate}]] is not a sample rate attnviz resamples to; give {MIN_RATE:,} to "
                          f"{MAX_RATE:,} (Hz), e.g. {SAMPLE_RATE:,}")
@@ -106,6 +108,14 @@ def read_audio(path: str | os.PathLike[str], *, rate: int = SAMPLE_RATE, max_sec
     if header.rate != rate:
         mono = _soxr().resample(mono, header.rate, rate, quality="HQ")
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def _check_limits(max_seconds: float, max_channels: int) -> None:
+    """The limits asked for: a positive number of seconds, a whole number of channels of at least 1."""
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < float("inf"):
+        raise UsageError(f"[[max_seconds={max_seconds}]]: give a positive number of seconds")
+    if isinstance(max_channels, bool) or not isinstance(max_channels, int) or max_channels < 1:
+        raise UsageError(f"[[max_channels={max_channels}]]: give a whole number of channels, at least 1")
 
 
 class _opened:
