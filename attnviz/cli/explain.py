@@ -32,8 +32,8 @@ def explain(
     model: str | None = typer.Option(
         None, "--model", "-m", show_default=False,
         help="A .toml config (a 'matrices' config with its own X, or a transformer config such as "
-             "sample_configs/tiny.toml), or a model folder/hub id of a family the native engine runs (docs/models.md; "
-             "another is refused with the list). Default: the seed example without TEXT, MiniLM with TEXT.",
+             "sample_configs/tiny.toml), or a model folder/hub id the native engine runs (BERT, GPT-2, LLaMA, "
+             "Mistral, Qwen2). Default: the seed example without TEXT, MiniLM with TEXT.",
     ),
     walk_layer: int = typer.Option(0, "--walk-layer", help="The one layer whose attention is walked through, step by "
                                    "step."),
