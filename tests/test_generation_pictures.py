@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_images import gemma3  # noqa: F401 (the tiny Gemma 3, whose greedy answer reaches for its image token)
 
 QUESTION = "what is in the picture ?"
 
@@ -105,3 +106,28 @@ def test_generate_with_a_picture_takes_the_decoding_options(run_cli, llava, pict
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
     r = run_cli("generate", QUESTION, "--image", str(picture), "--model", str(llava), "-n", "2", "--temperature", "0.5")
     assert r.exit_code == 2 and "add --sample" in r.stderr
+
+
+def test_the_image_token_is_never_the_answer(gemma3, picture):  # noqa: F811
+    """The tiny Gemma 3's greedy answer, on transformers' generate, reaches for its image token; the answer read again
+    with the picture then held more image tokens than the picture's features, and failed (a ValueError of
+    transformers'). The image token is never chosen: up to where transformers chose it, the answers are the same."""
+    import transformers
+    from PIL import Image
+
+    from attnviz.images.vlm import vlm_attention
+
+    image_token = 6
+    result = vlm_attention(QUESTION, picture, str(gemma3), max_new_tokens=5)
+    answer = _answer(result)
+    assert len(answer) == 5 and image_token not in answer
+    processor = transformers.AutoProcessor.from_pretrained(gemma3)
+    inputs = processor(text=f"<start_of_image> {QUESTION}", images=[Image.open(picture).convert("RGB")],
+                       return_tensors="pt")
+    assert inputs["input_ids"][0].tolist() == result.token_ids[:result.metadata["prompt_length"]]
+    network = transformers.AutoModelForImageTextToText.from_pretrained(gemma3, attn_implementation="eager").eval()
+    with torch.no_grad():
+        theirs = network.generate(**inputs, max_new_tokens=5, do_sample=False, pad_token_id=0)[0].tolist()
+    theirs = theirs[len(inputs["input_ids"][0]):]
+    first = theirs.index(image_token)
+    assert answer[:first] == theirs[:first]

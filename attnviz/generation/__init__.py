@@ -13,7 +13,7 @@ for every other causal model, on attnviz's attention function or eager attention
 :func:`attnviz.sources.generated.generate_on` encodes the prompt as that engine reads it, decodes on that stepper
 (:func:`attnviz.sources.decoding.decode`, every row kept) and builds the result. Encoder-decoder models run on
 transformers' own ``generate`` (:mod:`attnviz.generation.seq2seq`); a vision-language model answers on the same
-loop (:mod:`attnviz.images.vlm`).
+loop (:mod:`attnviz.images.answer`).
 
 Greedy by default; ``sample=True`` with ``temperature``, ``top_k``, ``top_p`` and ``seed`` (the same
 seed gives the same tokens, on every engine: they sample as transformers does).
@@ -60,43 +60,28 @@ def generate(prompt: str, model: str | None = None, *, max_new_tokens: int = 20,
     if not prompt or not prompt.strip():
         raise UsageError("the prompt is empty; give the text to continue")
     options: dict[str, Any] = {"max_new_tokens": max_new_tokens, "sampling": sampling, "stop_at_eos": stop_at_eos}
-    seq2seq = _seq2seq_place(model, revision)
-    if seq2seq is not None:
+    from ..sources.causal import causal_place, load_causal
+    from ..sources.generated import generate_on
+    from ..sources.resolve import is_config_model
+
+    # where the model is and its config, read once (an encoder-decoder's too: it generates on transformers' generate)
+    located = None if is_config_model(model) else causal_place(model, engine=engine, revision=revision, dtype=dtype,
+                                                               seq2seq=True)
+    if located is not None and located[2].get("is_encoder_decoder"):
+        place = located[0]
         if engine == "native":
-            raise ModelNotFoundError(f"the native engine cannot generate with {seq2seq.name}: encoder-decoder models "
+            raise ModelNotFoundError(f"the native engine cannot generate with {place.name}: encoder-decoder models "
                                      "run on transformers; use [[engine=hf]] or auto")
         from ..sources.hub import hub_reachable
         from .seq2seq import generate_seq2seq_hf
 
-        return generate_seq2seq_hf(seq2seq.ref, prompt, name=seq2seq.name, **options, revision=revision,
+        return generate_seq2seq_hf(place.ref, prompt, name=place.name, **options, revision=revision,
                                    trust_remote_code=trust_remote_code, device=device,
-                                   local_files_only=seq2seq.hub_id is not None and not hub_reachable(),
+                                   local_files_only=place.hub_id is not None and not hub_reachable(),
                                    attention={"hf": "eager", "fused": "fused"}.get(engine, "auto"), dtype=dtype)
-    from ..sources.causal import load_causal
-    from ..sources.generated import generate_on
-
     causal = load_causal(model, engine=engine, revision=revision, device=device,
-                         trust_remote_code=trust_remote_code, dtype=dtype)
+                         trust_remote_code=trust_remote_code, dtype=dtype, located=located)
     return generate_on(causal, prompt, **options)
-
-
-def _seq2seq_place(model: str | None, revision: str | None) -> Any:
-    """Where an encoder-decoder model is (generate runs those on transformers' own ``generate``), else None."""
-    from ..sources.resolve import is_config_model
-
-    if model is None or is_config_model(model):
-        return None
-    from ..sources.files import read_config
-    from ..sources.hub import fetch_config
-    from ..sources.resolve import locate
-
-    place = locate(model)
-    folder = place.folder if place.folder is not None else fetch_config(place.ref, revision)
-    if not read_config(folder).get("is_encoder_decoder"):
-        return None
-    if revision is not None and place.hub_id is None:
-        raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
-    return place
 
 
 def generated_summary(result: AttentionResult, *, layer: int | None = None, head: int | None = None,

@@ -61,13 +61,16 @@ class PictureStepper:
         return out.logits[0, -1].float().cpu(), None
 
 
-def answer(stepper: PictureStepper, *, max_new_tokens: int, sampling: Sampling | None) -> list[int]:
+def answer(stepper: PictureStepper, *, max_new_tokens: int, sampling: Sampling | None, image_token: int) -> list[int]:
     """The prompt's ids then up to ``max_new_tokens`` chosen ones (``sampling``: greedy when None), stopping after the
-    model's end token (its ``generation_config``'s, as transformers reads it)."""
+    model's end token (its ``generation_config``'s, as transformers reads it). The image token is never chosen: it
+    stands only where a picture's features go, and the answer is read again with the pictures (transformers would
+    choose it, then fail on more image tokens than pictures' features)."""
     from ..sources.decoding import decode
 
     eos = getattr(stepper.network.generation_config, "eos_token_id", None)
     eos_ids = [int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
-    done = decode(stepper, stepper.prompt, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids)
+    done = decode(stepper, stepper.prompt, max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids,
+                  never=[image_token])
     stepper.reset()  # the cache is let go before the whole sequence runs again
     return done.ids

@@ -180,7 +180,7 @@ def _read(loaded: VisionLanguageModel, text: str, pictures: str | Path | Sequenc
 
         stepper = PictureStepper(network, inputs, name=loaded.name, engine=_engine(loaded), layers=layers,
                                  heads=heads, max_positions=positions_of(network))
-        ids = answer(stepper, max_new_tokens=max_new_tokens, sampling=sampling)
+        ids = answer(stepper, max_new_tokens=max_new_tokens, sampling=sampling, image_token=ids[where[0]])
         del stepper  # its cache
         sequence = torch.tensor(ids, device=inputs["input_ids"].device)
         added = len(ids) - prompt_length

@@ -65,9 +65,11 @@ def refuse_non_causal(config: dict[str, Any], name: str, *, embedded: bool = Fal
         raise UsageError(f"{name} is not a causal language model ({kind}); give one such as {EXAMPLES}")
 
 
-def causal_place(model: str | None, *, engine: str, revision: str | None, dtype: str | None) -> tuple[Any, Path, dict[str, Any]]:
+def causal_place(model: str | None, *, engine: str, revision: str | None, dtype: str | None,
+                 seq2seq: bool = False) -> tuple[Any, Path, dict[str, Any]]:
     """Where a trained causal model is, its folder (a hub id's fetched config) and its config, each refusal said
-    once: half precision on the native engine, a model that does not decode, a revision of a folder."""
+    once: half precision on the native engine, a model that does not decode (an encoder-decoder unless ``seq2seq``:
+    generate runs those on transformers), a revision of a folder."""
     from .files import read_config
     from .hub import fetch_config
     from .resolve import locate
@@ -77,7 +79,7 @@ def causal_place(model: str | None, *, engine: str, revision: str | None, dtype:
     place = locate(model)
     folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision)
     config = read_config(folder)
-    refuse_non_causal(config, place.name, embedded=model is None)
+    refuse_non_causal(config, place.name, embedded=model is None, seq2seq=seq2seq)
     if revision is not None and place.hub_id is None:
         raise UsageError(f"[[revision]] applies to hub ids; {place.name} is a folder")
     return place, Path(folder), config

@@ -86,7 +86,8 @@ Keep = Literal["matrix", "rows", "none"]
 
 def decode(stepper: Stepper, prompt: Sequence[int], *, max_new_tokens: int, sampling: Sampling | None = None,
            eos_ids: Sequence[int] = (), stop_at_eos: bool = True, keep: Keep = "none", fresh: bool = True,
-           prompt_logprobs: bool = False, each: Callable[[int, Tensor | None], bool] | None = None) -> Decoded:
+           prompt_logprobs: bool = False, each: Callable[[int, Tensor | None], bool] | None = None,
+           never: Sequence[int] = ()) -> Decoded:
     """The one decoding loop: feed ``prompt`` to ``stepper`` (on a fresh cache, or, not ``fresh``, after what it
     holds), then choose up to ``max_new_tokens`` tokens as transformers' ``generate`` chooses them (greedy, or
     ``sampling``; see the module), stopping after an end token unless not ``stop_at_eos`` (then none is chosen).
@@ -95,7 +96,9 @@ def decode(stepper: Stepper, prompt: Sequence[int], *, max_new_tokens: int, samp
     step that feeds it back, the last one's too); ``"rows"`` hands each chosen token to ``each`` with the row that
     chose it (the previous token's, ``[layers, heads, T]``; the prompt runs without weights but for its last
     token); ``"none"`` computes no weights. ``each(token, row)`` returning True stops after that token.
-    ``prompt_logprobs``: keep the log-probabilities after each prompt token (the prompt fed a token at a time)."""
+    ``prompt_logprobs``: keep the log-probabilities after each prompt token (the prompt fed a token at a time).
+    ``never``: ids never chosen (a picture's placeholder token, which stands only where a picture is): where one is
+    chosen, the choice is made again without them, so every other step chooses as transformers does."""
     prompt = list(prompt)
     if not prompt:
         raise ValueError("decode needs at least one prompt token")  # pragma: no cover - callers check
@@ -129,6 +132,8 @@ def decode(stepper: Stepper, prompt: Sequence[int], *, max_new_tokens: int, samp
             torch.manual_seed(sampling.seed)
         for n in range(max_new_tokens):
             token = choose_next(logits, sampling or _GREEDY, banned=banned)
+            if token in never:  # chosen again without it: every other choice stays the one transformers makes
+                token = choose_next(logits, sampling or _GREEDY, banned=(*banned, *never))
             ids.append(token)
             if attentions is not None:  # the chosen token's own row, from the step that feeds it back
                 logits, rows = stepper.feed([token], rows="last")
