@@ -72,6 +72,12 @@ SLOW_FILES = {"test_readme_commands.py", "test_ray_backend.py", "test_page.py", 
               "test_plugins.py", "test_terminal_safety_and_bounded_reading.py", "test_figure_layout.py", "test_tui.py",
               "test_checkpoint_diff.py", "test_serve_bounds.py", "test_needle_cli.py"}
 SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
+# The longest checks, left out of the README's command (pyproject's addopts: -m 'not heavy') so it stays within its
+# 150 s, and run by CI right after it (`python -m pytest -q -m heavy`, in .ci/run): whole files, or file::test.
+HEAVY = {"test_organisms_long.py",  # a needle grid to 4,096 tokens on an organism (~45 s of one worker)
+         "test_ray_backend.py",  # Ray's own cluster, started and stopped by the tests (~40 s)
+         "test_needle.py::test_ray_and_local_give_identical_json",  # the needle grid on Ray actors (~8 s)
+         "test_organisms_hostile.py::test_a_header_fifty_thousand_levels_deep_is_refused_in_one_line"}  # (~8 s)
 
 
 # The files that take longest, longest first (seconds of one worker, measured with --durations=0 on the 2-core
@@ -81,7 +87,7 @@ SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 # test_ray_backend.py near the end). test_export.py is second: it needs none of tiny_hf's models, which the first
 # worker builds meanwhile (a second worker that asked for them would wait). A file not named here runs after these,
 # files with more tests first.
-# test_organisms_long.py (a needle grid to 4,096 tokens on an organism, ~40 s) leads: it also builds the organism the
+# test_organisms_long.py (a needle grid to 4,096 tokens on an organism, ~40 s; heavy: in `-m heavy` runs) leads: it also builds the organism the
 # README's lines then find built.
 LONGEST_FIRST = ("test_organisms_long.py", "test_readme_commands.py", "test_export.py", "test_doc_examples.py",
                  "test_organisms.py", "test_needle.py", "test_kv.py", "test_images.py",
@@ -96,6 +102,9 @@ LONGEST_FIRST = ("test_organisms_long.py", "test_readme_commands.py", "test_expo
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+        if item.path.name in HEAVY or f"{item.path.name}::{item.originalname}" in HEAVY:
+            item.add_marker(pytest.mark.heavy)
             item.add_marker(pytest.mark.slow)
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and item.path.name not in RAY_FILES:
             warnings.warn(f"{item.path.name} uses the Ray cluster: add it to RAY_FILES in tests/conftest.py, or "
