@@ -101,8 +101,9 @@ class WhisperModel:
 
 
 def load_whisper(model: str, *, device: str = "cpu", revision: str | None = None) -> WhisperModel:
-    """The Whisper checkpoint ``model`` (a folder, or a hub id) loaded on ``device``; anything else (another kind of
-    model, a config, a saved result) refused in one line."""
+    """The Whisper checkpoint ``model`` (a folder, a hub id, or a sound organism's TOML, built once:
+    :mod:`.organism`) loaded on ``device``; anything else (another kind of model, a config, a saved result) refused
+    in one line."""
     import torch
     import transformers
 
@@ -111,9 +112,18 @@ def load_whisper(model: str, *, device: str = "cpu", revision: str | None = None
     from ..sources.resolve import check_device, locate
 
     check_device(device)
+    organism = None
+    if model.lower().endswith(".toml"):
+        from .organism import sound_organism_folder
+        from .organism_spec import is_sound_organism
+
+        if is_sound_organism(model):
+            folder, spec = sound_organism_folder(model)
+            model, organism = str(folder), spec.name
     if model.lower().endswith((".toml", ".npz")):
         raise UsageError(f"{model} is not a Whisper checkpoint; sound is heard by a folder or hub id of "
-                         "WhisperForConditionalGeneration (e.g. openai/whisper-tiny)")
+                         "WhisperForConditionalGeneration (e.g. openai/whisper-tiny), or a sound organism's TOML "
+                         "(sample_configs/organism_whisper.toml)")
     place = locate(model)
     offline = "a Whisper checkpoint folder saved with its processor (save_pretrained)"
     folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), revision, offline)
@@ -135,7 +145,7 @@ def load_whisper(model: str, *, device: str = "cpu", revision: str | None = None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelNotFoundError(f"{place.name}: cannot load its Whisper model and processor ({first})") from None
-    return WhisperModel(place.name, network.to(device).eval(), features, tokenizer, device)
+    return WhisperModel(organism or place.name, network.to(device).eval(), features, tokenizer, device)
 
 
 def whisper_model(model: str | WhisperModel, *, device: str = "cpu", revision: str | None = None) -> WhisperModel:

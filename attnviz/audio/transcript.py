@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError, UsageError
+from .languages import NO_SPACES
 from .model import WhisperModel
 
 TASKS = ("transcribe", "translate")
-NO_SPACES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
-"""Languages written without spaces between words (openai-whisper's ``split_to_word_tokens``): their words are split
-where the tokens decode to whole characters, and their text is tokenized with no space before it."""
 MAX_TEXT_CHARS_PER_POSITION = 64
 """Characters of a given text per decoder position past which it is refused before it is tokenized (no token
 covers 64 characters)."""

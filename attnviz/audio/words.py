@@ -7,7 +7,7 @@
 - by spaces (``split_tokens_on_spaces``, every language but those written without spaces): each such group starts a
   new word where it is special (its first id at least end of text's), starts with a space, or is punctuation
   (``string.punctuation``), else it joins the word before;
-- for zh, ja, th, lo, my and yue (:data:`~attnviz.audio.transcript.NO_SPACES`) each character group is a word.
+- for zh, ja, th, lo, my and yue (:data:`~attnviz.audio.languages.NO_SPACES`) each character group is a word.
 
 ``decode`` turns ids into text with special tokens written out, as openai-whisper's ``decode_with_timestamps`` does;
 for a transformers tokenizer, its backend's ``decode(ids, skip_special_tokens=False)``."""
@@ -17,7 +17,7 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Sequence
 
-from .transcript import NO_SPACES
+from .languages import NO_SPACES
 
 REPLACEMENT = "\ufffd"
 
