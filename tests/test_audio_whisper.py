@@ -207,3 +207,25 @@ def test_a_hub_id_offline_is_one_line_naming_what_runs_offline():
     with pytest.raises(ModelNotFoundError, match="not in the local Hugging Face cache") as caught:
         load_whisper("openai/whisper-tiny-not-cached")
     assert "Whisper checkpoint folder" in str(caught.value)
+
+
+def test_a_clip_of_exactly_the_window_at_another_rate_fills_it(model, tmp_path):
+    import soundfile
+
+    from attnviz.audio.hearing import hear
+
+    path = tmp_path / "thirty.wav"
+    soundfile.write(path, (0.1 * np.sin(np.arange(44_100 * 30) / 10)).astype(np.float32), 44_100)
+    heard = hear(path, model)
+    assert (len(heard.samples), heard.frames, heard.positions) == (480_000, 3_000, 1_500)
+
+
+def test_the_window_is_checked_from_the_header_before_decoding(model, tmp_path):
+    """A FLAC whose header claims 45 s but holds 1 s: the window's refusal, not the truncation found by decoding."""
+    flac = clip(tmp_path / "a.flac", 1.0)
+    data = bytearray(flac.read_bytes())
+    packed = int.from_bytes(data[18:26], "big")
+    data[18:26] = ((packed & ~((1 << 36) - 1)) | 45 * 16_000).to_bytes(8, "big")
+    flac.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"45\.0 s long, more than the 30 s"):
+        whisper_attention(flac, model, text="hello", language="en")

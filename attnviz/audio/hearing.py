@@ -45,18 +45,25 @@ def hear(audio: str | os.PathLike[str] | np.ndarray, loaded: WhisperModel) -> He
     rate = loaded.sampling_rate
     if isinstance(audio, np.ndarray):
         samples, name = _checked_samples(audio), "the samples"
+        _check_window(len(samples) / rate, name, loaded)
     else:
-        from .read import read_audio
+        from .read import audio_header, read_audio
 
-        samples, name = read_audio(audio, rate=rate), os.fspath(audio)
-    if len(samples) > loaded.window_samples:
-        raise InputError(f"{name} is {len(samples) / rate:.1f} s long, more than the {loaded.window_seconds:g} s "
-                         f"{loaded.name} hears at once; cut it into clips of {loaded.window_seconds:g} s or less "
-                         f"(e.g. ffmpeg -i IN -f segment -segment_time {loaded.window_seconds:g} clip%03d.wav)")
+        name = os.fspath(audio)
+        _check_window(audio_header(audio).seconds, name, loaded)  # from the header, before a sample is decoded
+        samples = read_audio(audio, rate=rate)[: loaded.window_samples]  # a resampled sample of rounding past it
     extracted = loaded.features(samples, sampling_rate=rate, return_tensors="np", padding="max_length")
     features = torch.from_numpy(np.asarray(extracted["input_features"], dtype=np.float32)).to(loaded.device)
     frames = len(samples) // loaded.hop_length
     return Heard(samples, rate, features, frames, min(frames // loaded.stride, loaded.positions), name)
+
+
+def _check_window(seconds: float, name: str, loaded: WhisperModel) -> None:
+    """Refuse a clip longer than the window ``loaded`` hears at once, with the limit and how to cut it."""
+    if seconds > loaded.window_seconds + 1e-9:
+        raise InputError(f"{name} is {seconds:.1f} s long, more than the {loaded.window_seconds:g} s "
+                         f"{loaded.name} hears at once; cut it into clips of {loaded.window_seconds:g} s or less "
+                         f"(e.g. ffmpeg -i IN -f segment -segment_time {loaded.window_seconds:g} clip%03d.wav)")
 
 
 def _checked_samples(audio: np.ndarray) -> np.ndarray:

@@ -134,13 +134,12 @@ def as_result(loaded: WhisperModel, run: Forward) -> AttentionResult:
     step = loaded.seconds_per_position
     positions = loaded.positions
     ids = read.ids
-    prompt = set(read.prompt) | {read.eot}
     labels = [_label(loaded, i) for i in ids]
     return AttentionResult(
         tokens=[f"{k * step:.2f}s" for k in range(positions)], attentions=run.encoder,
         special=[k >= heard.positions for k in range(positions)], causal=False, model_name=loaded.name,
         decoder_attentions=run.decoder, cross_attentions=run.cross, target_tokens=labels,
-        target_special=[k < len(read.prompt) or k == len(ids) - 1 or i in prompt for k, i in enumerate(ids)],
+        target_special=[i >= read.eot for i in ids],  # openai-whisper's rule: every special token from end of text on
         metadata={"engine": "hf", "family": "whisper", "device": loaded.device, "target_ids": ids,
                   "seconds_per_position": step, "duration": heard.seconds, "audio_positions": heard.positions,
                   "audio_frames": heard.frames, "sample_rate": heard.rate, "language": read.language,
