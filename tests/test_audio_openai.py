@@ -7,22 +7,20 @@ one attnviz hears."""
 
 from __future__ import annotations
 
+import numba  # noqa: F401  (openai-whisper's DTW)
 import numpy as np
 import pytest
+import soundfile  # noqa: F401  (the sound extra: the test extra installs it; missing, these fail)
 import torch
+import whisper  # openai-whisper, installed as the README's second command says
+from audio_models import clip, openai_whisper_pair
+from whisper.timing import find_alignment
+from whisper.tokenizer import get_tokenizer
 
-pytest.importorskip("soundfile")
-whisper = pytest.importorskip("whisper")
-pytest.importorskip("numba")
-
-from audio_models import clip, openai_whisper_pair  # noqa: E402
-from whisper.timing import find_alignment  # noqa: E402
-from whisper.tokenizer import get_tokenizer  # noqa: E402
-
-from attnviz.audio.heads_format import openai_mask  # noqa: E402
-from attnviz.audio.hearing import hear  # noqa: E402
-from attnviz.audio.model import load_whisper  # noqa: E402
-from attnviz.audio.timing import align  # noqa: E402
+from attnviz.audio.heads_format import openai_mask
+from attnviz.audio.hearing import hear
+from attnviz.audio.model import load_whisper
+from attnviz.audio.timing import align
 
 
 @pytest.fixture(scope="module")

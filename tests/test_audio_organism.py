@@ -11,7 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile  # noqa: F401  (the sound extra: the test extra installs it; missing, these fail)
 import torch
+from audio_models import clip
 
 from attnviz.audio.model import load_whisper
 from attnviz.audio.organism import sound_organism_folder
@@ -19,9 +21,6 @@ from attnviz.audio.organism_spec import is_sound_organism, read_sound_spec
 from attnviz.audio.timing import align, token_timestamps
 from attnviz.audio.whisper import whisper_attention
 from attnviz.errors import ConfigError
-
-pytest.importorskip("soundfile")
-from audio_models import clip
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_configs" / "organism_whisper.toml"

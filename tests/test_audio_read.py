@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile  # the sound extra: the test extra installs it
+import soxr  # noqa: F401
 
 from attnviz.audio import read
 from attnviz.audio.read import audio_header, read_audio
 from attnviz.errors import InputError, ResourceError, UsageError
-
-soundfile = pytest.importorskip("soundfile")
-pytest.importorskip("soxr")
 
 
 def _sine(seconds: float, rate: int, hz: float = 440.0, channels: int = 1) -> np.ndarray:

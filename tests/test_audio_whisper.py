@@ -10,15 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 import torch
+from audio_models import clip, tiny_whisper
 
 from attnviz.audio.model import load_whisper
 from attnviz.audio.transcript import detect_language
 from attnviz.audio.whisper import encode, whisper_attention
 from attnviz.errors import InputError, UsageError
-
-pytest.importorskip("soundfile")
-from audio_models import clip, tiny_whisper
 
 SHAPES = {"80 mels, 2 and 4 heads": dict(mels=80, heads=(2, 4)), "128 mels, 4 and 2 heads": dict(mels=128, heads=(4, 2))}
 
@@ -51,7 +50,6 @@ def _reference(model, samples: np.ndarray, text: str):
 
 
 def test_the_attention_equals_transformers_eager_attention(model, wav):
-    import soundfile
 
     samples = soundfile.read(wav, dtype="float32")[0]
     result = whisper_attention(wav, model, text="hello world the cat", language="en")
@@ -106,7 +104,6 @@ def test_the_result_says_where_the_clip_is_in_time(model, wav):
 
 
 def test_samples_in_memory_are_the_same_as_their_file(model, wav):
-    import soundfile
 
     samples = soundfile.read(wav, dtype="float32")[0]
     a = whisper_attention(wav, model, text="hello", language="en")
@@ -210,7 +207,6 @@ def test_a_hub_id_offline_is_one_line_naming_what_runs_offline():
 
 
 def test_a_clip_of_exactly_the_window_at_another_rate_fills_it(model, tmp_path):
-    import soundfile
 
     from attnviz.audio.hearing import hear
 
