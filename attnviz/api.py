@@ -490,7 +490,20 @@ _LAZY = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
                  "scratch_folder": ("attnviz.fileio", "scratch_folder"),
                  "write_document": ("attnviz.fileio", "write_json"),
                  "write_rows": ("attnviz.tables", "write_rows"),
-                 "write_text": ("attnviz.tables", "write_text")}
+                 "write_text": ("attnviz.tables", "write_text"),
+                 # sound (attnviz.audio): a clip read, a Whisper loaded once, word timings and the files they are
+                 # written as (attnviz align)
+                 "audio_header": ("attnviz.audio.read", "audio_header"),
+                 "load_whisper": ("attnviz.audio.model", "load_whisper"),
+                 "align": ("attnviz.audio.timing", "align"),
+                 "Alignment": ("attnviz.audio.timing", "Alignment"),
+                 "heads_origin": ("attnviz.audio.subtitles", "heads_origin"),
+                 "alignment_document": ("attnviz.audio.subtitles", "alignment_document"),
+                 "alignment_rows": ("attnviz.audio.subtitles", "alignment_rows"),
+                 "alignment_columns": ("attnviz.audio.subtitles", "COLUMNS"),
+                 "alignment_suffixes": ("attnviz.audio.subtitles", "SUFFIXES"),
+                 "alignment_text": ("attnviz.audio.subtitles", "alignment_text"),
+                 "write_alignment": ("attnviz.audio.subtitles", "write_alignment")}
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from click import ClickException
 
 from . import (
+    align,
     atlas,
     compare_heads,
     explain,
@@ -54,6 +55,7 @@ app.command("needle")(needle.needle)
 app.command("kv")(kv.kv)
 app.command("patterns")(patterns.patterns)
 app.command("organism")(organism.organism)
+app.command("align")(align.align)
 
 
 def _print_version(value: bool) -> None:
