@@ -139,9 +139,9 @@ def tier_intervals(spans: Sequence[tuple[float, float, str]], duration: float) -
     kept: list[list[Any]] = []
     pending = ""
     for start, end, text in spans:
-        text = (pending + one_line(text)).strip() if pending else one_line(text).strip()
+        text = f"{pending} {one_line(text).strip()}".strip()
         if end <= start:  # no time of its own: its text goes with the next span
-            pending = text + " " if text else pending
+            pending = text
             continue
         pending = ""
         if kept and start < kept[-1][1]:  # never before the last one ends (the path does not go back)
@@ -150,11 +150,11 @@ def tier_intervals(spans: Sequence[tuple[float, float, str]], duration: float) -
                 kept[-1][2] = f"{kept[-1][2]} {text}".strip()
                 continue
         kept.append([start, end, text])
-    if pending.strip():
+    if pending:
         if kept:
-            kept[-1][2] = f"{kept[-1][2]} {pending.strip()}"
+            kept[-1][2] = f"{kept[-1][2]} {pending}".strip()
         else:  # every span without time: one interval over the clip, or none on a clip of no time
-            return [(0.0, duration, pending.strip())] if duration > 0 else []
+            return [(0.0, duration, pending)] if duration > 0 else []
     intervals: list[tuple[float, float, str]] = []
     at = 0.0
     for start, end, text in kept:
