@@ -406,6 +406,13 @@ _LAZY = {"kv": ("attnviz.kv", "kv"), "KVResult": ("attnviz.kv", "KVResult"),
                  # model organisms: causal models with planted heads (attnviz.organisms)
                  "save_organism": ("attnviz.organisms", "save_organism"),
                  "read_organism": ("attnviz.organisms", "read_spec"),
+                 # a Whisper's alignment heads found over clips with reference word timings (attnviz align-heads)
+                 "find_alignment_heads": ("attnviz.audio.head_search", "find_alignment_heads"),
+                 "write_alignment_config": ("attnviz.audio.head_search", "write_config"),
+                 "read_head_corpus": ("attnviz.audio.references", "read_head_corpus"),
+                 "head_search_columns": ("attnviz.audio.head_search", "COLUMNS"),
+                 "head_search_suffixes": ("attnviz.audio.head_outputs", "SUFFIXES"),
+                 "write_head_search": ("attnviz.audio.head_outputs", "write_head_search"),
                  # pictures (attnviz.images): an encoder's attention over its patches, a vision-language model's over
                  # its text and picture, each head's share on the picture; the layouts (records)
                  "image_attention": ("attnviz.images.encoder", "image_attention"),
