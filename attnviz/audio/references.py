@@ -212,7 +212,7 @@ def read_head_corpus(source: str | os.PathLike[str], *, references: str | os.Pat
         found = Path(references) if references is not None else _beside(source, source.parent)
         return [Clip(source, read_reference(found) if found is not None else None, None, found)]
     if references is not None:
-        raise InputError(f"{source}: a corpus names each clip's reference in its 'reference' column; --references "
+        raise InputError(f"{source}: a corpus names each clip's reference in its 'reference' column; [[references]] "
                          "goes with one clip or a folder of clips")
     if source.suffix.lower() not in (".csv", ".jsonl"):
         raise InputError(f"{source}: give a sound clip, a folder of clips, or a corpus (.csv or .jsonl) of rows "
