@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import (
     align,
+    align_heads,
     atlas,
     compare_heads,
     explain,
@@ -56,6 +57,7 @@ app.command("kv")(kv.kv)
 app.command("patterns")(patterns.patterns)
 app.command("organism")(organism.organism)
 app.command("align")(align.align)
+app.command("align-heads")(align_heads.align_heads)
 
 
 def _print_version(value: bool) -> None:
