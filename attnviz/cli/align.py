@@ -146,9 +146,9 @@ def _print_table(found: Any, rows: list[dict[str, Any]], level: str, name: str, 
     from rich.table import Table
     from rich.text import Text
 
-    from ..api import safe_text
+    from ..api import head_name, safe_text
 
-    heads = ", ".join(f"L{layer}H{head}" for layer, head in found.heads)
+    heads = ", ".join(head_name(layer, head) for layer, head in found.heads)
     if len(heads) > 80:
         heads = f"{len(found.heads)} heads"
     said = f", {found.language}" if found.language else ""
