@@ -224,11 +224,11 @@ def read_head_corpus(source: str | os.PathLike[str], *, references: str | os.Pat
         audio = (row.get("audio") or "").strip()
         if not audio:
             raise InputError(f"{source} row {number}: its 'audio' names no clip; give every row its clip")
+        sound = _inside(source, number, inside, audio, "clip", allow_outside)
         written = (row.get("reference") or "").strip()
         reference = _inside(source, number, inside, written, "reference", allow_outside) if written else None
         text = (row.get("text") or "").strip() or None
-        clips.append(Clip(_inside(source, number, inside, audio, "clip", allow_outside),
-                          read_reference(reference) if reference is not None else None, text, reference))
+        clips.append(Clip(sound, read_reference(reference) if reference is not None else None, text, reference))
     return _checked(source, clips)
 
 
