@@ -17,12 +17,19 @@ from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 SOUND_ORGANISM = "sample_configs/organism_whisper.toml"
 
 
+def _example(path: Path | None) -> Path | None:
+    """The path, or for ``examples/NAME`` missing here the copy installed with attnviz (as ``--image`` does)."""
+    from ..api import example_file
+
+    return None if path is None else example_file(path)
+
+
 @cli_command(flags={"write_config": "--write-config", "references": "--references"})
 def align_heads(
     corpus: Path = typer.Argument(..., metavar="CORPUS", help="The clips: a CSV or JSONL of rows audio,reference[,text] "
                                   "(paths relative to it, inside its folder), a folder of clips each with a reference "
                                   "of the same name (a.wav and a.TextGrid, a.json or a.csv), or one clip.",
-                                  show_default=False),
+                                  show_default=False, callback=_example),
     model: str = typer.Option(..., "--model", "-m", show_default=False,
                               help="A Whisper checkpoint: a folder saved with its processor, a hub id such as "
                                    f"openai/whisper-tiny, or a sound organism's TOML such as {SOUND_ORGANISM}."),
@@ -30,7 +37,8 @@ def align_heads(
                                            "TextGrid with a 'words' tier, JSON [{word, start, end}] or CSV "
                                            "word,start,end); for a folder of clips: the folder holding the "
                                            "references. Default: beside the clips. Clips without references are "
-                                           "scored without labels (arXiv 2509.09987's score).", show_default=False),
+                                           "scored without labels (arXiv 2509.09987's score).", show_default=False,
+                                           callback=_example),
     language: str | None = typer.Option(None, "--language", help="The spoken language, a code such as en (a "
                                         "multilingual model's prompt names it). Default: the one the model hears.",
                                         show_default=False),
@@ -63,7 +71,7 @@ def align_heads(
     ranked, and a set is grown greedily from the best while it lowers the error. Prints the ranking and the set as
     generation_config's alignment_heads, openai-whisper's mask and whisper.cpp's array.
 
-    Example: attnviz align-heads clips/ --model openai/whisper-tiny --out heads.png --write-config whisper-tiny-aligned
+    Example: attnviz align-heads examples/organism_whisper.flac --model sample_configs/organism_whisper.toml --out heads.png
     """
     from ..api import head_search_suffixes
 
