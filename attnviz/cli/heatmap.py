@@ -79,6 +79,11 @@ def heatmap(
     words: bool = Words,
     out: list[Path] = OutFiles,
     image: list[Path] = ImageFiles,
+    audio: Path | None = typer.Option(None, "--audio", metavar="CLIP", help="A sound clip (WAV, FLAC, OGG or MP3, "
+                                      "30 s at most) heard by a Whisper --model: each token's cross-attention over "
+                                      "the clip's time (TEXT teacher-forced, else the model's own transcript); "
+                                      "--out .png/.svg/.pdf draws it under the log-mel spectrogram, .json its "
+                                      "numbers, .npz the whole result.", show_default=False),
     values: bool = typer.Option(False, "--values", help="Write each weight into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     vmax: float | None = typer.Option(None, "--vmax", help="Top of the colour scale (default: the largest weight shown)."),
@@ -103,6 +108,12 @@ def heatmap(
     query = renamed(query, old_query, "-q", "--query")
     head_choice = parse_head("all" if query is not None and not given("head") else head)
     layer_choice = parse_layer(layer)
+    if audio is not None:
+        from .sound import audio_heatmap
+
+        audio_heatmap(options, text_from_file(text, text_file), audio, layer=layer_choice, head=head_choice, out=out,
+                      cmap=cmap.value, width=width)
+        return
     if image:
         from .images import image_heatmap, refuse_unused
 
