@@ -78,4 +78,6 @@ def head_grid_figure(search: HeadSearch, path: Path) -> Path:
 
 def search_text(search: HeadSearch) -> dict[str, Any]:
     """The chosen set's summary as the terminal prints it: the set, its error, and its three forms."""
-    return {"chosen": ", ".join(f"L{layer}H{head}" for layer, head in search.chosen), **search.forms()}
+    from ..labels import head_name
+
+    return {"chosen": ", ".join(head_name(layer, head) for layer, head in search.chosen), **search.forms()}

@@ -143,7 +143,9 @@ def _print_table(search: Any, rows: list[dict[str, Any]], width: int | None) -> 
         table.add_row(*cells)
     console.print(table)
     forms = search.forms()
-    chosen = ", ".join(f"L{layer}H{head}" for layer, head in search.chosen)
+    from ..api import head_name
+
+    chosen = ", ".join(head_name(layer, head) for layer, head in search.chosen)
     said = f"; its error {search.set_error:.3f} s" if search.set_error is not None else ""
     console.print(Text(f"\nthe set: {chosen}{said}"))
     console.print(Text(f"generation_config.json alignment_heads: {forms['alignment_heads']}"))
