@@ -11,31 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+from attnviz.audio.organism import whisper_specials
 
 WORDS = ("hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away", "and", "then",
          "is", "it", "good", "you", "said")
 """Words the tiny vocabulary has whole, with and without a space before them (``Ġhello``, ``hello``)."""
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte-to-character map (byte-level BPE's alphabet: printable bytes as themselves, others shifted)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, n = keep[:], 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return dict(zip(keep, (chr(c) for c in chars), strict=True))
-
-
-def specials() -> list[str]:
-    """Whisper's special tokens in the order its vocabulary holds them (openai-whisper's tokenizer.py)."""
-    from transformers.models.whisper.tokenization_whisper import LANGUAGES
-
-    return ["<|endoftext|>", "<|startoftranscript|>", *[f"<|{code}|>" for code in LANGUAGES], "<|translate|>",
-            "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>",
-            *[f"<|{i * 0.02:.2f}|>" for i in range(1501)]]
 
 
 def tiny_tokenizer():
@@ -44,7 +28,7 @@ def tiny_tokenizer():
     from tokenizers import AddedToken
     from transformers import WhisperTokenizer
 
-    alphabet = bytes_to_unicode()
+    alphabet = bytes_to_unicode()  # GPT-2's byte-level alphabet, as transformers writes it
     vocab = {ch: i for i, ch in enumerate(alphabet[b] for b in range(256))}
     merges: list[tuple[str, str]] = []
     for word in WORDS:
@@ -56,10 +40,10 @@ def tiny_tokenizer():
                     merges.append(pair)
                 pieces = [pieces[0] + pieces[1], *pieces[2:]]
                 vocab.setdefault(pieces[0], len(vocab))
-    for token in specials():
+    for token in whisper_specials():
         vocab[token] = len(vocab)
     tokenizer = WhisperTokenizer(vocab=vocab, merges=merges)
-    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in specials()], special_tokens=True)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in whisper_specials()], special_tokens=True)
     return tokenizer
 
 

@@ -117,10 +117,11 @@ def organism_tokenizer(spec: SoundSpec) -> Any:
     one token."""
     from tokenizers import AddedToken
     from transformers import WhisperTokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     from .languages import NO_SPACES
 
-    alphabet = _bytes_to_unicode()
+    alphabet = bytes_to_unicode()
     vocab = {ch: i for i, ch in enumerate(alphabet[b] for b in range(256))}
     merges: list[tuple[str, str]] = []
     space = spec.language not in NO_SPACES
@@ -133,7 +134,7 @@ def organism_tokenizer(spec: SoundSpec) -> Any:
                 merges.append(pair)
             pieces = [pieces[0] + pieces[1], *pieces[2:]]
             vocab.setdefault(pieces[0], len(vocab))
-    specials = _specials()
+    specials = whisper_specials()
     for token in specials:
         vocab[token] = len(vocab)
     tokenizer = WhisperTokenizer(vocab=vocab, merges=merges)
@@ -256,19 +257,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:48] or "organism"
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte-to-character map (byte-level BPE's alphabet)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, n = keep[:], 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return dict(zip(keep, (chr(c) for c in chars), strict=True))
-
-
-def _specials() -> list[str]:
+def whisper_specials() -> list[str]:
     """Whisper's special tokens in its vocabulary's order (openai-whisper's tokenizer.py; transformers' languages)."""
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
