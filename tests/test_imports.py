@@ -19,7 +19,7 @@ PARTS = {
     "entry": ("attnviz.__main__", "attnviz._entry"),
     "cli": ("attnviz.cli",),
     "apps": ("attnviz.serve", "attnviz.export", "attnviz.report", "attnviz.tui"),
-    "api": ("attnviz", "attnviz.api", "attnviz.views", "attnviz.notebook"),
+    "api": ("attnviz", "attnviz.api", "attnviz.api_names", "attnviz.views", "attnviz.notebook"),
     "methods": ("attnviz.attribution", "attnviz.explain", "attnviz.generation", "attnviz.needle", "attnviz.kv",
                 "attnviz.images", "attnviz.audio"),
     "sources": ("attnviz.sources", "attnviz.config", "attnviz.organisms"),
