@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from .errors import AttnvizError, RenderError, UsageError
+from .errors import AttnvizError, InputError, RenderError, UsageError
 from .interrupts import always_on_stop, on_stop
 
 
@@ -257,3 +257,29 @@ def _zombie(pid: int) -> bool:
     except OSError:
         return False  # no /proc (macOS): trust the signal check
     return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
+
+
+def corpus_path(source: str | os.PathLike[str], number: int, folder: Path, written: str, *, what: str,
+                allow_outside: bool = False, allow_option: str | None = None) -> Path:
+    """Row ``number`` of the corpus ``source`` names the file ``written`` (its ``what``: a picture, a clip, a
+    reference), resolved in the corpus's ``folder`` with links followed. Refused where it lands outside, unless
+    ``allow_outside``: an absolute path or one that climbs out is refused before anything outside is looked at, and
+    the message is the same whether such a file exists or not (a corpus from elsewhere must not read, draw or name
+    files it was not given, nor learn which exist). ``allow_option``: the option that lets it through, named."""
+    relative = os.path.normpath(written)
+    leaves = os.path.isabs(written) or relative == os.pardir or relative.startswith(os.pardir + os.sep)
+    fix = f", or pass [[{allow_option}]] to read it anyway" if allow_option else ""
+    refused = InputError(f"{source} row {number}: its {what} {written!r} is outside the corpus's folder; give "
+                         f"paths inside it{fix}")
+    if leaves and not allow_outside:
+        raise refused  # nothing outside asked about
+    try:
+        resolved = (folder / written).resolve()
+    except (OSError, RuntimeError):  # a loop of links: said as an outside path is (nothing told of where it leads)
+        if not allow_outside:
+            raise refused from None
+        raise InputError(f"{source} row {number}: its {what} {written!r} cannot be resolved (a loop of links?); "
+                         "give the file's own path") from None
+    if not allow_outside and not resolved.is_relative_to(folder):
+        raise refused
+    return resolved

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, ResourceError
+from ..fileio import corpus_path
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 REFERENCE_SUFFIXES = (".textgrid", ".json", ".csv")
@@ -224,9 +225,10 @@ def read_head_corpus(source: str | os.PathLike[str], *, references: str | os.Pat
         audio = (row.get("audio") or "").strip()
         if not audio:
             raise InputError(f"{source} row {number}: its 'audio' names no clip; give every row its clip")
-        sound = _inside(source, number, inside, audio, "clip", allow_outside)
+        sound = corpus_path(source, number, inside, audio, what="clip", allow_outside=allow_outside)
         written = (row.get("reference") or "").strip()
-        reference = _inside(source, number, inside, written, "reference", allow_outside) if written else None
+        reference = (corpus_path(source, number, inside, written, what="reference", allow_outside=allow_outside)
+                     if written else None)
         text = (row.get("text") or "").strip() or None
         clips.append(Clip(sound, read_reference(reference) if reference is not None else None, text, reference))
     return _checked(source, clips)
@@ -259,21 +261,6 @@ def _corpus_rows(source: Path) -> list[dict[str, str]]:
     return rows
 
 
-def _inside(source: Path, number: int, folder: Path, written: str, what: str, allow_outside: bool) -> Path:
-    """Row ``number``'s file ``written``, resolved in the corpus's ``folder``, refused where it lands outside."""
-    relative = os.path.normpath(written)
-    leaves = os.path.isabs(written) or relative == os.pardir or relative.startswith(os.pardir + os.sep)
-    refused = InputError(f"{source} row {number}: its {what} {written!r} is outside the corpus's folder; give paths "
-                         "inside it")
-    if leaves and not allow_outside:
-        raise refused
-    try:
-        resolved = (folder / written).resolve()
-    except (OSError, RuntimeError):
-        raise refused from None
-    if not allow_outside and not resolved.is_relative_to(folder):
-        raise refused
-    return resolved
 
 
 def _beside(clip: Path, folder: Path) -> Path | None:

@@ -59,23 +59,8 @@ def picture_rows(source: str | Path, *, field: str | None = None, column: str | 
 
 
 def _inside(source: str | Path, number: int, folder: Path, written: str, allow_outside: bool) -> Path:
-    """Row ``number``'s picture ``written``, resolved in the corpus's ``folder`` (links followed): refused where it
-    lands outside (see the module), the file unasked first where the path itself leaves."""
-    import os
+    """Row ``number``'s picture ``written``, resolved in the corpus's ``folder`` (:func:`attnviz.fileio.corpus_path`)."""
+    from ..fileio import corpus_path
 
-    relative = os.path.normpath(written)
-    leaves = os.path.isabs(written) or relative == os.pardir or relative.startswith(os.pardir + os.sep)
-    refused = InputError(f"{source} row {number}: its picture {written!r} is outside the corpus's folder; give "
-                         "paths inside it, or pass [[allow_outside_pictures]] to read it anyway")
-    if leaves and not allow_outside:
-        raise refused  # nothing outside asked about
-    try:
-        resolved = (folder / written).resolve()
-    except (OSError, RuntimeError):  # a loop of links: said as an outside path is (nothing told of where it leads)
-        if not allow_outside:
-            raise refused from None
-        raise InputError(f"{source} row {number}: its picture {written!r} cannot be resolved (a loop of links?); "
-                         "give the file's own path") from None
-    if not allow_outside and not resolved.is_relative_to(folder):
-        raise refused
-    return resolved
+    return corpus_path(source, number, folder, written, what="picture", allow_outside=allow_outside,
+                       allow_option="allow_outside_pictures")
