@@ -429,3 +429,37 @@ def test_an_abort_before_the_writer_thread_started_does_not_hang(tmp_path):
     threading.Thread(target=lambda: (writer.abort(), done.set()), daemon=True).start()
     assert done.wait(5), "abort hung waiting for a writer thread that never ran"
     assert writer._thread is None
+
+
+def test_an_interrupted_wait_still_waits_for_the_layer_being_taken(monkeypatch):
+    """Ctrl-C while the block waits for its layer thread: the layer stays pending, and settling waits for it before
+    the block's files are aborted (aborting them under the thread left it waiting on a stopped npz writer, and the
+    process hung at exit joining the thread)."""
+    import threading
+    from concurrent.futures import Future
+
+    from attnviz.export.blocks import _Taker
+
+    taker = _Taker()
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def layer() -> None:
+        started.set()
+        release.wait(30)
+        finished.set()
+
+    taker.pending = taker.pool.submit(layer)
+    assert started.wait(30)
+
+    def interrupted(self, timeout=None):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Future, "result", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            taker.finish()
+    assert taker.pending is not None and not finished.is_set()
+    threading.Thread(target=release.set).start()  # the layer ends on its own thread, while settle() waits
+    taker.settle()
+    assert finished.is_set() and taker.pending is None
+    taker.close()

@@ -137,9 +137,17 @@ class _Taker:
         self.pending = self.pool.submit(_take_layer, exports, position, parts, shown, failed)
 
     def finish(self) -> None:
-        pending, self.pending = self.pending, None
-        if pending is not None:
+        """Wait for the layer being taken (its errors raised here). Interrupted while waiting (Ctrl-C), the layer is
+        still pending, so :meth:`settle` waits for it again before the block's files are removed: removing them while
+        the thread still writes them left it waiting on a stopped writer, and the process hung at exit joining it."""
+        pending = self.pending
+        if pending is None:
+            return
+        try:
             pending.result()
+        finally:
+            if pending.done():
+                self.pending = None
 
     def settle(self) -> None:
         """Wait for the layer being taken, whatever it raises (the block failed already)."""

@@ -114,7 +114,7 @@ class ResultWriter:
     def _wait(self) -> None:
         """Until the writer thread has written what it was given; then raise what it met, if anything."""
         with self._ready:
-            while self._pending is not None:
+            while self._pending is not None and self._pending is not False:  # False: stopped (aborted), none to wait
                 self._ready.wait()
         if self._error is not None:
             error, self._error = self._error, None
