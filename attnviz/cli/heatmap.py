@@ -11,6 +11,7 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, given, note, renamed, show_view, wrote
 from .options import (
+    AudioFile,
     Cmap,
     CmapOpt,
     Fit,
@@ -79,11 +80,7 @@ def heatmap(
     words: bool = Words,
     out: list[Path] = OutFiles,
     image: list[Path] = ImageFiles,
-    audio: Path | None = typer.Option(None, "--audio", metavar="CLIP", help="A sound clip (WAV, FLAC, OGG or MP3, "
-                                      "30 s at most) heard by a Whisper --model: each token's cross-attention over "
-                                      "the clip's time (TEXT teacher-forced, else the model's own transcript); "
-                                      "--out .png/.svg/.pdf draws it under the log-mel spectrogram, .json its "
-                                      "numbers, .npz the whole result.", show_default=False),
+    audio: Path | None = AudioFile,
     values: bool = typer.Option(False, "--values", help="Write each weight into its cell."),
     fit: Fit = typer.Option(Fit.downsample, "--fit", help="Wider than the terminal: max-pool it, or split it into pages."),
     vmax: float | None = typer.Option(None, "--vmax", help="Top of the colour scale (default: the largest weight shown)."),

@@ -155,6 +155,9 @@ def _example_pictures(pictures: list[Path]) -> list[Path]:
 
 
 ImageFiles = typer.Option([], "--image", help=image_help(), show_default=False, callback=_example_pictures)
+AudioFile = typer.Option(None, "--audio", metavar="CLIP", help="A sound clip (WAV, FLAC, OGG or MP3, 30 s at most) "
+                         "heard by a Whisper --model: its decoder's cross-attention over the clip's time (TEXT "
+                         "teacher-forced, else the model's own transcript).", show_default=False)
 AllowOutsidePictures = typer.Option(
     False, "--allow-outside-pictures", help="A corpus's pictures (its image field or column) may lie outside its "
     "folder (../, an absolute path, a link pointing out); by default such a row is refused. Only for a corpus you "
