@@ -109,6 +109,11 @@ LAZY: dict[str, tuple[str, str]] = {"kv": ("attnviz.kv", "kv"), "KVResult": ("at
                  # written as (attnviz align)
                  "audio_header": ("attnviz.audio.read", "audio_header"),
                  "load_whisper": ("attnviz.audio.model", "load_whisper"),
+                 "read_audio": ("attnviz.audio.read", "read_audio"),
+                 "whisper_attention": ("attnviz.audio.whisper", "whisper_attention"),
+                 "sound_heatmap": ("attnviz.views.sound_heat", "sound_heatmap"),
+                 "sound_head_statistics": ("attnviz.audio.cross_stats", "sound_head_statistics"),
+                 "sound_head_columns": ("attnviz.audio.cross_stats", "COLUMNS"),
                  "align": ("attnviz.audio.timing", "align"),
                  "Alignment": ("attnviz.audio.timing", "Alignment"),
                  "heads_origin": ("attnviz.audio.subtitles", "heads_origin"),

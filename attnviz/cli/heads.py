@@ -12,6 +12,7 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, renamed, say, stdout_console
 from .options import (
+    AudioFile,
     Column,
     Field,
     HideSpecial,
@@ -76,6 +77,7 @@ def heads(
     fmt: Format = typer.Option(Format.table, "--format", help="What is printed on stdout: table, json (one object: model, text, tokens, heads) or csv (one row per head). (parquet, with --file and --out FOLDER, is kept for this release: use --out heads.parquet, or attnviz export for a corpus's rows per text.)"),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: .json (the whole table), .csv or .parquet (one row per head).", show_default=False),
     image: list[Path] = ImageFiles,
+    audio: Path | None = AudioFile,
     column: str | None = Column,
     field: str | None = Field,
     input_format: str | None = InputFormat,
@@ -113,6 +115,11 @@ def heads(
                    "--head", "--only-head")
     head = None if head == "all" else head
     text = text_from_file(text, text_file)
+    if audio is not None:
+        from .sound import audio_heads
+
+        audio_heads(options, text, audio, sort=sort, top=top, fmt=fmt.value, out=out, width=width)
+        return
     if image:
         from .images import image_heads, refuse_unused
 

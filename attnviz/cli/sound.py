@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .common import given, stdout_console, wrote
+from .outputs import write_document
 
 SOUND_OUTPUTS = (".png", ".svg", ".pdf", ".json", ".npz")
 UNUSED = ("image", "query", "rows", "cols", "kind", "pair", "target", "hide_special", "renormalize", "words",
@@ -57,3 +58,65 @@ def audio_heatmap(options: Any, text: str | None, audio: Path, *, layer: int | N
         return
     console = stdout_console(width)
     render_terminal(shown.heat.terminal_view(console.width), console)
+
+
+HEADS_UNUSED = ("file", "probe", "columns", "column", "field", "input_format", "layer", "kind", "target", "only_head",
+                "pair", "hide_special", "renormalize", "words", "importance", "ablate", "vs", "retrieval", "image")
+HEADS_OUTPUTS = (".json", ".csv", ".parquet")
+
+
+def audio_heads(options: Any, text: str | None, audio: Path, *, sort: str | None, top: int | None, fmt: str,
+                out: list[Path], width: int | None) -> None:
+    """``heads --audio``: each decoder cross-attention head's statistics over the clip's time
+    (:mod:`attnviz.audio.cross_stats`), a table, JSON or CSV on stdout and ``--out`` files."""
+    import json
+
+    import typer
+    from rich.table import Table
+
+    from ..api import audio_header, csv_text, example_file, safe_text, sound_head_columns, sound_head_statistics
+    from .outputs import StdoutFormat, announcer, check_outputs, write_table
+
+    refuse_unused_with_audio(HEADS_UNUSED)
+    audio = example_file(audio)
+    if options.model is None:
+        raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
+                         "or sample_configs/organism_whisper.toml)")
+    columns = list(sound_head_columns)
+    if sort is not None and sort not in columns:
+        raise UsageError(f"--sort {sort!r} is not a statistic of heads --audio; choose one of {', '.join(columns)}")
+    checked = check_outputs(out, HEADS_OUTPUTS, written="with --audio, --out writes .json, .csv or .parquet (the "
+                            "table)")
+    audio_header(audio)
+    found = sound_head_statistics(audio, options.model, text=text, device=options.device, revision=options.revision)
+    rows = found.rows
+    if sort is not None and sort not in ("layer", "head"):
+        rows = sorted(rows, key=lambda r: (-float(r[sort]), r["layer"], r["head"]))
+    for path in checked:
+        if path.suffix.lower() == ".json":
+            write_document(path, found.document())
+        else:
+            write_table(path, rows, columns)
+        announcer(StdoutFormat(fmt))(path)
+    shown = rows[:top] if top else rows
+    if fmt == "json":
+        typer.echo(json.dumps({**found.document(), "heads": shown}, ensure_ascii=False))
+        return
+    if fmt == "csv":
+        typer.echo(csv_text(shown, columns), nl=False)
+        return
+    said = "the transcript given" if found.teacher_forced else "its own transcript"
+    table = Table(title=f"{safe_text(found.model)}: each cross-attention head over the clip's {found.duration:.2f} s, "
+                  f"{said} ({found.tokens} tokens)", box=None, pad_edge=False)
+    for name in ("L", "H", "clip", "entropy", "focus", "monotonic", "diagonal", "label-free", "aligns"):
+        table.add_column(name, justify="right")
+    for row in shown:
+        table.add_row(str(row["layer"]), str(row["head"]), f"{row['clip_share']:.3f}", f"{row['entropy']:.3f}",
+                      f"{row['focus']:.3f}", f"{row['monotonicity']:+.3f}", f"{row['diagonal']:.3f}",
+                      f"{row['label_free']:.1f}", "yes" if row["alignment"] else "")
+    console = stdout_console(width)
+    console.print(table)
+    console.print("clip: weight on the clip (not its padding); entropy: 0 one position, 1 even; focus: FastSpeech's "
+                  "focus rate; monotonic: Spearman's ρ of token order and time; diagonal: MultiSpeech's diagonal "
+                  "rate; label-free: arXiv 2509.09987's score; aligns: one of the model's alignment heads "
+                  "(docs/sound.md)", style="dim", highlight=False)
