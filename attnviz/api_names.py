@@ -122,4 +122,7 @@ LAZY: dict[str, tuple[str, str]] = {"kv": ("attnviz.kv", "kv"), "KVResult": ("at
                  "alignment_columns": ("attnviz.audio.subtitles", "COLUMNS"),
                  "alignment_suffixes": ("attnviz.audio.subtitles", "SUFFIXES"),
                  "alignment_text": ("attnviz.audio.subtitles", "alignment_text"),
-                 "write_alignment": ("attnviz.audio.subtitles", "write_alignment")}
+                 "write_alignment": ("attnviz.audio.subtitles", "write_alignment"),
+                 # the page of a Whisper hearing a clip (attnviz view --audio): SoundPage.data(), .write(path)
+                 "sound_page": ("attnviz.views.sound_page", "sound_page"),
+                 "SoundPage": ("attnviz.views.sound_page", "SoundPage")}

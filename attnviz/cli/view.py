@@ -9,6 +9,7 @@ import typer
 from ..errors import UsageError
 from .common import cli_command, given, renamed, wrote
 from .options import (
+    AudioFile,
     Cmap,
     CmapOpt,
     ExpandImages,
@@ -79,6 +80,7 @@ def view(
     truncate: bool = Truncate,
     image: list[Path] = ImageFiles,
     expand_images: bool = ExpandImages,
+    audio: Path | None = AudioFile,
 ) -> None:
     """Write an interactive page: the head view (tokens in two columns, hover one), the model view (every
     layer x head; click one), each head's matrix with a tooltip, and the sortable head statistics.
@@ -87,11 +89,17 @@ def view(
     With --image, the page of a model reading pictures (an image encoder's, or a vision-language model's beside
     TEXT): the same views, and the picture view, each picture with a token's attention as heat over its patches.
 
+    With --audio, the page of a Whisper --model hearing a clip: its spectrogram, the words of TEXT (teacher-forced)
+    or of the model's own transcript at their times, each word's cross-attention along the clip (hover), the word
+    played (click), and the alignment path the times come from.
+
     Example: attnviz view "The cat sat on the mat." --page cat.html
     """
     out = renamed(page_file, old_out, "--out", "--page", parameter="page_file")
     if Path(out).suffix.lower() != ".html":
         raise UsageError(f"--page {out} must end in .html; the page is one HTML file")
+    if audio is not None:
+        _refuse_with_audio()
     from ..render.page_views import check_view
 
     check_view(first)
@@ -110,6 +118,10 @@ def view(
 
     check_output_path(out)
     text = text_from_file(text, text_file)
+    if audio is not None:
+        _sound_page(options, text, audio, out, layer=layer_choice, head=head_choice if given("head") else None,
+                    cmap=cmap.value, open_page=open_page)
+        return
     if image:
         shown = first if given("first") else "picture"
         _picture_page(options, text, image, out, layer=layer_choice, head=head_choice, view=shown, stats=stats,
@@ -165,6 +177,44 @@ def _picture_page(options: ModelOptions, text: str | None, images: list[Path], o
     from ..render.html import render_html
 
     written = render_html(page, out, cmap=cmap)
+    wrote(written)
+    if open_page:
+        import webbrowser
+
+        webbrowser.open(written.resolve().as_uri())
+
+
+SOUND_UNUSED = ("image", "expand_images", "kind", "pair", "target", "hide_special", "renormalize", "words", "truncate",
+                "engine", "causal", "device_map", "dtype", "trust_remote_code")
+"""The options of ``view`` that do not go with ``--audio`` (parameter names; ``--show`` and ``--stats`` apart)."""
+
+
+def _refuse_with_audio() -> None:
+    """One line naming the first option given beside ``--audio`` that the sound page does not take."""
+    from .sound import refuse_unused_with_audio
+
+    refuse_unused_with_audio(SOUND_UNUSED)
+    for parameter, flag in (("first", "--show"), ("stats", "--stats/--no-stats")):
+        if given(parameter):
+            raise UsageError(f"{flag} chooses among the views of a text's page; with --audio the page is the sound "
+                             f"page (spectrogram, words, their attention and the alignment path): leave out {flag}")
+
+
+def _sound_page(options: ModelOptions, text: str | None, audio: Path, out: Path, *, layer: int | None,
+                head: int | None, cmap: str, open_page: bool) -> None:
+    """``view --audio``: the page of a Whisper hearing a clip (:func:`attnviz.views.sound_page.sound_page`), the clip
+    read (and refused) before the model loads."""
+    from ..api import audio_header, example_file
+    from ..views.sound_page import sound_page
+
+    if options.model is None:
+        raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
+                         "or sample_configs/organism_whisper.toml)")
+    audio = example_file(audio)  # examples/NAME: the copy installed with attnviz, from any folder
+    audio_header(audio)  # a missing, damaged or too long clip is said before the model loads
+    page = sound_page(audio, options.model, text, layer=layer, head=head, device=options.device,
+                      revision=options.revision, cmap=cmap)
+    written = page.write(out)
     wrote(written)
     if open_page:
         import webbrowser
