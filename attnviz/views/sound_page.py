@@ -223,9 +223,8 @@ def sound_page(audio: str | os.PathLike[str] | np.ndarray, model: Any, text: str
     with torch.no_grad():
         matrix = alignment_matrix(run.scores, chosen, heard.positions, scores=True)[start:-1]
     heat = np.asarray(run.cross[:, :, start:-1, : heard.positions], dtype=np.float32)
-    decode = decoder_of(loaded)
-    tokens = [_shown(decode([t]), printable) for t in read.text_ids] + ["<|endoftext|>"]
     bounds = np.cumsum([0, *(len(w.tokens) for w in found.words)]).tolist()
+    tokens = _token_labels(list(read.text_ids), found.words, bounds, decoder_of(loaded), printable)
     mel = np.asarray(heard.features[0, :, : heard.frames].float().cpu().numpy(), dtype=np.float32)
     clip = "the samples" if isinstance(audio, np.ndarray) else Path(os.fspath(audio)).name
     notes = [f"the clip's {heard.seconds:.2f} s of the model's {loaded.window_seconds:g}-s window; the silence after "
@@ -241,6 +240,17 @@ def sound_page(audio: str | os.PathLike[str] | np.ndarray, model: Any, text: str
                      notes=notes)
 
 
-def _shown(text: str, printable: Any) -> str:
-    """A token as a row label: its text without the space before it, or the space made visible where that is all."""
-    return text.strip() or printable(text)
+def _token_labels(ids: list[int], words: Any, bounds: list[int], decode: Any, printable: Any) -> list[str]:
+    """Each row's label: its token's text without the space before it (a space alone made visible), as
+    ``whisper_attention`` labels it; a token that is part of a character (a byte of 猫) its word and its place in it
+    (``猫 (2/4)``); then end of text."""
+    labels = []
+    for k, token in enumerate(ids):
+        text = decode([token])
+        labels.append(text.strip() or printable(text))
+        if "\ufffd" in text:
+            w = next((i for i in range(len(words)) if bounds[i] <= k < bounds[i + 1]), None)
+            if w is not None:
+                size = bounds[w + 1] - bounds[w]
+                labels[-1] = f"{words[w].word.strip()} ({k - bounds[w] + 1}/{size})"
+    return [*labels, "<|endoftext|>"]

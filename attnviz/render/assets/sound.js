@@ -120,6 +120,7 @@
     return { button, mark };
   });
   if (!data.words.length) wordBox.appendChild(el("span", { class: "axistitle" }, "the transcript has no words"));
+  const LANES = 4;  // rows of words at most; past them a word may cover another (its time is in its tooltip)
   function placeWords() {  // each word from its start, at least as wide as its time; a word that would cover the one before goes a lane down
     const width = wordBox.clientWidth, lanes = [];
     data.words.forEach((w, i) => {
@@ -132,7 +133,7 @@
       button.style.maxWidth = Math.max(60, width - left) + "px";
       const wide = button.offsetWidth;
       let lane = lanes.findIndex((end) => end <= left + 1);
-      if (lane < 0) lane = lanes.length < 3 ? lanes.length : lanes.indexOf(Math.min(...lanes));
+      if (lane < 0) lane = lanes.length < LANES ? lanes.length : lanes.indexOf(Math.min(...lanes));
       lanes[lane] = left + wide;
       button.style.top = 6 + lane * 27 + "px";
     });
@@ -219,7 +220,7 @@
       ctx.setLineDash([]);
     }
   }
-  const rowHeight = () => Math.max(6, Math.min(20, Math.floor(360 / Math.max(1, rows))));
+  const rowHeight = () => Math.max(10, Math.min(20, Math.floor(480 / Math.max(1, rows))));
 
   let tickets = 0;
   async function drawHeat() {
@@ -253,9 +254,9 @@
         const v = found.values[k * found.cols + j];
         if (v > best) { best = v; at = j; }
       }
-      const peak = (at + 0.5) * found.pool * data.secondsPerPosition;
+      const peak = at * found.pool * data.secondsPerPosition, middle = x(peak + found.pool * data.secondsPerPosition / 2, width);
       ctx.fillStyle = "#ff5a36";
-      ctx.beginPath(); ctx.moveTo(x(peak, width) - 6, 0); ctx.lineTo(x(peak, width) + 6, 0); ctx.lineTo(x(peak, width), 9); ctx.fill();
+      ctx.beginPath(); ctx.moveTo(middle - 6, 0); ctx.lineTo(middle + 6, 0); ctx.lineTo(middle, 9); ctx.fill();
       $("heattitle").textContent = "Where the decoder looks as it writes \u201c" + wordText(w) + "\u201d";
       $("heatnote").textContent = "\u201c" + wordText(w) + "\u201d is timed " + fmt(w.start) + "\u2013" + fmt(w.end) +
         " s (dashed box; its tokens' probability " + w.probability.toFixed(2) + "). " + choiceName(choice)[0].toUpperCase() +
