@@ -2,7 +2,7 @@
 eager attention (``output_attentions=True``, called here on features and tokens built independently of attnviz) and
 against a hand computation of a cross-attention layer from its projections; the greedy transcript against
 transformers' ``generate``; the language against its ``detect_language``; on tiny random Whispers of 80 mel bins and
-of 128 (large-v3's), built offline (tests/audio_models.py)."""
+of 128 with a decoder shallower than its encoder (large-v3-turbo's and distil-whisper's shape), built offline (tests/audio_models.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from attnviz.audio.transcript import detect_language
 from attnviz.audio.whisper import encode, whisper_attention
 from attnviz.errors import InputError, UsageError
 
-SHAPES = {"80 mels, 2 and 4 heads": dict(mels=80, heads=(2, 4)), "128 mels, 4 and 2 heads": dict(mels=128, heads=(4, 2))}
+SHAPES = {"80 mels, 2 and 4 heads": dict(mels=80, heads=(2, 4)),
+          # large-v3-turbo's shape (128 mels, a decoder of fewer layers than its encoder: 32 and 4; distil-whisper's 2)
+          "128 mels, 4 and 2 heads, 3 and 1 layers": dict(mels=128, heads=(4, 2), layers=(3, 1))}
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
@@ -225,3 +227,44 @@ def test_the_window_is_checked_from_the_header_before_decoding(model, tmp_path):
     flac.write_bytes(bytes(data))
     with pytest.raises(InputError, match=r"45\.0 s long, more than the 30 s"):
         whisper_attention(flac, model, text="hello", language="en")
+
+
+def test_timings_read_the_text_tokens_of_a_transcript_that_holds_special_tokens(model, wav):
+    """A random model writes language and task tokens inside its greedy transcript; the timings align its text
+    tokens alone (openai-whisper's add_word_timestamps keeps ids below end of text), as if that text were given."""
+    from attnviz.audio.timing import align
+
+    result = whisper_attention(wav, model, language="en", max_new_tokens=20)
+    written = result.metadata["target_ids"][result.metadata["prompt_length"]:-1]
+    eot = model.eot
+    found = align(wav, model, language="en", max_new_tokens=20)
+    assert [t.id for t in found.tokens] == [t for t in written if t < eot]
+    if any(t > eot for t in written):  # the case this test is for (seen on the turbo-shaped model)
+        text = model.tokenizer.decode([t for t in written if t < eot])
+        given = align(wav, model, text=text, language="en")
+        if [t.id for t in given.tokens] == [t.id for t in found.tokens]:  # the text tokenizes back to the same ids
+            assert [(t.start, t.end) for t in given.tokens] == [(t.start, t.end) for t in found.tokens]
+
+
+def test_a_decoder_shallower_than_its_encoder_is_read_by_its_own_layers(model, wav, tmp_path, run_cli):
+    """large-v3-turbo's shape: the encoder's layer 2 is drawn from a saved result, the decoder's cross-attention of
+    its layer 0 is transformers' own, and asking for the decoder's layer 2 says how many it has, in one line."""
+    layers = int(model.config.decoder_layers)
+    result = whisper_attention(wav, model, text="hello world", language="en")
+    saved = result.save(tmp_path / "r.npz")
+    encoder_layers = int(model.config.encoder_layers)
+    last = str(encoder_layers - 1)
+    drawn = run_cli("heatmap", "--model", str(saved), "--layer", last, "--out", str(tmp_path / "e.json"))
+    assert drawn.exit_code == 0, drawn.stderr
+    cross = run_cli("heatmap", "--model", str(saved), "--kind", "cross", "--layer", "0", "--head", "1", "--out",
+                    str(tmp_path / "c.json"))
+    assert cross.exit_code == 0, cross.stderr
+    import json
+
+    weights = np.array(json.loads((tmp_path / "c.json").read_text())["panels"][0])
+    _, out = _reference(model, soundfile.read(wav, dtype="float32")[0], "hello world")
+    np.testing.assert_allclose(weights, out.cross_attentions[0][0, 1].numpy(), atol=1e-5)
+    if encoder_layers > layers:
+        refused = run_cli("heatmap", "--model", str(saved), "--kind", "cross", "--layer", last)
+        assert refused.exit_code != 0 and refused.stderr.count("\n") == 1, refused.stderr
+        assert f"has {layers} layer" in refused.stderr and f"layer {last} is not one of them" in refused.stderr

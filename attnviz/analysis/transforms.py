@@ -33,6 +33,11 @@ def kind_tensor(result: AttentionResult, kind: str) -> tuple[torch.Tensor, list[
     if tensor is None and cross_only:
         raise UsageError(f"[[kind={kind}]]: {result.model_name or 'this model'} is one cross-attention layer and has no "
                          "decoder self-attention; show its cross-attention ([[kind=cross]], the default for it)")
+    count = result.metadata.get("decoder_layer_count")
+    if tensor is None and count is not None and result.target_tokens is not None:
+        held = ", ".join(map(str, result.metadata.get("layers", [])))
+        raise UsageError(f"[[kind={kind}]]: the decoder of {result.model_name or 'this model'} has {count} "
+                         f"layer{'s' if count != 1 else ''} (0 to {count - 1}), fewer than its encoder; layer {held} is not one of them")
     if tensor is None or result.target_tokens is None:
         raise UsageError(f"[[kind={kind}]] needs an encoder-decoder model (T5, BART); {result.model_name or 'this model'} "
                          "has only self-attention")

@@ -117,7 +117,7 @@ def sound_head_statistics(audio: str | os.PathLike[str] | np.ndarray, model: Any
     layers = int(loaded.config.decoder_layers)
     marked = alignment_heads(loaded, heads)
     run = forward(audio, loaded, text=text, language=language, task=task, encoder=False, weights=True,
-                  scores=range(layers))
+                  scores=range(layers), text_only=True)
     positions = run.heard.positions
     start = len(run.read.prompt) - 1
     cross = run.cross[:, :, start:-1, :positions].double().numpy()  # [layers, heads, rows, P]

@@ -234,7 +234,7 @@ def find_alignment_heads(corpus: str | os.PathLike[str] | Sequence[Clip], model:
             text = clip.text if clip.text is not None else (
                 " ".join(w.word for w in clip.reference) if clip.reference is not None else None)
             run = forward(clip.audio, loaded, text=text, language=language, task=task, encoder=False,
-                          weights=False, scores=range(layers))
+                          weights=False, scores=range(layers), text_only=True)
             positions = run.heard.positions
             free += label_free_scores(run.scores, positions, width)
             if labelled:

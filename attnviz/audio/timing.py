@@ -199,7 +199,7 @@ def align(audio: str | os.PathLike[str] | np.ndarray, model: str | WhisperModel,
     loaded = whisper_model(model, device=device, revision=revision)
     chosen = alignment_heads(loaded, heads)
     run = forward(audio, loaded, text=text, language=language, task=task, max_new_tokens=max_new_tokens,
-                  encoder=False, weights=False, scores=[layer for layer, _ in chosen])
+                  encoder=False, weights=False, scores=[layer for layer, _ in chosen], text_only=True)
     per_second = loaded.sampling_rate / (loaded.hop_length * loaded.stride)
     return word_alignment(run.scores, run.logits, run.read, run.heard.positions, decoder_of(loaded), per_second,
                           chosen, width=width, duration=run.heard.seconds)

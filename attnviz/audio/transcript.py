@@ -11,7 +11,9 @@ for languages written with spaces), or the model's own greedy transcript: the mo
 the model's suppressed tokens (its generation config's ``suppress_tokens`` at every step, ``begin_suppress_tokens``
 at the first, as transformers' short-form ``generate`` and openai-whisper's decoding apply them) and nothing else of
 the checkpoint's decoding settings (sampling, beams, temperature, penalties: none), until end of text or
-``max_new_tokens``. Either way the decoder then reads prompt + transcript + end of text at once, teacher-forced,
+``max_new_tokens``. For timings (``text_only``), a special token it writes inside the transcript (a language, a
+timestamp) is then dropped, as openai-whisper's ``add_word_timestamps`` keeps only the text tokens (ids below end of
+text) it aligns; otherwise the transcript is every token the model wrote, as transformers' ``generate`` returns it. Either way the decoder then reads prompt + transcript + end of text at once, teacher-forced,
 as ``find_alignment`` does."""
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def detect_language(loaded: WhisperModel, encoded: Any) -> str:
 
 
 def transcript(loaded: WhisperModel, encoded: Any, *, text: str | None, language: str | None, task: str,
-               max_new_tokens: int = MAX_NEW_TOKENS) -> Transcript:
+               max_new_tokens: int = MAX_NEW_TOKENS, text_only: bool = False) -> Transcript:
     """The decoder's input over the clip whose encoder output is ``encoded`` (see the module)."""
     if task not in TASKS:
         raise UsageError(f"[[task={task}]] is not a Whisper task; give transcribe or translate")
@@ -97,6 +99,8 @@ def transcript(loaded: WhisperModel, encoded: Any, *, text: str | None, language
         raise UsageError(f"[[max_new_tokens={max_new_tokens}]]: give a number of tokens of at least 1")
     room = limit - len(prompt) - 1
     ids, ended = greedy(loaded, encoded, prompt, min(max_new_tokens, room))
+    if text_only:
+        ids = [i for i in ids if i < loaded.eot]
     return Transcript(tuple(prompt), tuple(ids), loaded.eot, language, task, False, ended)
 
 

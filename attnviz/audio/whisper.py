@@ -57,17 +57,19 @@ def encode(loaded: WhisperModel, heard: Heard, *, attentions: bool) -> tuple[Any
 
 def forward(audio: str | os.PathLike[str] | np.ndarray, loaded: WhisperModel, *, text: str | None,
             language: str | None, task: str, max_new_tokens: int = MAX_NEW_TOKENS, encoder: bool = True,
-            weights: bool = True, scores: Sequence[int] = ()) -> Forward:
+            weights: bool = True, scores: Sequence[int] = (), text_only: bool = False) -> Forward:
     """The clip heard, its transcript read (:mod:`.transcript`) and one teacher-forced pass over prompt +
     transcript + end of text: the encoder's weights where ``encoder``, the decoder's and cross weights where
-    ``weights``, and the cross-attention's scores of the decoder layers ``scores`` (see :func:`cross_scores`)."""
+    ``weights``, and the cross-attention's scores of the decoder layers ``scores`` (see :func:`cross_scores`).
+    ``text_only``: a greedy transcript's special tokens dropped, as timings read it (:func:`.transcript.transcript`)."""
     import torch
 
     heard = hear(audio, loaded)
     if encoder:
         check_attention_memory(loaded, loaded.positions, int(loaded.config.max_target_positions))
     encoded, encoder_weights = encode(loaded, heard, attentions=encoder)
-    read = transcript(loaded, encoded, text=text, language=language, task=task, max_new_tokens=max_new_tokens)
+    read = transcript(loaded, encoded, text=text, language=language, task=task, max_new_tokens=max_new_tokens,
+                      text_only=text_only)
     ids = torch.tensor([read.ids], device=encoded.device)
     with torch.no_grad(), cross_scores(loaded, scores) as captured:
         out = loaded.network(encoder_outputs=(encoded,), decoder_input_ids=ids, output_attentions=weights,
@@ -124,7 +126,8 @@ def whisper_attention(audio: str | os.PathLike[str] | np.ndarray, model: str | W
     rate), with ``text`` teacher-forced or the model's own greedy transcript (see the module). ``model``: a
     Whisper folder or hub id, or one :func:`~attnviz.audio.model.load_whisper` loaded."""
     loaded = whisper_model(model, device=device, revision=revision)
-    run = forward(audio, loaded, text=text, language=language, task=task, max_new_tokens=max_new_tokens)
+    run = forward(audio, loaded, text=text, language=language, task=task, max_new_tokens=max_new_tokens,
+                  text_only=False)  # every token the model wrote, as transformers' generate returns them
     return as_result(loaded, run)
 
 

@@ -183,17 +183,31 @@ class AttentionResult:
         from dataclasses import replace
 
         chosen = [self.metadata.get("layers", list(range(held)))[la] for la in layers]
+        metadata = {**self.metadata, "layers": chosen}
+        decoder_side = self.cross_attentions if self.cross_attentions is not None else self.decoder_attentions
+        decoder_count = None if decoder_side is None or self.cross_only else int(decoder_side.shape[0])
+
+        def pick_decoder(t: torch.Tensor | None) -> torch.Tensor | None:
+            """A decoder with fewer layers than the encoder (Whisper large-v3-turbo's 4 under 32, distil-whisper's
+            2, distilbart's 6 under 12): its layers picked where each chosen one is among them, else left out
+            (its count kept in the metadata, so asking for it says which layers the decoder has)."""
+            if t is None or decoder_count is None or decoder_count == held:
+                return pick(t)
+            return pick(t) if all(la < decoder_count for la in layers) else None
+
+        if decoder_count is not None and decoder_count != held:
+            metadata["decoder_layer_count"] = decoder_count
         return replace(
             self,
             attentions=self.attentions if self.cross_only else self.attentions.index_select(0, idx),  # cross-only: no layer to pick
-            cross_attentions=pick(self.cross_attentions),
-            decoder_attentions=pick(self.decoder_attentions),
+            cross_attentions=pick_decoder(self.cross_attentions),
+            decoder_attentions=pick_decoder(self.decoder_attentions),
             scores=pick(self.scores),
             values=pick(self.values),
             value_norms=pick(self.value_norms),
             queries=pick(self.queries),
             keys=pick(self.keys),
-            metadata={**self.metadata, "layers": chosen},
+            metadata=metadata,
         )
 
     def narrowed(self, layers: list[int] | None = None, *, float16: bool = False) -> AttentionResult:
