@@ -336,7 +336,15 @@ def check_step(step: Step, argv: list[str], result) -> None:
 # --- the tests ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("step", SINGLE, ids=_id)
+def _single(step: Step):
+    """A line as a test. The line that starts Ray's own local cluster (`--backend ray`) is heavy: the cluster's start,
+    its actors and its stop are about 6 s of a quiet 2-core machine (15 s under load), most of the README's checks'
+    time for one line; CI runs it right after the README's command (`-m heavy`), as it runs tests/test_ray_backend.py."""
+    heavy = [pytest.mark.heavy, pytest.mark.slow] if "ray" in step.argv else []
+    return pytest.param(step, marks=heavy, id=_id(step))
+
+
+@pytest.mark.parametrize("step", [_single(step) for step in SINGLE])
 def test_readme_command_runs_as_written(step, workdir, request):
     if "ray" in step.argv:  # --backend ray: on the session's local cluster (one start for every test)
         request.getfixturevalue("ray_cluster")
