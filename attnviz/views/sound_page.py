@@ -214,7 +214,7 @@ def sound_page(audio: str | os.PathLike[str] | np.ndarray, model: Any, text: str
         head = check_heads([0 if head is None else head], owner=owner, count=n_heads)[0]
     chosen = alignment_heads(loaded, heads)
     run = forward(audio, loaded, text=text, language=language, task=task, encoder=False, weights=True,
-                  scores=sorted({la for la, _ in chosen}))
+                  scores=sorted({la for la, _ in chosen}), text_only=True)  # the text tokens align times
     read, heard = run.read, run.heard
     per_second = loaded.sampling_rate / (loaded.hop_length * loaded.stride)
     found = word_alignment(run.scores, run.logits, read, heard.positions, decoder_of(loaded), per_second, chosen,
