@@ -15,7 +15,8 @@ script (``render/assets/sound.js``) draws, computed here from one teacher-forced
   the tokens × time matrix the DTW path runs over, and that path (the one the word timings come from).
 
 One pass of the model makes all of it (:func:`attnviz.audio.whisper.forward`, the encoder's self-attention not
-computed): the heat rows are that pass's cross-attention (``whisper_attention``'s), the timings and the path
+computed): the heat rows are that pass's cross-attention (``whisper_attention``'s; of a greedy transcript, its
+text tokens alone, as ``align`` reads it, where a model writes a special token inside it), the timings and the path
 ``align``'s. Weights are stored as half floats, gzipped (``attnviz.render.pyramid.encode_tile``); a model whose every
 head would pass :data:`HEAT_CELLS` has its heads' rows max-pooled along time (the page says by how much), never the
 alignment heads' mean."""
