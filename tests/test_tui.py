@@ -88,8 +88,7 @@ def settled(app: AttnvizTUI) -> bool:
     queue, no model run or view computed on a worker, no spinner, and the pane showing the current state's view.
     (Pilot's own waits use how busy the process looks, which a loaded machine fools: a key could still be on its
     way when they return.)"""
-    nodes = [app, *(node for shown in app.screen_stack for node in shown.walk_children(with_self=True))]
-    if any(node.message_queue_size for node in nodes) or app.busy or app.query_one("#body").loading:
+    if not delivered(app) or app.busy or app.query_one("#body").loading:
         return False
     if any(w.group in ("model", "draw") and w.state in (WorkerState.PENDING, WorkerState.RUNNING) for w in app.workers):
         return False
@@ -97,6 +96,12 @@ def settled(app: AttnvizTUI) -> bool:
     if explorer is None or not explorer.shown:
         return True
     return app.drawn.get("view") == explorer.draw_key(max(40, app.size.width - 2), app.colour)
+
+
+def delivered(app: AttnvizTUI) -> bool:
+    """Whether no message (a key, a click, a mount, a forwarded event) waits in any queue of the app's screens."""
+    nodes = [app, *(node for shown in app.screen_stack for node in shown.walk_children(with_self=True))]
+    return not any(node.message_queue_size for node in nodes)
 
 
 def screen(app: AttnvizTUI) -> str:
@@ -125,11 +130,32 @@ def drawn(app: AttnvizTUI):
     return app.query_one("#body").content
 
 
+async def press(pilot, name: str) -> None:
+    """Press the key ``name`` as Pilot's ``press`` does (the same Key event, through the app's driver, as a
+    terminal's keys come), without Pilot's two waits per key for the process to look idle (at least 20 ms each, up to
+    a second while a worker computes: 8 of this file's 15 s went to them); the tests wait on what they need instead
+    (:func:`until`, :func:`settled`)."""
+    import unicodedata
+
+    from textual import events
+    from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
+
+    key = _character_to_key(name) if len(name) == 1 and not name.isalnum() else name
+    try:
+        char: str | None = unicodedata.lookup(_get_unicode_name_from_key(REPLACED_KEYS.get(key, key)))
+    except KeyError:
+        char = key if len(key) == 1 else None
+    event = events.Key(key, char)
+    event.set_sender(pilot.app)
+    pilot.app._driver.send_message(event)
+
+
 async def keys(pilot, *names: str) -> None:
-    """Press ``names``, then wait until the app has done what they asked (see :func:`settled`)."""
+    """Press ``names``, each once the app has done what the one before asked, then wait until it has done what
+    the last asked (see :func:`settled`)."""
     for name in names:
-        await pilot.press(name)
-    await until(pilot, lambda: settled(pilot.app), f"the keys {' '.join(names)} to be done")
+        await press(pilot, name)
+        await until(pilot, lambda: settled(pilot.app), f"the key {name} (of {' '.join(names)}) to be done")
 
 
 async def click(pilot, offset: tuple[int, int]) -> None:
@@ -149,8 +175,9 @@ async def resize(pilot, width: int, height: int) -> None:
 
 async def opened(pilot, key: str, kind: type) -> None:
     """Press ``key`` and wait for the screen it opens (a prompt, the help)."""
-    await pilot.press(key)
-    await until(pilot, lambda: isinstance(pilot.app.screen, kind), f"{key} to open {kind.__name__}")
+    await press(pilot, key)
+    await until(pilot, lambda: isinstance(pilot.app.screen, kind) and pilot.app.screen.is_mounted
+                and delivered(pilot.app), f"{key} to open {kind.__name__}")
 
 
 async def answer(pilot, key: str, text: str) -> None:
@@ -158,7 +185,7 @@ async def answer(pilot, key: str, text: str) -> None:
     app = pilot.app
     await opened(pilot, key, Ask)
     app.screen.query_one("#answer").value = text
-    await pilot.press("enter")
+    await press(pilot, "enter")
     await until(pilot, lambda: not isinstance(app.screen, Ask) and settled(app), f"the answer {text!r} to {key}")
 
 
@@ -279,9 +306,9 @@ def test_help_opens_and_q_quits(tiny):
     async def script(pilot) -> None:
         await opened(pilot, "question_mark", Help)
         assert "←/→" in screen(app)
-        await pilot.press("escape")
+        await press(pilot, "escape")
         await until(pilot, lambda: not isinstance(app.screen, Help), "escape to close the help")
-        await pilot.press("q")
+        await press(pilot, "q")
         await until(pilot, lambda: not app.is_running, "q to quit")
 
     drive(app, script)
@@ -307,7 +334,7 @@ def test_errors_are_messages_in_the_app_never_a_crash(tiny, monkeypatch):
     app = AttnvizTUI(Explorer(tiny), TEXT, colour=False)
 
     async def view_fails(pilot) -> None:
-        await pilot.press("2")
+        await press(pilot, "2")
         await until(pilot, lambda: app.explorer.view == "model" and "internal error" in screen(app), "the error")
         assert "internal error (ValueError: a bug in a view)" in screen(app) and app.is_running
         await keys(pilot, "1")
@@ -452,9 +479,9 @@ def test_a_slow_text_keeps_the_screen_alive(tiny, monkeypatch):
     async def main() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
             await until(pilot, lambda: app.query_one("#body").loading, "the spinner")
-            await pilot.press("right")
+            await press(pilot, "right")
             await opened(pilot, "question_mark", Help)  # the UI answers meanwhile
-            await pilot.press("escape")
+            await press(pilot, "escape")
             await until(pilot, lambda: not isinstance(app.screen, Help), "escape to close the help")
             gate.set()
             await until(pilot, lambda: settled(app), "the text to be computed")
