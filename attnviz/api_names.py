@@ -110,6 +110,7 @@ LAZY: dict[str, tuple[str, str]] = {"kv": ("attnviz.kv", "kv"), "KVResult": ("at
                  "audio_header": ("attnviz.audio.read", "audio_header"),
                  "load_whisper": ("attnviz.audio.model", "load_whisper"),
                  "read_audio": ("attnviz.audio.read", "read_audio"),
+                 "hears_sound": ("attnviz.audio.model", "hears_sound"),
                  "whisper_attention": ("attnviz.audio.whisper", "whisper_attention"),
                  "sound_heatmap": ("attnviz.views.sound_heat", "sound_heatmap"),
                  "sound_head_statistics": ("attnviz.audio.cross_stats", "sound_head_statistics"),

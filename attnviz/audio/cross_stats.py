@@ -108,7 +108,6 @@ def sound_head_statistics(audio: str | os.PathLike[str] | np.ndarray, model: Any
     """Every cross-attention head of the Whisper ``model`` over ``audio`` (a file or mono samples at the model's
     rate), ``text`` teacher-forced or the model's greedy transcript: one pass, its weights and scores (see the
     module). ``heads``: the alignment heads marked (default: the model's)."""
-    from .head_search import label_free_scores
     from .model import whisper_model
     from .timing import alignment_heads
     from .whisper import forward
@@ -118,15 +117,24 @@ def sound_head_statistics(audio: str | os.PathLike[str] | np.ndarray, model: Any
     marked = alignment_heads(loaded, heads)
     run = forward(audio, loaded, text=text, language=language, task=task, encoder=False, weights=True,
                   scores=range(layers), text_only=True)
+    return pass_head_statistics(loaded, run, marked, band)
+
+
+def pass_head_statistics(loaded: Any, run: Any, marked: Sequence[tuple[int, int]],
+                         band: float = DIAGONAL_BAND) -> SoundHeads:
+    """The table of one pass ``run`` (:class:`attnviz.audio.whisper.Forward` with the cross weights and every
+    layer's scores), ``marked`` the alignment heads."""
+    from .head_search import label_free_scores
+
     positions = run.heard.positions
     start = len(run.read.prompt) - 1
     cross = run.cross[:, :, start:-1, :positions].double().numpy()  # [layers, heads, rows, P]
     free = label_free_scores(run.scores, positions)
     found = []
-    for layer in range(layers):
+    for layer in range(cross.shape[0]):
         for head in range(cross.shape[1]):
             stats = head_time_statistics(cross[layer, head], band)
             found.append({"layer": layer, "head": head, **stats, "label_free": float(free[layer, head]),
                           "alignment": (layer, head) in marked})
     return SoundHeads(loaded.name, found, loaded.tokenizer.decode(list(run.read.text_ids)), run.read.given,
-                      run.heard.seconds, len(run.read.text_ids), marked)
+                      run.heard.seconds, len(run.read.text_ids), list(marked))

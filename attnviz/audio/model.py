@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..errors import ModelNotFoundError, UsageError
+from ..errors import AttnvizError, ModelNotFoundError, UsageError
 
 MODEL_TYPES = ("whisper",)
 """The ``model_type`` of the checkpoints read here (distil-whisper's too: its config says ``whisper``)."""
@@ -153,3 +153,24 @@ def whisper_model(model: str | WhisperModel, *, device: str = "cpu", revision: s
     if isinstance(model, WhisperModel):
         return model
     return load_whisper(model, device=device, revision=revision)
+
+
+def hears_sound(model: str) -> bool:
+    """Whether ``model`` names a Whisper: a sound organism's TOML, or a folder or hub id whose config says
+    ``whisper`` (a hub id's config read from the cache or the hub; anything unreadable is not one)."""
+    if model.lower().endswith(".toml"):
+        from .organism_spec import is_sound_organism
+
+        return is_sound_organism(model)
+    if model.lower().endswith(".npz"):
+        return False
+    try:
+        from ..sources.files import read_config
+        from ..sources.hub import fetch_config
+        from ..sources.resolve import locate
+
+        place = locate(model)
+        folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), None, "")
+        return read_config(folder).get("model_type") in MODEL_TYPES
+    except (AttnvizError, OSError, ValueError):  # not found, not readable: the other paths say why
+        return False

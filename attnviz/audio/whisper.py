@@ -132,14 +132,22 @@ def whisper_attention(audio: str | os.PathLike[str] | np.ndarray, model: str | W
 
 
 def as_result(loaded: WhisperModel, run: Forward) -> AttentionResult:
-    """``run`` as a result (see the module for its fields)."""
+    """``run`` as a result (see the module for its fields); without the encoder's weights (``forward(...,
+    encoder=False)``), a result of the cross-attention and the decoder's (``attentions`` ``[0, H, P, P]``: its
+    :attr:`~attnviz.result.AttentionResult.cross_only`)."""
     heard, read = run.heard, run.read
     step = loaded.seconds_per_position
     positions = loaded.positions
     ids = read.ids
     labels = [_label(loaded, i) for i in ids]
+    encoder = run.encoder
+    if encoder is None:  # the encoder's weights not asked: a result of the decoder's side (cross_only)
+        import torch
+
+        heads = int(loaded.config.encoder_attention_heads)
+        encoder = torch.zeros((0, heads, positions, positions))
     return AttentionResult(
-        tokens=[f"{k * step:.2f}s" for k in range(positions)], attentions=run.encoder,
+        tokens=[f"{k * step:.2f}s" for k in range(positions)], attentions=encoder,
         special=[k >= heard.positions for k in range(positions)], causal=False, model_name=loaded.name,
         decoder_attentions=run.decoder, cross_attentions=run.cross, target_tokens=labels,
         target_special=[i >= read.eot for i in ids],  # openai-whisper's rule: every special token from end of text on

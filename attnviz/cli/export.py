@@ -119,11 +119,19 @@ def export(
         )
     input = inputs[0]
     settings = build_settings(config, export_options)
-    from ..api import reads_pictures
+    from ..api import hears_sound, reads_pictures
     from ..render.progress import export_progress
 
-    pictures = bool(image) or (settings.model is not None and reads_pictures(settings.model))
-    if pictures:
+    sound = not image and settings.model is not None and hears_sound(settings.model)
+    pictures = not sound and (bool(image) or (settings.model is not None and reads_pictures(settings.model)))
+    if sound:
+        from ..export.sounds import check_settings as check_sound_settings
+
+        check_sound_settings(settings)
+        if allow_outside_pictures:
+            raise UsageError("--allow-outside-pictures goes with a corpus of pictures; a corpus of clips keeps its "
+                             "clips inside its folder")
+    elif pictures:
         from ..export.pictures import check_settings
 
         if settings.model is None:
@@ -139,7 +147,11 @@ def export(
     with export_progress(console, enabled=not settings.quiet) as (start, advance):
         try:
             said = (lambda source: note(source.describe())) if verbose else None
-            if pictures:
+            if sound:
+                from ..export.sounds import run_sound_export
+
+                summary = run_sound_export(input, out, settings, on_start=start, on_item=advance)
+            elif pictures:
                 from ..export.pictures import run_picture_export
 
                 summary = run_picture_export(input, out, settings, image, on_start=start, on_item=advance,

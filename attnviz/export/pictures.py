@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import AttnvizError, UsageError
-from ..fileio import atomic_write, remove_stale_temporaries
-from .blocks import ExportSummary, fail_item
-from .items import Item, blocks
-from .manifest import Journal, file_sizes
-from .settings import ExportSettings, reading_of
+from ..errors import UsageError
+from ..fileio import atomic_write
+from .blocks import ExportSummary
+from .item_runs import run_loaded_items
+from .items import Item
+from .settings import ExportSettings
 
 FORMATS = ("png", "npz", "json", "parquet")
 TABLE = "pictures.parquet"
@@ -79,55 +79,16 @@ def run_picture_export(source_path: str, out_dir: Path, settings: ExportSettings
     for picture in dict.fromkeys(p for row in rows for p in row.pictures):  # each read before the model loads (once):
         read_image(picture)  # a bad one is one line, not a late failure
     all_items: list[PictureItem] = [PictureItem(i, row.text, row.pictures) for i, row in enumerate(rows)]
-    planned = blocks(list(all_items), settings.batch_size, *settings.shard)
-    items: list[PictureItem] = [all_items[item.index] for block in planned for item in block]
-    from .run import held_folder
+    from ..images.vlm import load_vlm
 
-    made = not out_dir.exists()
-    try:
-        with held_folder(out_dir, settings, list(all_items)):
-            summary = _run(out_dir, settings, all_items, items, on_start, on_item)
-    except BaseException:
-        if made and out_dir.is_dir() and not any(out_dir.iterdir()):
-            out_dir.rmdir()  # refused before anything was written: no empty folder left
-        raise
-    summary.failed.sort()
-    return summary
+    def load() -> Any:
+        return load_vlm(str(settings.model), device=settings.device, revision=settings.revision,
+                        trust_remote_code=settings.trust_remote_code,
+                        engine="hf" if settings.engine == "hf" else "fused")
 
-
-def _run(out_dir: Path, settings: ExportSettings, all_items: list[PictureItem], items: list[PictureItem],
-         on_start: Any, on_item: Any) -> ExportSummary:
-    """The held folder's run: each item not yet finished, then the manifest and the table."""
-    remove_stale_temporaries(out_dir)
-    journal = Journal(out_dir, settings.shard, fingerprint=settings.fingerprint(), total=len(all_items),
-                      reading=reading_of(settings))
-    todo = [item for item in items if not journal.finished(item)]
-    summary = ExportSummary(items=len(items), skipped=len(items) - len(todo))
-    if on_start is not None:
-        on_start(len(items), summary.skipped)
-    if todo:
-        from ..images.vlm import load_vlm
-
-        model = load_vlm(str(settings.model), device=settings.device, revision=settings.revision,
-                         trust_remote_code=settings.trust_remote_code,
-                         engine="hf" if settings.engine == "hf" else "fused")
-        for item in todo:
-            try:
-                files, stats = _export_item(model, item, out_dir, settings)
-            except AttnvizError as exc:
-                if isinstance(exc, UsageError):
-                    raise  # a layer or head out of range: wrong for every item alike
-                fail_item(journal, summary, item, exc.template, on_item or (lambda: None))
-                continue
-            journal.record(journal.entry(item, files=files, sizes=file_sizes(out_dir, files), stats=stats,
-                                         status="ok"))
-            summary.exported += 1
-            if on_item is not None:
-                on_item()
-    summary.manifest = journal.finish(list(items))
-    if "parquet" in settings.formats:
-        _table(out_dir, [item for item in items if journal.finished(item)])
-    return summary
+    return run_loaded_items(out_dir, settings, all_items, load, _export_item,
+                            (lambda items: _table(out_dir, items)) if "parquet" in settings.formats else None,
+                            on_start=on_start, on_item=on_item)
 
 
 def _export_item(model: Any, item: PictureItem, out_dir: Path, settings: ExportSettings) -> tuple[list[str],
