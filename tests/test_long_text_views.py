@@ -110,8 +110,9 @@ def test_a_long_heatmap_png_offers_the_log_scale(run_cli, tmp_path):
         r = run_cli("heatmap", text, "--model", model, "--layer", "0", *given, "--out", str(out))
         assert r.exit_code == 0, r.stderr
         assert ("--colour-scale log" in r.stderr) == (scale == "linear"), r.stderr  # said where it helps
-        pixels = np.asarray(Image.open(io.BytesIO(out.read_bytes())).convert("RGB"), dtype=float)
-        dark = np.abs(pixels - np.array([68, 1, 84])).sum(-1) < 60  # viridis' bottom colour
+        # Whole numbers (int16: a sum of three differences is at most 765), not float64: 3,108 × 2,988 pixels
+        pixels = np.asarray(Image.open(io.BytesIO(out.read_bytes())).convert("RGB"), dtype=np.int16)
+        dark = np.abs(pixels - np.array([68, 1, 84], dtype=np.int16)).sum(-1) < 60  # viridis' bottom colour
         coloured = pixels.max(-1) - pixels.min(-1) > 40  # the cells and the colorbar, not the white, the text or lines
         shares[scale] = dark[coloured].mean()
     assert shares["linear"] > 0.9 and shares["log"] < shares["linear"] - 0.1, shares  # measured: 0.985, 0.797
