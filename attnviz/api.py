@@ -9,6 +9,7 @@ what ``rollout --method`` draws;
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -192,12 +193,17 @@ def checkpoint_diff(source: Source, other: Source, texts: Sequence[str], *, trun
 
 def load(model: str | None = None, *, engine: Engine = "auto", causal: bool | None = None, revision: str | None = None,
          device: str = "cpu", device_map: str | None = None, trust_remote_code: bool = False,
-         dtype: str | None = None) -> Source:
+         dtype: str | None = None, audio: str | os.PathLike[str] | None = None) -> Source:
     """The :class:`~attnviz.sources.base.Source` for ``model`` (see :func:`extract` for the arguments),
     to pass to the functions below so a model is loaded once for several calls. ``dtype``
     (``"float32"``, ``"bfloat16"``, ``"float16"``): the model's precision on the transformers engines
     (default: float32 on the CPU, the checkpoint's own elsewhere); the weights are computed in float32. A model
-    that reads pictures is refused by name: :func:`vlm_attention` and :func:`image_attention` read it."""
+    that reads pictures is refused by name: :func:`vlm_attention` and :func:`image_attention` read it. ``audio``: a
+    clip heard by the speech encoder ``model`` (wav2vec2, HuBERT, WavLM: :mod:`attnviz.audio.encoders`), its
+    self-attention over the frames computed once and read as a saved result is (a Whisper's is read by
+    :func:`whisper_attention`, :func:`sound_heatmap` and the other sound functions)."""
+    if audio is not None:
+        return heard_source(audio, model, device=device, revision=revision)
     if model is not None:
         from .errors import UsageError
         from .images.picture_models import picture_layout
@@ -284,6 +290,21 @@ def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncat
     n = len(source.encode(text, pair, truncate=truncate).ids)
     too_big = getattr(source, "rows_for", lambda batch, tokens: False)(1, n)
     return n > FIGURE_CELLS and (always or too_big)
+
+
+def heard_source(audio: str | os.PathLike[str], model: str | None, *, device: str = "cpu",
+                 revision: str | None = None) -> Source:
+    """A speech encoder's self-attention over the clip ``audio`` as a source of one fixed result (see :func:`load`)."""
+    from .audio.encoders import is_speech_encoder, speech_encoder_attention
+    from .errors import UsageError
+    from .sources.saved import SavedSource
+
+    if model is None or not is_speech_encoder(model):
+        raise UsageError(f"[[audio]] is heard by a speech model: {model or 'no model'} is not a Whisper nor a speech "
+                         "encoder (wav2vec2, HuBERT, WavLM); give one as [[model]]")
+    from pathlib import Path
+
+    return SavedSource(speech_encoder_attention(audio, model, device=device, revision=revision), Path(audio))
 
 
 def find_query(tokens: Sequence[str], query: int | str) -> int:

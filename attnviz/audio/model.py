@@ -155,15 +155,9 @@ def whisper_model(model: str | WhisperModel, *, device: str = "cpu", revision: s
     return load_whisper(model, device=device, revision=revision)
 
 
-def hears_sound(model: str) -> bool:
-    """Whether ``model`` names a Whisper: a sound organism's TOML, or a folder or hub id whose config says
-    ``whisper`` (a hub id's config read from the cache or the hub; anything unreadable is not one)."""
-    if model.lower().endswith(".toml"):
-        from .organism_spec import is_sound_organism
-
-        return is_sound_organism(model)
-    if model.lower().endswith(".npz"):
-        return False
+def model_type(model: str) -> str | None:
+    """The ``model_type`` of the folder or hub id ``model`` (a hub id's config read from the cache or the hub);
+    None where it cannot be read."""
     try:
         from ..sources.files import read_config
         from ..sources.hub import fetch_config
@@ -171,6 +165,19 @@ def hears_sound(model: str) -> bool:
 
         place = locate(model)
         folder = place.folder if place.folder is not None else fetch_config(str(place.hub_id), None, "")
-        return read_config(folder).get("model_type") in MODEL_TYPES
+        found = read_config(folder).get("model_type")
     except (AttnvizError, OSError, ValueError):  # not found, not readable: the other paths say why
+        return None
+    return str(found) if found is not None else None
+
+
+def hears_sound(model: str) -> bool:
+    """Whether ``model`` names a Whisper: a sound organism's TOML, or a folder or hub id whose config says
+    ``whisper``."""
+    if model.lower().endswith(".toml"):
+        from .organism_spec import is_sound_organism
+
+        return is_sound_organism(model)
+    if model.lower().endswith(".npz"):
         return False
+    return model_type(model) in MODEL_TYPES

@@ -116,10 +116,13 @@ def heads(
     head = None if head == "all" else head
     text = text_from_file(text, text_file)
     if audio is not None:
-        from .sound import audio_heads
+        from .sound import audio_heads, speech_encoder_options
 
-        audio_heads(options, text, audio, sort=sort, top=top, fmt=fmt.value, out=out, width=width)
-        return
+        heard = speech_encoder_options(options, audio, text)
+        if heard is None:
+            audio_heads(options, text, audio, sort=sort, top=top, fmt=fmt.value, out=out, width=width)
+            return
+        options = heard  # a speech encoder's frames: every statistic of every head, as any result
     if image:
         from .images import image_heads, refuse_unused
 

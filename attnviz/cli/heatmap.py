@@ -105,12 +105,18 @@ def heatmap(
     query = renamed(query, old_query, "-q", "--query")
     head_choice = parse_head("all" if query is not None and not given("head") else head)
     layer_choice = parse_layer(layer)
+    text = text_from_file(text, text_file) if audio is not None else text
+    heard = None
     if audio is not None:
-        from .sound import audio_heatmap
+        from .sound import audio_heatmap, speech_encoder_options
 
-        audio_heatmap(options, text_from_file(text, text_file), audio, layer=layer_choice, head=head_choice, out=out,
+        heard = speech_encoder_options(options, audio, text)
+    if audio is not None and heard is None:
+        audio_heatmap(options, text, audio, layer=layer_choice, head=head_choice, out=out,
                       cmap=cmap.value, width=width)
         return
+    if heard is not None:
+        options, text_file = heard, None  # a speech encoder's frames: drawn as any result
     if image:
         from .images import image_heatmap, refuse_unused
 

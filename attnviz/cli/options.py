@@ -155,9 +155,10 @@ def _example_pictures(pictures: list[Path]) -> list[Path]:
 
 
 ImageFiles = typer.Option([], "--image", help=image_help(), show_default=False, callback=_example_pictures)
-AudioFile = typer.Option(None, "--audio", metavar="CLIP", help="A sound clip (WAV, FLAC, OGG or MP3, 30 s at most) "
-                         "heard by a Whisper --model: its decoder's cross-attention over the clip's time (TEXT "
-                         "teacher-forced, else the model's own transcript).", show_default=False)
+AudioFile = typer.Option(None, "--audio", metavar="CLIP", help="A sound clip (WAV, FLAC, OGG or MP3) heard by --model: "
+                         "a Whisper's decoder's cross-attention over the clip's time (30 s at most; TEXT "
+                         "teacher-forced, else the model's own transcript), or a speech encoder's (wav2vec2, HuBERT, "
+                         "WavLM) self-attention over its frames.", show_default=False)
 AllowOutsidePictures = typer.Option(
     False, "--allow-outside-pictures", help="A corpus's pictures (its image field or column) may lie outside its "
     "folder (../, an absolute path, a link pointing out); by default such a row is refused. Only for a corpus you "
@@ -264,6 +265,7 @@ class ModelOptions:
     trust_remote_code: bool = False
     verbose: bool = False
     dtype: str | None = None
+    audio: Path | None = None  # a clip a speech encoder hears (set by a command's --audio)
 
     def load(self) -> Any:
         """The source, through :func:`attnviz.api.load`; with ``verbose``, say on stderr which engine runs it."""
@@ -271,7 +273,7 @@ class ModelOptions:
 
         source = load(self.model, engine=self.engine, causal=self.causal, revision=self.revision,
                       device=self.device, device_map=self.device_map, trust_remote_code=self.trust_remote_code,
-                      dtype=self.dtype)
+                      dtype=self.dtype, audio=self.audio)
         if self.verbose:
             from .common import note
 

@@ -120,3 +120,25 @@ def audio_heads(options: Any, text: str | None, audio: Path, *, sort: str | None
                   "focus rate; monotonic: Spearman's ρ of token order and time; diagonal: MultiSpeech's diagonal "
                   "rate; label-free: arXiv 2509.09987's score; aligns: one of the model's alignment heads "
                   "(docs/sound.md)", style="dim", highlight=False)
+
+
+def speech_encoder_options(options: Any, audio: Path, text: str | None) -> Any:
+    """For ``--audio`` with a speech encoder as ``--model`` (wav2vec2, HuBERT, WavLM): the model options that load
+    its self-attention over the clip as a fixed result (:func:`attnviz.api.heard_source`), which the command then
+    draws as any result; None for a Whisper, which the sound commands read."""
+    from dataclasses import replace
+
+    from ..api import audio_header, example_file, hears_sound
+
+    if options.model is None:
+        raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
+                         "or sample_configs/organism_whisper.toml), or a speech encoder such as "
+                         "facebook/hubert-base-ls960")
+    if hears_sound(options.model):
+        return None
+    if text is not None:
+        raise UsageError(f"{options.model} is not a Whisper: a speech encoder hears the clip alone (its "
+                         "self-attention over the frames); leave out TEXT")
+    audio = example_file(audio)
+    audio_header(audio)
+    return replace(options, audio=audio)

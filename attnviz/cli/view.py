@@ -98,6 +98,13 @@ def view(
     out = renamed(page_file, old_out, "--out", "--page", parameter="page_file")
     if Path(out).suffix.lower() != ".html":
         raise UsageError(f"--page {out} must end in .html; the page is one HTML file")
+    heard = None
+    if audio is not None:
+        from .sound import speech_encoder_options
+
+        heard = speech_encoder_options(options, audio, text)
+    if heard is not None:
+        options, audio = heard, None  # a speech encoder's frames: the page of any result
     if audio is not None:
         _refuse_with_audio()
     from ..render.page_views import check_view

@@ -26,7 +26,8 @@ MEANINGS = {
     "--device": "where the model runs",
     "--device-map": "'auto' spreads a model too large for one device",
     "--trust-remote-code": "let a hub model run its own Python code",
-    "--audio": "a sound clip (WAV, FLAC, OGG or MP3) heard by a Whisper --model: its cross-attention over the clip's time",
+    "--audio": "a sound clip (WAV, FLAC, OGG or MP3) heard by --model: a Whisper's cross-attention over the clip's "
+               "time, or a speech encoder's (wav2vec2, HuBERT, WavLM) self-attention over its frames",
     "--verbose": "say which engine ran, on which device",
     "--text-file": "read the one text from a file (- reads standard input)",
     "--layer": "which layer: a number from 0, 'all' (export: a list such as 0,2,4-6)",
