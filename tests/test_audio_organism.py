@@ -136,3 +136,42 @@ def test_a_wrong_description_is_one_line(tmp_path, change, words):
     with pytest.raises(ConfigError, match=words) as caught:
         load_whisper(str(path))
     assert "\n" not in str(caught.value)
+
+
+def test_attnviz_organism_describes_the_sound_organism_and_writes_a_checkpoint_transformers_runs(run_cli, tmp_path):
+    """`attnviz organism` on the sound organism: each head's kind as the TOML plants it, and --out a Whisper folder
+    transformers loads by path, whose generate(return_token_timestamps=True) gives the declared times; a folder
+    that is not empty is refused in one line and left as it was."""
+    import json as json_module
+
+    import soundfile
+    import torch
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    toml = str(Path(__file__).resolve().parent.parent / "sample_configs" / "organism_whisper.toml")
+    shown = run_cli("organism", toml, "--format", "json")
+    assert shown.exit_code == 0, shown.stderr
+    described = json_module.loads(shown.stdout)
+    kinds = {(r["layer"], r["head"]): r["kind"] for r in described["planted"]}
+    assert kinds[(1, 0)] == "alignment" and kinds[(1, 1)] == "first_frames" and kinds[(1, 2)] == "uniform"
+    assert kinds[(0, 0)] == "zero" and described["family"] == "whisper" and len(kinds) == 8
+    out = tmp_path / "whisper"
+    written = run_cli("organism", toml, "--out", str(out))
+    assert written.exit_code == 0, written.stderr
+    model = WhisperForConditionalGeneration.from_pretrained(out, attn_implementation="eager").eval()
+    clip = Path(__file__).resolve().parent.parent / "examples" / "organism_whisper.flac"
+    samples, rate = soundfile.read(clip, dtype="float32")
+    features = WhisperFeatureExtractor.from_pretrained(out)(samples, sampling_rate=rate, return_tensors="pt",
+                                                             return_attention_mask=True)
+    with torch.no_grad():
+        found = model.generate(features.input_features, attention_mask=features.attention_mask, language="en",
+                               task="transcribe", return_token_timestamps=True, return_timestamps=False,
+                               return_dict_in_generate=True)
+    spec = read_sound_spec(toml)  # transformers' convention (see the test above): token k's time, token k + 1's start
+    np.testing.assert_allclose(found["token_timestamps"][0].numpy()[4:], [0.0, *spec.times[2:], spec.times[-1]],
+                               atol=1e-6)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    refused = run_cli("organism", toml, "--out", str(tmp_path / "full"))
+    assert refused.exit_code != 0 and refused.stderr.count("\n") == 1 and "not an empty folder" in refused.stderr
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]

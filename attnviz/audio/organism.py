@@ -264,3 +264,51 @@ def whisper_specials() -> list[str]:
     return ["<|endoftext|>", "<|startoftranscript|>", *[f"<|{code}|>" for code in LANGUAGES], "<|translate|>",
             "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>",
             *[f"<|{i * 0.02:.2f}|>" for i in range(1501)]]
+
+
+def sound_head_rows(spec: SoundSpec) -> list[dict[str, Any]]:
+    """Each decoder layer × head of the organism: its kind and what it reads (``attnviz organism``'s table)."""
+    planted = {(h.layer, h.head): h for h in spec.heads}
+    spans = ", ".join(f"{t} {a:g}–{b:g} s" for t, a, b in zip(spec.tokens, spec.times, spec.times[1:], strict=False))
+    rows = []
+    for layer in range(spec.layers):
+        for head in range(spec.per_layer):
+            found = planted.get((layer, head))
+            if found is None:
+                kind, what = "zero", "every position of the 30-s window, equally (not planted)"
+            elif found.kind == "alignment":
+                kind, what = found.kind, f"as it writes each word, the positions of its declared time: {spans}"
+            elif found.kind == "first_frames":
+                kind = found.kind
+                what = f"the clip's first {found.positions} positions ({found.positions * 0.02:g} s), from every token"
+            else:
+                kind, what = found.kind, "every position of the 30-s window alike"
+            rows.append({"layer": layer, "head": head, "kind": kind, "attends to": what})
+    return rows
+
+
+def describe_sound_organism(spec: SoundSpec) -> tuple[str, dict[str, Any]]:
+    """``attnviz organism``'s title and description of the sound organism ``spec``."""
+    title = (f"{spec.name}: a Whisper (its decoder's cross-attention), {spec.layers} layers × {spec.per_layer} "
+             f"heads, {spec.mels} mel bins, saying {spec.text.strip()!r}")
+    described = {"name": spec.name, "family": "whisper", "layers": spec.layers, "heads": spec.per_layer,
+                 "mels": spec.mels, "language": spec.language, "text": spec.text.strip(),
+                 "times": list(spec.times)}
+    return title, described
+
+
+def save_sound_organism(path: str | Path, out: str | Path) -> Path:
+    """Write the sound organism described at ``path`` as a Whisper checkpoint with its processor into the folder
+    ``out`` (a new folder, or an empty one), for transformers to load by path (its ``generate(
+    return_token_timestamps=True)`` reads the alignment heads from its generation config)."""
+    from ..organisms.cache import check_new_folder, save_checkpoint
+
+    check_new_folder(Path(out))
+    folder, _ = sound_organism_folder(path)
+
+    def write(into: Path) -> None:
+        for file in sorted(folder.iterdir()):
+            if file.name != MARK and file.is_file():
+                shutil.copy2(file, into / file.name)
+
+    return save_checkpoint(out, write)

@@ -32,10 +32,13 @@ def organism(
 
     Example: attnviz organism sample_configs/organism_needle.toml --out needle-organism · attnviz organism sample_configs/organism_llava.toml --format json
     """
-    from ..api import PictureSpec, read_spec
+    from ..api import PictureSpec, is_sound_organism, read_spec
     from ..api import describe_picture_head as describe_picture
     from ..api import describe_planted_head as describe
 
+    if is_sound_organism(config):
+        _sound_organism(config, out, fmt, width)
+        return
     spec = read_spec(config)  # what is wrong with the file, else that it is not an organism, in one line
     planted = {(h.layer, h.head): h for h in spec.planted}
     encoder = isinstance(spec, PictureSpec) and not spec.language  # an image encoder: not causal
@@ -79,3 +82,38 @@ def organism(
 
         note(f"building {spec.name}")
         wrote(save_organism(config, out))
+
+
+def _sound_organism(config: str, out: Path | None, fmt: StdoutFormat, width: int | None) -> None:
+    """A sound organism (a tiny Whisper, ``family = "whisper"``): each decoder head's kind and what it reads over
+    the clip's time; ``--out`` its checkpoint with its processor."""
+    from ..api import (
+        check_checkpoint_folder,
+        describe_sound_organism,
+        read_sound_spec,
+        save_sound_organism,
+        sound_head_rows,
+    )
+    from .outputs import csv_text
+
+    spec = read_sound_spec(config)
+    if out is not None:
+        check_checkpoint_folder(out)  # before the table: a folder that is not empty is one line
+    rows = sound_head_rows(spec)
+    title, described = describe_sound_organism(spec)
+    if fmt is StdoutFormat.csv:
+        typer.echo(csv_text(rows, ("layer", "head", "kind", "attends to")), nl=False)
+    elif fmt is StdoutFormat.json:
+        typer.echo(json.dumps({**described, "planted": rows}, ensure_ascii=False, indent=2))
+    else:
+        from rich.table import Table
+
+        table = Table(title=safe_text(title), box=None, pad_edge=False)
+        for name in ("L", "H", "kind", "attends to"):
+            table.add_column(name, justify="right" if len(name) == 1 else "left")
+        for row in rows:
+            table.add_row(str(row["layer"]), str(row["head"]), str(row["kind"]), safe_text(str(row["attends to"])))
+        stdout_console(width).print(table)
+    if out is not None:
+        note(f"building {spec.name}")
+        wrote(save_sound_organism(config, out))

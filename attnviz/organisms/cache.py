@@ -78,7 +78,7 @@ def organism_folder(path: str | Path) -> tuple[Path, OrganismSpec | PictureSpec]
                              f"{CACHE_ENV} to another folder")
 
     temporary, aside = (folder.with_name(f"{folder.name}.tmp{os.getpid()}{end}") for end in ("", "-old"))
-    _build(spec, temporary, failed, lambda: _place(temporary, folder, aside, spec), aside)
+    _build(lambda into: _write(spec, into), temporary, failed, lambda: _place(temporary, folder, aside, spec), aside)
     return folder, spec
 
 
@@ -87,18 +87,42 @@ def save_organism(path: str | Path, out: str | Path) -> Path:
     one), for transformers, kvpress, TransformerLens or a notebook to load by path: a text organism's GPT-2 with its
     tokenizer, a picture organism's LLaVA or ViT with its processor."""
     spec = read_spec(path)
-    out = Path(out)
-    temporary = out / f"{_OWN}{os.getpid()}"
-    if out.is_dir() and not out.is_symlink():
-        remove_stale(out, _OWN)  # what a killed save left in it
+    check_new_folder(Path(out))
+    check_build_memory(spec, path)
+    return save_checkpoint(out, lambda folder: _write(spec, folder))
+
+
+def _write(spec: OrganismSpec | PictureSpec, folder: Path) -> None:
+    """A text or picture organism's checkpoint written into ``folder``."""
+    from .checkpoint import write_checkpoint
+    from .picture_checkpoint import write_picture_checkpoint
+
+    if isinstance(spec, PictureSpec):
+        write_picture_checkpoint(spec, folder)
+    else:
+        write_checkpoint(spec, folder)
+
+
+def check_new_folder(out: Path) -> None:
+    """``out`` may receive a checkpoint: a new folder, or an empty one (not a link, not a file, under a folder)."""
     if out.is_symlink():
         raise UsageError(f"{out} is a link; give a new folder (or an empty one) for the checkpoint as [[out]]")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and (not out.is_dir() or any(p for p in out.iterdir() if not p.name.startswith(_OWN))):
         raise UsageError(f"{out} exists and is not an empty folder; give a new folder for the checkpoint")
     parent = next((p for p in out.absolute().parents if os.path.lexists(p)), None)
     if parent is not None and not parent.is_dir():
         raise UsageError(f"{out}: {parent} is not a folder; give a new folder for the checkpoint as [[out]]")
-    check_build_memory(spec, path)
+
+
+def save_checkpoint(out: str | Path, write: Callable[[Path], None]) -> Path:
+    """A checkpoint written by ``write(folder)`` into the folder ``out`` (checked by :func:`check_new_folder`), built
+    beside its files and moved in whole, the mark last: whatever stops it (an error, Ctrl-C, SIGTERM) leaves ``out``
+    as it was (a folder made for it removed)."""
+    out = Path(out)
+    temporary = out / f"{_OWN}{os.getpid()}"
+    if out.is_dir() and not out.is_symlink():
+        remove_stale(out, _OWN)  # what a killed save left in it
+    check_new_folder(out)
     new = not out.exists()
 
     def failed(exc: OSError) -> RenderError:
@@ -116,16 +140,14 @@ def save_organism(path: str | Path, out: str | Path) -> Path:
             os.replace(file, out / file.name)
         temporary.rmdir()
 
-    _build(spec, temporary, failed, place, out if new else None)
+    _build(write, temporary, failed, place, out if new else None)
     return out
 
 
-def _build(spec: OrganismSpec | PictureSpec, temporary: Path, failed: Callable[[OSError], Exception],
+def _build(write: Callable[[Path], None], temporary: Path, failed: Callable[[OSError], Exception],
            place: Callable[[], None], also: Path | None) -> None:
-    """Write ``spec``'s checkpoint into ``temporary`` and ``place`` it; whatever stops it (an error, Ctrl-C, SIGTERM)
+    """``write`` the checkpoint into ``temporary`` and ``place`` it; whatever stops it (an error, Ctrl-C, SIGTERM)
     removes ``temporary`` and ``also`` (a folder made for it, what the placing moved aside)."""
-    from .checkpoint import write_checkpoint
-    from .picture_checkpoint import write_picture_checkpoint
 
     def remove() -> None:
         for path in (temporary, also):
@@ -137,10 +159,7 @@ def _build(spec: OrganismSpec | PictureSpec, temporary: Path, failed: Callable[[
         with on_stop(remove):
             _remove(temporary)
             temporary.mkdir()
-            if isinstance(spec, PictureSpec):
-                write_picture_checkpoint(spec, temporary)
-            else:
-                write_checkpoint(spec, temporary)
+            write(temporary)
             place()
             done = True
     except OSError as exc:
