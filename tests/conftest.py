@@ -78,7 +78,8 @@ HEAVY = {"test_organisms_long.py",  # a needle grid to 4,096 tokens on an organi
          "test_ray_backend.py",  # Ray's own cluster, started and stopped by the tests (~40 s)
          "test_needle.py::test_ray_and_local_give_identical_json",  # the needle grid on Ray actors (~8 s)
          "test_organisms_hostile.py::test_a_header_fifty_thousand_levels_deep_is_refused_in_one_line"}  # (~8 s)
-# (and, marked where it is parametrized, test_readme_commands.py's README line that starts Ray's own cluster, ~6 s)
+# (and, marked where they are parametrized, test_readme_commands.py's README line that starts Ray's own cluster and
+# its needle grids to 1,024 tokens on the organism, ~6 s each)
 
 
 # The files that take longest, longest first (seconds of one worker, measured with --durations=0 on the 2-core

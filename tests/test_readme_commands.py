@@ -336,12 +336,25 @@ def check_step(step: Step, argv: list[str], result) -> None:
 # --- the tests ---------------------------------------------------------------------------------
 
 
+HEAVY = [pytest.mark.heavy, pytest.mark.slow]
+
+
+def _long_needle(step: Step) -> bool:
+    """A needle grid to 1,024 tokens or more: on the organism (the README's and docs/commands.md's offline lines), six
+    cells of up to 1,024 tokens, each then answered a token at a time through the organism's 30,522-word head, about
+    6 s of a quiet 2-core machine for one line (the shorter grid of docs/learning.md's line, 512 tokens, stays in the
+    README's command, with tests/test_needle*.py)."""
+    lengths = _option(step.argv, "--lengths")
+    return step.argv[0] == "needle" and lengths is not None and max(int(n) for n in lengths.split(",")) >= 1024
+
+
 def _single(step: Step):
-    """A line as a test. The line that starts Ray's own local cluster (`--backend ray`) is heavy: the cluster's start,
-    its actors and its stop are about 6 s of a quiet 2-core machine (15 s under load), most of the README's checks'
-    time for one line; CI runs it right after the README's command (`-m heavy`), as it runs tests/test_ray_backend.py."""
-    heavy = [pytest.mark.heavy, pytest.mark.slow] if "ray" in step.argv else []
-    return pytest.param(step, marks=heavy, id=_id(step))
+    """A line as a test. Two kinds are heavy, run by CI right after the README's command (`-m heavy`) as it runs
+    tests/test_ray_backend.py and tests/test_organisms_long.py: the line that starts Ray's own local cluster
+    (`--backend ray`: the cluster's start, its actors and its stop, about 6 s of a quiet 2-core machine, 15 s under
+    load), and a needle grid to 1,024 tokens (:func:`_long_needle`)."""
+    heavy = "ray" in step.argv or _long_needle(step)
+    return pytest.param(step, marks=HEAVY if heavy else [], id=_id(step))
 
 
 @pytest.mark.parametrize("step", [_single(step) for step in SINGLE])
@@ -352,9 +365,11 @@ def test_readme_command_runs_as_written(step, workdir, request):
     check_step(step, argv, result)
 
 
-@pytest.mark.parametrize("block", ORDERED, ids=lambda b: b.heading)
+@pytest.mark.parametrize("block", [pytest.param(block, marks=HEAVY if any(_long_needle(s) for s in block.steps) else [],
+                                                id=block.heading) for block in ORDERED])
 def test_readme_block_runs_in_order(block, workdir):
-    """A block whose lines read what an earlier line wrote (a saved result, say): each line in turn."""
+    """A block whose lines read what an earlier line wrote (a saved result, say): each line in turn (heavy where one
+    of them is a needle grid to 1,024 tokens: see :func:`_long_needle`)."""
     for step in block.steps:
         argv, result = run_step(step)
         check_step(step, argv, result)
