@@ -77,7 +77,10 @@ SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 HEAVY = {"test_organisms_long.py",  # a needle grid to 4,096 tokens on an organism (~45 s of one worker)
          "test_ray_backend.py",  # Ray's own cluster, started and stopped by the tests (~40 s)
          "test_needle.py::test_ray_and_local_give_identical_json",  # the needle grid on Ray actors (~8 s)
-         "test_organisms_hostile.py::test_a_header_fifty_thousand_levels_deep_is_refused_in_one_line"}  # (~8 s)
+         "test_organisms_hostile.py::test_a_header_fifty_thousand_levels_deep_is_refused_in_one_line",  # (~8 s)
+         # a 2 × 2 organism at 16,384 positions built in a process of its own, its peak memory measured (~5 s)
+         "test_organisms_hostile.py::test_a_build_estimate_bounds_its_measured_peak_and_never_holds_a_positions_squared_matrix",
+         "test_page_long.py"}  # a page of 8,192 tokens: its views built (~5 s), then every tab driven in chromium (~7 s)
 # (and, marked where they are parametrized, test_readme_commands.py's README line that starts Ray's own cluster and
 # its needle grids to 1,024 tokens on the organism, ~6 s each)
 
