@@ -10,6 +10,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("soundfile")
@@ -24,8 +25,13 @@ CHINESE = "## 一段声音怎样变成帧，交叉注意力又怎样把词和时
 ROW = 4  # the decoder's row that reads 'the' and writes 'cat'
 
 
-def sections() -> dict[str, str]:
-    return {"en": section("learning.md", ENGLISH), "zh": section("learning.md", CHINESE)}
+def sections(*, flat: bool = True) -> dict[str, str]:
+    """The two parts of the section; ``flat``: their lines joined (with a space in English, none in Chinese), so
+    that where a line breaks does not matter."""
+    english, chinese = section("learning.md", ENGLISH), section("learning.md", CHINESE)
+    if flat:
+        english, chinese = " ".join(english.split()), re.sub(r" *\n *", "", chinese)
+    return {"en": english, "zh": chinese}
 
 
 def quoted(text: str, after: str) -> str:
@@ -83,6 +89,12 @@ def test_the_clip_its_frames_and_positions(organism):
     assert (encoder.conv1.stride[0], encoder.conv2.stride[0], encoder.conv2.kernel_size[0]) == (1, 2, 3)
     deaf = [float(conv.weight.detach().abs().max()) for conv in (encoder.conv1, encoder.conv2)]
     assert deaf == [0.0, 0.0]  # the organism hears nothing
+    for k, tone in enumerate((220, 330, 262, 392, 220, 294)):  # a burst in each word's 0.3 s
+        part = heard.samples[k * 4_800 : (k + 1) * 4_800]
+        assert round(float(np.argmax(np.abs(np.fft.rfft(part, 64_000)))) / 4) == tone  # 0.25-Hz bins
+        sounding = np.nonzero(np.abs(part) > 1e-3)[0] / 16_000
+        assert sounding[0] == pytest.approx(0.025, abs=2e-3) and sounding[-1] == pytest.approx(0.255, abs=2e-3)
+    assert float(np.abs(heard.samples[28_800:]).max()) == 0  # silence from 1.8 s
     mel = heard.features[0]
     loudest, floor = float(mel.max()), float(mel[:, heard.frames:].max())
     assert float(mel[:, heard.frames:].min()) == floor and floor == pytest.approx(loudest - 2, abs=1e-5)
@@ -92,7 +104,7 @@ def test_the_clip_its_frames_and_positions(organism):
         for number in ("32,000", "480,000", "3,000", "1,500", f"{loudest:.3f}", minus(floor, 3),
                        "(3,000 + 2 × 1 − 3) // 2 + 1"):
             assert number in body, (language, number)
-    assert "loudest in mel bin 5, frame 45 (0.45 s,\n330 Hz) in bin 8" in text["en"]
+    assert "loudest in mel bin 5, frame 45 (0.45 s, 330 Hz) in bin 8" in text["en"]
     assert "最响的是第 5 个梅尔频带，第 45 帧（0.45 秒，330 Hz）是第 8 个" in text["zh"]
 
 
@@ -158,11 +170,11 @@ def test_from_weights_to_word_times(organism):
 
 def test_the_quoted_outputs_are_the_commands_own(run_cli):
     """heatmap, align and heads as the section quotes them (its English part), and heads' numbers by hand."""
-    english = sections()["en"]
+    english = sections(flat=False)["en"]
     line = "--model sample_configs/organism_whisper.toml"
     for command, after in ((["heatmap", "--audio", CLIP, "--layer", "1", "--head", "0"], "The heatmap is the answer"),
                            (["align", CLIP], "assert times == list("),
-                           (["heads", "--audio", CLIP, "--sort", "diagonal"], "and the planted\none leads")):
+                           (["heads", "--audio", CLIP, "--sort", "diagonal"], "**What the other commands show.**")):
         assert f"attnviz {command[0]} " in english and line in english
         r = run_cli(*command, "--model", ORGANISM)
         assert r.exit_code == 0, r.stderr
@@ -183,7 +195,7 @@ def test_the_quoted_outputs_are_the_commands_own(run_cli):
 def test_the_chinese_organism_quoted_in_the_chinese_part(run_cli, tmp_path):
     """The Chinese part's organism (its TOML as the section gives it; a build of a few seconds): align's quoted output,
     CJK words in their columns, is the command's own."""
-    chinese = sections()["zh"]
+    chinese = sections(flat=False)["zh"]
     toml = re.search(r"^```toml\n(.*?)^```", chinese, re.MULTILINE | re.DOTALL).group(1)
     (tmp_path / "organism_zh.toml").write_text(toml, encoding="utf-8")
     r = run_cli("align", CLIP, "--model", str(tmp_path / "organism_zh.toml"))
