@@ -5,8 +5,8 @@ frames, and of the encoder's positions, hold the clip (the rest is the window's 
 A clip's frames are ``len(samples) // hop_length`` (openai-whisper's ``content_frames``: the frames of the mel
 spectrogram of the padded window that start inside the clip), its encoder positions ``frames // stride`` (what
 ``timing.find_alignment`` and transformers' ``_extract_token_timestamps`` crop the cross-attention to:
-``num_frames // 2``). A clip longer than the window is refused with the limit and the fix; windows are left to a
-later round."""
+``num_frames // 2``). A clip longer than the window is refused here with the limit and the fix; word timings read
+one window after another (:mod:`.long_form`)."""
 
 from __future__ import annotations
 

@@ -193,10 +193,22 @@ def align(audio: str | os.PathLike[str] | np.ndarray, model: str | WhisperModel,
           revision: str | None = None) -> Alignment:
     """Word and token timings of ``audio`` (a sound file, or mono samples at the model's rate): ``text``
     teacher-forced, or the model's greedy transcript; from ``heads`` (see the module); one pass, only the heads'
-    layers' cross-attention scores kept."""
+    layers' cross-attention scores kept. A file longer than the model's window is aligned window after window
+    (:mod:`.long_form`; without ``text``)."""
     from .whisper import forward
 
     loaded = whisper_model(model, device=device, revision=revision)
+    if not isinstance(audio, np.ndarray):
+        from .read import audio_header
+
+        seconds = audio_header(audio).seconds
+        if seconds > loaded.window_seconds + 1e-9:  # window after window (:mod:`.long_form`)
+            from .long_form import align_windows, refuse_text_beyond_window
+
+            if text is not None:
+                refuse_text_beyond_window(seconds, loaded)
+            return align_windows(audio, loaded, heads=heads, language=language, task=task,
+                                 max_new_tokens=max_new_tokens, width=width)
     chosen = alignment_heads(loaded, heads)
     run = forward(audio, loaded, text=text, language=language, task=task, max_new_tokens=max_new_tokens,
                   encoder=False, weights=False, scores=[layer for layer, _ in chosen], text_only=True)

@@ -57,8 +57,9 @@ def parse_heads(text: str) -> list[tuple[int, int]]:
 
 @cli_command(flags={"heads": "--heads", "max_chars": "--line-chars", "max_seconds": "--cue-seconds"})
 def align(
-    clip: Path = typer.Argument(..., metavar="CLIP", help="The sound: a WAV, FLAC, OGG or MP3 file of at most the "
-                                "model's window (30 s for Whisper), mixed to mono and resampled to the model's rate.",
+    clip: Path = typer.Argument(..., metavar="CLIP", help="The sound: a WAV, FLAC, OGG or MP3 file, mixed to mono and "
+                                "resampled to the model's rate; longer than the model's window (30 s for Whisper), "
+                                "heard one window after another (without --text).",
                                 show_default=False, callback=_example_clip),
     model: str = typer.Option(..., "--model", "-m", show_default=False,
                               help="A Whisper checkpoint: a folder saved with its processor, a hub id such as "
