@@ -80,7 +80,11 @@ HEAVY = {"test_organisms_long.py",  # a needle grid to 4,096 tokens on an organi
          "test_organisms_hostile.py::test_a_header_fifty_thousand_levels_deep_is_refused_in_one_line",  # (~8 s)
          # a 2 × 2 organism at 16,384 positions built in a process of its own, its peak memory measured (~5 s)
          "test_organisms_hostile.py::test_a_build_estimate_bounds_its_measured_peak_and_never_holds_a_positions_squared_matrix",
-         "test_page_long.py"}  # a page of 8,192 tokens: its views built (~5 s), then every tab driven in chromium (~7 s)
+         "test_page_long.py",  # a page of 8,192 tokens: its views built (~5 s), then every tab driven in chromium (~7 s)
+         # four real export processes: a reference run, one stopped by Ctrl-C, one killed, the rerun compared (~9 s)
+         "test_export.py::test_ctrl_c_then_sigkill_then_rerun_is_byte_identical",
+         # a real `attnviz serve --image` of the picture organism (transformers' LLaVA loaded) driven in chromium (~9 s)
+         "test_images_page.py::test_in_the_browser_a_server_of_pictures_reads_each_typed_text_beside_them"}
 # (and, marked where they are parametrized, test_readme_commands.py's README line that starts Ray's own cluster and
 # its needle grids to 1,024 tokens on the organism, ~6 s each)
 
