@@ -111,6 +111,7 @@ LAZY: dict[str, tuple[str, str]] = {"kv": ("attnviz.kv", "kv"), "KVResult": ("at
                  "load_whisper": ("attnviz.audio.model", "load_whisper"),
                  "read_audio": ("attnviz.audio.read", "read_audio"),
                  "hears_sound": ("attnviz.audio.model", "hears_sound"),
+                 "check_backend": ("attnviz.cluster", "check_backend"),
                  "is_sound_organism": ("attnviz.audio.organism_spec", "is_sound_organism"),
                  "read_sound_spec": ("attnviz.audio.organism_spec", "read_sound_spec"),
                  "sound_head_rows": ("attnviz.audio.organism", "sound_head_rows"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from .errors import AttnvizError, UsageError
@@ -145,3 +146,61 @@ def original_error(exc: BaseException) -> BaseException:
     while (cause := getattr(exc, "cause", None)) is not None and seen < 5:
         exc, seen = cause, seen + 1
     return exc
+
+
+def start_actors(ray: Any, actor: type, args: tuple[Any, ...], *, jobs: int, tasks: int,
+                 address: str | None) -> list[Any]:
+    """``jobs`` actors of the class ``actor`` (at most one a task and one a CPU of the cluster), each made with
+    ``*args`` and the threads it may use, each answering ``ready()`` once its model is loaded: the actors, after the
+    first answer (the model did not load in an actor: the same error as a local run, one line)."""
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    count = max(1, min(jobs, tasks, cpus))
+    threads = max(1, cpus // count) if not address else 1
+    remote = ray.remote(num_cpus=min(threads, cpus))(actor)
+    actors = [remote.remote(*args, threads) for _ in range(count)]
+    try:
+        ray.get([one.ready.remote() for one in actors])
+    except Exception as exc:
+        cause = original_error(exc)
+        if isinstance(cause, AttnvizError):
+            raise cause from None
+        raise UsageError(f"the Ray actors could not start: {type(cause).__name__}: {cause}") from None
+    return actors
+
+
+def spread(ray: Any, actors: list[Any], tasks: list[tuple[Any, ...]], method: str,
+           done: Callable[[int, Any], None], failed: Callable[[int], str]) -> None:
+    """Each task's arguments handed to ``method`` of the next free actor; ``done(index, value)`` as each answer comes
+    back (in any order). An actor's named error is raised as it is; any other is one line, ``failed(index)`` naming
+    the task."""
+    from collections import deque
+
+    queue = deque(enumerate(tasks))
+    idle = list(actors)
+    running: dict[Any, tuple[Any, int]] = {}  # a Ray object ref -> the actor and its task's index
+    while queue or running:
+        while idle and queue:
+            one, (index, task) = idle.pop(), queue.popleft()
+            running[getattr(one, method).remote(*task)] = (one, index)
+        ready, _ = ray.wait(list(running), num_returns=1)
+        one, index = running.pop(ready[0])
+        try:
+            value = ray.get(ready[0])
+        except Exception as exc:
+            cause = original_error(exc)
+            if isinstance(cause, AttnvizError):
+                raise cause from None
+            raise AttnvizError(f"a Ray actor failed on {failed(index)} ({type(cause).__name__}: {cause})") from None
+        idle.append(one)
+        done(index, value)
+
+
+def check_backend(backend: str, ray_address: str | None = None, jobs: int = 1) -> None:
+    """The one check of where a command's work runs: ``local`` or ``ray``, an address only with Ray, at least one
+    actor."""
+    if backend not in ("local", "ray"):
+        raise UsageError(f"[[backend={backend}]] is unknown; use local or ray")
+    if backend == "local" and ray_address is not None:
+        raise UsageError("[[ray_address]] goes with [[backend=ray]]")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UsageError(f"[[jobs={jobs}]] must be at least 1")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile  # noqa: F401  (the sound extra: the test extra installs it; missing, these fail)
+import soundfile  # the sound extra: the test extra installs it; missing, these fail
 import torch
 from audio_models import clip
 
@@ -144,8 +144,6 @@ def test_attnviz_organism_describes_the_sound_organism_and_writes_a_checkpoint_t
     that is not empty is refused in one line and left as it was."""
     import json as json_module
 
-    import soundfile
-    import torch
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     toml = str(Path(__file__).resolve().parent.parent / "sample_configs" / "organism_whisper.toml")

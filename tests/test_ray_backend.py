@@ -3,6 +3,7 @@ a failing text recorded and the run going on, resume and the manifest kept, prog
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,25 @@ def test_an_address_that_is_not_ray_is_refused_quickly(run_cli, tmp_path, monkey
         r = run_cli("export", str(texts), "--out", str(tmp_path / "o"), "--formats", "json", "--backend", "ray",
                     "--ray-address", address)
         assert r.exit_code == 2 and "not as a Ray head node" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_align_heads_on_ray_finds_what_a_local_run_finds(cluster, run_cli, tmp_path):
+    """align-heads with --backend ray: each clip read on one of two actors (a model each), the search the same as a
+    local run's, number for number; a clip named twice, three clips, the planted head first."""
+    import shutil
+
+    root = Path(__file__).resolve().parent.parent
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for name in ("a", "b", "c"):
+        shutil.copy(root / "examples" / "organism_whisper.flac", folder / f"{name}.flac")
+        shutil.copy(root / "examples" / "organism_whisper.csv", folder / f"{name}.csv")
+    organism = str(root / "sample_configs" / "organism_whisper.toml")
+    local = run_cli("align-heads", str(folder), "--model", organism, "--format", "json")
+    on_ray = run_cli("align-heads", str(folder), "--model", organism, "--format", "json", "--backend", "ray",
+                     "--jobs", "2")
+    assert local.exit_code == 0 and on_ray.exit_code == 0, local.stderr + on_ray.stderr
+    found, again = json.loads(local.stdout), json.loads(on_ray.stdout)
+    assert found == again and found["chosen"][0] == [1, 0] and len(found["clips"]) == 3
+    wrong = run_cli("align-heads", str(folder), "--model", organism, "--backend", "local", "--ray-address", "auto")
+    assert wrong.exit_code != 0 and wrong.stderr.count("\n") == 1 and "--backend ray" in wrong.stderr, wrong.stderr

@@ -268,9 +268,33 @@ def _option(argv: list[str], *names: str) -> str | None:
     return None
 
 
+def check_sound_export(argv: list[str]) -> None:
+    """An export of clips (a Whisper as --model): an entry per clip of the corpus, its JSON and a PNG per layer."""
+    from attnviz.audio.references import read_head_corpus
+    from attnviz.inputs import example_file
+
+    out = Path(_option(argv, "--out", "-o"))
+    clips = read_head_corpus(example_file(Path(argv[1])))
+    entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sorted(e["index"] for e in entries) == list(range(len(clips))) and all(e["status"] == "ok" for e in entries)
+    formats = (_option(argv, "--formats") or "png,npz,json").split(",")
+    for entry in entries:
+        suffixes = {Path(name).suffix.lstrip(".") for name in entry["files"]}
+        assert suffixes == set(formats) - {"parquet"}, entry["files"]
+        assert all((out / name).is_file() for name in entry["files"])
+    if "parquet" in formats:
+        assert (out / "sounds.parquet").read_bytes().startswith(IMAGE_MAGIC[".parquet"])
+
+
 def check_export(step: Step, argv: list[str]) -> None:
     import numpy as np
 
+    from attnviz.audio.model import hears_sound
+
+    model = _option(argv, "--model", "-m")
+    if model is not None and hears_sound(model):
+        check_sound_export(argv)
+        return
     out = Path(_option(argv, "--out", "-o"))
     entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
     given = step.stdin[len("printf:"):].split("\\n") if step.stdin and step.stdin.startswith("printf:") else TEXTS
@@ -314,6 +338,8 @@ def check_step(step: Step, argv: list[str], result) -> None:
     out = _option(argv, "--out", "-o")
     if command == "export":
         check_export(step, argv)
+    elif command == "organism" and out is not None:  # a checkpoint's folder, its mark written last
+        assert (Path(out) / "config.json").is_file(), step.line
     elif command == "heads" and _option(argv, "--format") == "parquet":
         _check_tables(Path(out), len(TEXTS))
     elif out is not None:

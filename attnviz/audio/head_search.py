@@ -192,23 +192,114 @@ def _match(clip: Clip, words: list[str]) -> tuple[np.ndarray, np.ndarray, np.nda
             np.array([w.end for w, _ in reference]))
 
 
+@dataclass
+class ClipPass:
+    """What one clip's pass gives the search: each head's label-free score ``[layers, heads]`` and, with a
+    reference, each head's alignment matrix ``[layers × heads, rows, positions]`` (float32), the word bounds, the
+    words matched and their reference times (see :class:`_ClipData`)."""
+
+    free: np.ndarray
+    matrices: np.ndarray | None = None
+    bounds: np.ndarray | None = None
+    matched: np.ndarray | None = None
+    starts: np.ndarray | None = None
+    ends: np.ndarray | None = None
+
+
+def clip_pass(loaded: Any, clip: Clip, *, language: str | None, task: str, width: int) -> ClipPass:
+    """One teacher-forced pass over ``clip`` (its text, else its reference's words, else the model's own
+    transcript) with every decoder layer's cross-attention scores, read into what the search scores (see the
+    module): the same on this machine and on a Ray actor."""
+    from .timing import alignment_matrix, decoder_of
+    from .whisper import forward
+    from .words import split_words
+
+    layers, per_layer = int(loaded.config.decoder_layers), int(loaded.config.decoder_attention_heads)
+    text = clip.text if clip.text is not None else (
+        " ".join(w.word for w in clip.reference) if clip.reference is not None else None)
+    run = forward(clip.audio, loaded, text=text, language=language, task=task, encoder=False,
+                  weights=False, scores=range(layers), text_only=True)
+    positions = run.heard.positions
+    free = label_free_scores(run.scores, positions, width)
+    if clip.reference is None:
+        return ClipPass(free)
+    read = run.read
+    words, groups = split_words([*read.text_ids, read.eot], decoder_of(loaded), read.eot, read.language)
+    words, groups = (words[:-1], groups[:-1]) if len(groups) > 1 else ([], [])
+    matched, starts, ends = _match(clip, words)
+    start = len(read.prompt) - 1
+    rows = len(read.ids) - 1 - start
+    matrices = np.empty((layers * per_layer, rows, positions), dtype=np.float32)
+    for k, head in enumerate((layer, head) for layer in range(layers) for head in range(per_layer)):
+        matrices[k] = alignment_matrix(run.scores, [head], positions, scores=True, width=width)[start:-1].numpy()
+    bounds = np.pad(np.cumsum([len(g) for g in groups]), (1, 0))
+    return ClipPass(free, matrices, bounds, matched, starts, ends)
+
+
+class HeadPassActor:
+    """One Whisper, loaded once, reading clips (made a Ray actor by :func:`find_alignment_heads` with
+    ``backend="ray"``)."""
+
+    def __init__(self, model: str, options: dict[str, Any], threads: int) -> None:
+        import torch
+
+        from .model import load_whisper
+
+        torch.set_num_threads(max(1, threads))
+        self.options = options
+        self.loaded = load_whisper(model, device=options["device"], revision=options["revision"])
+
+    def ready(self) -> str:
+        return self.loaded.name
+
+    def run(self, clip: Clip) -> ClipPass:
+        return clip_pass(self.loaded, clip, language=self.options["language"], task=self.options["task"],
+                         width=self.options["width"])
+
+
+def _passes(clips: list[Clip], loaded: Any, model: Any, take: Callable[[int, ClipPass], None], *,
+            language: str | None, task: str, width: int, backend: str, jobs: int, ray_address: str | None,
+            device: str, revision: str | None) -> None:
+    """Each clip's pass handed to ``take(index, pass)``: on this machine in order, or on ``jobs`` Ray actors as they
+    come back (a local cluster, or the one at ``ray_address``)."""
+    if backend == "local":
+        for index, clip in enumerate(clips):
+            take(index, clip_pass(loaded, clip, language=language, task=task, width=width))
+        return
+    from ..cluster import check_reachable, ray_module, spread, start_actors, start_ray
+
+    if not isinstance(model, str):
+        raise UsageError("[[backend=ray]] loads the model on each actor: give it by name (a folder, a hub id or a "
+                         "sound organism's TOML), not loaded")
+    check_reachable(ray_address)
+    ray = ray_module()
+    started = start_ray(ray, ray_address)
+    try:
+        options = {"device": device, "revision": revision, "language": language, "task": task, "width": width}
+        actors = start_actors(ray, HeadPassActor, (model, options), jobs=jobs, tasks=len(clips), address=ray_address)
+        spread(ray, actors, [(clip,) for clip in clips], "run", take, lambda index: clips[index].name)
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def find_alignment_heads(corpus: str | os.PathLike[str] | Sequence[Clip], model: Any, *,
                          references: str | os.PathLike[str] | None = None, language: str | None = None,
                          task: str = "transcribe", tolerance: float = DEFAULT_TOLERANCE,
                          max_heads: int | None = None, candidates: int | None = None,
                          label_free_heads: int | None = None, width: int = 7, device: str = "cpu",
                          revision: str | None = None, allow_outside: bool = False,
-                         progress: Callable[[int, int, str], None] | None = None) -> HeadSearch:
+                         progress: Callable[[int, int, str], None] | None = None, backend: str = "local",
+                         jobs: int = 2, ray_address: str | None = None) -> HeadSearch:
     """Rank every cross-attention head of the Whisper ``model`` over the clips of ``corpus`` and choose a set (see
     the module). ``corpus``: a corpus file, a folder of clips, one clip (:func:`.references.read_head_corpus`), or
     its clips. ``progress(done, total, clip name)`` after each clip."""
     import torch
 
+    from ..cluster import check_backend
     from .model import whisper_model
-    from .timing import alignment_matrix, decoder_of
-    from .whisper import forward
-    from .words import split_words
 
+    check_backend(backend, ray_address, jobs)
     if not (tolerance >= 0 and np.isfinite(tolerance)):
         raise UsageError(f"[[tolerance]] {tolerance!r} is not a number of seconds from 0")
     clips = list(corpus) if not isinstance(corpus, (str, os.PathLike)) else read_head_corpus(
@@ -224,37 +315,33 @@ def find_alignment_heads(corpus: str | os.PathLike[str] | Sequence[Clip], model:
     limit = 2 * layers if max_heads is None else max_heads
     if limit < 1:
         raise UsageError(f"[[max_heads]] {max_heads} is not a positive number of heads")
-    decode = decoder_of(loaded)
     per_second = loaded.sampling_rate / (loaded.hop_length * loaded.stride)
     free = np.zeros((layers, per_layer))
     scratch = tempfile.TemporaryDirectory(prefix="attnviz-heads-")
     data: list[_ClipData] = []
+    kept: dict[int, _ClipData] = {}
+    frees: dict[int, np.ndarray] = {}  # summed in the clips' order: the same sum whichever backend ran them
+
+    def take(index: int, found: ClipPass) -> None:
+        frees[index] = found.free
+        if labelled:
+            assert found.matrices is not None and found.bounds is not None and found.matched is not None
+            assert found.starts is not None and found.ends is not None
+            matrices = np.lib.format.open_memmap(Path(scratch.name) / f"{index}.npy", mode="w+", dtype=np.float32,
+                                                 shape=found.matrices.shape)
+            matrices[:] = found.matrices
+            matrices.flush()
+            kept[index] = _ClipData(clips[index].name, matrices, found.bounds, found.matched, found.starts,
+                                    found.ends, per_second)
+        if progress is not None:
+            progress(len(frees), len(clips), clips[index].name)
+
     try:
-        for done, clip in enumerate(clips, start=1):
-            text = clip.text if clip.text is not None else (
-                " ".join(w.word for w in clip.reference) if clip.reference is not None else None)
-            run = forward(clip.audio, loaded, text=text, language=language, task=task, encoder=False,
-                          weights=False, scores=range(layers), text_only=True)
-            positions = run.heard.positions
-            free += label_free_scores(run.scores, positions, width)
-            if labelled:
-                read = run.read
-                words, groups = split_words([*read.text_ids, read.eot], decode, read.eot, read.language)
-                words, groups = (words[:-1], groups[:-1]) if len(groups) > 1 else ([], [])
-                matched, starts, ends = _match(clip, words)
-                start = len(read.prompt) - 1
-                rows = len(read.ids) - 1 - start
-                matrices = np.lib.format.open_memmap(Path(scratch.name) / f"{done}.npy", mode="w+",
-                                                     dtype=np.float32, shape=(len(every), rows, positions))
-                for k, head in enumerate(every):
-                    matrix = alignment_matrix(run.scores, [head], positions, scores=True, width=width)[start:-1]
-                    matrices[k] = matrix.numpy()
-                matrices.flush()
-                bounds = np.pad(np.cumsum([len(g) for g in groups]), (1, 0))
-                data.append(_ClipData(clip.name, matrices, bounds, matched, starts, ends, per_second))
-            del run
-            if progress is not None:
-                progress(done, len(clips), clip.name)
+        _passes(clips, loaded, model, take, language=language, task=task, width=width, backend=backend, jobs=jobs,
+                ray_address=ray_address, device=device, revision=revision)
+        data.extend(kept[index] for index in sorted(kept))
+        for number in sorted(frees):
+            free += frees[number]
         free /= len(clips)
         if not labelled:
             order = sorted(every, key=lambda h: (-free[h], h))

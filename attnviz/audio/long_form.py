@@ -17,7 +17,7 @@ longer than the window is refused with it, as there is no telling which words ea
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -31,19 +31,21 @@ MIN_WINDOW_SECONDS = 0.1
 """Sound left after the last window shorter than this is not heard (under five encoder positions)."""
 
 
-def align_windows(audio: str | os.PathLike[str], loaded: Any, *, heads: Sequence[Sequence[int]] | None,
-                  language: str | None, task: str, max_new_tokens: int, width: int) -> Any:
-    """The :class:`~attnviz.audio.timing.Alignment` of the whole of a clip longer than ``loaded``'s window (see
-    the module)."""
+def align_windows(audio: str | os.PathLike[str], loaded: Any, one: Callable[..., Any], *,
+                  heads: Sequence[Sequence[int]] | None, language: str | None, task: str, max_new_tokens: int,
+                  width: int) -> tuple[Any, ...]:
+    """The fields of the :class:`~attnviz.audio.timing.Alignment` of the whole of a clip longer than ``loaded``'s
+    window (see the module), each window aligned by ``one`` (:func:`attnviz.audio.timing.align` on its samples):
+    its words, tokens, heads, language, duration, and the path's rows and columns."""
     from .read import read_audio
-    from .timing import Alignment, TokenTiming, WordTiming, align
 
+    align = one
     rate = loaded.sampling_rate
     samples = read_audio(audio, rate=rate)
     window = loaded.window_samples
     per_position = loaded.hop_length * loaded.stride
-    words: list[WordTiming] = []
-    tokens: list[TokenTiming] = []
+    words: list[Any] = []
+    tokens: list[Any] = []
     rows: list[np.ndarray] = []
     columns: list[np.ndarray] = []
     seek, row_base, chosen = 0, 0, None
@@ -69,8 +71,8 @@ def align_windows(audio: str | os.PathLike[str], loaded: Any, *, heads: Sequence
             row_base += int(found.rows.max()) + 1
         seek += max(step, 1)
     empty = np.zeros(0, dtype=np.int64)
-    return Alignment(tuple(words), tuple(tokens), tuple(chosen or ()), language, len(samples) / rate,
-                     np.concatenate(rows) if rows else empty, np.concatenate(columns) if columns else empty)
+    return (tuple(words), tuple(tokens), tuple(chosen or ()), language, len(samples) / rate,
+            np.concatenate(rows) if rows else empty, np.concatenate(columns) if columns else empty)
 
 
 def refuse_text_beyond_window(seconds: float, loaded: Any) -> None:

@@ -76,8 +76,10 @@ def sound_organism_folder(path: str | Path) -> tuple[Path, SoundSpec]:
 def build(spec: SoundSpec, folder: Path) -> Path:
     """The organism ``spec`` saved in ``folder`` (made): model, tokenizer, feature extractor, generation config."""
     import torch
+    import transformers
     from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
 
+    transformers.logging.disable_progress_bar()  # no "Writing model shards" bar on a user's stderr
     tokenizer = organism_tokenizer(spec)
     ids = tokenizer.convert_tokens_to_ids
     eot, sot = ids("<|endoftext|>"), ids("<|startoftranscript|>")

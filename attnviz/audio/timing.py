@@ -207,8 +207,8 @@ def align(audio: str | os.PathLike[str] | np.ndarray, model: str | WhisperModel,
 
             if text is not None:
                 refuse_text_beyond_window(seconds, loaded)
-            return align_windows(audio, loaded, heads=heads, language=language, task=task,
-                                 max_new_tokens=max_new_tokens, width=width)
+            return Alignment(*align_windows(audio, loaded, align, heads=heads, language=language, task=task,
+                                            max_new_tokens=max_new_tokens, width=width))
     chosen = alignment_heads(loaded, heads)
     run = forward(audio, loaded, text=text, language=language, task=task, max_new_tokens=max_new_tokens,
                   encoder=False, weights=False, scores=[layer for layer, _ in chosen], text_only=True)

@@ -59,6 +59,13 @@ def align_heads(
                                              "alignment_heads set to the set found: transformers' "
                                              "generate(return_token_timestamps=True) then reads it.",
                                              show_default=False),
+    backend: str = typer.Option("local", "--backend", help="local (this machine, one model) or ray (the clips on "
+                                "--jobs Ray actors, one model each; needs Ray); the same results."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="With --backend ray: how many actors (models) read "
+                             "clips at once."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="With --backend ray: an existing cluster "
+                                           "(auto, or the head's host:port); default: a local cluster with this "
+                                           "machine's CPUs.", show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
     revision: str | None = Revision,
     device: Device = DeviceOpt,
@@ -78,8 +85,9 @@ def align_heads(
     outputs = check_outputs(out, head_search_suffixes)
     if write_config is not None and write_config.is_dir() and any(write_config.iterdir()):
         raise UsageError(f"[[write_config]] {write_config} exists and is not empty; give a new or empty folder")
-    from ..api import find_alignment_heads, load_whisper, read_head_corpus
+    from ..api import check_backend, find_alignment_heads, load_whisper, read_head_corpus
 
+    check_backend(backend, ray_address, jobs)
     clips = read_head_corpus(corpus, references=references)  # a wrong corpus is said before the model loads
     loaded = load_whisper(model, device=device.value, revision=revision)
     if verbose:
@@ -90,8 +98,9 @@ def align_heads(
         if not quiet and fmt is StdoutFormat.table and total > 1:
             note(f"align-heads: clip {done} of {total} ({name})")
 
-    search = find_alignment_heads(clips, loaded, language=language, tolerance=tolerance, max_heads=max_heads,
-                                  progress=progress)
+    search = find_alignment_heads(clips, loaded if backend == "local" else model, language=language,
+                                  tolerance=tolerance, max_heads=max_heads, progress=progress, backend=backend,
+                                  jobs=jobs, ray_address=ray_address, device=device.value, revision=revision)
     for path in outputs:
         from ..api import write_head_search
 

@@ -66,10 +66,9 @@ def needle(
 
     Example: attnviz needle --model Qwen/Qwen2.5-0.5B-Instruct --lengths 1000,4000,16000 --out run.json --out grid.png
     """
-    if backend not in ("local", "ray"):
-        raise UsageError(f"[[backend={backend}]] is unknown; use local or ray")
-    if backend == "local" and ray_address is not None:
-        raise UsageError("[[ray_address]] goes with [[backend=ray]]")
+    from ..api import check_backend
+
+    check_backend(backend, ray_address, jobs)
     chosen_lengths = parse_lengths(lengths)
     chosen_depths = parse_depths(depths)
     from ..api import NeedleResult  # its module registers the formats it writes

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..defaults import ANSWER_TOKENS, DEPTHS
-from ..errors import UsageError
 from .cells import check_grid, run_cell
 from .haystack import NEEDLE, QUESTION, PromptBuilder
 from .picture import RunPicture
@@ -53,10 +52,9 @@ def needle(model: str | None, *, haystack: str | None = None, needle: str | None
         needle = needle if needle is not None else own_needle or NEEDLE
         question = question if question is not None else own_question or QUESTION
 
-    if backend not in ("local", "ray"):
-        raise UsageError(f"[[backend={backend}]] is unknown; use local or ray")
-    if jobs < 1:
-        raise UsageError(f"[[jobs={jobs}]] must be at least 1")
+    from ..cluster import check_backend
+
+    check_backend(backend, ray_address, jobs)
     load: dict[str, Any] = {"engine": engine, "revision": revision, "device": device, "trust_remote_code": trust_remote_code,
             "dtype": dtype}
     if backend == "ray":

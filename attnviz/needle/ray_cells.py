@@ -8,12 +8,10 @@ or the cluster at ``address``. Each actor builds the prompts with the same build
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster import check_reachable, original_error, ray_module, start_ray
-from ..errors import AttnvizError, UsageError
+from ..cluster import check_reachable, ray_module, spread, start_actors, start_ray
 from .picture import RunPicture
 from .result import NeedleRun
 
@@ -56,40 +54,17 @@ def run_on_ray(spec: dict[str, Any], cells: list[tuple[int, float]], *, jobs: in
     ray = ray_module()
     started = start_ray(ray, address)
     try:
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        count = max(1, min(jobs, len(cells), cpus))
-        threads = max(1, cpus // count) if not address else 1
-        remote = ray.remote(num_cpus=min(threads, cpus))(NeedleActor)
-        actors = [remote.remote(spec, threads) for _ in range(count)]
-        try:
-            name, engine = ray.get([actor.ready.remote() for actor in actors])[0]
-        except Exception as exc:  # the model did not load in an actor: the same error as a local run
-            cause = original_error(exc)
-            if isinstance(cause, AttnvizError):
-                raise cause from None
-            raise UsageError(f"the Ray actors could not start: {type(cause).__name__}: {cause}") from None
-        queue = deque(enumerate(cells))
-        idle = list(actors)
-        running: dict[Any, tuple[Any, int]] = {}  # a Ray object ref -> the actor and the cell's index
+        actors = start_actors(ray, NeedleActor, (spec,), jobs=jobs, tasks=len(cells), address=address)
+        name, engine = ray.get(actors[0].ready.remote())
         runs: list[NeedleRun | None] = [None] * len(cells)
         pictures: list[RunPicture | None] = [None] * len(cells)
-        while queue or running:
-            while idle and queue:
-                actor, (index, (length, depth)) = idle.pop(), queue.popleft()
-                running[actor.run.remote(length, depth)] = (actor, index)
-            ready, _ = ray.wait(list(running), num_returns=1)
-            actor, index = running.pop(ready[0])
-            try:
-                run, picture = ray.get(ready[0])
-            except Exception as exc:
-                cause = original_error(exc)
-                if isinstance(cause, AttnvizError):
-                    raise cause from None
-                raise AttnvizError(f"a Ray actor failed on the cell of length {cells[index][0]} and depth "
-                                   f"{cells[index][1]:g} ({type(cause).__name__}: {cause})") from None
-            idle.append(actor)
-            runs[index], pictures[index] = run, picture
-            done(run, picture)
+
+        def answered(index: int, value: tuple[NeedleRun, RunPicture | None]) -> None:
+            runs[index], pictures[index] = value
+            done(*value)
+
+        spread(ray, actors, list(cells), "run", answered,
+               lambda index: f"the cell of length {cells[index][0]} and depth {cells[index][1]:g}")
         return [run for run in runs if run is not None], pictures, str(name), str(engine)
     finally:
         if started:
