@@ -106,8 +106,14 @@ def atlas(
     attnviz atlas export-base/ --vs-model export-finetuned/ --format json ·
     attnviz atlas questions.txt --image photo.png --model llava-hf/llava-1.5-7b-hf
     """
-    from ..api import reads_pictures
+    from ..api import hears_sound, reads_pictures
 
+    if not image and options.model is not None and hears_sound(options.model):
+        from .sound import audio_atlas
+
+        audio_atlas(options, texts, vs_model, fmt=fmt.value, top=top, out=out, bootstrap=bootstrap, seed=seed,
+                    width=width)
+        return
     if image or (options.model is not None and reads_pictures(options.model)):
         from .images import image_atlas
 

@@ -142,3 +142,64 @@ def speech_encoder_options(options: Any, audio: Path, text: str | None) -> Any:
     audio = example_file(audio)
     audio_header(audio)
     return replace(options, audio=audio)
+
+
+ATLAS_UNUSED = ("column", "field", "input_format", "importance", "ablate", "vs", "old_vs", "retrieval", "per_text",
+                "permutations", "force", "embed_tokens", "truncate", "allow_outside_pictures")
+
+
+def audio_atlas(options: Any, corpus: Path, vs_model: str | None, *, fmt: str, top: int | None, out: Path | None,
+                bootstrap: int, seed: int, width: int | None) -> None:
+    """``atlas CORPUS --model WHISPER``: each cross-attention head across the clips (:mod:`attnviz.audio.atlas`),
+    or with ``--vs-model`` which heads a fine-tuning changed; a table, JSON, or one offline page (``--out x.html``)."""
+    import typer
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..api import example_file, safe_text, sound_atlas, sound_atlas_page
+    from ..render.progress import export_progress
+
+    for name in ATLAS_UNUSED:
+        if given(name):
+            flag = {"vs": "--similar-to", "old_vs": "--vs", "embed_tokens": "--embed-tokens"}.get(
+                name, "--" + name.replace("_", "-"))
+            raise UsageError(f"{flag} does not go with a Whisper's atlas (each cross-attention head's statistics "
+                             f"over the clips' time): leave out {flag}")
+    if out is not None and out.suffix.lower() != ".html":
+        raise UsageError(f"--out writes the atlas page: give a file name ending in .html, not {out.name}")
+    with export_progress(Console(stderr=True), enabled=fmt == "table" and out is None, doing="atlas",
+                         label="atlas: hearing", unit="clips") as (start, advance):
+        started = [False]
+
+        def heard(done: int, total: int) -> None:
+            if not started[0]:
+                start(total, 0)
+                started[0] = True
+            advance()
+
+        atlas = sound_atlas(example_file(corpus), options.model, vs_model=vs_model, bootstrap=bootstrap, seed=seed,
+                            device=options.device, revision=options.revision, on_clip=heard)
+    if out is not None:
+        wrote(sound_atlas_page(atlas, out))
+        return
+    rows = atlas.heads if atlas.vs_model is not None else sorted(atlas.heads, key=lambda r: -r["diagonal"])
+    rows = rows[:top] if top else rows
+    if fmt == "json":
+        import json
+
+        typer.echo(json.dumps({**atlas.to_dict(), "heads": rows}, ensure_ascii=False))
+        return
+    changed = atlas.vs_model is not None
+    title = (f"{safe_text(atlas.model)} → {safe_text(str(atlas.vs_model))}: each cross-attention head's change over "
+             f"{len(atlas.clips)} clips, largest change of the diagonal rate first (its 95% bootstrap interval)"
+             if changed else f"{safe_text(atlas.model)}: each cross-attention head over {len(atlas.clips)} clips, "
+             "highest diagonal rate first")
+    table = Table(title=title, box=None, pad_edge=False)
+    names = ("diagonal", "monotonicity", "entropy", "clip_share")
+    for name in ("L", "H", *(("Δ " + n) if changed else n for n in names), "aligns"):
+        table.add_column(name, justify="right")
+    for row in rows:
+        cells = ([f"{row['d_diagonal']:+.3f} [{row['d_diagonal_low']:+.3f}, {row['d_diagonal_high']:+.3f}]",
+                  *(f"{row['d_' + n]:+.3f}" for n in names[1:])] if changed else [f"{row[n]:.3f}" for n in names])
+        table.add_row(str(row["layer"]), str(row["head"]), *cells, "yes" if row["alignment"] else "")
+    stdout_console(width).print(table)
