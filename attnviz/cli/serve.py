@@ -8,8 +8,9 @@ from typing import Any
 import typer
 
 from ..errors import UsageError
-from .common import cli_command, stdout_console
+from .common import cli_command, given, stdout_console
 from .options import (
+    AudioFile,
     Cmap,
     CmapOpt,
     ExpandImages,
@@ -36,6 +37,7 @@ def serve(
     cmap: Cmap = CmapOpt,
     image: list[Path] = ImageFiles,
     expand_images: bool = ExpandImages,
+    audio: Path | None = AudioFile,
 ) -> None:
     """Serve the interactive page at http://HOST:PORT/ with the model kept loaded: type a text and every
     view follows. GET /api/attention?text=... answers with the attention of every head as JSON.
@@ -43,6 +45,9 @@ def serve(
 
     With --image, a vision-language model reads each text typed beside the pictures given here (the page of
     attnviz view --image).
+
+    With --audio, a Whisper --model hears the clip given here: the page of attnviz view --audio, with a box for the
+    transcript to teacher-force (empty: the model's own), every view redrawn for it.
 
     Example: attnviz serve --port 8000
     """
@@ -52,6 +57,11 @@ def serve(
     check_available()
     if not host.strip():
         raise UsageError("--host is empty; give an address such as 127.0.0.1")
+    if audio is not None:
+        sounds = _sounds(options, audio)
+        run(None, host=host, port=port, cmap=cmap.value, allowed_hosts=tuple(allow_host), on_ready=_ready(sounds.name),
+            sounds=sounds)
+        return
     cache = cache_bytes(cache_size)
     if not image and expand_images:
         raise UsageError("--expand-images expands the pictures of a server started with --image; give them")
@@ -100,3 +110,31 @@ def _pictures(options: ModelOptions, images: list[Path], expand: bool) -> Any:
     encoded = encode_pictures(images)
     model = load_vlm(str(options.model), **where, engine="hf" if engine == "hf" else "fused")
     return Pictures(read=lambda text: model.read(text, images), images=encoded, name=model.name, expand=expand)
+
+
+SOUND_UNUSED = ("image", "expand_images", "cache_size", "engine", "causal", "device_map", "dtype", "trust_remote_code")
+"""The options of ``serve`` that do not go with ``--audio`` (parameter names): the server keeps no pages between
+requests (each transcript's page is computed whole), and a Whisper loads as transformers' model."""
+
+
+def _sounds(options: ModelOptions, audio: Path) -> Any:
+    """``serve --audio``: the clip (read, and refused, before the model loads) and the Whisper, loaded once
+    (:func:`attnviz.views.sound_page.heard_clip`); what does not go with it refused in one line."""
+    from ..api import audio_header, example_file, hears_sound
+    from ..views.sound_page import heard_clip
+
+    for name in SOUND_UNUSED:
+        if given(name):
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} does not go with --audio (the server teacher-forces each transcript typed over "
+                             f"the clip, through a Whisper): leave out {flag}")
+    if options.model is None:
+        raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
+                         "or sample_configs/organism_whisper.toml)")
+    audio = example_file(audio)  # examples/NAME: the copy installed with attnviz, from any folder
+    audio_header(audio)  # a missing, damaged or too long clip is said before the model loads
+    if not hears_sound(str(options.model)):
+        raise UsageError(f"{options.model} is not a Whisper attnviz finds: serve --audio teacher-forces each transcript "
+                         "typed through a Whisper's decoder, and a speech encoder (wav2vec2, HuBERT, WavLM) hears the "
+                         f"clip alone, with nothing to type: use attnviz view --audio {audio} --model {options.model}")
+    return heard_clip(audio, str(options.model), device=options.device, revision=options.revision)

@@ -45,17 +45,18 @@ def script_safe(payload: str) -> str:
 
 
 def standalone_page(*, title: str, intro: str, body: str, document: Any, data_id: str, scripts: Sequence[str],
-                    style: str, media: bool = False) -> str:
+                    style: str, media: bool = False, connect: str = "'none'") -> str:
     """An offline page of one view (the atlas, a needle grid, a kv run): the policy that lets no request leave it,
     the header, ``body`` (markup), ``document`` as JSON in ``<script id=data_id>``, then the ``scripts`` and
     ``style`` of ``assets/`` inline; the scripts set ``body[data-ready]`` once run. ``media``: the page plays sound
-    held in its data (``media-src data:``: a clip as a ``data:`` URL, still no request)."""
+    held in its data (``media-src data:``: a clip as a ``data:`` URL, still no request). ``connect``: where its script
+    may fetch from (``'self'`` for a page that ``attnviz serve`` serves)."""
     assets = resources.files("attnviz.render") / "assets"
     script = "\n".join((assets / name).read_text(encoding="utf-8") for name in scripts)
     script += '\ndocument.body.dataset.ready = "1";\n'
     css = (assets / style).read_text(encoding="utf-8")
     payload = script_safe(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
-    policy = POLICY.format(connect="'none'") + ("; media-src data:" if media else "")
+    policy = POLICY.format(connect=connect) + ("; media-src data:" if media else "")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{policy}\">\n"

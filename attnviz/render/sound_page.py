@@ -24,11 +24,22 @@ def _row(gutter: str, plot: str, bar: str = "", *, cls: str = "row") -> str:
     return f"<div class=\"{cls}\"><div class=\"gutter\">{gutter}</div>{plot}<div class=\"barcol\">{bar}</div></div>"
 
 
+LIVE = ("<form class=\"live\" id=\"live\"><label for=\"live-text\">the transcript to teacher-force</label> "
+        "<input type=\"text\" id=\"live-text\" autocomplete=\"off\" spellcheck=\"false\" "
+        "placeholder=\"empty: the model's own transcript\"> <button type=\"submit\" id=\"live-submit\">hear it"
+        "</button> <span id=\"live-status\" aria-live=\"polite\"></span></form>\n")
+"""A server's box (``attnviz serve --audio``: the document's ``live``): a transcript sent to ``live.endpoint``, whose
+answer (the page's data for it, the clip's parts left out) the page draws in place."""
+
+
 def sound_html(document: dict[str, Any]) -> str:
     """The page's HTML (see the module); every text of ``document`` (a transcript, a file name) is data its script
-    writes as text, never markup."""
+    writes as text, never markup. A document with ``live`` (``{"endpoint", "text"}``: a page ``attnviz serve
+    --audio`` serves) has the box of :data:`LIVE`, and its script may fetch from the server that served it."""
     axis = _row("", "<div class=\"plot axis\" aria-hidden=\"true\"></div>", cls="row axisrow")
+    live = bool(document.get("live"))
     body = (
+        (LIVE if live else "") +
         "<div class=\"controls\"><label for=\"heads\">cross-attention of</label> <select id=\"heads\"></select> "
         "<button type=\"button\" id=\"playall\">▶ play the whole clip</button> "
         "<audio id=\"clip\" controls preload=\"auto\"></audio>"
@@ -67,7 +78,8 @@ def sound_html(document: dict[str, Any]) -> str:
         + axis + "<p class=\"tip\" id=\"pathtip\" aria-live=\"polite\"></p></section>\n</main>"
     )
     return standalone_page(title=document["title"], intro=INTRO, body=body, document=document, data_id="sound-data",
-                           scripts=("names.js", "tiles.js", "sound.js"), style="sound.css", media=True)
+                           scripts=("names.js", "tiles.js", "sound.js"), style="sound.css", media=True,
+                           connect="'self'" if live else "'none'")
 
 
 def render_sound_page(document: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -13,6 +13,11 @@ Contract (tests and scripts rely on it):
   beside the pictures given at the start, its page the page of pictures (``attnviz view --image``'s),
   ``/api/attention`` adds ``images`` (the result's ``metadata["images"]``); pair, target and truncate
   are 422.
+* With a clip (``attnviz serve --audio``, :func:`create_app`'s ``sounds``: a Whisper and a clip, fixed): the text is a
+  transcript teacher-forced over the clip (empty: the model's own greedy transcript), the home page the sound page of
+  ``attnviz view --audio`` with a box for it, ``/api/page`` that page's data less the clip's sound and spectrogram
+  (the page holds them once), ``/api/attention`` the decoder's cross-attention over the clip
+  (:mod:`attnviz.serve.sounds`); pair, target and truncate are 422, and ``/api/tile`` has no page.
 * ``GET /api/attention?text=…[&pair=…][&target=…]``: ``{"model", "tokens", "token_ids", "special",
   "layers", "attentions": [layers][heads][q][k]}`` (plus the decoder's and cross-attention for
   encoder-decoder models), equal to ``attnviz.extract`` for that text.
@@ -122,10 +127,12 @@ def check_available() -> None:
 
 def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
                allowed_hosts: tuple[str, ...] = (), cache_size: int = CACHE_SIZE, turns: Any = None,
-               pictures: Any = None) -> Any:
+               pictures: Any = None, sounds: Any = None) -> Any:
     """The Starlette application serving ``source`` (a loaded model, :func:`attnviz.api.load`), or with
     ``pictures`` (:class:`attnviz.views.picture_page.Pictures`: a model that reads pictures and the pictures, fixed)
-    each text read beside them, its page the page of pictures (``source`` unused: None).
+    each text read beside them, its page the page of pictures (``source`` unused: None), or with ``sounds``
+    (:class:`attnviz.views.sound_page.Sounds`: a Whisper and a clip, fixed) each text a transcript of the clip, its
+    page the sound page (:mod:`attnviz.serve.sounds`; ``source`` unused: None).
 
     It answers only to IP literals, ``localhost``, ``host`` and ``allowed_hosts`` in the ``Host``
     header, and refuses API requests from other sites (:mod:`attnviz.serve.guard`). It keeps at most
@@ -145,15 +152,18 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
     from ..views.live_tiles import LiveTiles
     from .cache import ByteCache, KeptLayers, size_of, trim_heap
     from .guard import Guard, allowed_names
+    from .sounds import SoundAnswers
     from .turns import Cancelled, Ticket, Turns
 
     turns = Turns() if turns is None else turns
     cache = ByteCache(cache_size)
     hold = min(HELD_TILES, cache_size // 4)
     waiting = [0]  # requests between arriving and finishing their computation (the event loop's thread only)
-    cross = pictures is None and source.capabilities.cross
+    fixed = pictures if pictures is not None else sounds  # what each text is read with, fixed at the start
+    cross = fixed is None and source.capabilities.cross
     # the boxes beside the text box
-    fields = [] if pictures is not None else ["target"] if cross else ["pair"] if source.capabilities.pairs else []
+    fields = [] if fixed is not None else ["target"] if cross else ["pair"] if source.capabilities.pairs else []
+    heard = None if sounds is None else SoundAnswers(sounds, cmap, MAX_RESPONSE_VALUES)  # a clip's page and answers
 
     async def body_of(request: Request) -> bytes:
         """The POST body, refused as soon as it is known to be too large (never read whole first)."""
@@ -188,8 +198,9 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
             raise Reply(422, f"unknown parameter {', '.join(map(repr, unknown))}; this server takes "
                               f"{', '.join(FIELDS)}")
         text = params.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise Reply(400, "give the text to read: ?text=… (or POST {\"text\": …})")
+        if not isinstance(text, str) or not (text.strip() or sounds is not None):  # (a clip's empty text: its own)
+            raise Reply(400, "give the text to read: ?text=… (or POST {\"text\": …})"
+                        + ("; an empty transcript asks for the model's own" if sounds is not None else ""))
         values = {"text": text, "pair": params.get("pair") or None, "target": params.get("target") or None}
         if any(not isinstance(v, str) for v in values.values() if v is not None):
             raise Reply(400, "text, pair and target must be strings")
@@ -199,11 +210,11 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         if sum(len(v.encode("utf-8")) for v in values.values() if v) > MAX_TEXT_BYTES:
             raise Reply(413, f"the text is over {MAX_TEXT_BYTES // 1024} kB; send less")
         values["truncate"] = flag(params.get("truncate"))
-        if pictures is not None:
-            asked = [name for name in ("pair", "target", "truncate") if values[name]]
-            if asked:
-                raise Reply(422, f"{', '.join(asked)}: this server reads each text beside its pictures as the model "
-                                  "takes it; send the text alone")
+        asked = [name for name in ("pair", "target", "truncate") if values[name]] if fixed is not None else []
+        if asked:
+            read = "beside its pictures" if sounds is None else "as a transcript of its clip"
+            raise Reply(422, f"{', '.join(asked)}: this server reads each text {read} as the model takes it; send "
+                              "the text alone")
         return values
 
     def locked(work: Any, ticket: Ticket, trim: bool = False) -> tuple[bool, Any]:
@@ -279,7 +290,8 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         page.live = {"endpoint": "/api/page", "text": example, "fields": fields}
         return page_html(page, cmap=cmap, connect="'self'")
 
-    built_home, home = locked(build_home, Ticket())  # once, before serving: a visit never waits behind a request
+    # once, before serving: a visit never waits behind a request
+    built_home, home = locked(build_home if heard is None else heard.home, Ticket())
     if not built_home:
         raise ServeError(f"the server's page could not be built: {home.message}")
 
@@ -331,6 +343,9 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
                                    f"not {value[:20]!r}").response()
             numbers[name] = number
         live = cache.get(params.get("page", ""))
+        if heard is not None:
+            return Reply(404, "a server of a clip keeps no tiles: /api/page sends each transcript's page whole, "
+                              "/api/attention its cross-attention").response()
         if not isinstance(live, LiveTiles):
             return Reply(404, "no such page: the server no longer keeps it (or never did); load the page again"
                           ).response()
@@ -371,8 +386,9 @@ def create_app(source: Any, *, cmap: str = "viridis", host: str = "127.0.0.1",
         return Reply(exc.status_code, detail.get(exc.status_code, str(exc.detail))).response()
 
     both = ["GET", "POST"]
-    app = Starlette(routes=[Route("/", homepage), Route("/api/attention", answering(attention_json), methods=both),
-                            Route("/api/page", answering(page_json), methods=both), Route("/api/tile", tile)],
+    attention_of, page_of = (attention_json, page_json) if heard is None else (heard.attention, heard.page)
+    app = Starlette(routes=[Route("/", homepage), Route("/api/attention", answering(attention_of), methods=both),
+                            Route("/api/page", answering(page_of), methods=both), Route("/api/tile", tile)],
                     exception_handlers={HTTPException: http_error})
     app.state.turns, app.state.cache = turns, cache
     guard = Guard(app, allowed_names(host, allowed_hosts))
@@ -392,17 +408,17 @@ async def _watch_disconnect(receive: Any, gone: Any) -> None:
 
 def serve(source: Any, *, host: str = "127.0.0.1", port: int = 8000, cmap: str = "viridis",
           allowed_hosts: tuple[str, ...] = (), cache_size: int | None = None, on_ready: Any = None,
-          pictures: Any = None) -> None:
+          pictures: Any = None, sounds: Any = None) -> None:
     """Serve ``source`` until Ctrl-C (uvicorn stops cleanly on SIGINT and SIGTERM). ``on_ready(host,
     port)`` is called once the socket listens, with the real port (``port=0`` picks a free one);
     ``cache_size``: the bytes kept between requests at most (default :data:`attnviz.serve.CACHE_SIZE`);
-    ``pictures``: as :func:`create_app`'s."""
+    ``pictures``, ``sounds``: as :func:`create_app`'s."""
     import uvicorn
 
     sock = listen(host, port)
     config = uvicorn.Config(create_app(source, cmap=cmap, host=host, allowed_hosts=allowed_hosts,
                                        cache_size=CACHE_SIZE if cache_size is None else cache_size,
-                                       pictures=pictures),
+                                       pictures=pictures, sounds=sounds),
                             log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     if on_ready is not None:

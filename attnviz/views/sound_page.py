@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HEAT_CELLS", "SoundPage", "sound_page"]
+__all__ = ["CLIP_PARTS", "HEAT_CELLS", "SoundPage", "Sounds", "heard_clip", "sound_page"]
 
 HEAT_CELLS = 8_000_000
 """Cells of cross-attention (layers × heads × tokens × positions) a page holds at most: past it, each head's rows are
@@ -45,6 +45,10 @@ SPECTROGRAM_CMAP = "gray_r"
 
 PATH_CMAP = "magma"
 """The alignment matrix's colours (apart from the attention's, whose scale differs)."""
+
+CLIP_PARTS = ("audio", "spectrogram")
+"""The entries of :meth:`SoundPage.data` that are the clip's alone, the same whatever the transcript: a server's page
+(``attnviz serve --audio``) holds them once, and its answers for each transcript leave them out."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +106,9 @@ class SoundPage:
             factor += 1
         return factor
 
-    def data(self) -> dict[str, Any]:
-        """The JSON the page's script reads."""
+    def data(self, *, clip: bool = True) -> dict[str, Any]:
+        """The JSON the page's script reads; ``clip=False``: without :data:`CLIP_PARTS` (the clip's sound and
+        spectrogram, which a server's page holds once)."""
         from ..render.page import colormap_table
         from ..render.pyramid import encode_tile
 
@@ -118,14 +123,11 @@ class SoundPage:
             notes.append(f"a head chosen below shows each {factor * self.seconds_per_position:g} s as the strongest of "
                          f"its {factor} positions (the page keeps {HEAT_CELLS:,} weights at most); the alignment "
                          "heads' mean is at full resolution")
-        return {
+        document = {
             "format": "attnviz-sound-page", "version": 1, "title": self.title, "model": self.model, "clip": self.clip,
             "duration": self.duration, "rate": self.rate, "language": self.language, "transcript": self.transcript,
             "teacherForced": self.teacher_forced, "secondsPerPosition": self.seconds_per_position,
             "positions": positions, "notes": notes,
-            "spectrogram": self.spectrogram(),
-            "audio": {"src": "data:audio/wav;base64," + base64.b64encode(self.wav()).decode("ascii"),
-                      "rate": self.rate, "samples": len(self.samples)},
             "tokens": list(self.tokens),
             "words": [{"text": w.word, "start": w.start, "end": w.end, "probability": w.probability,
                        "rows": [a, b]} for w, (a, b) in zip(self.words, self.word_rows, strict=True)],
@@ -143,6 +145,23 @@ class SoundPage:
             "initial": {"layer": self.layer, "head": self.head},
             "cmap": colormap_table(self.cmap), "pathCmap": colormap_table(PATH_CMAP),
         }
+        if clip:  # (encoded only where asked: the same for every transcript)
+            document["spectrogram"] = self.spectrogram()
+            document["audio"] = {"src": "data:audio/wav;base64," + base64.b64encode(self.wav()).decode("ascii"),
+                                 "rate": self.rate, "samples": len(self.samples)}
+        return document
+
+    def attention(self) -> dict[str, Any]:
+        """The cross-attention at full resolution, as plain numbers (``attnviz serve --audio``'s ``/api/attention``):
+        ``cross_attentions`` ``[layers][heads][rows][positions]``, row k writing ``tokens[k]`` (each text token,
+        then end of text), each position ``secondsPerPosition`` of the clip."""
+        layers, heads, _, positions = self.heat.shape
+        return {"model": self.model, "clip": self.clip, "transcript": self.transcript,
+                "teacherForced": self.teacher_forced, "language": self.language, "tokens": list(self.tokens),
+                "layers": list(range(int(layers))), "heads": int(heads), "positions": int(positions),
+                "secondsPerPosition": self.seconds_per_position,
+                "alignmentHeads": [[int(la), int(h)] for la, h in self.alignment_heads],
+                "cross_attentions": self.heat.tolist()}
 
     def spectrogram(self) -> dict[str, Any]:
         """The log-mel frames as a PNG ``data:`` URL (low frequencies at the bottom), with their range and colours."""
@@ -188,12 +207,13 @@ def _pooled(heat: np.ndarray, factor: int) -> np.ndarray:
 def sound_page(audio: str | os.PathLike[str] | np.ndarray, model: Any, text: str | None = None, *,
                layer: int | None = None, head: int | None = None, heads: Any = None, language: str | None = None,
                task: str = "transcribe", device: str = "cpu", revision: str | None = None,
-               cmap: str = "viridis") -> SoundPage:
+               cmap: str = "viridis", name: str | None = None) -> SoundPage:
     """The page of a Whisper ``model`` (a folder, hub id, sound organism's TOML, or one
     :func:`~attnviz.audio.model.load_whisper` loaded) hearing ``audio`` (a sound file, or mono samples at the model's
     rate): ``text`` teacher-forced, else the model's greedy transcript; timed from ``heads`` (the alignment heads,
     as :func:`~attnviz.audio.timing.align` takes them; default the checkpoint's). ``layer`` and ``head``: the head a
-    word's heat shows first (default: the alignment heads' mean). Write it with :meth:`SoundPage.write`."""
+    word's heat shows first (default: the alignment heads' mean); ``name``: the clip's name on the page (default:
+    its file's, or "the samples"). Write it with :meth:`SoundPage.write`."""
     import torch
 
     from ..audio.model import whisper_model
@@ -227,7 +247,7 @@ def sound_page(audio: str | os.PathLike[str] | np.ndarray, model: Any, text: str
     bounds = np.cumsum([0, *(len(w.tokens) for w in found.words)]).tolist()
     tokens = _token_labels(list(read.text_ids), found.words, bounds, decoder_of(loaded), printable)
     mel = np.asarray(heard.features[0, :, : heard.frames].float().cpu().numpy(), dtype=np.float32)
-    clip = "the samples" if isinstance(audio, np.ndarray) else Path(os.fspath(audio)).name
+    clip = name if name is not None else "the samples" if isinstance(audio, np.ndarray) else Path(os.fspath(audio)).name
     notes = [f"the clip's {heard.seconds:.2f} s of the model's {loaded.window_seconds:g}-s window; the silence after "
              "it is not shown"]
     return SoundPage(model=loaded.name, clip=clip, samples=np.asarray(heard.samples, dtype=np.float32),
@@ -239,6 +259,41 @@ def sound_page(audio: str | os.PathLike[str] | np.ndarray, model: Any, text: str
                      transcript=loaded.tokenizer.decode(list(read.text_ids)), teacher_forced=bool(read.given),
                      language=read.language, layer=layer, head=head if layer is not None else None, cmap=cmap,
                      notes=notes)
+
+
+@dataclass(frozen=True)
+class Sounds:
+    """A server's clip and Whisper, fixed at its start (``attnviz serve --audio``; :func:`heard_clip` makes one): each
+    transcript typed is teacher-forced over the clip, an empty one leaving the model its own greedy transcript, its
+    page :func:`sound_page`'s. ``samples``: the clip as the model hears it (mono, at its rate, within its window), read
+    once; ``clip``: its file's name; ``model``: the Whisper, loaded once."""
+
+    samples: np.ndarray
+    clip: str
+    model: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.model.name)
+
+    def page(self, text: str | None = None, *, cmap: str = "viridis") -> SoundPage:
+        """The page of the clip with ``text`` teacher-forced (None, empty or blank: the model's own transcript)."""
+        return sound_page(self.samples, self.model, text if text is not None and text.strip() else None, cmap=cmap,
+                          name=self.clip)
+
+
+def heard_clip(audio: str | os.PathLike[str], model: Any, *, device: str = "cpu",
+               revision: str | None = None) -> Sounds:
+    """The clip at ``audio`` (read as untrusted input: a missing, damaged or too long one refused in one line before
+    the model loads) and the Whisper ``model`` (as :func:`sound_page` takes it), loaded once, for a server."""
+    from ..audio.hearing import hear
+    from ..audio.model import whisper_model
+    from ..audio.read import audio_header
+
+    audio_header(audio)
+    loaded = whisper_model(model, device=device, revision=revision)
+    heard = hear(audio, loaded)  # read once: every page hears these samples
+    return Sounds(samples=heard.samples, clip=Path(os.fspath(audio)).name, model=loaded)
 
 
 def _token_labels(ids: list[int], words: Any, bounds: list[int], decode: Any, printable: Any) -> list[str]:

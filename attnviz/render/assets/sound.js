@@ -3,9 +3,12 @@
 // cross-attention, and the alignment heads' normalised weights with the DTW path the word times come from.
 // Data: #sound-data (attnviz.views.sound_page.SoundPage.data). Every text of the data (a transcript, a file name)
 // is written with textContent, never as markup. Weights are decoded with attnvizDecode (tiles.js).
+// Served (attnviz serve --audio: the data's `live`): a transcript typed in #live-text is sent to live.endpoint, and
+// its answer (the same data for that transcript, less the clip's sound and spectrogram, embedded once) drawn in place.
 (function () {
   "use strict";
-  const data = JSON.parse(document.getElementById("sound-data").textContent);
+  let data = JSON.parse(document.getElementById("sound-data").textContent);
+  const clip = { audio: data.audio, spectrogram: data.spectrogram }, live = data.live;  // the same for every transcript
   const $ = (id) => document.getElementById(id);
   function el(tag, attrs, text) {
     const node = document.createElement(tag);
@@ -13,14 +16,13 @@
     if (text !== undefined) node.textContent = text;
     return node;
   }
-  const span = Math.max(data.duration, data.positions * data.secondsPerPosition, 1e-3);  // seconds the axis covers
-  const rows = data.tokens.length;
+  let span = 1, rows = 0;  // seconds the axis covers; the token rows (a transcript's)
   const fmt = (s) => (s < 10 ? s.toFixed(2) : s.toFixed(1));
   const number = (v) => (Math.abs(v) >= 0.01 || v === 0 ? v.toFixed(3) : v.toExponential(2));
   const wordText = (w) => w.text.trim() || "\u2423";
-  const initial = data.initial && data.initial.layer !== null && data.initial.layer !== undefined
-    ? data.initial.layer + "," + data.initial.head : "mean";
-  const state = { word: data.words.length ? 0 : -1, choice: initial, playing: -1 };
+  const initialChoice = () => (data.initial && data.initial.layer !== null && data.initial.layer !== undefined
+    ? data.initial.layer + "," + data.initial.head : "mean");
+  const state = { word: -1, choice: initialChoice(), playing: -1 };
   const drawn = { heat: 0, tokens: 0, alignment: 0 };
 
   // --- the weights, decoded once each -------------------------------------------------------------------------------
@@ -47,7 +49,7 @@
     }
     return cache.get(choice);
   }
-  const alignment = data.alignment.rows ? attnvizDecode(data.alignment.values, data.alignment.encoding) : Promise.resolve(new Float32Array(0));
+  let alignment = Promise.resolve(new Float32Array(0));
 
   // --- colours, bars and axes -----------------------------------------------------------------------------------------
   const colourOf = (table, t) => table[Math.max(0, Math.min(255, Math.round(t * 255)))];
@@ -78,8 +80,8 @@
   }
   const x = (seconds, width) => (seconds / span) * width;
 
-  // --- the spectrogram ------------------------------------------------------------------------------------------------
-  const spec = data.spectrogram;
+  // --- the spectrogram (the clip's: drawn once) ---------------------------------------------------------------------
+  const spec = clip.spectrogram;
   const image = $("spectrogram");
   image.src = spec.src;
   image.style.width = ((spec.frames * spec.frameSeconds) / span) * 100 + "%";
@@ -88,38 +90,46 @@
   $("specbar").title = "log-mel energy as the feature extractor scales it, " + number(spec.low) + " to " + number(spec.high);
 
   // --- notes and the heads' choice ----------------------------------------------------------------------------------
-  for (const note of data.notes) $("notes").appendChild(el("li", {}, note));
   const select = $("heads");
-  select.appendChild(el("option", { value: "mean" }, choiceName("mean")));
-  const aligned = new Set(data.alignmentHeads.map(([l, h]) => l + "," + h));
-  for (let l = 0; l < data.layers; l++) {
-    const group = el("optgroup", { label: "layer " + l });
-    for (let h = 0; h < data.heads; h++) {
-      group.appendChild(el("option", { value: l + "," + h }, headName(l, h) + (aligned.has(l + "," + h) ? " (an alignment head)" : "")));
+  function headChoices() {  // the notes, and every head to choose from (the choice kept where the heads are the same)
+    $("notes").replaceChildren(...data.notes.map((note) => el("li", {}, note)));
+    const kept = state.choice;
+    select.replaceChildren(el("option", { value: "mean" }, choiceName("mean")));
+    const aligned = new Set(data.alignmentHeads.map(([l, h]) => l + "," + h));
+    for (let l = 0; l < data.layers; l++) {
+      const group = el("optgroup", { label: "layer " + l });
+      for (let h = 0; h < data.heads; h++) {
+        group.appendChild(el("option", { value: l + "," + h }, headName(l, h) + (aligned.has(l + "," + h) ? " (an alignment head)" : "")));
+      }
+      select.appendChild(group);
     }
-    select.appendChild(group);
+    select.value = kept;
+    if (select.value !== kept) select.value = initialChoice();
+    state.choice = select.value;
   }
-  select.value = state.choice;
   select.addEventListener("change", () => { state.choice = select.value; draw(); });
 
   // --- the words, at their times --------------------------------------------------------------------------------------
-  const wordBox = $("words");
-  const buttons = data.words.map((w, i) => {
-    const button = el("button", { type: "button", class: "word", "data-word": String(i),
-      "aria-label": wordText(w) + ", " + fmt(w.start) + " to " + fmt(w.end) + " seconds; Enter plays it",
-      title: wordText(w) + ": " + fmt(w.start) + "–" + fmt(w.end) + " s (click to hear it)" }, wordText(w));
-    const mark = el("div", { class: i % 2 ? "span odd" : "span", "aria-hidden": "true", title: fmt(w.start) + "–" + fmt(w.end) + " s" });
-    button.addEventListener("mouseenter", () => choose(i));
-    button.addEventListener("focus", () => choose(i));
-    button.addEventListener("click", () => { choose(i); playWord(i); });
-    button.addEventListener("keydown", (e) => {
-      const to = e.key === "ArrowRight" ? i + 1 : e.key === "ArrowLeft" ? i - 1 : -1;
-      if (to >= 0 && to < buttons.length) { e.preventDefault(); buttons[to].focus(); }
+  const wordBox = $("words"), wordHead = wordBox.querySelector(".playhead");
+  let buttons = [];
+  function wordButtons() {  // a button per word, at its time, over a mark of its span
+    buttons = data.words.map((w, i) => {
+      const button = el("button", { type: "button", class: "word", "data-word": String(i),
+        "aria-label": wordText(w) + ", " + fmt(w.start) + " to " + fmt(w.end) + " seconds; Enter plays it",
+        title: wordText(w) + ": " + fmt(w.start) + "–" + fmt(w.end) + " s (click to hear it)" }, wordText(w));
+      const mark = el("div", { class: i % 2 ? "span odd" : "span", "aria-hidden": "true", title: fmt(w.start) + "–" + fmt(w.end) + " s" });
+      button.addEventListener("mouseenter", () => choose(i));
+      button.addEventListener("focus", () => choose(i));
+      button.addEventListener("click", () => { choose(i); playWord(i); });
+      button.addEventListener("keydown", (e) => {
+        const to = e.key === "ArrowRight" ? i + 1 : e.key === "ArrowLeft" ? i - 1 : -1;
+        if (to >= 0 && to < buttons.length) { e.preventDefault(); buttons[to].button.focus(); }
+      });
+      wordBox.append(mark, button);
+      return { button, mark };
     });
-    wordBox.append(mark, button);
-    return { button, mark };
-  });
-  if (!data.words.length) wordBox.appendChild(el("span", { class: "axistitle" }, "the transcript has no words"));
+    if (!data.words.length) wordBox.appendChild(el("span", { class: "axistitle" }, "the transcript has no words"));
+  }
   const LANES = 4;  // rows of words at most; past them a word may cover another (its time is in its tooltip)
   function placeWords() {  // each word from its start, at least as wide as its time; a word that would cover the one before goes a lane down
     const width = wordBox.clientWidth, lanes = [];
@@ -140,9 +150,9 @@
     wordBox.style.height = 6 + Math.max(1, lanes.length) * 27 + 4 + "px";
   }
 
-  // --- the audio --------------------------------------------------------------------------------------------------------
+  // --- the audio (the clip's: embedded once) ------------------------------------------------------------------------
   const audio = $("clip");
-  audio.src = data.audio.src;
+  audio.src = clip.audio.src;
   let stopAt = null;
   function say(text) { $("status").textContent = text; }
   function playFrom(start, end, word) {
@@ -359,9 +369,53 @@
     requestAnimationFrame(() => { resizing = false; axes(); placeWords(); draw(); });
   });
 
-  axes();
-  placeWords();
-  if (state.word >= 0) { buttons[state.word].button.classList.add("chosen"); buttons[state.word].mark.classList.add("chosen"); }
-  draw();
-  window.attnvizSound = { data, state, choose, playWord, audio };
+  // A transcript's data (the page's own first; then each answer of a server): everything but the clip redrawn.
+  function load(next) {
+    data = Object.assign({}, next, clip);
+    span = Math.max(data.duration, data.positions * data.secondsPerPosition, 1e-3);
+    rows = data.tokens.length;
+    cache.clear();
+    alignment = data.alignment.rows ? attnvizDecode(data.alignment.values, data.alignment.encoding) : Promise.resolve(new Float32Array(0));
+    if (stopAt !== null || state.playing >= 0) { audio.pause(); stopAt = null; }
+    state.word = data.words.length ? 0 : -1;
+    state.playing = -1;
+    headChoices();
+    wordBox.replaceChildren(...(wordHead ? [wordHead] : []));
+    wordButtons();
+    axes();
+    placeWords();
+    if (state.word >= 0) { buttons[state.word].button.classList.add("chosen"); buttons[state.word].mark.classList.add("chosen"); }
+    return draw();
+  }
+
+  // --- a server's box: the transcript typed, teacher-forced (empty: the model's own) ---------------------------------
+  const form = $("live");
+  if (form && live) {
+    const input = $("live-text"), status = $("live-status");
+    input.value = live.text || "";
+    let serial = 0;
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const mine = ++serial;
+      status.textContent = "hearing the clip…";
+      form.dataset.busy = "1";
+      try {
+        const reply = await fetch(live.endpoint, { method: "POST", headers: { "Content-Type": "application/json" },
+                                                   body: JSON.stringify({ text: input.value }) });
+        const body = await reply.json();
+        if (mine !== serial) return;  // a later transcript is on its way
+        if (!reply.ok) { status.textContent = body.error || reply.statusText; return; }
+        status.textContent = "";
+        await load(body);
+        form.dataset.loaded = String(mine);
+      } catch (err) {
+        if (mine === serial) status.textContent = "the server did not answer: " + err.message;
+      } finally {
+        if (mine === serial) delete form.dataset.busy;
+      }
+    });
+  }
+
+  load(data);
+  window.attnvizSound = { get data() { return data; }, state, choose, playWord, audio, load };
 })();
