@@ -294,17 +294,20 @@ def _long_for_a_picture(source: Any, text: str | None, pair: str | None, truncat
 
 def heard_source(audio: str | os.PathLike[str], model: str | None, *, device: str = "cpu",
                  revision: str | None = None) -> Source:
-    """A speech encoder's self-attention over the clip ``audio`` as a source of one fixed result (see :func:`load`)."""
-    from .audio.encoders import is_speech_encoder, speech_encoder_attention
-    from .errors import UsageError
-    from .sources.saved import SavedSource
-
-    if model is None or not is_speech_encoder(model):
-        raise UsageError(f"[[audio]] is heard by a speech model: {model or 'no model'} is not a Whisper nor a speech "
-                         "encoder (wav2vec2, HuBERT, WavLM); give one as [[model]]")
+    """The clip ``audio`` heard by ``model`` as a source: a Whisper's (each text teacher-forced, none its own
+    transcript: :class:`attnviz.audio.heard_source.HeardSource`), or a speech encoder's self-attention over the frames
+    as one fixed result (see :func:`load`)."""
     from pathlib import Path
 
-    return SavedSource(speech_encoder_attention(audio, model, device=device, revision=revision), Path(audio))
+    from .audio.encoders import hearing_kind, speech_encoder_attention
+    from .sources.saved import SavedSource
+
+    if hearing_kind(model) == "whisper":
+        from .audio.heard_source import HeardSource
+        from .audio.model import load_whisper
+
+        return HeardSource(audio, load_whisper(str(model), device=device, revision=revision))
+    return SavedSource(speech_encoder_attention(audio, str(model), device=device, revision=revision), Path(audio))
 
 
 def find_query(tokens: Sequence[str], query: int | str) -> int:

@@ -112,6 +112,7 @@ LAZY: dict[str, tuple[str, str]] = {"kv": ("attnviz.kv", "kv"), "KVResult": ("at
                  "read_audio": ("attnviz.audio.read", "read_audio"),
                  "hears_sound": ("attnviz.audio.model", "hears_sound"),
                  "check_backend": ("attnviz.cluster", "check_backend"),
+                 "hearing_kind": ("attnviz.audio.encoders", "hearing_kind"),
                  "sound_atlas": ("attnviz.audio.atlas", "sound_atlas"),
                  "sound_atlas_page": ("attnviz.audio.atlas", "sound_atlas_page"),
                  "is_sound_organism": ("attnviz.audio.organism_spec", "is_sound_organism"),

@@ -132,3 +132,15 @@ def speech_encoder_attention(audio: str | os.PathLike[str], model: str | SpeechE
         metadata={"engine": "hf", "family": str(config.model_type), "device": loaded.device,
                   "seconds_per_position": step, "duration": len(samples) / loaded.sampling_rate,
                   "sample_rate": loaded.sampling_rate, "audio": Path(audio).name})
+
+
+def hearing_kind(model: str | None) -> str:
+    """``whisper`` or ``encoder``: how ``model`` hears a clip; anything else refused in one line (the one refusal)."""
+    from .model import hears_sound
+
+    if model is not None and hears_sound(model):
+        return "whisper"
+    if model is not None and is_speech_encoder(model):
+        return "encoder"
+    raise UsageError(f"[[audio]] is heard by a speech model: {model or 'no model'} is not a Whisper nor a speech "
+                     "encoder (wav2vec2, HuBERT, WavLM); give one as [[model]]")

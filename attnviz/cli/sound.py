@@ -128,13 +128,13 @@ def speech_encoder_options(options: Any, audio: Path, text: str | None) -> Any:
     draws as any result; None for a Whisper, which the sound commands read."""
     from dataclasses import replace
 
-    from ..api import audio_header, example_file, hears_sound
+    from ..api import audio_header, example_file, hearing_kind
 
     if options.model is None:
         raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
                          "or sample_configs/organism_whisper.toml), or a speech encoder such as "
                          "facebook/hubert-base-ls960")
-    if hears_sound(options.model):
+    if hearing_kind(options.model) == "whisper":
         return None
     if text is not None:
         raise UsageError(f"{options.model} is not a Whisper: a speech encoder hears the clip alone (its "
@@ -203,3 +203,24 @@ def audio_atlas(options: Any, corpus: Path, vs_model: str | None, *, fmt: str, t
                   *(f"{row['d_' + n]:+.3f}" for n in names[1:])] if changed else [f"{row[n]:.3f}" for n in names])
         table.add_row(str(row["layer"]), str(row["head"]), *cells, "yes" if row["alignment"] else "")
     stdout_console(width).print(table)
+
+
+def heard_options(options: Any, audio: Path, text: str | None, *, image: bool, pair: str | None,
+                  target: str | None) -> tuple[Any, Any]:
+    """``tui --audio``: the model options that load the clip heard (:func:`attnviz.api.heard_source`: a Whisper,
+    each text teacher-forced; a speech encoder, its frames), and the kind shown first (a Whisper's cross-attention)."""
+    from dataclasses import replace
+
+    from ..api import audio_header, example_file, hears_sound
+    from .options import KindChoice
+
+    if image or pair is not None or target is not None:
+        flag = "--image" if image else "--pair" if pair is not None else "--target"
+        raise UsageError(f"{flag} does not go with --audio (the model hears the clip); leave out {flag}")
+    whisper = options.model is not None and hears_sound(options.model)
+    if not whisper:
+        heard = speech_encoder_options(options, audio, text)
+        return heard, KindChoice.encoder
+    audio = example_file(audio)
+    audio_header(audio)
+    return replace(options, audio=audio), KindChoice.cross

@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
-from .common import cli_command
+from .common import cli_command, given
 from .options import (
+    AudioFile,
     ExpandImages,
     HideSpecial,
     ImageFiles,
@@ -51,6 +52,7 @@ def tui(
     words: bool = Words,
     image: list[Path] = ImageFiles,
     expand_images: bool = ExpandImages,
+    audio: Path | None = AudioFile,
 ) -> None:
     """Explore attention in the terminal: every layer, head and view at the keyboard, the model kept loaded
     (←/→ layer, ↑/↓ head, Tab or 1–8 views, / find, t new text, s save, ? help, q quit). Works over SSH and
@@ -66,6 +68,11 @@ def tui(
         raise UsageError("--expand-images shows every image token of a text read with --image; give --image")
     text = text_from_file(text, text_file)
     view = reading(hide_special, renormalize, words)  # checked before the model loads
+    if audio is not None:
+        from .sound import heard_options
+
+        options, chosen = heard_options(options, audio, text, image=bool(image), pair=pair, target=target)
+        kind = kind if given("kind") else chosen
     from ..tui.app import AttnvizTUI, require_terminal
     from ..tui.explorer import Explorer
 

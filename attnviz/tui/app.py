@@ -126,7 +126,7 @@ class AttnvizTUI(App[None]):
             if self.explorer is None:
                 loaded = self.loader()  # an Explorer (the command's options in it) or a source
                 self.explorer = loaded if isinstance(loaded, Explorer) else Explorer(loaded)
-            if self.first_text is not None or self.explorer.fixed:
+            if self.first_text is not None or self.explorer.starts_alone:
                 self.explorer.compute(self.first_text)
         except Exception as exc:  # shown in the app, never a crash
             self.call_from_thread(self.went_wrong, exc)

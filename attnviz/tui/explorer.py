@@ -84,13 +84,18 @@ class Explorer:
         """A saved result: its text is fixed."""
         return getattr(self.source, "engine", None) == "saved"
 
+    @property
+    def starts_alone(self) -> bool:
+        """A saved result, or a source with a text of its own (a Whisper hearing a clip: its own transcript)."""
+        return self.fixed or bool(getattr(self.source, "own_text", False))
+
     def compute(self, text: str | None) -> None:
         """Run the model on ``text`` (a saved result: its own text) and keep the result; the slow part,
         run off the UI thread by the app. The selection is kept where the new text has room for it."""
         from ..sources.saved import SavedSource
 
         long = False
-        if self.fixed:
+        if self.fixed or (not text and self.starts_alone):
             if text:
                 raise UsageError(f"{self.source.name} is a saved result; its text is fixed")
             result = self.source.extract(None)
@@ -109,7 +114,8 @@ class Explorer:
                 result = None if long else self.source.extract(text, pair=self.pair, target=self.target)
         self.result, self.text, self.long = result, text, long
         if result is not None:
-            self.tokens, self.shape = list(result.tokens), (int(result.attentions.shape[0]), int(result.attentions.shape[1]))
+            shown = _kind_tensor(result, self.kind)  # a decoder may have fewer (or more) layers than its encoder
+            self.tokens, self.shape = list(result.tokens), (int(shown.shape[0]), int(shown.shape[1]))
             self.model_name = result.model_name
             self.saved = SavedSource(result, getattr(self.source, "name", "result"))
         else:
@@ -444,3 +450,13 @@ class Explorer:
         table, stats = self.cache[key]
         rows = table.select(sort=self.sort) if self.sort else table.select()
         return rows, stats
+
+
+def _kind_tensor(result: Any, kind: str) -> Any:
+    """The weights of ``kind`` in ``result`` (the encoder's where the result has no other)."""
+    from ..analysis.transforms import kind_tensor
+
+    try:
+        return kind_tensor(result, kind)[0]
+    except UsageError:
+        return result.attentions
