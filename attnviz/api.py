@@ -302,11 +302,16 @@ def heard_source(audio: str | os.PathLike[str], model: str | None, *, device: st
     from .audio.encoders import hearing_kind, speech_encoder_attention
     from .sources.saved import SavedSource
 
-    if hearing_kind(model) == "whisper":
+    kind = hearing_kind(model)
+    if kind == "whisper":
         from .audio.heard_source import HeardSource
         from .audio.model import load_whisper
 
         return HeardSource(audio, load_whisper(str(model), device=device, revision=revision))
+    if kind == "seq2seq":
+        from .audio.seq2seq import speech_seq2seq_attention
+
+        return SavedSource(speech_seq2seq_attention(audio, str(model), device=device, revision=revision), Path(audio))
     return SavedSource(speech_encoder_attention(audio, str(model), device=device, revision=revision), Path(audio))
 
 

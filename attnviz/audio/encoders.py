@@ -135,12 +135,17 @@ def speech_encoder_attention(audio: str | os.PathLike[str], model: str | SpeechE
 
 
 def hearing_kind(model: str | None) -> str:
-    """``whisper`` or ``encoder``: how ``model`` hears a clip; anything else refused in one line (the one refusal)."""
+    """``whisper``, ``seq2seq`` (another speech encoder-decoder: :mod:`.seq2seq`) or ``encoder``: how ``model``
+    hears a clip; anything else refused in one line (the one refusal)."""
     from .model import hears_sound
+    from .seq2seq import is_speech_seq2seq
 
     if model is not None and hears_sound(model):
         return "whisper"
+    if model is not None and is_speech_seq2seq(model):
+        return "seq2seq"
     if model is not None and is_speech_encoder(model):
         return "encoder"
     raise UsageError(f"[[audio]] is heard by a speech model: {model or 'no model'} is not a Whisper nor a speech "
-                     "encoder (wav2vec2, HuBERT, WavLM); give one as [[model]]")
+                     "encoder (wav2vec2, HuBERT, WavLM) nor a speech encoder-decoder (Speech2Text, Moonshine); give "
+                     "one as [[model]]")

@@ -134,7 +134,7 @@ def speech_encoder_options(options: Any, audio: Path, text: str | None) -> Any:
         raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
                          "or sample_configs/organism_whisper.toml), or a speech encoder such as "
                          "facebook/hubert-base-ls960")
-    if hearing_kind(options.model) == "whisper":
+    if hearing_kind(options.model) in ("whisper", "seq2seq"):
         return None
     if text is not None:
         raise UsageError(f"{options.model} is not a Whisper: a speech encoder hears the clip alone (its "
@@ -211,16 +211,18 @@ def heard_options(options: Any, audio: Path, text: str | None, *, image: bool, p
     each text teacher-forced; a speech encoder, its frames), and the kind shown first (a Whisper's cross-attention)."""
     from dataclasses import replace
 
-    from ..api import audio_header, example_file, hears_sound
+    from ..api import audio_header, example_file, hearing_kind
     from .options import KindChoice
 
     if image or pair is not None or target is not None:
         flag = "--image" if image else "--pair" if pair is not None else "--target"
         raise UsageError(f"{flag} does not go with --audio (the model hears the clip); leave out {flag}")
-    whisper = options.model is not None and hears_sound(options.model)
-    if not whisper:
-        heard = speech_encoder_options(options, audio, text)
+    heard = speech_encoder_options(options, audio, text)  # the model checked, a speech encoder's text refused
+    if heard is not None:
         return heard, KindChoice.encoder
+    if hearing_kind(options.model) == "seq2seq" and text is not None:
+        raise UsageError(f"{options.model} is read with its own transcript in the terminal app; leave out TEXT "
+                         "(attnviz heatmap --audio teacher-forces one)")
     audio = example_file(audio)
     audio_header(audio)
     return replace(options, audio=audio), KindChoice.cross

@@ -174,11 +174,18 @@ def sound_heatmap(audio: str | os.PathLike[str], model: str, *, text: str | None
                   revision: str | None = None, cmap: str = "viridis") -> SoundHeatmap:
     """A Whisper ``model`` (a folder, hub id or sound organism's TOML) over the clip ``audio``, ``text``
     teacher-forced or its own transcript: its cross-attention over time (:func:`sound_heat`), with the clip's
-    log-mel spectrogram, the feature extractor's (:func:`attnviz.audio.hearing.hear`)."""
+    log-mel spectrogram, the feature extractor's (:func:`attnviz.audio.hearing.hear`); another speech
+    encoder-decoder's (:mod:`attnviz.audio.seq2seq`) without the spectrogram."""
+    from ..audio.encoders import hearing_kind
     from ..audio.hearing import hear
     from ..audio.model import load_whisper
     from ..audio.whisper import whisper_attention
 
+    if hearing_kind(model) == "seq2seq":  # another speech encoder-decoder: its cross-attention, no spectrogram
+        from ..audio.seq2seq import speech_seq2seq_attention
+
+        found = speech_seq2seq_attention(audio, model, text=text, device=device, revision=revision)
+        return SoundHeatmap(found, sound_heat(found, layer=layer, head=head, cmap=cmap))
     loaded = load_whisper(model, device=device, revision=revision)
     result = whisper_attention(audio, loaded, text=text, language=language)
     heard = hear(audio, loaded)
