@@ -261,7 +261,7 @@ def sound_page(audio: str | os.PathLike[str] | np.ndarray, model: Any, text: str
                      notes=notes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (its samples are an array: compared by identity)
 class Sounds:
     """A server's clip and Whisper, fixed at its start (``attnviz serve --audio``; :func:`heard_clip` makes one): each
     transcript typed is teacher-forced over the clip, an empty one leaving the model its own greedy transcript, its
