@@ -170,7 +170,7 @@ def test_one_request_computes_at_a_time_each_its_own_transcript(client, watched)
     (["--audio", CLIP, "--model", ORGANISM, "--image", CLIP], "--image does not go with --audio"),
     (["--audio", CLIP, "--model", ORGANISM, "--cache-size", "64M"], "--cache-size does not go with --audio"),
     (["--audio", CLIP, "--model", ORGANISM, "--trust-remote-code"], "--trust-remote-code does not go with --audio"),
-    (["--audio", CLIP, "--model", str(ROOT / "sample_configs" / "tiny.toml")], "use attnviz view --audio"),
+    (["--audio", CLIP, "--model", str(ROOT / "sample_configs" / "tiny.toml")], "is not a Whisper"),
     (["--audio", str(ROOT / "examples" / "no_such_clip.flac"), "--model", ORGANISM], "no_such_clip.flac"),
     (["--audio", CLIP], "--audio needs --model"),
 ])
@@ -181,13 +181,19 @@ def test_what_does_not_go_with_audio_is_one_line(run_cli, args, said):
     assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
-def test_a_speech_encoder_is_refused_saying_to_use_view(run_cli, tmp_path):
-    from test_speech_encoders import tiny
+def test_other_speech_models_are_refused_saying_what_to_use(run_cli, tmp_path):
+    """A speech encoder (its page is a fixed result's: view --audio), and an encoder-decoder that is not a Whisper
+    (no alignment heads to time its words: heatmap --audio draws its cross-attention)."""
+    import test_speech_encoders
+    import test_speech_seq2seq
 
-    encoder = str(tiny(tmp_path / "hubert", "hubert"))
-    refused = run_cli("serve", "--audio", CLIP, "--model", encoder, "--port", "0")
-    assert refused.exit_code != 0 and refused.stderr.count("\n") == 1, refused.stderr
-    assert f"attnviz view --audio {CLIP} --model {encoder}" in refused.stderr and "speech encoder" in refused.stderr
+    encoder = str(test_speech_encoders.tiny(tmp_path / "hubert", "hubert"))
+    seq2seq = str(test_speech_seq2seq.tiny(tmp_path / "s2t", "speech_to_text"))
+    for model, said in ((encoder, f"use attnviz view --audio {CLIP} --model {encoder}"),
+                        (seq2seq, f"attnviz heatmap --audio {CLIP} --model {seq2seq}")):
+        refused = run_cli("serve", "--audio", CLIP, "--model", model, "--port", "0")
+        assert refused.exit_code != 0 and refused.stderr.count("\n") == 1, refused.stderr
+        assert said in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
 
 
 @pytest.mark.slow

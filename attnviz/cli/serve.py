@@ -120,7 +120,7 @@ requests (each transcript's page is computed whole), and a Whisper loads as tran
 def _sounds(options: ModelOptions, audio: Path) -> Any:
     """``serve --audio``: the clip (read, and refused, before the model loads) and the Whisper, loaded once
     (:func:`attnviz.views.sound_page.heard_clip`); what does not go with it refused in one line."""
-    from ..api import audio_header, example_file, hears_sound
+    from ..api import audio_header, example_file, hearing_kind
     from ..views.sound_page import heard_clip
 
     for name in SOUND_UNUSED:
@@ -133,8 +133,14 @@ def _sounds(options: ModelOptions, audio: Path) -> Any:
                          "or sample_configs/organism_whisper.toml)")
     audio = example_file(audio)  # examples/NAME: the copy installed with attnviz, from any folder
     audio_header(audio)  # a missing, damaged or too long clip is said before the model loads
-    if not hears_sound(str(options.model)):
-        raise UsageError(f"{options.model} is not a Whisper attnviz finds: serve --audio teacher-forces each transcript "
-                         "typed through a Whisper's decoder, and a speech encoder (wav2vec2, HuBERT, WavLM) hears the "
-                         f"clip alone, with nothing to type: use attnviz view --audio {audio} --model {options.model}")
-    return heard_clip(audio, str(options.model), device=options.device, revision=options.revision)
+    model = str(options.model)
+    kind = hearing_kind(model)  # (neither a Whisper nor another speech model: refused there, in one line)
+    if kind == "encoder":
+        raise UsageError(f"{model} is a speech encoder: it hears the clip alone, with no transcript to type, and serve "
+                         f"--audio teacher-forces each one typed through a Whisper; use attnviz view --audio {audio} "
+                         f"--model {model}")
+    if kind != "whisper":
+        raise UsageError(f"{model} is a speech encoder-decoder but not a Whisper, and the sound page times its words "
+                         f"with a Whisper's alignment heads; attnviz heatmap --audio {audio} --model {model} draws its "
+                         "cross-attention")
+    return heard_clip(audio, model, device=options.device, revision=options.revision)
