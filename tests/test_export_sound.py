@@ -37,11 +37,11 @@ def test_each_clips_files_are_what_the_library_computes(run_cli, corpus, tmp_pat
     from attnviz.result import AttentionResult
 
     out = tmp_path / "out"
-    done = run_cli("export", str(corpus), "--model", ORGANISM, "--out", str(out), "--formats", "json,png,npz,parquet")
+    done = run_cli("export", str(corpus), "--model", ORGANISM, "--out", str(out), "--formats", "json,npz,parquet")
     assert done.exit_code == 0, done.stderr
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["000000-a.L0.png", "000000-a.L1.png", "000000-a.json", "000000-a.npz", "000001-b.L0.png",
-                     "000001-b.L1.png", "000001-b.json", "000001-b.npz", "manifest.jsonl", "sounds.parquet"]
+    assert names == ["000000-a.json", "000000-a.npz", "000001-b.json", "000001-b.npz", "manifest.jsonl",
+                     "sounds.parquet"]
     for stem, text in (("000000-a", TEXT), ("000001-b", None)):
         doc = json.loads((out / f"{stem}.json").read_text())
         assert doc["teacher_forced"] is (text is not None)
@@ -52,16 +52,33 @@ def test_each_clips_files_are_what_the_library_computes(run_cli, corpus, tmp_pat
         assert doc["heads"] == json.loads(json.dumps(table.rows))
         saved = AttentionResult.load(out / f"{stem}.npz")
         alone = whisper_attention(clip, ORGANISM, text=text)
-        np.testing.assert_allclose(saved.cross_attentions.numpy(), alone.cross_attentions.numpy(), atol=1e-6)
-        np.testing.assert_allclose(saved.attentions.numpy(), alone.attentions.numpy(), atol=1e-6)
+        kept = alone.metadata["audio_positions"]  # the clip's 100 positions: the window's padding left out
+        assert saved.metadata["cropped_to_clip"] and len(saved.tokens) == kept == 100
+        np.testing.assert_allclose(saved.cross_attentions.numpy(), alone.cross_attentions[..., :kept].numpy(),
+                                   atol=1e-6)
+        np.testing.assert_allclose(saved.attentions.numpy(), alone.attentions[:, :, :kept, :kept].numpy(), atol=1e-6)
     import pyarrow.parquet as pq
 
     rows = pq.read_table(out / "sounds.parquet").to_pylist()
     assert len(rows) == 2 * 8 and {r["index"] for r in rows} == {0, 1}
     planted = [r for r in rows if (r["layer"], r["head"]) == (1, 0)]
     assert all(r["alignment"] and r["monotonicity"] > 0.95 for r in planted)
-    again = run_cli("export", str(corpus), "--model", ORGANISM, "--out", str(out), "--formats", "json,png,npz,parquet")
+    again = run_cli("export", str(corpus), "--model", ORGANISM, "--out", str(out), "--formats", "json,npz,parquet")
     assert again.exit_code == 0 and "0 exported, 2 already done" in again.stdout, again.stdout
+
+
+def test_a_png_per_layer_asked_readable_at_first_sight(run_cli, tmp_path):
+    """--layer 1 --formats png: one picture of layer 1's heads under the spectrogram, large enough to read."""
+    from PIL import Image
+
+    shutil.copy(CLIP, tmp_path / "a.flac")
+    (tmp_path / "one.csv").write_text(f"audio,text\na.flac,{TEXT}\n")
+    done = run_cli("export", str(tmp_path / "one.csv"), "--model", ORGANISM, "--out", str(tmp_path / "out"),
+                   "--formats", "png", "--layer", "1")
+    assert done.exit_code == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["000000-a.L1.png", "manifest.jsonl"]
+    with Image.open(tmp_path / "out" / "000000-a.L1.png") as picture:
+        assert min(picture.size) >= 600 and len(set(picture.convert("L").getdata())) > 50  # drawn, not blank
 
 
 def test_a_changed_clip_is_exported_again_and_a_clip_too_long_fails_alone(run_cli, corpus, tmp_path):

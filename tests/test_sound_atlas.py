@@ -54,11 +54,11 @@ def test_each_heads_numbers_are_its_clips_tables_averaged(run_cli, corpus):
     assert atlas["heads"][0]["layer"] == 1 and atlas["heads"][0]["head"] == 0 and atlas["heads"][0]["alignment"]
 
 
-def test_a_fine_tuning_that_moved_the_alignment_head_is_found(run_cli, corpus, tuned, tmp_path):
-    found = run_cli("atlas", str(corpus), "--model", ORGANISM, "--vs-model", tuned, "--format", "json",
-                    "--bootstrap", "200")
-    assert found.exit_code == 0, found.stderr
-    heads = json.loads(found.stdout)["heads"]
+def test_a_fine_tuning_that_moved_the_alignment_head_is_found(corpus, tuned, tmp_path):
+    from attnviz.audio.atlas import sound_atlas, sound_atlas_page
+
+    atlas = sound_atlas(corpus, ORGANISM, vs_model=tuned, bootstrap=200)
+    heads = json.loads(json.dumps(atlas.to_dict()))["heads"]
     first, second = heads[0], heads[1]
     assert {(first["layer"], first["head"]), (second["layer"], second["head"])} == {(1, 0), (1, 3)}
     moved = {(h["layer"], h["head"]): h for h in heads}
@@ -67,9 +67,7 @@ def test_a_fine_tuning_that_moved_the_alignment_head_is_found(run_cli, corpus, t
     for head in heads:
         assert head["d_diagonal_low"] <= head["d_diagonal"] + 1e-12 and head["d_diagonal"] <= head["d_diagonal_high"] + 1e-12
     assert moved[(0, 2)]["d_diagonal"] == 0.0 and moved[(1, 2)]["d_entropy"] == 0.0  # heads left as they were
-    page = tmp_path / "atlas.html"
-    drawn = run_cli("atlas", str(corpus), "--model", ORGANISM, "--vs-model", tuned, "--out", str(page))
-    assert drawn.exit_code == 0, drawn.stderr
+    page = sound_atlas_page(atlas, tmp_path / "atlas.html")
     text = page.read_text()
     assert "<script" not in text and "http" not in text.replace('http-equiv', '') and text.count("<tr>") == 9
     assert "whisper-tuned" in text and "data:image/png;base64," in text

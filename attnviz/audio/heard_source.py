@@ -13,6 +13,7 @@ from typing import Any
 
 from ..sources.base import ExtractOptions
 from ..sources.saved import SavedSource
+from .whisper import clip_only
 
 
 class HeardSource(SavedSource):
@@ -45,17 +46,3 @@ class HeardSource(SavedSource):
         self.result = self._kept[key]
         return super()._one(None, options)
 
-
-def clip_only(result: Any) -> Any:
-    """``result`` (:func:`~attnviz.audio.whisper.whisper_attention`'s) without the window's positions after the clip:
-    the encoder's weights among the clip's positions, the cross-attention's on them; the model's numbers, not
-    renormalised (``metadata["cropped_to_clip"]`` says so)."""
-    from dataclasses import replace
-
-    kept = int(result.metadata["audio_positions"])
-    cross = None if result.cross_attentions is None else result.cross_attentions[..., :kept]
-    return replace(result, tokens=result.tokens[:kept], attentions=result.attentions[:, :, :kept, :kept],
-                   token_ids=result.token_ids[:kept], special=result.special[:kept],
-                   attention_mask=result.attention_mask[:kept], word_ids=result.word_ids[:kept],
-                   segment_ids=result.segment_ids[:kept], cross_attentions=cross,
-                   metadata={**result.metadata, "cropped_to_clip": True})

@@ -182,3 +182,18 @@ def _label(loaded: WhisperModel, token: int) -> str:
         return piece
     text = loaded.tokenizer.decode([token], skip_special_tokens=False)
     return printable(text) if not text.strip() else text.strip()
+
+
+def clip_only(result: Any) -> Any:
+    """``result`` (:func:`~attnviz.audio.whisper.whisper_attention`'s) without the window's positions after the clip:
+    the encoder's weights among the clip's positions, the cross-attention's on them; the model's numbers, not
+    renormalised (``metadata["cropped_to_clip"]`` says so)."""
+    from dataclasses import replace
+
+    kept = int(result.metadata["audio_positions"])
+    cross = None if result.cross_attentions is None else result.cross_attentions[..., :kept]
+    return replace(result, tokens=result.tokens[:kept], attentions=result.attentions[:, :, :kept, :kept],
+                   token_ids=result.token_ids[:kept], special=result.special[:kept],
+                   attention_mask=result.attention_mask[:kept], word_ids=result.word_ids[:kept],
+                   segment_ids=result.segment_ids[:kept], cross_attentions=cross,
+                   metadata={**result.metadata, "cropped_to_clip": True})

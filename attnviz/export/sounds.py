@@ -8,9 +8,9 @@ one (or its reference's words), else the model's own greedy transcript. Per clip
   ``attnviz heads --audio``);
 * ``{stem}.L{layer}.png``: each decoder layer's cross-attention over time under the clip's log-mel spectrogram, a
   panel per head (or the heads given), as ``attnviz heatmap --audio --head all --out x.png`` draws it;
-* ``{stem}.npz``: the whole result (:func:`attnviz.audio.whisper.whisper_attention`'s), the encoder's
-  self-attention with it: 1,500 × 1,500 weights a head and layer, so leave npz out of the formats for a corpus of
-  a large model;
+* ``{stem}.npz``: the result (:func:`attnviz.audio.whisper.whisper_attention`'s) over the clip's positions
+  (:func:`attnviz.audio.whisper.clip_only`: the window's padding after the clip, silence, left out, so a 2-s clip's
+  encoder attention is 100 × 100 weights a head, not 1,500 × 1,500; ``metadata["cropped_to_clip"]``);
 
 and with ``parquet`` one ``sounds.parquet``: a row per clip × layer × head of the statistics. Resumable and
 shardable as every export (the manifest, journal and lock); an item's hash covers its text and its clip's bytes. A
@@ -112,7 +112,7 @@ def _export_item(loaded: Any, item: SoundItem, out_dir: Path,
                  settings: ExportSettings) -> tuple[list[str], dict[str, Any]]:
     from ..audio.cross_stats import pass_head_statistics
     from ..audio.timing import alignment_heads, decoder_of, word_alignment
-    from ..audio.whisper import as_result, forward
+    from ..audio.whisper import as_result, clip_only, forward
     from ..layer_range import check_heads, check_layers
 
     layers_count = int(loaded.config.decoder_layers)
@@ -126,8 +126,8 @@ def _export_item(loaded: Any, item: SoundItem, out_dir: Path,
                   encoder="npz" in settings.formats, weights=True, scores=range(layers_count), text_only=True)
     files: list[str] = []
     result = as_result(loaded, run)
-    if "npz" in settings.formats:
-        files.append(result.save(out_dir / f"{item.stem}.npz", float16=settings.float16).name)
+    if "npz" in settings.formats:  # the clip's positions only: the window's padding is silence
+        files.append(clip_only(result).save(out_dir / f"{item.stem}.npz", float16=settings.float16).name)
     per_second = loaded.sampling_rate / (loaded.hop_length * loaded.stride)
     aligned = word_alignment(run.scores, run.logits, run.read, run.heard.positions, decoder_of(loaded), per_second,
                              marked, duration=run.heard.seconds)
