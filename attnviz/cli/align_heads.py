@@ -11,7 +11,7 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console
-from .options import Device, DeviceOpt, Revision, Verbose, Width
+from .options import Device, DeviceOpt, Revision, Verbose, Width, ray_options
 from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 
 SOUND_ORGANISM = "sample_configs/organism_whisper.toml"
@@ -22,6 +22,9 @@ def _example(path: Path | None) -> Path | None:
     from ..api import example_file
 
     return None if path is None else example_file(path)
+
+
+RAY = ray_options("the clips")
 
 
 @cli_command(flags={"write_config": "--write-config", "references": "--references"})
@@ -59,13 +62,9 @@ def align_heads(
                                              "alignment_heads set to the set found: transformers' "
                                              "generate(return_token_timestamps=True) then reads it.",
                                              show_default=False),
-    backend: str = typer.Option("local", "--backend", help="local (this machine, one model) or ray (the clips on "
-                                "--jobs Ray actors, one model each; needs Ray); the same results."),
-    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="With --backend ray: how many actors (models) read "
-                             "clips at once."),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="With --backend ray: an existing cluster "
-                                           "(auto, or the head's host:port); default: a local cluster with this "
-                                           "machine's CPUs.", show_default=False),
+    backend: str = RAY[0],
+    jobs: int = RAY[1],
+    ray_address: str | None = RAY[2],
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
     revision: str | None = Revision,
     device: Device = DeviceOpt,

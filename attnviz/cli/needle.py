@@ -12,10 +12,13 @@ from ..api import result_suffixes as suffixes
 from ..defaults import ANSWER_TOKENS, DEPTHS, NEEDLE, QUESTION
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console
-from .options import CausalModel, Column, Field, InputFormat, ModelOptions, Width, model_command
+from .options import CausalModel, Column, Field, InputFormat, ModelOptions, Width, model_command, ray_options
 from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 
 NEEDLE_TEXT, QUESTION_TEXT = NEEDLE, QUESTION  # the library's (attnviz.defaults)
+
+
+RAY = ray_options("the grid's cells")
 
 
 @cli_command
@@ -49,13 +52,9 @@ def needle(
                                    ".json (the whole result: every run, answer and score; heads --retrieval reads "
                                    "it), .csv or .parquet (the heads ranked), .png, .svg, .pdf (the grid and the "
                                    "heads' scores), .html (the page: click a cell for that run's answer attention).", show_default=False),
-    backend: str = typer.Option("local", "--backend", help="local (this machine, one model) or ray (the grid's cells "
-                                "on --jobs Ray actors, one model each; needs Ray); the same results."),
-    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="With --backend ray: how many actors (models) answer "
-                             "cells at once."),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="With --backend ray: an existing cluster "
-                                           "(auto, or the head's host:port); default: a local cluster with this "
-                                           "machine's CPUs.", show_default=False),
+    backend: str = RAY[0],
+    jobs: int = RAY[1],
+    ray_address: str | None = RAY[2],
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print no progress."),
     width: int | None = Width,
 ) -> None:

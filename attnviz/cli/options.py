@@ -159,6 +159,17 @@ AudioFile = typer.Option(None, "--audio", metavar="CLIP", help="A sound clip (WA
                          "a Whisper's decoder's cross-attention over the clip's time (30 s at most; TEXT "
                          "teacher-forced, else the model's own transcript), or a speech encoder's (wav2vec2, HuBERT, "
                          "WavLM) self-attention over its frames.", show_default=False)
+def ray_options(what: str) -> tuple[Any, Any, Any]:
+    """``--backend``, ``--jobs`` and ``--ray-address`` of a command whose ``what`` (e.g. "the clips") spread over
+    Ray actors, one model each (needle's grid, align-heads' clips)."""
+    backend = typer.Option("local", "--backend", help=f"local (this machine, one model) or ray ({what} on --jobs Ray "
+                           "actors, one model each; needs Ray); the same results.")
+    jobs = typer.Option(2, "--jobs", "-j", min=1, help="With --backend ray: how many actors (models) work at once.")
+    address = typer.Option(None, "--ray-address", help="With --backend ray: an existing cluster (auto, or the head's "
+                           "host:port); default: a local cluster with this machine's CPUs.", show_default=False)
+    return backend, jobs, address
+
+
 AllowOutsidePictures = typer.Option(
     False, "--allow-outside-pictures", help="A corpus's pictures (its image field or column) may lie outside its "
     "folder (../, an absolute path, a link pointing out); by default such a row is refused. Only for a corpus you "
