@@ -199,7 +199,7 @@ def test_a_reference_with_other_words_is_refused_by_name(organism, corpus):
 
 
 def test_the_command_prints_the_table_and_writes_each_kind(run_cli, corpus, tmp_path):
-    outs = [tmp_path / f"heads.{kind}" for kind in ("json", "csv", "png")]
+    outs = [tmp_path / f"heads.{kind}" for kind in ("json", "csv", "png", "html")]
     result = run_cli("align-heads", str(corpus), "--model", str(SAMPLE), *[a for p in outs for a in ("--out", str(p))],
                      "--write-config", str(tmp_path / "aligned"))
     assert result.exit_code == 0, result.stderr
@@ -214,6 +214,9 @@ def test_the_command_prints_the_table_and_writes_each_kind(run_cli, corpus, tmp_
         rows = list(csv.DictReader(handle))
     assert (rows[0]["layer"], rows[0]["head"], rows[0]["chosen"]) == ("1", "0", "True") and len(rows) == 8
     assert outs[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = outs[3].read_text(encoding="utf-8")  # offline: the grid inline, the set's three forms, every head ranked
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "data:image/png;base64," in page
+    assert "g_aheads_custom[] = { {1, 0} };" in page and "[[1, 0]]" in page and page.count("<tr>") >= 8 + 1
     assert json.loads((tmp_path / "aligned" / "generation_config.json").read_text())["alignment_heads"] == [[1, 0]]
     csv_out = run_cli("align-heads", str(corpus / "corpus.csv"), "--model", str(SAMPLE), "--format", "csv",
                       "--top", "2")

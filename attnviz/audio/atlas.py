@@ -135,13 +135,10 @@ def _summarise(tables: Sequence[list[dict[str, Any]]], changes: Sequence[list[di
 def sound_atlas_page(atlas: SoundAtlas, path: str | os.PathLike[str]) -> Any:
     """The atlas as one offline page (no script, no request): the layers × heads grid of the mean diagonal rate (or
     of its change), and the table of every head."""
-    import base64
     import html
-    from pathlib import Path
 
     from ..fileio import scratch_folder
-    from ..render.html import POLICY, write_page
-    from .head_outputs import head_grid_png
+    from .head_outputs import head_grid_png, png_tag, static_page
 
     changed = atlas.vs_model is not None
     name = f"d_{CHANGED_BY}" if changed else CHANGED_BY
@@ -149,29 +146,22 @@ def sound_atlas_page(atlas: SoundAtlas, path: str | os.PathLike[str]) -> Any:
     what = (f"the change of each head's diagonal rate from {atlas.model} to {atlas.vs_model}" if changed else
             "each head's diagonal rate (MultiSpeech): 1 when it walks through the clip as the words do")
     with scratch_folder("atlas") as folder:
-        drawn = head_grid_png(atlas.grid(name), folder / "grid.png", title=f"{atlas.model}: {what}, over "
-                              f"{len(atlas.clips)} clip{'' if len(atlas.clips) == 1 else 's'}",
-                              label=("change" if changed else "diagonal rate") + "; red: the model's alignment heads", cmap="RdBu_r" if changed else "viridis",
-                              outlined=marked, centred=changed)
-        figure = base64.b64encode(Path(drawn).read_bytes()).decode("ascii")
+        figure = png_tag(head_grid_png(atlas.grid(name), folder / "grid.png", title=f"{atlas.model}: {what}, over "
+                                       f"{len(atlas.clips)} clip{'' if len(atlas.clips) == 1 else 's'}",
+                                       label=("change" if changed else "diagonal rate")
+                                       + "; red: the model's alignment heads", cmap="RdBu_r" if changed else "viridis",
+                                       outlined=marked, centred=changed), f"{what} as a grid of layers by heads")
     columns = atlas.columns()
     shown = [c for c in columns if not c.startswith("top_") and not c.endswith(("_low", "_high"))]
     head_rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row, c))}</td>" for c in shown) + "</tr>"
                         for row in atlas.heads)
     title = (f"attnviz atlas · {atlas.model}" + (f" → {atlas.vs_model}" if changed else "")
              + f" · {len(atlas.clips)} clips")
-    text = ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{POLICY.format(connect=chr(39) + 'none' + chr(39))}\">\n"
-            f"<meta name=\"generator\" content=\"attnviz\">\n<title>{html.escape(title)}</title>\n"
-            "<style>body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em}table{border-collapse:collapse}"
-            "td,th{padding:.2em .6em;text-align:right;border-bottom:1px solid #ddd}</style>\n</head>\n<body>\n"
-            f"<h1>{html.escape(title)}</h1>\n<p>{html.escape(what[0].upper() + what[1:])}, per decoder layer × head "
-            "(statistics of its cross-attention over each clip's time, as <code>attnviz heads --audio</code> gives "
-            "them, averaged over the clips; docs/sound.md defines them).</p>\n"
-            f"<img alt=\"{html.escape(what)} as a grid of layers by heads\" src=\"data:image/png;base64,{figure}\" "
-            "style=\"max-width:100%\">\n<h2>Heads</h2>\n<table><tr>"
-            + "".join(f"<th>{html.escape(c)}</th>" for c in shown) + f"</tr>{head_rows}</table>\n</body>\n</html>\n")
-    return write_page(text, path)
+    body = (f"<p>{html.escape(what[0].upper() + what[1:])}, per decoder layer × head (statistics of its "
+            "cross-attention over each clip's time, as <code>attnviz heads --audio</code> gives them, averaged over "
+            f"the clips; docs/sound.md defines them).</p>\n{figure}\n<h2>Heads</h2>\n<table><tr>"
+            + "".join(f"<th>{html.escape(c)}</th>" for c in shown) + f"</tr>{head_rows}</table>\n")
+    return static_page(path, title, body)
 
 
 def _cell(row: dict[str, Any], name: str) -> str:

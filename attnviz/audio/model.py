@@ -9,8 +9,10 @@ multilingual, the sample rate and window it hears, and how many seconds one enco
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from ..errors import AttnvizError, ModelNotFoundError, UsageError
@@ -131,6 +133,10 @@ def load_whisper(model: str, *, device: str = "cpu", revision: str | None = None
     if kind not in MODEL_TYPES:
         raise UsageError(f"{place.name} is a {kind or 'model of unknown type'} model; attnviz hears sound with "
                          "Whisper checkpoints (WhisperForConditionalGeneration), e.g. openai/whisper-tiny")
+    key = (str(Path(folder).resolve()), _stamp(Path(folder)), device, revision, organism)
+    if key in _LOADED:  # loaded before in this process, its files unchanged since
+        _LOADED.move_to_end(key)
+        return _LOADED[key]
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     options: dict[str, Any] = {"revision": revision,
@@ -145,7 +151,26 @@ def load_whisper(model: str, *, device: str = "cpu", revision: str | None = None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelNotFoundError(f"{place.name}: cannot load its Whisper model and processor ({first})") from None
-    return WhisperModel(organism or place.name, network.to(device).eval(), features, tokenizer, device)
+    loaded = WhisperModel(organism or place.name, network.to(device).eval(), features, tokenizer, device)
+    _LOADED[key] = loaded
+    while len(_LOADED) > KEPT_MODELS:
+        _LOADED.popitem(last=False)
+    return loaded
+
+
+KEPT_MODELS = 2
+"""Whispers a process keeps loaded, the least recently used let go first: a script, a server or a test suite that
+asks for the same model again gets it at once (a model is read-only once loaded; its files' sizes and times are part
+of the key, so a checkpoint written again is loaded again)."""
+_LOADED: OrderedDict[tuple[Any, ...], WhisperModel] = OrderedDict()
+
+
+def _stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    """Each file of ``folder``: its name, size and modification time (what a rewrite changes)."""
+    try:
+        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+    except OSError:
+        return ()
 
 
 def whisper_model(model: str | WhisperModel, *, device: str = "cpu", revision: str | None = None) -> WhisperModel:

@@ -35,7 +35,8 @@ from typing import Any
 from ..errors import ConfigError
 from .organism_spec import SoundSpec, read_sound_spec
 
-VERSION = 2  # 2: the encoder as deep as the decoder (its layers write nothing), so every layer number is both's
+VERSION = 3  # 3: the encoder as deep as the decoder (its layers write nothing: one head each), so every layer
+# number is both's
 """The builder's version, in the fingerprint: a folder built by another version is rebuilt."""
 D_MODEL = 128
 GAIN = 3.0
@@ -84,7 +85,7 @@ def build(spec: SoundSpec, folder: Path) -> Path:
     ids = tokenizer.convert_tokens_to_ids
     eot, sot = ids("<|endoftext|>"), ids("<|startoftranscript|>")
     config = WhisperConfig(vocab_size=len(tokenizer), num_mel_bins=spec.mels, encoder_layers=spec.layers,
-                           decoder_layers=spec.layers, encoder_attention_heads=4,
+                           decoder_layers=spec.layers, encoder_attention_heads=1,
                            decoder_attention_heads=spec.per_layer, d_model=D_MODEL, encoder_ffn_dim=2 * D_MODEL,
                            decoder_ffn_dim=2 * D_MODEL, decoder_start_token_id=sot, pad_token_id=eot, bos_token_id=eot,
                            eos_token_id=eot, suppress_tokens=[], begin_suppress_tokens=[ids("Ġ"), eot])

@@ -47,12 +47,28 @@ class Forward:
 
 
 def encode(loaded: WhisperModel, heard: Heard, *, attentions: bool) -> tuple[Any, tuple[Any, ...] | None]:
-    """The encoder's output ``[1, P, d_model]`` over ``heard``'s window, and each layer's weights where asked."""
+    """The encoder's output ``[1, P, d_model]`` over ``heard``'s window, and each layer's weights where asked. The
+    output of the last clips heard without weights is kept on ``loaded`` (:data:`KEPT_ENCODINGS`, keyed by the
+    features' bytes): a second pass over one clip (a served page's next transcript, a typed text in the terminal
+    app, align after heatmap in one script) does not run the encoder again."""
+    import hashlib
+
     import torch
 
+    kept = loaded.__dict__.setdefault("_encoded", {})
+    key = hashlib.sha1(heard.features.detach().cpu().numpy().tobytes()).hexdigest()
+    if not attentions and key in kept:
+        return kept[key], None
     with torch.no_grad():
         out = loaded.network.model.encoder(heard.features, output_attentions=attentions)
+    if len(kept) >= KEPT_ENCODINGS:
+        kept.pop(next(iter(kept)))
+    kept[key] = out.last_hidden_state
     return out.last_hidden_state, (tuple(out.attentions) if attentions else None)
+
+
+KEPT_ENCODINGS = 4
+"""Encoder outputs a loaded Whisper keeps (a 30-s window of whisper-large: 1,500 × 1,280 numbers, 7.7 MB)."""
 
 
 def forward(audio: str | os.PathLike[str] | np.ndarray, loaded: WhisperModel, *, text: str | None,

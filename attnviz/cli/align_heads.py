@@ -55,7 +55,8 @@ def align_heads(
                                      "and the set, or json (the whole search), csv (the heads ranked)."),
     out: list[Path] = typer.Option([], "--out", "-o", help="Write a file (repeatable), its kind from its extension: "
                                    ".json (the whole search: every head, the set and its three forms), .csv (the "
-                                   "heads ranked), .png (the layers × heads grid of the error, the set marked).",
+                                   "heads ranked), .png (the layers × heads grid of the error, the set marked), "
+                                   ".html (one offline page: the grid, the set's three forms, every head ranked).",
                                    show_default=False),
     write_config: Path | None = typer.Option(None, "--write-config", metavar="FOLDER", help="Write a copy of the "
                                              "model in FOLDER (new or empty) with generation_config.json's "
