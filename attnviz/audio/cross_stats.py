@@ -20,7 +20,7 @@ the window's padding after the clip left out), each row's weights renormalised o
   row ``t``'s centre ``c_t = (t + ½) P / n`` and ``b`` = :data:`DIAGONAL_BAND` of the clip's positions (one at least);
   a clip whose speech fills it evenly puts an alignment head near 1, a head on a few positions near the band's share;
 * ``label_free``: the score of Yeh, Meng and Tang (arXiv 2509.09987) that ``align-heads`` ranks heads by without
-  references (:func:`attnviz.audio.head_search.label_free_scores`), over every row of the pass;
+  references (:func:`attnviz.audio.clip_passes.label_free_scores`), over every row of the pass;
 * ``alignment``: whether the head is one of the model's alignment heads (:func:`attnviz.audio.timing.alignment_heads`).
 """
 
@@ -124,7 +124,7 @@ def pass_head_statistics(loaded: Any, run: Any, marked: Sequence[tuple[int, int]
                          band: float = DIAGONAL_BAND) -> SoundHeads:
     """The table of one pass ``run`` (:class:`attnviz.audio.whisper.Forward` with the cross weights and every
     layer's scores), ``marked`` the alignment heads."""
-    from .head_search import label_free_scores
+    from .clip_passes import label_free_scores
 
     positions = run.heard.positions
     start = len(run.read.prompt) - 1
