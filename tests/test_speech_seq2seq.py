@@ -107,3 +107,12 @@ def test_heatmap_draws_it_as_whispers(run_cli, model, wav, tmp_path):
     assert shown["tokens"] == result.target_tokens[1:] and (tmp_path / "h.png").stat().st_size > 10_000
     terminal = run_cli("heatmap", "--audio", str(wav), "--model", model, "the cat sat", "--layer", "0", "--width", "90")
     assert terminal.exit_code == 0 and "time in seconds" in terminal.stdout, terminal.stderr
+
+
+def test_attention_that_would_not_fit_is_refused_before_the_encoder_runs(model, wav, monkeypatch):
+    from attnviz.errors import ResourceError
+    from attnviz.limits import MEMORY_ENV
+
+    monkeypatch.setenv(MEMORY_ENV, "1000")
+    with pytest.raises(ResourceError, match="encoder positions"):
+        speech_seq2seq_attention(wav, model, text="the cat")

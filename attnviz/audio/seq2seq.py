@@ -60,14 +60,19 @@ def speech_seq2seq_attention(audio: str | os.PathLike[str], model: str, *, text:
     config = network.config
     start = _token(network, "decoder_start_token_id", name)
     end = _token(network, "eos_token_id", name)
+    # Before the encoder runs (its eager attention is positions² a head): its positions at most, one a feature frame
+    # (a filter bank's 10 ms frames; raw samples, one a 20-ms hop at least, wav2vec2's 320 samples)
+    given = inputs.get("input_features")
+    bound = max(given.shape[1:]) if given is not None else max(1, len(samples) // 320)
+    layers = sum(int(getattr(config, key, 0) or 0) for key in ("encoder_layers", "encoder_num_hidden_layers"))
+    heads = max((int(getattr(config, key, 0) or 0) for key in ("encoder_attention_heads",
+                                                                "encoder_num_attention_heads")), default=0)
+    needed = 3 * 4 * max(1, layers) * max(1, heads) * bound * bound
+    if needed > memory_budget():
+        raise ResourceError(f"{name}'s attention over {Path(audio).name} (up to {bound:,} encoder positions) needs "
+                            f"about {human(needed)}, more than the {human(memory_budget())} this machine has; give a "
+                            f"shorter clip, or set {MEMORY_ENV} to try anyway")
     with torch.no_grad():
-        positions = int(network.get_encoder()(**inputs).last_hidden_state.shape[1])
-        layers = sum(int(getattr(config, key, 0) or 0) for key in ("encoder_layers", "encoder_num_hidden_layers"))
-        needed = 3 * 4 * max(1, layers) * 16 * positions * positions  # heads: 16 at most in these families
-        if needed > memory_budget():
-            raise ResourceError(f"{name}'s attention over {Path(audio).name}'s {positions:,} encoder positions needs "
-                                f"about {human(needed)}, more than the {human(memory_budget())} this machine has; give "
-                                f"a shorter clip, or set {MEMORY_ENV} to try anyway")
         if text is not None:
             if not text.strip():
                 raise InputError("the text is empty; give the words spoken in the clip, or none for the model's own")

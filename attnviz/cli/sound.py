@@ -165,8 +165,10 @@ def audio_atlas(options: Any, corpus: Path, vs_model: str | None, *, fmt: str, t
                 name, "--" + name.replace("_", "-"))
             raise UsageError(f"{flag} does not go with a Whisper's atlas (each cross-attention head's statistics "
                              f"over the clips' time): leave out {flag}")
-    if out is not None and out.suffix.lower() != ".html":
-        raise UsageError(f"--out writes the atlas page: give a file name ending in .html, not {out.name}")
+    if out is not None:
+        from .outputs import check_outputs
+
+        check_outputs([out], (".html",), written="--out writes the atlas page, a file ending in .html")  # no link, pipe, device
     with export_progress(Console(stderr=True), enabled=fmt == "table" and out is None, doing="atlas",
                          label="atlas: hearing", unit="clips") as (start, advance):
         started = [False]
