@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from attnviz.audio.organism import whisper_specials
+from attnviz.audio.organism import byte_tokenizer
 
 WORDS = ("hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away", "and", "then",
          "is", "it", "good", "you", "said")
@@ -23,28 +22,9 @@ WORDS = ("hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", 
 
 
 def tiny_tokenizer():
-    """A WhisperTokenizer over the 256 bytes, the merges that make each of :data:`WORDS` (alone and after a space)
-    one token, and Whisper's special tokens after them."""
-    from tokenizers import AddedToken
-    from transformers import WhisperTokenizer
-
-    alphabet = bytes_to_unicode()  # GPT-2's byte-level alphabet, as transformers writes it
-    vocab = {ch: i for i, ch in enumerate(alphabet[b] for b in range(256))}
-    merges: list[tuple[str, str]] = []
-    for word in WORDS:
-        for form in (alphabet[ord(" ")] + word, word):
-            pieces = list(form)
-            while len(pieces) > 1:
-                pair = (pieces[0], pieces[1])
-                if pair not in merges:
-                    merges.append(pair)
-                pieces = [pieces[0] + pieces[1], *pieces[2:]]
-                vocab.setdefault(pieces[0], len(vocab))
-    for token in whisper_specials():
-        vocab[token] = len(vocab)
-    tokenizer = WhisperTokenizer(vocab=vocab, merges=merges)
-    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in whisper_specials()], special_tokens=True)
-    return tokenizer
+    """A WhisperTokenizer in which each of :data:`WORDS`, alone and after a space, is one token, and Whisper's special
+    tokens come after them (the sound organism's own tokenizer maker, attnviz.audio.organism.byte_tokenizer)."""
+    return byte_tokenizer([form for word in WORDS for form in (" " + word, word)])
 
 
 def tiny_whisper(folder: Path, *, mels: int = 80, layers: tuple[int, int] = (2, 2), heads: tuple[int, int] = (4, 4),

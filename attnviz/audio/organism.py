@@ -29,6 +29,7 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,20 +116,30 @@ def build(spec: SoundSpec, folder: Path) -> Path:
 
 
 def organism_tokenizer(spec: SoundSpec) -> Any:
-    """A WhisperTokenizer over the 256 bytes, merges that make each of the organism's tokens one token (after a
-    space, for languages written with spaces), and Whisper's special tokens after them; each token checked to be
-    one token."""
+    """A WhisperTokenizer in which each of the organism's tokens (after a space, for languages written with spaces)
+    is one token (:func:`byte_tokenizer`), each checked to be one token."""
+    from .languages import NO_SPACES
+
+    space = spec.language not in NO_SPACES
+    forms = [(" " if space else "") + token for token in spec.tokens]
+    tokenizer = byte_tokenizer(forms)
+    for form in forms:
+        if len(tokenizer(form, add_special_tokens=False)["input_ids"]) != 1:
+            raise ConfigError(f"{spec.name}: {form.strip()!r} is not one token of the organism's vocabulary; write "
+                              "its text as words (or characters) without punctuation")
+    return tokenizer
+
+
+def byte_tokenizer(forms: Sequence[str]) -> Any:
+    """A WhisperTokenizer made offline: the 256 bytes (GPT-2's byte-level alphabet, as transformers writes it), the
+    merges that make each of ``forms`` one token, in order, and Whisper's special tokens after them."""
     from tokenizers import AddedToken
     from transformers import WhisperTokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    from .languages import NO_SPACES
-
     alphabet = bytes_to_unicode()
     vocab = {ch: i for i, ch in enumerate(alphabet[b] for b in range(256))}
     merges: list[tuple[str, str]] = []
-    space = spec.language not in NO_SPACES
-    forms = [(" " if space else "") + token for token in spec.tokens]
     for form in forms:
         pieces = [alphabet[b] for b in form.encode("utf-8")]
         while len(pieces) > 1:
@@ -142,10 +153,6 @@ def organism_tokenizer(spec: SoundSpec) -> Any:
         vocab[token] = len(vocab)
     tokenizer = WhisperTokenizer(vocab=vocab, merges=merges)
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in specials], special_tokens=True)
-    for form in forms:
-        if len(tokenizer(form, add_special_tokens=False)["input_ids"]) != 1:
-            raise ConfigError(f"{spec.name}: {form.strip()!r} is not one token of the organism's vocabulary; write "
-                              "its text as words (or characters) without punctuation")
     return tokenizer
 
 

@@ -203,8 +203,10 @@ def read_head_corpus(source: str | os.PathLike[str], *, references: str | os.Pat
                      allow_outside: bool = False) -> list[Clip]:
     """The clips of ``source`` (see the module): a CSV or JSONL corpus, a folder of clips, or one clip.
     ``references``: for one clip, its reference file; for a folder, the folder its references are in (default:
-    beside the clips)."""
-    source = Path(source)
+    beside the clips). ``examples/NAME`` missing here is the copy installed with attnviz."""
+    from ..inputs import example_file
+
+    source = example_file(Path(source))
     if source.is_dir():
         return _folder_clips(source, Path(references) if references is not None else source)
     if source.suffix.lower() in AUDIO_SUFFIXES:

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console
-from .options import Device, DeviceOpt, Revision, Width, text_from_file
+from .options import Device, DeviceOpt, Revision, Width, example_path, text_from_file
 from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 
 EXAMPLE_CLIP = "examples/organism_whisper.flac"
@@ -29,13 +29,6 @@ class Level(str, Enum):
 class Task(Enum):  # not a str: its member translate would hide str.translate
     transcribe = "transcribe"
     translate = "translate"
-
-
-def _example_clip(clip: Path) -> Path:
-    """The clip, or for ``examples/NAME`` missing here the copy installed with attnviz (as ``--image`` does)."""
-    from ..api import example_file
-
-    return example_file(clip)
 
 
 def parse_heads(text: str) -> list[tuple[int, int]]:
@@ -60,7 +53,7 @@ def align(
     clip: Path = typer.Argument(..., metavar="CLIP", help="The sound: a WAV, FLAC, OGG or MP3 file, mixed to mono and "
                                 "resampled to the model's rate; longer than the model's window (30 s for Whisper), "
                                 "heard one window after another (without --text).",
-                                show_default=False, callback=_example_clip),
+                                show_default=False, callback=example_path),
     model: str = typer.Option(..., "--model", "-m", show_default=False,
                               help="A Whisper checkpoint: a folder saved with its processor, a hub id such as "
                                    f"openai/whisper-tiny, or a sound organism's TOML such as {SOUND_ORGANISM} "

@@ -11,17 +11,10 @@ import typer
 
 from ..errors import UsageError
 from .common import cli_command, echo_json, note, stdout_console
-from .options import Device, DeviceOpt, Revision, Verbose, Width, ray_options
+from .options import Device, DeviceOpt, Revision, Verbose, Width, example_path, ray_options
 from .outputs import StdoutFormat, announcer, check_outputs, csv_text
 
 SOUND_ORGANISM = "sample_configs/organism_whisper.toml"
-
-
-def _example(path: Path | None) -> Path | None:
-    """The path, or for ``examples/NAME`` missing here the copy installed with attnviz (as ``--image`` does)."""
-    from ..api import example_file
-
-    return None if path is None else example_file(path)
 
 
 RAY = ray_options("the clips")
@@ -32,7 +25,7 @@ def align_heads(
     corpus: Path = typer.Argument(..., metavar="CORPUS", help="The clips: a CSV or JSONL of rows audio,reference[,text] "
                                   "(paths relative to it, inside its folder), a folder of clips each with a reference "
                                   "of the same name (a.wav and a.TextGrid, a.json or a.csv), or one clip.",
-                                  show_default=False, callback=_example),
+                                  show_default=False, callback=example_path),
     model: str = typer.Option(..., "--model", "-m", show_default=False,
                               help="A Whisper checkpoint: a folder saved with its processor, a hub id such as "
                                    f"openai/whisper-tiny, or a sound organism's TOML such as {SOUND_ORGANISM}."),
@@ -41,7 +34,7 @@ def align_heads(
                                            "word,start,end); for a folder of clips: the folder holding the "
                                            "references. Default: beside the clips. Clips without references are "
                                            "scored without labels (arXiv 2509.09987's score).", show_default=False,
-                                           callback=_example),
+                                           callback=example_path),
     language: str | None = typer.Option(None, "--language", help="The spoken language, a code such as en (a "
                                         "multilingual model's prompt names it). Default: the one the model hears.",
                                         show_default=False),

@@ -154,11 +154,20 @@ def _example_pictures(pictures: list[Path]) -> list[Path]:
     return [example_file(picture) for picture in pictures or []]
 
 
+def example_path(path: Path | None) -> Path | None:
+    """A path, or for ``examples/NAME`` missing here the copy installed with attnviz (a clip, a corpus, a reference:
+    the files the README's commands read), as :func:`_example_pictures` does for ``--image``."""
+    from ..api import example_file
+
+    return None if path is None else example_file(path)
+
+
 ImageFiles = typer.Option([], "--image", help=image_help(), show_default=False, callback=_example_pictures)
 AudioFile = typer.Option(None, "--audio", metavar="CLIP", help="A sound clip (WAV, FLAC, OGG or MP3) heard by --model: "
                          "a Whisper's decoder's cross-attention over the clip's time (30 s at most; TEXT "
                          "teacher-forced, else the model's own transcript), or a speech encoder's (wav2vec2, HuBERT, "
-                         "WavLM) self-attention over its frames.", show_default=False)
+                         "WavLM) self-attention over its frames.", show_default=False,
+                         callback=example_path)
 def ray_options(what: str) -> tuple[Any, Any, Any]:
     """``--backend``, ``--jobs`` and ``--ray-address`` of a command whose ``what`` (e.g. "the clips") spread over
     Ray actors, one model each (needle's grid, align-heads' clips)."""

@@ -120,7 +120,7 @@ requests (each transcript's page is computed whole), and a Whisper loads as tran
 def _sounds(options: ModelOptions, audio: Path) -> Any:
     """``serve --audio``: the clip (read, and refused, before the model loads) and the Whisper, loaded once
     (:func:`attnviz.views.sound_page.heard_clip`); what does not go with it refused in one line."""
-    from ..api import audio_header, example_file, hearing_kind
+    from ..api import audio_header, hearing_kind
     from ..views.sound_page import heard_clip
 
     for name in SOUND_UNUSED:
@@ -131,7 +131,6 @@ def _sounds(options: ModelOptions, audio: Path) -> Any:
     if options.model is None:
         raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
                          "or sample_configs/organism_whisper.toml)")
-    audio = example_file(audio)  # examples/NAME: the copy installed with attnviz, from any folder
     audio_header(audio)  # a missing, damaged or too long clip is said before the model loads
     model = str(options.model)
     kind = hearing_kind(model)  # (neither a Whisper nor another speech model: refused there, in one line)

@@ -29,14 +29,13 @@ def refuse_unused_with_audio(names: tuple[str, ...] = UNUSED) -> None:
 def audio_heatmap(options: Any, text: str | None, audio: Path, *, layer: int | None, head: Any, out: list[Path],
                   cmap: str, width: int | None) -> None:
     """Check, run and show (see the module)."""
-    from ..api import audio_header, example_file, write_document
+    from ..api import audio_header, write_document
     from ..render.sound_figure import render_sound_figure
     from ..render.terminal import render_terminal
     from ..views.sound_heat import sound_heatmap
     from .outputs import check_outputs
 
     refuse_unused_with_audio()
-    audio = example_file(audio)  # examples/NAME: the copy installed with attnviz, from any folder
     if options.model is None:
         raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
                          "or sample_configs/organism_whisper.toml)")
@@ -74,11 +73,10 @@ def audio_heads(options: Any, text: str | None, audio: Path, *, sort: str | None
     import typer
     from rich.table import Table
 
-    from ..api import audio_header, csv_text, example_file, safe_text, sound_head_columns, sound_head_statistics
+    from ..api import audio_header, csv_text, safe_text, sound_head_columns, sound_head_statistics
     from .outputs import StdoutFormat, announcer, check_outputs, write_table
 
     refuse_unused_with_audio(HEADS_UNUSED)
-    audio = example_file(audio)
     if options.model is None:
         raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
                          "or sample_configs/organism_whisper.toml)")
@@ -128,7 +126,7 @@ def speech_encoder_options(options: Any, audio: Path, text: str | None) -> Any:
     draws as any result; None for a Whisper, which the sound commands read."""
     from dataclasses import replace
 
-    from ..api import audio_header, example_file, hearing_kind
+    from ..api import audio_header, hearing_kind
 
     if options.model is None:
         raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
@@ -139,7 +137,6 @@ def speech_encoder_options(options: Any, audio: Path, text: str | None) -> Any:
     if text is not None:
         raise UsageError(f"{options.model} is not a Whisper: a speech encoder hears the clip alone (its "
                          "self-attention over the frames); leave out TEXT")
-    audio = example_file(audio)
     audio_header(audio)
     return replace(options, audio=audio)
 
@@ -156,7 +153,7 @@ def audio_atlas(options: Any, corpus: Path, vs_model: str | None, *, fmt: str, t
     from rich.console import Console
     from rich.table import Table
 
-    from ..api import example_file, safe_text, sound_atlas, sound_atlas_page
+    from ..api import safe_text, sound_atlas, sound_atlas_page
     from ..render.progress import export_progress
 
     for name in ATLAS_UNUSED:
@@ -179,7 +176,7 @@ def audio_atlas(options: Any, corpus: Path, vs_model: str | None, *, fmt: str, t
                 started[0] = True
             advance()
 
-        atlas = sound_atlas(example_file(corpus), options.model, vs_model=vs_model, bootstrap=bootstrap, seed=seed,
+        atlas = sound_atlas(corpus, options.model, vs_model=vs_model, bootstrap=bootstrap, seed=seed,
                             device=options.device, revision=options.revision, on_clip=heard)
     if out is not None:
         wrote(sound_atlas_page(atlas, out))
@@ -213,7 +210,7 @@ def heard_options(options: Any, audio: Path, text: str | None, *, image: bool, p
     each text teacher-forced; a speech encoder, its frames), and the kind shown first (a Whisper's cross-attention)."""
     from dataclasses import replace
 
-    from ..api import audio_header, example_file, hearing_kind
+    from ..api import audio_header, hearing_kind
     from .options import KindChoice
 
     if image or pair is not None or target is not None:
@@ -225,6 +222,5 @@ def heard_options(options: Any, audio: Path, text: str | None, *, image: bool, p
     if hearing_kind(options.model) == "seq2seq" and text is not None:
         raise UsageError(f"{options.model} is read with its own transcript in the terminal app; leave out TEXT "
                          "(attnviz heatmap --audio teacher-forces one)")
-    audio = example_file(audio)
     audio_header(audio)
     return replace(options, audio=audio), KindChoice.cross

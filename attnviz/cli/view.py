@@ -211,13 +211,12 @@ def _sound_page(options: ModelOptions, text: str | None, audio: Path, out: Path,
                 head: int | None, cmap: str, open_page: bool) -> None:
     """``view --audio``: the page of a Whisper hearing a clip (:func:`attnviz.views.sound_page.sound_page`), the clip
     read (and refused) before the model loads."""
-    from ..api import audio_header, example_file
+    from ..api import audio_header
     from ..views.sound_page import sound_page
 
     if options.model is None:
         raise UsageError("--audio needs --model: a Whisper checkpoint (a folder, a hub id such as openai/whisper-tiny, "
                          "or sample_configs/organism_whisper.toml)")
-    audio = example_file(audio)  # examples/NAME: the copy installed with attnviz, from any folder
     audio_header(audio)  # a missing, damaged or too long clip is said before the model loads
     page = sound_page(audio, options.model, text, layer=layer, head=head, device=options.device,
                       revision=options.revision, cmap=cmap)

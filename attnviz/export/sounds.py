@@ -79,9 +79,7 @@ def sound_items(source: str | os.PathLike[str], *, allow_outside: bool = False) 
     line naming it, before the model loads)."""
     from ..audio.read import audio_header
     from ..audio.references import read_head_corpus
-    from ..inputs import example_file
-
-    clips = read_head_corpus(example_file(Path(source)), allow_outside=allow_outside)
+    clips = read_head_corpus(source, allow_outside=allow_outside)
     for path in dict.fromkeys(c.audio for c in clips):
         audio_header(path)
     items = []
