@@ -14,6 +14,21 @@ import numpy as np
 
 from attnviz.audio.organism import byte_tokenizer
 
+ROOT = Path(__file__).resolve().parent.parent
+ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
+"""The sound organism (a tiny Whisper whose alignment head L1H0 reads each word at its declared time)."""
+CLIP = str(ROOT / "examples" / "organism_whisper.flac")
+"""Its clip: 2 s of six tone bursts, one a word."""
+TEXT = "the cat sat on the mat"
+"""What it says."""
+
+
+def one_error_line(result, *words: str) -> None:
+    """A command refused in one line on stderr, no traceback, a non-zero exit, ``words`` in it."""
+    assert result.exit_code != 0, (result.exit_code, result.stderr)
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("attnviz: error: "), result.stderr
+    assert "Traceback" not in result.stderr and all(w in result.stderr for w in words), result.stderr
+
 WORDS = ("hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away", "and", "then",
          "is", "it", "good", "you", "said")
 """Words the tiny vocabulary has whole, with and without a space before them (``Ġhello``, ``hello``)."""

@@ -17,14 +17,12 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("soundfile")
-from audio_models import tiny_whisper
+from audio_models import CLIP, ORGANISM, tiny_whisper
 from test_subtitles import read_srt, read_textgrid, read_vtt
 
 from attnviz.audio.organism_spec import read_sound_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
-CLIP = str(ROOT / "examples" / "organism_whisper.flac")
 FRAME = 0.02
 
 

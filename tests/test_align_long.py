@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from audio_models import ORGANISM
 
 from attnviz.audio.long_form import CUT_SECONDS
 from attnviz.audio.model import load_whisper
@@ -17,7 +18,6 @@ from attnviz.audio.timing import align
 from attnviz.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
 
 
 def noise(path: Path, seconds: float) -> Path:

@@ -11,13 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from audio_models import CLIP, ORGANISM, TEXT
 
 pytest.importorskip("soundfile")
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
-CLIP = ROOT / "examples" / "organism_whisper.flac"
-TEXT = "the cat sat on the mat"
 
 
 @pytest.fixture

@@ -15,18 +15,12 @@ import pytest
 
 pytest.importorskip("soundfile")
 
+from audio_models import CLIP, ORGANISM, one_error_line
+
 from attnviz.audio.organism_spec import read_sound_spec
 from attnviz.render.colors import SHADES
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
-CLIP = str(ROOT / "examples" / "organism_whisper.flac")
-
-
-def one_error_line(result, *words: str) -> None:
-    assert result.exit_code != 0, (result.exit_code, result.stderr)
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith("attnviz: error: "), result.stderr
-    assert "Traceback" not in result.stderr and all(w in result.stderr for w in words), result.stderr
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,10 @@ import pytest
 
 pytest.importorskip("soundfile")
 import torch
+from audio_models import CLIP, ORGANISM
 from docs_text import section
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
-CLIP = str(ROOT / "examples" / "organism_whisper.flac")
 ENGLISH = "## How a clip becomes frames, and how cross-attention lines words up with time"
 CHINESE = "## 一段声音怎样变成帧，交叉注意力又怎样把词和时间对上"
 ROW = 4  # the decoder's row that reads 'the' and writes 'cat'

@@ -19,14 +19,13 @@ import pytest
 
 pytest.importorskip("starlette")
 pytest.importorskip("soundfile")
+from audio_models import CLIP, ORGANISM
 from starlette.testclient import TestClient
 
 from attnviz.serve import MAX_TEXT_BYTES, create_app
 from attnviz.views.sound_page import CLIP_PARTS, heard_clip, sound_page
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
-CLIP = str(ROOT / "examples" / "organism_whisper.flac")
 OWN = ["the", "cat", "sat", "on", "the", "mat"]
 """The organism's greedy transcript, word by word."""
 LOCAL = "http://127.0.0.1:8000"  # TestClient's own default host, "testserver", is a name the server refuses

@@ -15,11 +15,11 @@ import pytest
 
 pytest.importorskip("soundfile")
 
+from audio_models import CLIP, ORGANISM
+
 from attnviz.audio.cross_stats import COLUMNS, DIAGONAL_BAND, head_time_statistics, spearman
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
-CLIP = str(ROOT / "examples" / "organism_whisper.flac")
 
 
 def test_a_diagonal_head_is_focused_monotonic_and_on_the_diagonal():

@@ -13,11 +13,10 @@ import pytest
 pytest.importorskip("textual")
 pytest.importorskip("soundfile")
 
+from audio_models import CLIP, ORGANISM
 from test_tui import drive, pane, settled, until  # the app's own test helpers
 
 ROOT = Path(__file__).resolve().parent.parent
-ORGANISM = str(ROOT / "sample_configs" / "organism_whisper.toml")
-CLIP = str(ROOT / "examples" / "organism_whisper.flac")
 
 
 @pytest.fixture(scope="module")
