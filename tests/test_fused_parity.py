@@ -221,6 +221,34 @@ def test_a_family_outside_the_registry_runs_eager_and_says_why(folders, run_cli)
     assert fused.exit_code == 0 and "engine fused (gemma2)" in fused.stderr
 
 
+def test_a_checkpoint_loaded_again_is_not_probed_again_unless_its_files_changed(folders, monkeypatch, tmp_path):
+    """The load check's verdict is kept for the process, by the folder and its files' sizes and times (and the
+    class, config, precision and device): a second load of the same folder switches without running the probe,
+    to the same engine; a folder whose files changed, or another folder, is probed."""
+    import os
+    import shutil
+
+    from attnviz.sources.resolve import load_source
+
+    probes = []
+    real = hf_attention._compare
+    monkeypatch.setattr(hf_attention, "_compare", lambda *a, **k: probes.append(1) or real(*a, **k))
+    copy = tmp_path / "gemma2"
+    shutil.copytree(folders["gemma2"], copy)
+    first = load_source(str(copy), engine="fused")
+    probed = len(probes)
+    assert probed > 0 and first.engine == "fused"
+    again = load_source(str(copy), engine="fused")
+    assert len(probes) == probed and again.engine == "fused" and again.model is not first.model
+    torch.testing.assert_close(again.extract("The cat sat.").attentions, first.extract("The cat sat.").attentions)
+    weights = next(copy.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    load_source(str(copy), engine="fused")
+    assert len(probes) > probed  # changed files: probed again
+    bloom = load_source(folders["bloom"])
+    assert bloom.engine == "hf" and load_source(folders["bloom"]).engine == "hf"  # an eager verdict is kept too
+
+
 def test_a_long_text_through_described_masks_and_row_blocks_equals_eager(folders, monkeypatch):
     """728 tokens: each layer comes as row blocks (past 512 tokens), a window's mask described as transformers'
     function (64 keys on layer 0), soft-capping on both, and the weights equal the eager engine's."""

@@ -138,6 +138,9 @@ def switch_to_fused(model: PreTrainedModel, inputs: dict[str, Tensor], *, family
     only by a mask its vision-language model always passes, and transformers' own SDPA reads it as
     bidirectional without one (eager as causal)."""
     register()
+    key = _probe_key(model, inputs, family=family, encoder_decoder=encoder_decoder, alone=alone)
+    if key is not None and key in _VERDICTS:  # this checkpoint, as loaded, probed before in this process
+        return _switched(model, _VERDICTS[key])
     # The padded batch, its first text alone and unpadded (transformers then passes no mask, and the module's
     # own ``is_causal`` decides), and the batch again with its masks described as they are for long texts.
     single = {name: value[:1, : int(inputs["attention_mask"][0].sum())] if name != "decoder_input_ids" else value[:1]
@@ -152,12 +155,48 @@ def switch_to_fused(model: PreTrainedModel, inputs: dict[str, Tensor], *, family
                               described=described)
             if reason is not None:
                 break
+    if key is not None:
+        _VERDICTS[key] = reason
+    return _switched(model, reason)
+
+
+def _switched(model: PreTrainedModel, reason: str | None) -> str | None:
+    """``model`` on attnviz's attention where the probe found none (``reason`` None), else on eager's."""
     if reason is not None:
         model.set_attn_implementation("eager")
         _fused.discard(model)
     else:
+        model.set_attn_implementation(NAME)
         _fused.add(model)
     return reason
+
+
+_VERDICTS: dict[tuple[Any, ...], str | None] = {}
+"""Each probe's verdict in this process, by what decides it (:func:`_probe_key`): a checkpoint loaded again (the
+Python API's ``load`` in a loop, a server's second model, the test suite) is not probed again."""
+
+
+def _probe_key(model: nn.Module, inputs: dict[str, Tensor], **how: Any) -> tuple[Any, ...] | None:
+    """What decides a probe's verdict, where it can be told without running the model: the folder the weights were
+    read from and its files' sizes and times, the class, its config as it is now, the precision, the device and the
+    probe's shapes. None (probe again) for a model not read from a folder (built in memory, or a hub id's cache)."""
+    from pathlib import Path
+
+    config = getattr(model, "config", None)
+    where = str(getattr(config, "_name_or_path", "") or "")
+    folder = Path(where)
+    if not where or not folder.is_dir():
+        return None
+    try:
+        files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+    except OSError:
+        return None
+    parameter = next(model.parameters(), None)
+    if parameter is None or config is None:
+        return None
+    shapes = tuple((name, tuple(value.shape)) for name, value in sorted(inputs.items()))
+    return (str(folder.resolve()), files, type(model).__qualname__, config.to_json_string(), parameter.dtype,
+            str(parameter.device), shapes, tuple(sorted(how.items())))
 
 
 def _compare(model: nn.Module, inputs: dict[str, Tensor], reference: list[Tensor], *, family: str,
