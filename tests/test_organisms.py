@@ -185,6 +185,26 @@ def test_the_organism_command_describes_and_writes_the_checkpoint(run_cli, tmp_p
     assert refused.exit_code != 0 and "not a model organism" in refused.stderr
 
 
+def test_a_save_copies_the_built_checkpoint_byte_for_byte_and_builds_only_without_one(tmp_path, monkeypatch):
+    """Saving an organism the cache holds copies its files (a build is seeded: they are what a build writes); with an
+    empty cache, the save builds, and writes the same bytes."""
+    import attnviz.organisms.checkpoint as checkpoint
+    from attnviz.api import save_organism
+    from attnviz.organisms import organism_folder
+
+    built, _ = organism_folder(NEEDLE_ORGANISM)
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint, "build_state", lambda *a: pytest.fail("a save of a built organism built it"))
+        copied = save_organism(NEEDLE_ORGANISM, tmp_path / "copied")
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "empty-cache"))
+    fresh = save_organism(NEEDLE_ORGANISM, tmp_path / "fresh")
+    assert not (tmp_path / "empty-cache").exists()  # a save does not fill the cache
+    for folder in (copied, fresh):
+        assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in built.iterdir())
+        for path in built.iterdir():
+            assert (folder / path.name).read_bytes() == path.read_bytes(), (folder, path.name)
+
+
 def test_heads_labels_the_planted_heads_and_transformerlens_detectors_agree():
     """attnviz's labels, and TransformerLens's detect_head (error_measure="mul": the share of the attention mass on
     the detection pattern) written out here from its definition, on the induction probe."""

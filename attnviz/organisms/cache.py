@@ -88,8 +88,27 @@ def save_organism(path: str | Path, out: str | Path) -> Path:
     tokenizer, a picture organism's LLaVA or ViT with its processor."""
     spec = read_spec(path)
     check_new_folder(Path(out))
-    check_build_memory(spec, path)
-    return save_checkpoint(out, lambda folder: _write(spec, folder))
+    built = _built(spec)
+    if built is None:
+        check_build_memory(spec, path)
+    return save_checkpoint(out, lambda folder: _write(spec, folder) if built is None else _copy(built, folder))
+
+
+def _built(spec: OrganismSpec | PictureSpec) -> Path | None:
+    """The cache's finished checkpoint of ``spec``, if it is there (:func:`organism_folder` built it): its files are
+    the ones a build would write (a build is seeded), so a save copies them instead of building again."""
+    from .checkpoint import fingerprint_of, problem
+
+    folder = cache_root() / f"{spec.name}-{fingerprint_of(spec)}"
+    return folder if problem(folder, spec) is None else None
+
+
+def _copy(built: Path, folder: Path) -> None:
+    for path in built.iterdir():
+        if path.is_dir():
+            shutil.copytree(path, folder / path.name)
+        else:
+            shutil.copyfile(path, folder / path.name)
 
 
 def _write(spec: OrganismSpec | PictureSpec, folder: Path) -> None:
