@@ -72,9 +72,13 @@ SLOW_FILES = {"test_readme_commands.py", "test_ray_backend.py", "test_page.py", 
               "test_plugins.py", "test_terminal_safety_and_bounded_reading.py", "test_figure_layout.py", "test_tui.py",
               "test_checkpoint_diff.py", "test_serve_bounds.py", "test_needle_cli.py"}
 SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
+# Every check of a page in chromium is heavy too (about 35 tests, 34 s of one worker, and chromium's own CPU beside it):
+# the pages' contents (their data, numbers and offline-ness) are checked in the README's command without a browser.
+HEAVY_FIXTURES = {"browser"}
 # The longest checks, left out of the README's command (pyproject's addopts: -m 'not heavy') so it stays within its
 # 150 s, and run by CI right after it (`python -m pytest -q -m heavy`, in .ci/run): whole files, or file::test.
 HEAVY = {"test_organisms_long.py",  # a needle grid to 4,096 tokens on an organism (~45 s of one worker)
+         "test_tui_tmux.py",  # `attnviz tui` in a real terminal (tmux): keys, colours, the terminal left as it was (~7 s)
          "test_ray_backend.py",  # Ray's own cluster, started and stopped by the tests (~40 s)
          "test_needle.py::test_ray_and_local_give_identical_json",  # the needle grid on Ray actors (~8 s)
          "test_organisms_hostile.py::test_a_header_fifty_thousand_levels_deep_is_refused_in_one_line",  # (~8 s)
@@ -114,7 +118,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if item.path.name in HEAVY or f"{item.path.name}::{item.originalname}" in HEAVY:
+        if item.path.name in HEAVY or f"{item.path.name}::{item.originalname}" in HEAVY or \
+                HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.heavy)
             item.add_marker(pytest.mark.slow)
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())) and item.path.name not in RAY_FILES:

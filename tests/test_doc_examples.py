@@ -1,9 +1,10 @@
 """Every ```python block of the README and docs/*.md runs as written, from an empty folder, in a fresh Python
 process (one per document: its blocks one after the other, each from an empty folder of its own with nothing
 defined): as a reader who pastes it would (issue 41: an example asked for rows 4000-4060 of its own 492-token
-text, and another read export folders it never made). The processes are forks of one that imported torch and
-attnviz and nothing else (no block has run, no plugin is registered, no model loaded): each document's process starts
-as a fresh one would, without starting Python and importing torch again (a third of the file's time). Hub ids
+text, and another read export folders it never made). The processes are forks of one that imported torch, attnviz
+and the transformers modules the documents' models need, and did nothing else (no block has run, no plugin is
+registered, no model loaded): each document's process starts as a fresh one would, without starting Python and
+importing torch and transformers again (each 1-3 s, in three of the five documents). Hub ids
 resolve against the tiny random models that conftest's hub_cache holds in a local Hugging Face cache; nothing is
 downloaded.
 
@@ -31,12 +32,15 @@ def test_there_are_examples_to_run():
     assert {name for name, _, _ in EXAMPLES} >= {"README.md", "python-api.md"} and len(EXAMPLES) >= 5
 
 
-# Imports torch and attnviz, then forks one process per document (a JSON object: document → its blocks), one at a
+# Imports torch, attnviz and transformers' modules, then forks one process per document (a JSON object: document → its blocks), one at a
 # time: it runs the document's blocks, each with fresh globals in an empty folder of its own (FOLDER/DOCUMENT/N), up
 # to the first that fails, and writes FOLDER/DOCUMENT.json: null (every block ran) or [N, its traceback].
 _BLOCKS = """
 import json, os, sys, traceback
 import torch, attnviz
+import attnviz.api, attnviz.audio.whisper, transformers  # modules only: no model, no plugin, nothing run
+from transformers import (AutoTokenizer, GPT2LMHeadModel, T5ForConditionalGeneration, WhisperFeatureExtractor,
+                          WhisperForConditionalGeneration, WhisperTokenizerFast)
 documents, root = json.loads(sys.argv[1]), sys.argv[2]
 for name, blocks in documents.items():
     sys.stdout.flush(); sys.stderr.flush()

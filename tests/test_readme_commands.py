@@ -374,12 +374,21 @@ def _long_needle(step: Step) -> bool:
     return step.argv[0] == "needle" and lengths is not None and max(int(n) for n in lengths.split(",")) >= 1024
 
 
+README_LINES = {line.strip() for line in README.splitlines()}
+
+
+def in_readme(step: Step) -> bool:
+    """Whether the line is the README's own (a line docs/ repeats counts as the README's)."""
+    return step.line in README_LINES
+
+
 def _single(step: Step):
-    """A line as a test. Two kinds are heavy, run by CI right after the README's command (`-m heavy`) as it runs
+    """A line as a test. Three kinds are heavy, run by CI right after the README's command (`-m heavy`) as it runs
     tests/test_ray_backend.py and tests/test_organisms_long.py: the line that starts Ray's own local cluster
     (`--backend ray`: the cluster's start, its actors and its stop, about 6 s of a quiet 2-core machine, 15 s under
-    load), and a needle grid to 1,024 tokens (:func:`_long_needle`)."""
-    heavy = "ray" in step.argv or _long_needle(step)
+    load), a needle grid to 1,024 tokens (:func:`_long_needle`), and the lines of docs/*.md that the README does not
+    hold (about 110, 22 s of one worker: the README's command runs the README's own lines, CI every document's)."""
+    heavy = "ray" in step.argv or _long_needle(step) or not in_readme(step)
     return pytest.param(step, marks=HEAVY if heavy else [], id=_id(step))
 
 
@@ -391,17 +400,22 @@ def test_readme_command_runs_as_written(step, workdir, request):
     check_step(step, argv, result)
 
 
-@pytest.mark.parametrize("block", [pytest.param(block, marks=HEAVY if any(_long_needle(s) for s in block.steps) else [],
-                                                id=block.heading) for block in ORDERED])
+def _block_marks(block: Block) -> list:
+    return HEAVY if any(_long_needle(s) for s in block.steps) or not any(in_readme(s) for s in block.steps) else []
+
+
+@pytest.mark.parametrize("block", [pytest.param(block, marks=_block_marks(block), id=block.heading)
+                                   for block in ORDERED])
 def test_readme_block_runs_in_order(block, workdir):
     """A block whose lines read what an earlier line wrote (a saved result, say): each line in turn (heavy where one
-    of them is a needle grid to 1,024 tokens: see :func:`_long_needle`)."""
+    of them is a needle grid to 1,024 tokens, or none is the README's own: see :func:`_single`)."""
     for step in block.steps:
         argv, result = run_step(step)
         check_step(step, argv, result)
 
 
-@pytest.mark.parametrize("block", SEQUENCES, ids=lambda b: b.heading)
+@pytest.mark.parametrize("block", [pytest.param(block, marks=_block_marks(block), id=block.heading)
+                                   for block in SEQUENCES])
 def test_readme_slurm_array_then_merge(block, workdir):
     """Each task of the array (its $SLURM_ARRAY_TASK_ID from `#SBATCH --array`), then the lines after it."""
     (name, values), = block.arrays.items()
