@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from processes import run_each
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def test_default_model_heatmap(run_cli):
     r = run_cli("heatmap", "The cat sat on the mat.", "--width", "80", "--verbose", "--layer", "0")
@@ -205,7 +207,9 @@ def test_bart_kinds_on_the_cli(run_cli, tiny_hf):
 def test_native_path_never_imports_transformers(tmp_path):
     code = (
         "import sys, attnviz\n"
+        "from attnviz.generation import generate\n"
         "attnviz.extract('The cat sat on the mat.')\n"
+        f"generate('the cat sat', {str(ROOT / 'sample_configs' / 'organism_needle.toml')!r}, max_new_tokens=2)\n"
         "print('transformers' in sys.modules, 'sentence_transformers' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -23,12 +23,17 @@ def is_encoder(config: dict[str, Any]) -> bool:
     """Whether a config is an encoder's (no causal mask, no cache to decode on), by transformers' own records of
     its family: a family with a masked-language-model head (BERT, RoBERTa, ModernBERT, …) whose config does not
     ask to decode (``is_decoder``, XLM's ``causal``), or an image classifier's (ViT, CLIP, SigLIP, DINOv2). A family
-    transformers does not list (a hub model's own code) is left to its loading."""
-    from transformers.models.auto import modeling_auto
+    transformers does not list (a hub model's own code) is left to its loading. A family the native engine runs
+    causally (GPT-2, LLaMA, …) is told from its record, without importing transformers (about 1 s)."""
+    from .native import FAMILIES
 
     kind = config.get("model_type")
     if config.get("is_encoder_decoder"):
         return False  # said as an encoder-decoder (or generated on transformers' own generate)
+    if kind in FAMILIES and FAMILIES[str(kind)].causal:
+        return False
+    from transformers.models.auto import modeling_auto
+
     if kind in modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
         return kind not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     return (kind in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
