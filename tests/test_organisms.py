@@ -192,12 +192,15 @@ def test_a_save_copies_the_built_checkpoint_byte_for_byte_and_builds_only_withou
     from attnviz.api import save_organism
     from attnviz.organisms import organism_folder
 
-    built, _ = organism_folder(NEEDLE_ORGANISM)
+    spec = tmp_path / "small.toml"  # one layer, one head: 112 MB (the smallest organism)
+    spec.write_text('[model]\ntype = "organism"\nname = "small"\nlayers = 1\nheads = 1\npositions = 4096\n\n'
+                    '[[head]]\nkind = "previous_token"\nlayer = 0\nhead = 0\n', encoding="utf-8")
+    built, _ = organism_folder(spec)
     with monkeypatch.context() as patched:
         patched.setattr(checkpoint, "build_state", lambda *a: pytest.fail("a save of a built organism built it"))
-        copied = save_organism(NEEDLE_ORGANISM, tmp_path / "copied")
+        copied = save_organism(spec, tmp_path / "copied")
     monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "empty-cache"))
-    fresh = save_organism(NEEDLE_ORGANISM, tmp_path / "fresh")
+    fresh = save_organism(spec, tmp_path / "fresh")
     assert not (tmp_path / "empty-cache").exists()  # a save does not fill the cache
     for folder in (copied, fresh):
         assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in built.iterdir())
