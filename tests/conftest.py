@@ -73,7 +73,8 @@ SLOW_FILES = {"test_readme_commands.py", "test_ray_backend.py", "test_page.py", 
               "test_checkpoint_diff.py", "test_serve_bounds.py", "test_needle_cli.py"}
 SLOW_FIXTURES = {"browser", "ray_cluster", "cluster"}
 # Every check of a page in chromium is heavy too (about 35 tests, 34 s of one worker, and chromium's own CPU beside it):
-# the pages' contents (their data, numbers and offline-ness) are checked in the README's command without a browser.
+# the data each page hands its script (its contract, tests/test_page_schema.py) and its numbers are checked in the
+# README's command without a browser.
 HEAVY_FIXTURES = {"browser"}
 # The longest checks, left out of the README's command (pyproject's addopts: -m 'not heavy') so it stays within its
 # 150 s, and run by CI right after it (`python -m pytest -q -m heavy`, in .ci/run): whole files, or file::test.
