@@ -95,25 +95,24 @@ HEAVY = {"test_organisms_long.py",  # a needle grid to 4,096 tokens on an organi
 # its needle grids to 1,024 tokens on the organism, ~6 s each)
 
 
-# The files that take longest, longest first (seconds of one worker, summed per file from --junitxml on the 2-core
+# The files that take longest, longest first (seconds of one worker, summed per file from --durations on the 2-core
 # machine, 2026-11-28, its heavy checks left out). They run first: each worker takes the next file when it is done with
 # one (--dist loadfile), so a long file left for the end would keep one worker busy while the other has nothing left
-# (xdist's own order, files by number of tests, put test_doc_examples.py and test_ray_backend.py near the end).
+# (xdist's own order, files by number of tests, would put test_doc_examples.py near the end).
 # test_organisms.py is second: it needs none of tiny_hf's models, which the first worker builds meanwhile for the
 # README's lines (a second worker that asked for them would wait); test_audio_whisper.py, third, needs none either. A
 # file not named here runs after these, files with more tests first.
-# test_organisms_long.py (a needle grid to 4,096 tokens on an organism, ~40 s; heavy: in `-m heavy` runs) leads: it
-# also builds the organism the README's heavy lines then find built.
+# test_organisms_long.py (a needle grid to 4,096 tokens on an organism, ~40 s; heavy: in `-m heavy` runs) leads, and the
+# heavy files follow the README's first ones: in a `-m heavy` run the long ones start first too.
 LONGEST_FIRST = ("test_organisms_long.py", "test_readme_commands.py", "test_organisms.py", "test_audio_whisper.py",
-                 "test_doc_examples.py", "test_kv.py", "test_needle.py", "test_images.py", "test_organisms_hostile.py",
-                 "test_figure_layout.py", "test_heatmap_audio.py", "test_export_sound.py", "test_export.py",
-                 "test_tui.py", "test_terminal_safety_and_bounded_reading.py", "test_picture_outputs.py",
-                 "test_audio_openai.py", "test_page_zoom.py", "test_vocabulary.py", "test_cli_models.py",
-                 "test_ray_backend.py", "test_serve_bounds.py", "test_page_in_browser.py", "test_serve.py",
-                 "test_checkpoint_diff.py", "test_align_heads.py", "test_long_text_views.py", "test_tui_tmux.py",
-                 "test_hostile_tables.py", "test_images_page.py", "test_page_long.py", "test_page.py",
-                 "test_plugins.py", "test_engines.py", "test_atlas_data.py", "test_needle_cli.py",
-                 "test_hostile_export_and_signals.py", "test_environment.py", "test_live_tiles.py")
+                 "test_ray_backend.py", "test_page_in_browser.py", "test_page_long.py", "test_page_zoom.py",
+                 "test_organisms_hostile.py", "test_images.py", "test_doc_examples.py", "test_figure_layout.py",
+                 "test_cli_models.py", "test_serve.py", "test_needle_cli.py", "test_terminal_safety_and_bounded_reading.py",
+                 "test_kv_windows.py", "test_heatmap_audio.py", "test_checkpoint_diff.py", "test_tui.py",
+                 "test_pictures_hostile.py", "test_long_inputs.py", "test_serve_bounds.py", "test_needle.py", "test_kv.py",
+                 "test_picture_outputs.py", "test_long_text_views.py", "test_vocabulary.py", "test_tui_tmux.py",
+                 "test_hostile_export_and_signals.py", "test_cli_heads.py", "test_audio_openai.py", "test_export.py",
+                 "test_imports.py", "test_engines.py", "test_live_tiles.py", "test_page.py", "test_environment.py")
 
 
 def pytest_collection_modifyitems(config, items):
