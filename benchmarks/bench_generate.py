@@ -56,7 +56,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
         for _ in range(args.runs):
             for name, cmd in sides.items():
-                runs[name].append(measure(cmd, env))
+                runs[name].append(measure(cmd, env, Path(tmp)))
     med = {name: (statistics.median(r["seconds"] for r in rs), statistics.median(r["peak_mib"] for r in rs))
            for name, rs in runs.items()}
     base_s, base_m = med["transformers generate (script)"]
