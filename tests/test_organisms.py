@@ -186,26 +186,39 @@ def test_the_organism_command_describes_and_writes_the_checkpoint(run_cli, tmp_p
 
 
 def test_a_save_copies_the_built_checkpoint_byte_for_byte_and_builds_only_without_one(tmp_path, monkeypatch):
-    """Saving an organism the cache holds copies its files (a build is seeded: they are what a build writes); with an
-    empty cache, the save builds, and writes the same bytes."""
+    """Saving an organism the cache holds copies the files its mark lists (a build is seeded: they are what a build
+    writes), nothing the folder gained since; a description whose needle differs (not in the fingerprint: the same
+    folder) is built, with its own needle; with an empty cache, the save builds, and writes the same bytes."""
     import attnviz.organisms.checkpoint as checkpoint
     from attnviz.api import save_organism
     from attnviz.organisms import organism_folder
 
-    spec = tmp_path / "small.toml"  # one layer, one head: 112 MB (the smallest organism)
-    spec.write_text('[model]\ntype = "organism"\nname = "small"\nlayers = 1\nheads = 1\npositions = 4096\n\n'
-                    '[[head]]\nkind = "previous_token"\nlayer = 0\nhead = 0\n', encoding="utf-8")
-    built, _ = organism_folder(spec)
+    def spec(name: str, needle: str) -> Path:  # one layer, one head: 112 MB (the smallest organism)
+        path = tmp_path / name
+        path.write_text('[model]\ntype = "organism"\nname = "small"\nlayers = 1\nheads = 1\npositions = 4096\n'
+                        f'needle = "{needle}"\nquestion = "What fruit?"\n\n'
+                        '[[head]]\nkind = "previous_token"\nlayer = 0\nhead = 0\n', encoding="utf-8")
+        return path
+
+    apples, bananas = spec("a.toml", "Answer: apples."), spec("b.toml", "Answer: bananas.")
+    built, _ = organism_folder(apples)
+    files = sorted(p.name for p in built.iterdir())
+    (built / "stray.txt").write_text("not the checkpoint's")
+    (built / "inside").mkdir()
     with monkeypatch.context() as patched:
         patched.setattr(checkpoint, "build_state", lambda *a: pytest.fail("a save of a built organism built it"))
-        copied = save_organism(spec, tmp_path / "copied")
+        copied = save_organism(apples, tmp_path / "copied")
+        with pytest.raises(pytest.fail.Exception, match="built it"):
+            save_organism(bananas, tmp_path / "other")
+    other = save_organism(bananas, tmp_path / "other")
+    assert json.loads((other / "config.json").read_text())["attnviz_organism"]["needle"] == "Answer: bananas."
     monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "empty-cache"))
-    fresh = save_organism(spec, tmp_path / "fresh")
+    fresh = save_organism(apples, tmp_path / "fresh")
     assert not (tmp_path / "empty-cache").exists()  # a save does not fill the cache
     for folder in (copied, fresh):
-        assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in built.iterdir())
-        for path in built.iterdir():
-            assert (folder / path.name).read_bytes() == path.read_bytes(), (folder, path.name)
+        assert sorted(p.name for p in folder.iterdir()) == files
+        for name in files:
+            assert (folder / name).read_bytes() == (built / name).read_bytes(), (folder, name)
 
 
 def test_heads_labels_the_planted_heads_and_transformerlens_detectors_agree():

@@ -6,6 +6,7 @@ one, with the next build."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -95,20 +96,32 @@ def save_organism(path: str | Path, out: str | Path) -> Path:
 
 
 def _built(spec: OrganismSpec | PictureSpec) -> Path | None:
-    """The cache's finished checkpoint of ``spec``, if it is there (:func:`organism_folder` built it): its files are
-    the ones a build would write (a build is seeded), so a save copies them instead of building again."""
+    """The cache's finished checkpoint of ``spec``, if it is there (:func:`organism_folder` built it) and holds what a
+    build of ``spec`` would write (a build is seeded): then a save copies it instead of building again. A text
+    organism's needle and question are not in its fingerprint (they name no weight), so they are compared too."""
     from .checkpoint import fingerprint_of, problem
 
     folder = cache_root() / f"{spec.name}-{fingerprint_of(spec)}"
-    return folder if problem(folder, spec) is None else None
+    if problem(folder, spec) is not None:
+        return None
+    if isinstance(spec, OrganismSpec):
+        from ..limits import read_small
+        from .checkpoint import MAX_HEADER
+
+        said = json.loads(read_small(folder / "config.json", limit=MAX_HEADER))["attnviz_organism"]
+        if (said.get("needle"), said.get("question")) != (spec.needle or None, spec.question or None):
+            return None
+    return folder
 
 
 def _copy(built: Path, folder: Path) -> None:
-    for path in built.iterdir():
-        if path.is_dir():
-            shutil.copytree(path, folder / path.name)
-        else:
-            shutil.copyfile(path, folder / path.name)
+    """The files of the finished checkpoint ``built`` that its mark lists, and the mark, copied into ``folder``
+    (nothing else a folder may have gained since: a stray file, a link, a folder a save was asked to write into)."""
+    from .checkpoint import MARK
+
+    listed = json.loads((built / MARK).read_text(encoding="utf-8"))["files"]
+    for name in [*listed, MARK]:
+        shutil.copyfile(built / Path(str(name)).name, folder / Path(str(name)).name, follow_symlinks=False)
 
 
 def _write(spec: OrganismSpec | PictureSpec, folder: Path) -> None:
