@@ -246,7 +246,9 @@ def test_a_checkpoint_loaded_again_is_not_probed_again_unless_its_files_changed(
     load_source(str(copy), engine="fused")
     assert len(probes) > probed  # changed files: probed again
     bloom = load_source(folders["bloom"])
+    probed = len(probes)
     assert bloom.engine == "hf" and load_source(folders["bloom"]).engine == "hf"  # an eager verdict is kept too
+    assert len(probes) == probed
 
 
 def test_a_long_text_through_described_masks_and_row_blocks_equals_eager(folders, monkeypatch):

@@ -69,7 +69,7 @@ def load_for_generation(ref: str, *, name: str, revision: str | None, trust_remo
 
         vocab = model.get_input_embeddings().num_embeddings
         reason = switch_to_fused(model, probe_inputs(vocab, model.device, encoder_decoder=True),
-                                 family=model.config.model_type, encoder_decoder=True)
+                                 family=model.config.model_type, encoder_decoder=True, folder=str(ref))
         if reason is not None and attention == "fused":
             raise ModelNotFoundError(f"the fused engine cannot generate with {name}: {reason}; use [[engine=hf]] or auto")
     return tokenizer, model

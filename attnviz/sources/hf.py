@@ -208,7 +208,8 @@ class HFSource(ModelSource):
         from .hf_attention import mark_fused, switch_to_fused
 
         reason = switch_to_fused(self.model, self._probe_batch(), family=self.family,
-                                 encoder_decoder=self.encoder_decoder)
+                                 encoder_decoder=self.encoder_decoder,
+                                 folder=None if self._reload["device_map"] else self._reload["ref"])
         if reason is None:
             if self.lm is not None:  # its head's model runs the same layers, on the same config
                 mark_fused(self.lm)

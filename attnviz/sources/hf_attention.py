@@ -129,16 +129,17 @@ def register() -> None:
 
 
 def switch_to_fused(model: PreTrainedModel, inputs: dict[str, Tensor], *, family: str, encoder_decoder: bool,
-                    alone: bool = True) -> str | None:
+                    alone: bool = True, folder: str | None = None) -> str | None:
     """Switch ``model`` (loaded with eager attention) to attnviz's attention function if its weights equal
     eager attention's on ``inputs`` (a short padded batch) in every layer (to 1e-4 in float32, 5e-2 in half
     precision); None when switched, else
     why not (the model is left on eager attention). ``alone`` False leaves out the unpadded run: a language
     model whose modules say they are not causal (PaliGemma's, ``use_bidirectional_attention``) is causal there
     only by a mask its vision-language model always passes, and transformers' own SDPA reads it as
-    bidirectional without one (eager as causal)."""
+    bidirectional without one (eager as causal). ``folder``: the folder ``model`` was loaded from whole, as it is
+    there; given, the verdict is kept for the process (:func:`_probe_key`)."""
     register()
-    key = _probe_key(model, inputs, family=family, encoder_decoder=encoder_decoder, alone=alone)
+    key = _probe_key(model, inputs, folder, family=family, encoder_decoder=encoder_decoder, alone=alone)
     if key is not None and key in _VERDICTS:  # this checkpoint, as loaded, probed before in this process
         return _switched(model, _VERDICTS[key])
     # The padded batch, its first text alone and unpadded (transformers then passes no mask, and the module's
@@ -176,27 +177,26 @@ _VERDICTS: dict[tuple[Any, ...], str | None] = {}
 Python API's ``load`` in a loop, a server's second model, the test suite) is not probed again."""
 
 
-def _probe_key(model: nn.Module, inputs: dict[str, Tensor], **how: Any) -> tuple[Any, ...] | None:
-    """What decides a probe's verdict, where it can be told without running the model: the folder the weights were
-    read from and its files' sizes and times, the class, its config as it is now, the precision, the device and the
-    probe's shapes. None (probe again) for a model not read from a folder (built in memory, or a hub id's cache)."""
+def _probe_key(model: nn.Module, inputs: dict[str, Tensor], where: str | None, **how: Any) -> tuple[Any, ...] | None:
+    """What decides a probe's verdict, where it can be told without running the model: the folder the model was
+    loaded from whole (``where``) and its files' sizes and times, the class, its config as it is now, the precision,
+    the device and the probe's shapes. None (probe again) without a folder (a hub id, a model built in memory, a
+    language model inside a vision-language one) or for a model spread over devices (``device_map``)."""
     from pathlib import Path
 
     config = getattr(model, "config", None)
-    where = str(getattr(config, "_name_or_path", "") or "")
-    folder = Path(where)
-    if not where or not folder.is_dir():
+    parameter = next(model.parameters(), None)
+    if where is None or config is None or parameter is None or getattr(model, "hf_device_map", None):
         return None
+    folder = Path(where)
     try:
         files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
-    except OSError:
-        return None
-    parameter = next(model.parameters(), None)
-    if parameter is None or config is None:
+        described = config.to_json_string()
+    except (OSError, TypeError, ValueError):  # not a folder; a setting added after loading that JSON cannot hold
         return None
     shapes = tuple((name, tuple(value.shape)) for name, value in sorted(inputs.items()))
-    return (str(folder.resolve()), files, type(model).__qualname__, config.to_json_string(), parameter.dtype,
-            str(parameter.device), shapes, tuple(sorted(how.items())))
+    return (str(folder.resolve()), files, type(model).__qualname__, described, parameter.dtype, str(parameter.device),
+            shapes, tuple(sorted(how.items())))
 
 
 def _compare(model: nn.Module, inputs: dict[str, Tensor], reference: list[Tensor], *, family: str,
