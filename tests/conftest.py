@@ -79,7 +79,9 @@ HEAVY_FIXTURES = {"browser"}
 # The longest checks, left out of the README's command (pyproject's addopts: -m 'not heavy') so it stays within its
 # 150 s, and run by CI right after it (`python -m pytest -q -m heavy`, in .ci/run): whole files, or file::test.
 HEAVY = {"test_organisms_long.py",  # a needle grid to 4,096 tokens on an organism (~45 s of one worker)
-         "test_tui_tmux.py",  # `attnviz tui` in a real terminal (tmux): keys, colours, the terminal left as it was (~7 s)
+         # `attnviz tui` in a real terminal (tmux): keys, colours, the terminal left as it was (~7 s)
+         "test_tui_tmux.py::test_the_real_command_answers_keys_and_leaves_the_terminal_as_it_was",
+         "test_tui_tmux.py::test_with_no_color_the_real_command_draws_shades_and_exits_cleanly",
          "test_environment.py",  # the terminal tests again, in a pytest process of their own under a hostile shell (~4 s)
          "test_ray_backend.py",  # Ray's own cluster, started and stopped by the tests (~40 s)
          "test_needle.py::test_ray_and_local_give_identical_json",  # the needle grid on Ray actors (~8 s)

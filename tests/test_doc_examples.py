@@ -2,7 +2,7 @@
 process (one per document: its blocks one after the other, each from an empty folder of its own with nothing
 defined): as a reader who pastes it would (issue 41: an example asked for rows 4000-4060 of its own 492-token
 text, and another read export folders it never made). The processes are forks of one that imported torch, attnviz
-and the transformers modules the documents' models need, and did nothing else (no block has run, no plugin is
+(as `import attnviz` does) and the transformers modules the documents' models need, and did nothing else (no block has run, no plugin is
 registered, no model loaded): each document's process starts as a fresh one would, without starting Python and
 importing torch and transformers again (each 1-3 s, in three of the five documents). Hub ids
 resolve against the tiny random models that conftest's hub_cache holds in a local Hugging Face cache; nothing is
@@ -38,7 +38,7 @@ def test_there_are_examples_to_run():
 _BLOCKS = """
 import json, os, sys, traceback
 import torch, attnviz
-import attnviz.api, attnviz.audio.whisper, transformers  # modules only: no model, no plugin, nothing run
+import transformers  # modules only: no model, no plugin, nothing run (no attnviz module a plain import would not)
 from transformers import (AutoTokenizer, GPT2LMHeadModel, T5ForConditionalGeneration, WhisperFeatureExtractor,
                           WhisperForConditionalGeneration, WhisperTokenizerFast)
 documents, root = json.loads(sys.argv[1]), sys.argv[2]

@@ -186,9 +186,30 @@ def test_page_views_are_records_the_library_checks():
 COUNT = "(data, state, section) => { section.querySelector('#tokcount').textContent = data.kinds.self.rows.length + ' tokens'; }"
 
 
+def test_a_page_view_record_is_checked_and_only_a_registered_one_is_a_view_of_the_page(tmp_path):
+    """The library's checks of a page view's record (a taken name, a script that would end the page's <script>),
+    without a browser: a registered view is in the written page, as a tab; after, asking for it is one error."""
+    from attnviz.errors import UsageError
+    from attnviz.render import page_views
+    from attnviz.render.html import render_html
+
+    with pytest.raises(ValueError, match="already registered"):
+        page_views.register(page_views.PageView("head", "Again", "", "<div></div>"))
+    with pytest.raises(ValueError, match="would end its <script>"):
+        page_views.PageView("bad", "Bad", "", "<div></div>", script="() => '</script>'")
+    view = page_views.PageView("count", "Token count", "How many tokens the text has.", "<p id=\"tokcount\"></p>",
+                               script=COUNT)
+    source = api.load(TINY)
+    with page_views.registered(view):
+        html = render_html(api.page_view(source, TEXT, view="count"), tmp_path / "page.html").read_text()
+        assert '{"name":"count","tab":"Token count"' in html and '<p id="tokcount"></p>' in html  # its tab, section
+    with pytest.raises(UsageError, match="is not a view of the page"):
+        api.page_view(source, TEXT, view="count")
+
+
 def test_a_page_view_added_from_outside_gets_its_tab_and_draws(browser, tmp_path):
-    """A page view is one record with its drawing function (its ``script``): the library's check takes it,
-    the page has its tab and section, and the browser draws it."""
+    """A page view is one record with its drawing function (its ``script``): the page has its tab and section, and
+    the browser draws it."""
     from conftest import open_offline
 
     from attnviz.errors import UsageError
@@ -197,10 +218,6 @@ def test_a_page_view_added_from_outside_gets_its_tab_and_draws(browser, tmp_path
 
     view = page_views.PageView("count", "Token count", "How many tokens the text has.", "<p id=\"tokcount\"></p>",
                                script=COUNT)
-    with pytest.raises(ValueError, match="already registered"):
-        page_views.register(page_views.PageView("head", "Again", "", "<div></div>"))
-    with pytest.raises(ValueError, match="would end its <script>"):
-        page_views.PageView("bad", "Bad", "", "<div></div>", script="() => '</script>'")
     source = api.load(TINY)
     with page_views.registered(view):
         path = render_html(api.page_view(source, TEXT, view="count"), tmp_path / "page.html")

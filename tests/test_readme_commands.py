@@ -374,12 +374,18 @@ def _long_needle(step: Step) -> bool:
     return step.argv[0] == "needle" and lengths is not None and max(int(n) for n in lengths.split(",")) >= 1024
 
 
-README_LINES = {line.strip() for line in README.splitlines()}
+def _command(step: Step) -> tuple[tuple[str, ...], str | None, str | None]:
+    return tuple(step.argv), step.stdin, step.stdout
+
+
+README_COMMANDS = {_command(parse_step(line)) for _, lines in bash_blocks(README)[1:] for line in lines
+                   if shell_words(line) and not ARRAY.match(line.strip())} | {_command(s) for s in INSTALL_STEPS}
 
 
 def in_readme(step: Step) -> bool:
-    """Whether the line is the README's own (a line docs/ repeats counts as the README's)."""
-    return step.line in README_LINES
+    """Whether the command is one of the README's own (the same command in docs/, whatever its comment, counts as the
+    README's; so do the install block's)."""
+    return _command(step) in README_COMMANDS
 
 
 def _single(step: Step):
