@@ -109,7 +109,7 @@ def load_whisper(model: str, *, device: str = "cpu", revision: str | None = None
     import torch
     import transformers
 
-    from ..sources.files import read_config
+    from ..sources.files import folder_stamp, read_config
     from ..sources.hub import fetch_config, hub_errors, hub_reachable
     from ..sources.resolve import check_device, locate
 
@@ -133,7 +133,7 @@ def load_whisper(model: str, *, device: str = "cpu", revision: str | None = None
     if kind not in MODEL_TYPES:
         raise UsageError(f"{place.name} is a {kind or 'model of unknown type'} model; attnviz hears sound with "
                          "Whisper checkpoints (WhisperForConditionalGeneration), e.g. openai/whisper-tiny")
-    key = (str(Path(folder).resolve()), _stamp(Path(folder)), device, revision, organism)
+    key = (str(Path(folder).resolve()), folder_stamp(Path(folder)) or (), device, revision, organism)
     if key in _LOADED:  # loaded before in this process, its files unchanged since
         _LOADED.move_to_end(key)
         return _LOADED[key]
@@ -163,14 +163,6 @@ KEPT_MODELS = 2
 asks for the same model again gets it at once (a model is read-only once loaded; its files' sizes and times are part
 of the key, so a checkpoint written again is loaded again)."""
 _LOADED: OrderedDict[tuple[Any, ...], WhisperModel] = OrderedDict()
-
-
-def _stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
-    """Each file of ``folder``: its name, size and modification time (what a rewrite changes)."""
-    try:
-        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
-    except OSError:
-        return ()
 
 
 def whisper_model(model: str | WhisperModel, *, device: str = "cpu", revision: str | None = None) -> WhisperModel:

@@ -60,11 +60,11 @@ def check_build_memory(spec: OrganismSpec | PictureSpec, path: str | Path) -> No
 def organism_folder(path: str | Path) -> tuple[Path, OrganismSpec | PictureSpec]:
     """The built checkpoint of the organism described at ``path`` (a text organism or a picture organism; built on
     first use, and again when the folder is not what it should be, with a warning), and its description."""
-    from .checkpoint import fingerprint_of, problem
+    from .checkpoint import problem
 
     spec = read_spec(path)
     root = cache_root()
-    folder = root / f"{spec.name}-{fingerprint_of(spec)}"
+    folder = _cache_folder(spec)
     wrong = problem(folder, spec)
     if wrong is None:
         return folder, spec
@@ -99,9 +99,9 @@ def _built(spec: OrganismSpec | PictureSpec) -> Path | None:
     """The cache's finished checkpoint of ``spec``, if it is there (:func:`organism_folder` built it) and holds what a
     build of ``spec`` would write (a build is seeded): then a save copies it instead of building again. A text
     organism's needle and question are not in its fingerprint (they name no weight), so they are compared too."""
-    from .checkpoint import fingerprint_of, problem
+    from .checkpoint import problem
 
-    folder = cache_root() / f"{spec.name}-{fingerprint_of(spec)}"
+    folder = _cache_folder(spec)
     if problem(folder, spec) is not None:
         return None
     if isinstance(spec, OrganismSpec):
@@ -112,6 +112,13 @@ def _built(spec: OrganismSpec | PictureSpec) -> Path | None:
         if (said.get("needle"), said.get("question")) != (spec.needle or None, spec.question or None):
             return None
     return folder
+
+
+def _cache_folder(spec: OrganismSpec | PictureSpec) -> Path:
+    """Where the cache keeps ``spec``'s checkpoint: its name and fingerprint."""
+    from .checkpoint import fingerprint_of
+
+    return cache_root() / f"{spec.name}-{fingerprint_of(spec)}"
 
 
 def _copy(built: Path, folder: Path) -> None:

@@ -15,6 +15,15 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 
 
+def folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...] | None:
+    """Each file of ``folder``: its name, size and modification time (what a rewrite changes), to key what is kept of
+    a loaded checkpoint; None where the folder cannot be listed."""
+    try:
+        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+    except OSError:
+        return None
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     """A folder's ``config.json``: a regular file of bounded size holding a JSON object whose fields
     attnviz reads have sensible types and sizes (:func:`check_config`)."""

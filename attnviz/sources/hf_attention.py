@@ -184,15 +184,19 @@ def _probe_key(model: nn.Module, inputs: dict[str, Tensor], where: str | None, *
     language model inside a vision-language one) or for a model spread over devices (``device_map``)."""
     from pathlib import Path
 
+    from .files import folder_stamp
+
     config = getattr(model, "config", None)
     parameter = next(model.parameters(), None)
     if where is None or config is None or parameter is None or getattr(model, "hf_device_map", None):
         return None
     folder = Path(where)
+    files = folder_stamp(folder)
     try:
-        files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
         described = config.to_json_string()
-    except (OSError, TypeError, ValueError):  # not a folder; a setting added after loading that JSON cannot hold
+    except (TypeError, ValueError):  # a setting added after loading that JSON cannot hold
+        return None
+    if files is None:  # not a folder (a hub id)
         return None
     shapes = tuple((name, tuple(value.shape)) for name, value in sorted(inputs.items()))
     return (str(folder.resolve()), files, type(model).__qualname__, described, parameter.dtype, str(parameter.device),
