@@ -134,7 +134,9 @@ class _Taker:
     def take(self, exports: list[ItemExport | None], position: int, parts: list[Any], shown: list[Any],
              failed: dict[int, str]) -> None:
         self.finish()  # the layer before, taken and written (its errors raised here)
-        self.pending = self.pool.submit(_take_layer, exports, position, parts, shown, failed)
+        # The layer goes in a list the thread empties: the pool's work item keeps its arguments until after the future
+        # is done, so the layer itself would outlive finish() for as long as the thread took to drop it.
+        self.pending = self.pool.submit(_take_held, exports, position, [parts, shown], failed)
 
     def finish(self) -> None:
         """Wait for the layer being taken (its errors raised here). Interrupted while waiting (Ctrl-C), the layer is
@@ -160,6 +162,12 @@ class _Taker:
         self.settle()
         self.pool.submit(torch.set_num_threads, self.threads)  # torch's default for new threads, as it was
         self.pool.shutdown(wait=True)
+
+
+def _take_held(exports: list[ItemExport | None], position: int, held: list[list[Any]], failed: dict[int, str]) -> None:
+    parts, shown = held
+    held.clear()
+    _take_layer(exports, position, parts, shown, failed)
 
 
 def _take_layer(exports: list[ItemExport | None], position: int, parts: list[Any], shown: list[Any],
